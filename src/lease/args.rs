@@ -1,0 +1,206 @@
+//! Parsing of every argument kind, in one place. Each parser names the
+//! argument it refuses, so every error tells the client what is wrong.
+
+use super::clock::MAX_TOKEN;
+use super::error::LeaseError;
+
+/// Longest owner id, in bytes.
+pub const MAX_OWNER_LEN: usize = 256;
+/// Upper bound of any millisecond argument or setting (about 31 years), so
+/// `now + ttl` can never overflow.
+pub const MAX_MS: i64 = 1_000_000_000_000;
+
+/// Parses an integer the way Redis does (`string2ll`): optional `-`, digits,
+/// no `+`, no spaces, no leading zeros.
+pub fn parse_i64(arg: &[u8]) -> Option<i64> {
+    let digits = arg.strip_prefix(b"-").unwrap_or(arg);
+    if digits.is_empty()
+        || digits.len() > 19
+        || !digits.iter().all(u8::is_ascii_digit)
+        || (digits.len() > 1 && digits[0] == b'0')
+    {
+        return None;
+    }
+    std::str::from_utf8(arg).ok()?.parse().ok()
+}
+
+fn parse_in_range(arg: &[u8], what: &'static str, min: i64, max: i64) -> Result<i64, LeaseError> {
+    let n = parse_i64(arg).ok_or(LeaseError::NotInteger(what))?;
+    if n < min || n > max {
+        return Err(LeaseError::OutOfRange { what, min, max });
+    }
+    Ok(n)
+}
+
+/// An owner id: 1..=256 arbitrary bytes.
+pub fn check_owner(owner: &[u8]) -> Result<&[u8], LeaseError> {
+    match owner.len() {
+        0 => Err(LeaseError::OwnerEmpty),
+        n if n > MAX_OWNER_LEN => Err(LeaseError::OwnerTooLong(n)),
+        _ => Ok(owner),
+    }
+}
+
+/// `ttl-ms`: 1..=max_ttl_ms (the `lease.max-ttl-ms` setting).
+pub fn parse_ttl(arg: &[u8], max_ttl_ms: i64) -> Result<i64, LeaseError> {
+    parse_in_range(arg, "ttl-ms", 1, max_ttl_ms)
+}
+
+/// A fencing token: 1..=2^53-1.
+pub fn parse_token(arg: &[u8]) -> Result<u64, LeaseError> {
+    parse_in_range(arg, "token", 1, MAX_TOKEN as i64).map(|t| t as u64)
+}
+
+/// `BLOCK timeout-ms`: 0 (wait forever) ..= MAX_MS.
+pub fn parse_timeout(arg: &[u8]) -> Result<i64, LeaseError> {
+    parse_in_range(arg, "timeout-ms", 0, MAX_MS)
+}
+
+/// An absolute unix time in ms, as carried by replication and the AOF.
+pub fn parse_unix_ms(arg: &[u8], what: &'static str) -> Result<i64, LeaseError> {
+    parse_in_range(arg, what, 1, i64::MAX / 2)
+}
+
+/// The options after `LEASE.ACQUIRE key owner ttl-ms`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct AcquireOptions {
+    /// `BLOCK timeout-ms`: `Some(0)` waits forever.
+    pub block_ms: Option<i64>,
+}
+
+/// Parses the options of LEASE.ACQUIRE (case-insensitive names, each at
+/// most once).
+pub fn parse_acquire_options(opts: &[&[u8]]) -> Result<AcquireOptions, LeaseError> {
+    let mut out = AcquireOptions::default();
+    let mut i = 0;
+    while i < opts.len() {
+        let name = opts[i];
+        if name.eq_ignore_ascii_case(b"BLOCK") {
+            if out.block_ms.is_some() {
+                return Err(LeaseError::RepeatedOption("BLOCK"));
+            }
+            let value = opts.get(i + 1).ok_or(LeaseError::MissingValue("BLOCK"))?;
+            out.block_ms = Some(parse_timeout(value)?);
+            i += 2;
+        } else {
+            return Err(LeaseError::UnknownOption(printable(name)));
+        }
+    }
+    Ok(out)
+}
+
+/// A client-supplied name made safe to echo in an error line: printable
+/// ASCII only, at most 64 characters.
+pub fn printable(arg: &[u8]) -> String {
+    let mut s: String = arg
+        .iter()
+        .take(64)
+        .map(|&b| {
+            if (0x20..0x7f).contains(&b) {
+                b as char
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    if arg.len() > 64 {
+        s.push_str("...");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_parse_like_redis() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"42"), Some(42));
+        assert_eq!(parse_i64(b"-7"), Some(-7));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        for bad in [
+            &b""[..],
+            b"-",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"01",
+            b"1.5",
+            b"1e3",
+            b"abc",
+            b"9223372036854775808",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn owner_bounds() {
+        assert_eq!(check_owner(b""), Err(LeaseError::OwnerEmpty));
+        assert!(check_owner(&[0u8; 1]).is_ok());
+        assert!(check_owner(&[7u8; 256]).is_ok());
+        assert_eq!(check_owner(&[7u8; 257]), Err(LeaseError::OwnerTooLong(257)));
+    }
+
+    #[test]
+    fn ttl_token_and_timeout_ranges() {
+        assert_eq!(parse_ttl(b"1", 10), Ok(1));
+        assert_eq!(parse_ttl(b"10", 10), Ok(10));
+        assert!(matches!(
+            parse_ttl(b"11", 10),
+            Err(LeaseError::OutOfRange { what: "ttl-ms", .. })
+        ));
+        assert!(matches!(
+            parse_ttl(b"0", 10),
+            Err(LeaseError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            parse_ttl(b"-5", 10),
+            Err(LeaseError::OutOfRange { .. })
+        ));
+        assert_eq!(parse_ttl(b"x", 10), Err(LeaseError::NotInteger("ttl-ms")));
+        assert_eq!(parse_token(b"9007199254740991"), Ok(MAX_TOKEN));
+        assert!(matches!(
+            parse_token(b"9007199254740992"),
+            Err(LeaseError::OutOfRange { what: "token", .. })
+        ));
+        assert!(parse_token(b"0").is_err());
+        assert_eq!(parse_timeout(b"0"), Ok(0));
+        assert!(parse_timeout(b"-1").is_err());
+    }
+
+    #[test]
+    fn acquire_options() {
+        assert_eq!(parse_acquire_options(&[]), Ok(AcquireOptions::default()));
+        assert_eq!(
+            parse_acquire_options(&[b"block", b"100"]),
+            Ok(AcquireOptions {
+                block_ms: Some(100)
+            })
+        );
+        assert_eq!(
+            parse_acquire_options(&[b"BLOCK"]),
+            Err(LeaseError::MissingValue("BLOCK"))
+        );
+        assert_eq!(
+            parse_acquire_options(&[b"BLOCK", b"1", b"BLOCK", b"2"]),
+            Err(LeaseError::RepeatedOption("BLOCK"))
+        );
+        assert_eq!(
+            parse_acquire_options(&[b"NX"]),
+            Err(LeaseError::UnknownOption("NX".into()))
+        );
+        assert_eq!(
+            parse_acquire_options(&[b"BLOCK", b"soon"]),
+            Err(LeaseError::NotInteger("timeout-ms"))
+        );
+    }
+
+    #[test]
+    fn printable_strips_control_bytes() {
+        assert_eq!(printable(b"a\r\nb"), "a??b");
+        assert_eq!(printable(&[b'x'; 70]).len(), 67);
+    }
+}

@@ -1,0 +1,126 @@
+//! Every error a lease command can answer with. `Display` gives the full
+//! reply text, error code first (`ERR`, `WRONGTYPE`, `STALE`), so the module
+//! layer turns any of them into a reply in one place.
+
+use std::fmt;
+
+/// What a malformed or refused call gets back. Each variant names the problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseError {
+    /// The command has the wrong number of arguments.
+    Arity(&'static str),
+    /// `what` is not an integer.
+    NotInteger(&'static str),
+    /// `what` is an integer outside `min..=max`.
+    OutOfRange {
+        what: &'static str,
+        min: i64,
+        max: i64,
+    },
+    /// The owner is empty.
+    OwnerEmpty,
+    /// The owner is longer than `MAX_OWNER_LEN` bytes.
+    OwnerTooLong(usize),
+    /// An option the command does not know.
+    UnknownOption(String),
+    /// An option given twice.
+    RepeatedOption(&'static str),
+    /// An option that needs a value came last.
+    MissingValue(&'static str),
+    /// The key holds a value of another type.
+    WrongType,
+    /// The fencing token is not the token of the lease held right now.
+    Stale,
+    /// The token clock reached 2^53-1 (about 280 years of tokens at the
+    /// wall-clock rate): no larger token can be issued exactly.
+    TokensExhausted,
+    /// An internal command was sent by an ordinary client.
+    InternalOnly(&'static str),
+    /// A feature this build refuses, with the reason.
+    Unsupported(&'static str),
+    /// A bug caught at the boundary (a panic turned into an error reply).
+    Internal(String),
+}
+
+impl fmt::Display for LeaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeaseError::Arity(cmd) => {
+                write!(f, "ERR wrong number of arguments for '{cmd}' command")
+            }
+            LeaseError::NotInteger(what) => write!(f, "ERR {what} is not an integer"),
+            LeaseError::OutOfRange { what, min, max } => {
+                write!(f, "ERR {what} is out of range (must be {min}..{max})")
+            }
+            LeaseError::OwnerEmpty => write!(f, "ERR owner must not be empty"),
+            LeaseError::OwnerTooLong(len) => write!(
+                f,
+                "ERR owner is {len} bytes, longer than the {} allowed",
+                crate::lease::args::MAX_OWNER_LEN
+            ),
+            LeaseError::UnknownOption(opt) => write!(f, "ERR unknown option '{opt}'"),
+            LeaseError::RepeatedOption(opt) => write!(f, "ERR option {opt} given more than once"),
+            LeaseError::MissingValue(opt) => write!(f, "ERR option {opt} needs a value"),
+            LeaseError::WrongType => write!(
+                f,
+                "WRONGTYPE Operation against a key holding the wrong kind of value"
+            ),
+            LeaseError::Stale => write!(
+                f,
+                "STALE fencing token is not the token of the lease held on this key"
+            ),
+            LeaseError::TokensExhausted => {
+                write!(f, "ERR fencing tokens exhausted (2^53-1 reached)")
+            }
+            LeaseError::InternalOnly(cmd) => write!(
+                f,
+                "ERR {cmd} is internal: accepted only from the replication link and the AOF"
+            ),
+            LeaseError::Unsupported(why) => write!(f, "ERR {why}"),
+            LeaseError::Internal(what) => {
+                write!(f, "ERR internal error in the lease module: {what}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for LeaseError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_starts_with_an_upper_case_code() {
+        let all = [
+            LeaseError::Arity("lease.info"),
+            LeaseError::NotInteger("ttl-ms"),
+            LeaseError::OutOfRange {
+                what: "ttl-ms",
+                min: 1,
+                max: 2,
+            },
+            LeaseError::OwnerEmpty,
+            LeaseError::OwnerTooLong(300),
+            LeaseError::UnknownOption("FOO".into()),
+            LeaseError::RepeatedOption("BLOCK"),
+            LeaseError::MissingValue("BLOCK"),
+            LeaseError::WrongType,
+            LeaseError::Stale,
+            LeaseError::TokensExhausted,
+            LeaseError::InternalOnly("LEASE.APPLY"),
+            LeaseError::Unsupported("x"),
+            LeaseError::Internal("x".into()),
+        ];
+        for e in all {
+            let s = e.to_string();
+            let code = s.split(' ').next().unwrap();
+            assert!(
+                !code.is_empty() && code.chars().all(|c| c.is_ascii_uppercase()),
+                "{s}"
+            );
+            assert!(!s.contains('\n') && !s.contains('\r'), "{s}");
+        }
+        assert!(LeaseError::Stale.to_string().starts_with("STALE "));
+    }
+}

@@ -1,0 +1,12 @@
+//! The lease logic in plain Rust: no FFI, no Redis types. Everything here is
+//! unit-tested on its own; `crate::module` binds it to the server.
+
+pub mod args;
+pub mod clock;
+pub mod config;
+pub mod decide;
+pub mod error;
+pub mod record;
+
+pub use error::LeaseError;
+pub use record::Lease;

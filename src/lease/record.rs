@@ -1,0 +1,184 @@
+//! The lease record stored in a lease key, and its byte encoding.
+//!
+//! The record carries everything: owner, fencing token and the absolute
+//! deadline (unix ms). The key's Redis TTL mirrors the deadline, but the
+//! record never depends on it, so a copy made by RDB, DUMP/RESTORE, COPY or
+//! MIGRATE is complete on its own.
+
+/// Encoding version written first in every encoded record.
+pub const ENCODING_VERSION: u8 = 1;
+/// Fixed part of an encoded record: version, token, deadline, owner length.
+const HEADER_LEN: usize = 1 + 8 + 8 + 2;
+
+/// One held lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The holder's opaque id (1..=256 bytes, binary-safe).
+    pub owner: Box<[u8]>,
+    /// The fencing token issued when the lease was acquired.
+    pub token: u64,
+    /// Absolute expiry, unix time in milliseconds.
+    pub deadline_ms: i64,
+}
+
+/// Why a stored record could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Fewer bytes than the record needs.
+    Truncated,
+    /// Bytes left over after the record.
+    TrailingBytes,
+    /// A version this build does not know (written by a newer module).
+    FutureVersion(u8),
+    /// A field with an impossible value.
+    Invalid(&'static str),
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::Truncated => write!(f, "lease record is truncated"),
+            DecodeError::TrailingBytes => write!(f, "lease record has trailing bytes"),
+            DecodeError::FutureVersion(v) => write!(
+                f,
+                "lease record has encoding version {v}, newer than the {ENCODING_VERSION} this module reads"
+            ),
+            DecodeError::Invalid(what) => write!(f, "lease record has an invalid {what}"),
+        }
+    }
+}
+
+impl Lease {
+    /// Is the lease still held at `now_ms`?
+    pub fn is_live(&self, now_ms: i64) -> bool {
+        now_ms < self.deadline_ms
+    }
+
+    /// Remaining time in ms at `now_ms` (0 once expired).
+    pub fn remaining_ms(&self, now_ms: i64) -> i64 {
+        (self.deadline_ms - now_ms).max(0)
+    }
+
+    /// Is `owner` the holder of this lease?
+    pub fn is_held_by(&self, owner: &[u8]) -> bool {
+        *self.owner == *owner
+    }
+
+    /// Bytes of memory this record takes, for MEMORY USAGE.
+    pub fn mem_usage(&self) -> usize {
+        std::mem::size_of::<Self>() + self.owner.len()
+    }
+
+    /// The versioned byte encoding used by RDB (and so DUMP/RESTORE, MIGRATE).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER_LEN + self.owner.len());
+        out.push(ENCODING_VERSION);
+        out.extend_from_slice(&self.token.to_le_bytes());
+        out.extend_from_slice(&self.deadline_ms.to_le_bytes());
+        out.extend_from_slice(&(self.owner.len() as u16).to_le_bytes());
+        out.extend_from_slice(&self.owner);
+        out
+    }
+
+    /// Decodes what `encode` wrote; any other input is refused, never trusted.
+    pub fn decode(bytes: &[u8]) -> Result<Lease, DecodeError> {
+        let (&version, rest) = bytes.split_first().ok_or(DecodeError::Truncated)?;
+        if version > ENCODING_VERSION {
+            return Err(DecodeError::FutureVersion(version));
+        }
+        if version == 0 {
+            return Err(DecodeError::Invalid("encoding version"));
+        }
+        if rest.len() < HEADER_LEN - 1 {
+            return Err(DecodeError::Truncated);
+        }
+        let token = u64::from_le_bytes(rest[0..8].try_into().expect("8 bytes"));
+        let deadline_ms = i64::from_le_bytes(rest[8..16].try_into().expect("8 bytes"));
+        let owner_len = u16::from_le_bytes(rest[16..18].try_into().expect("2 bytes")) as usize;
+        let owner = &rest[18..];
+        if owner.len() < owner_len {
+            return Err(DecodeError::Truncated);
+        }
+        if owner.len() > owner_len {
+            return Err(DecodeError::TrailingBytes);
+        }
+        crate::lease::args::check_owner(owner).map_err(|_| DecodeError::Invalid("owner"))?;
+        if token == 0 || token > crate::lease::clock::MAX_TOKEN {
+            return Err(DecodeError::Invalid("token"));
+        }
+        if deadline_ms <= 0 {
+            return Err(DecodeError::Invalid("deadline"));
+        }
+        Ok(Lease {
+            owner: owner.into(),
+            token,
+            deadline_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Lease {
+        Lease {
+            owner: b"me\0\xffyou".as_slice().into(),
+            token: 1_812_345_678_901_234,
+            deadline_ms: 1_800_000_000_000,
+        }
+    }
+
+    #[test]
+    fn encode_decode_round_trip() {
+        let l = sample();
+        assert_eq!(Lease::decode(&l.encode()), Ok(l));
+    }
+
+    #[test]
+    fn liveness_and_remaining() {
+        let l = sample();
+        assert!(l.is_live(l.deadline_ms - 1));
+        assert!(!l.is_live(l.deadline_ms));
+        assert_eq!(l.remaining_ms(l.deadline_ms - 250), 250);
+        assert_eq!(l.remaining_ms(l.deadline_ms + 5), 0);
+        assert!(l.is_held_by(b"me\0\xffyou"));
+        assert!(!l.is_held_by(b"me"));
+    }
+
+    #[test]
+    fn every_truncation_is_refused() {
+        let bytes = sample().encode();
+        for n in 0..bytes.len() {
+            assert!(Lease::decode(&bytes[..n]).is_err(), "prefix of {n} bytes");
+        }
+    }
+
+    #[test]
+    fn future_version_trailing_bytes_and_bad_fields_are_refused() {
+        let mut bytes = sample().encode();
+        bytes[0] = ENCODING_VERSION + 1;
+        assert_eq!(
+            Lease::decode(&bytes),
+            Err(DecodeError::FutureVersion(ENCODING_VERSION + 1))
+        );
+        let mut bytes = sample().encode();
+        bytes.push(0);
+        assert_eq!(Lease::decode(&bytes), Err(DecodeError::TrailingBytes));
+        let bad_token = Lease {
+            token: 0,
+            ..sample()
+        };
+        assert!(Lease::decode(&bad_token.encode()).is_err());
+        let empty_owner = Lease {
+            owner: Box::new([]),
+            ..sample()
+        };
+        assert!(Lease::decode(&empty_owner.encode()).is_err());
+        let bad_deadline = Lease {
+            deadline_ms: -1,
+            ..sample()
+        };
+        assert!(Lease::decode(&bad_deadline.encode()).is_err());
+    }
+}

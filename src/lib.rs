@@ -1,0 +1,25 @@
+//! Native lease commands for Redis: LEASE.ACQUIRE, LEASE.RENEW,
+//! LEASE.RELEASE, LEASE.FENCE, LEASE.INFO.
+//!
+//! `lease` is the pure core (no FFI); `module` binds it to the server. This
+//! file only registers the module.
+
+pub mod lease;
+pub mod module;
+
+#[cfg(not(test))]
+mod registration {
+    use redis_module::alloc::RedisAlloc;
+    use redis_module::redis_module;
+
+    use crate::module::datatype::LEASE_TYPE;
+    use crate::module::init;
+
+    redis_module! {
+        name: "lease",
+        version: 1,
+        allocator: (RedisAlloc, RedisAlloc),
+        data_types: [LEASE_TYPE],
+        init: init,
+    }
+}

@@ -1,0 +1,221 @@
+//! The LEASE.* command handlers: parse (crate::lease::args), read the key,
+//! decide (crate::lease::decide), then apply, replicate, notify and count.
+
+use std::ffi::CString;
+
+use redis_module::raw;
+
+use crate::lease::args::{self, check_owner, parse_acquire_options, parse_token, parse_ttl};
+use crate::lease::decide::{self, Acquire};
+use crate::lease::{Lease, LeaseError};
+
+use super::entry::Args;
+use super::key::{LeaseKey, Mode};
+use super::registry::APPLY;
+use super::reply::Reply;
+use super::state::{self, STATS};
+
+type Ctx = *mut raw::RedisModuleCtx;
+
+/// Sends `event` for `key` to keyspace-notification subscribers (class `d`,
+/// module events).
+fn notify(ctx: Ctx, event: &'static std::ffi::CStr, key: *mut raw::RedisModuleString) {
+    // SAFETY: ctx and key belong to the running command.
+    unsafe {
+        raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
+            ctx,
+            raw::REDISMODULE_NOTIFY_MODULE as i32,
+            event.as_ptr(),
+            key,
+        );
+    }
+}
+
+/// Replicates the full state of a lease as an effect: replicas and the AOF
+/// get the exact token and absolute deadline, never a clock-dependent command.
+pub fn replicate_state(ctx: Ctx, key: *mut raw::RedisModuleString, lease: &Lease) {
+    let cmd = CString::new(APPLY).expect("no NUL");
+    // SAFETY: format "sbll" matches a RedisModuleString, a buffer with its
+    // length and two long longs.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx,
+            cmd.as_ptr(),
+            c"sbll".as_ptr(),
+            key,
+            lease.owner.as_ptr(),
+            lease.owner.len(),
+            lease.token as i64,
+            lease.deadline_ms,
+        );
+    }
+}
+
+/// Replicates the deletion of a lease key.
+fn replicate_delete(ctx: Ctx, key: *mut raw::RedisModuleString) {
+    // SAFETY: format "s" matches one RedisModuleString.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key);
+    }
+}
+
+/// LEASE.ACQUIRE key owner ttl-ms [BLOCK timeout-ms]
+pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if a.len() < 4 {
+        return Err(LeaseError::Arity("lease.acquire"));
+    }
+    let owner = check_owner(a.bytes(2))?;
+    let ttl = parse_ttl(a.bytes(3), state::max_ttl_ms())?;
+    let opts = parse_acquire_options(&a.rest(4))?;
+    let name = a.handle(1);
+    let key = LeaseKey::open(ctx, name, Mode::Write);
+    let current = key.get()?;
+    let now = state::now_ms();
+    let decision =
+        state::with_clock(|clock| decide::acquire(current.as_deref(), owner, ttl, now, clock))?;
+    match decision {
+        Acquire::Created(lease) => {
+            let token = lease.token;
+            replicate_state(ctx, name, &lease);
+            key.set(lease);
+            STATS.acquired.incr();
+            notify(ctx, c"lease.acquire", name);
+            Ok(Reply::Int(token as i64))
+        }
+        Acquire::Reacquired { token, deadline_ms } => {
+            let lease = current.expect("a reacquired lease is present");
+            lease.deadline_ms = deadline_ms;
+            replicate_state(ctx, name, lease);
+            key.set_deadline(deadline_ms);
+            STATS.reacquired.incr();
+            notify(ctx, c"lease.renew", name);
+            Ok(Reply::Int(token as i64))
+        }
+        Acquire::Contended => {
+            STATS.contended.incr();
+            if opts.block_ms.is_some() {
+                return Err(LeaseError::Unsupported(
+                    "BLOCK is not available in this build of the lease module",
+                ));
+            }
+            Ok(Reply::Null)
+        }
+    }
+}
+
+/// LEASE.RENEW key owner ttl-ms
+pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if a.len() != 4 {
+        return Err(LeaseError::Arity("lease.renew"));
+    }
+    let owner = check_owner(a.bytes(2))?;
+    let ttl = parse_ttl(a.bytes(3), state::max_ttl_ms())?;
+    let name = a.handle(1);
+    let key = LeaseKey::open(ctx, name, Mode::Write);
+    let now = state::now_ms();
+    let current = key.get()?;
+    match decide::renew(current.as_deref(), owner, ttl, now) {
+        Some(deadline_ms) => {
+            let lease = current.expect("renewed lease is present");
+            lease.deadline_ms = deadline_ms;
+            replicate_state(ctx, name, lease);
+            key.set_deadline(deadline_ms);
+            STATS.renewed.incr();
+            notify(ctx, c"lease.renew", name);
+            Ok(Reply::Int(1))
+        }
+        None => {
+            STATS.renew_failed.incr();
+            Ok(Reply::Int(0))
+        }
+    }
+}
+
+/// LEASE.RELEASE key owner
+pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if a.len() != 3 {
+        return Err(LeaseError::Arity("lease.release"));
+    }
+    let owner = check_owner(a.bytes(2))?;
+    let name = a.handle(1);
+    let key = LeaseKey::open(ctx, name, Mode::Write);
+    if decide::release(key.get()?.as_deref(), owner, state::now_ms()) {
+        key.delete();
+        replicate_delete(ctx, name);
+        STATS.released.incr();
+        notify(ctx, c"lease.release", name);
+        Ok(Reply::Int(1))
+    } else {
+        STATS.release_failed.incr();
+        Ok(Reply::Int(0))
+    }
+}
+
+/// LEASE.FENCE key token [command [arg ...]]
+pub fn fence(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if a.len() < 3 {
+        return Err(LeaseError::Arity("lease.fence"));
+    }
+    let token = parse_token(a.bytes(2))?;
+    if a.len() > 3 {
+        return Err(LeaseError::Unsupported(
+            "LEASE.FENCE with a command is not available in this build of the lease module",
+        ));
+    }
+    let key = LeaseKey::open(ctx, a.handle(1), Mode::Read);
+    match decide::fence(key.get()?.as_deref(), token, state::now_ms()) {
+        Ok(()) => {
+            STATS.fence_ok.incr();
+            Ok(Reply::Ok)
+        }
+        Err(e) => {
+            STATS.fence_stale.incr();
+            Err(e)
+        }
+    }
+}
+
+/// LEASE.INFO key
+pub fn info(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if a.len() != 2 {
+        return Err(LeaseError::Arity("lease.info"));
+    }
+    let key = LeaseKey::open(ctx, a.handle(1), Mode::Read);
+    Ok(match decide::info(key.get()?.as_deref(), state::now_ms()) {
+        Some(view) => Reply::IntMap(vec![
+            ("token", view.token as i64),
+            ("ttl", view.ttl_ms),
+            ("waiters", 0),
+        ]),
+        None => Reply::Null,
+    })
+}
+
+/// LEASE.APPLY key owner token deadline-ms (internal): sets the full state
+/// of a lease, as replicated by the master and written to the AOF.
+pub fn apply(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    // SAFETY: GetContextFlags only reads the context of the running command.
+    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) } as u32;
+    if flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) == 0 {
+        return Err(LeaseError::InternalOnly(APPLY));
+    }
+    if a.len() != 5 {
+        return Err(LeaseError::Arity("lease.apply"));
+    }
+    let owner = check_owner(a.bytes(2))?;
+    let token = parse_token(a.bytes(3))?;
+    let deadline_ms = args::parse_unix_ms(a.bytes(4), "deadline-ms")?;
+    let key = LeaseKey::open(ctx, a.handle(1), Mode::Write);
+    if key.get().is_err() {
+        key.delete();
+    }
+    state::observe_token(token);
+    key.set(Lease {
+        owner: owner.into(),
+        token,
+        deadline_ms,
+    });
+    // SAFETY: ctx is the running command's context.
+    unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(ctx) };
+    Ok(Reply::Ok)
+}

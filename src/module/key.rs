@@ -1,0 +1,122 @@
+//! A lease key opened for one command: typed access to the stored record,
+//! its expiry, deletion. The key is closed on drop.
+
+use std::os::raw::c_void;
+
+use redis_module::raw;
+
+use crate::lease::{Lease, LeaseError};
+
+use super::datatype;
+
+/// An open key of the current database.
+pub struct LeaseKey {
+    /// NULL when a missing key was opened for reading.
+    key: *mut raw::RedisModuleKey,
+}
+
+/// How to open a key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Read,
+    Write,
+}
+
+impl LeaseKey {
+    /// Opens `name`. `ctx` and `name` come straight from the command call.
+    pub fn open(
+        ctx: *mut raw::RedisModuleCtx,
+        name: *mut raw::RedisModuleString,
+        mode: Mode,
+    ) -> Self {
+        let flags = match mode {
+            Mode::Read => raw::REDISMODULE_READ,
+            Mode::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+        };
+        // SAFETY: ctx and name are the live context and argument of the
+        // running command; OpenKey returns NULL only for a missing key opened
+        // read-only, handled by `get` through KeyType on a NULL key.
+        let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, flags as i32) };
+        LeaseKey { key: key.cast() }
+    }
+
+    fn raw(&self) -> *mut raw::RedisModuleKey {
+        self.key
+    }
+
+    /// The stored lease record (live or not), `None` for an empty key, or
+    /// WRONGTYPE for a key of another type.
+    pub fn get(&self) -> Result<Option<&mut Lease>, LeaseError> {
+        let key = self.raw();
+        if key.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: key is an open key handle; KeyType/ModuleTypeGetType only
+        // read it. The value pointer of our type is a Box<Lease> we stored.
+        unsafe {
+            let t = raw::RedisModule_KeyType.unwrap()(key);
+            if t == raw::REDISMODULE_KEYTYPE_EMPTY as i32 {
+                return Ok(None);
+            }
+            if t != raw::REDISMODULE_KEYTYPE_MODULE as i32
+                || raw::RedisModule_ModuleTypeGetType.unwrap()(key) != datatype::raw_type()
+            {
+                return Err(LeaseError::WrongType);
+            }
+            let value = raw::RedisModule_ModuleTypeGetValue.unwrap()(key) as *mut Lease;
+            Ok(value.as_mut())
+        }
+    }
+
+    /// Stores `lease` in the key (replacing what is there) and sets the
+    /// key's expiry to the lease's deadline.
+    pub fn set(&self, lease: Lease) {
+        let deadline = lease.deadline_ms;
+        let value = Box::into_raw(Box::new(lease)) as *mut c_void;
+        // SAFETY: the key is open for writing; on success the server owns
+        // `value` and frees it through the type's free callback.
+        let status = unsafe {
+            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.raw(), datatype::raw_type(), value)
+        };
+        if status != raw::REDISMODULE_OK as i32 {
+            // SAFETY: the server did not take ownership; reclaim and drop it.
+            drop(unsafe { Box::from_raw(value as *mut Lease) });
+            return;
+        }
+        self.set_deadline(deadline);
+    }
+
+    /// Sets the key's expiry to the absolute unix time `deadline_ms`.
+    pub fn set_deadline(&self, deadline_ms: i64) {
+        // SAFETY: the key is open for writing and holds a value.
+        unsafe {
+            match raw::RedisModule_SetAbsExpire {
+                Some(set_abs) => {
+                    set_abs(self.raw(), deadline_ms);
+                }
+                None => {
+                    let ttl = (deadline_ms - super::state::now_ms()).max(1);
+                    raw::RedisModule_SetExpire.unwrap()(self.raw(), ttl);
+                }
+            }
+        }
+    }
+
+    /// Deletes the key.
+    pub fn delete(&self) {
+        // SAFETY: the key is open for writing.
+        unsafe {
+            raw::RedisModule_DeleteKey.unwrap()(self.raw());
+        }
+    }
+}
+
+impl Drop for LeaseKey {
+    fn drop(&mut self) {
+        let key = self.raw();
+        if !key.is_null() {
+            // SAFETY: closes the handle opened in `open`, exactly once.
+            unsafe { raw::RedisModule_CloseKey.unwrap()(key) };
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The one place that turns command results, errors included, into replies.
+
+use std::ffi::CString;
+
+use redis_module::raw;
+
+use crate::lease::LeaseError;
+
+/// What a lease command answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Int(i64),
+    /// RESP2 nil, RESP3 null.
+    Null,
+    Ok,
+    /// A map (RESP3) / flat field-value array (RESP2) of integers.
+    IntMap(Vec<(&'static str, i64)>),
+    /// The reply was already sent (a forwarded command reply).
+    Sent,
+}
+
+/// Sends `result` to the client.
+pub fn send(ctx: *mut raw::RedisModuleCtx, result: Result<Reply, LeaseError>) {
+    // SAFETY: ctx is the context of the running command; each Reply* call
+    // writes one complete reply element.
+    unsafe {
+        match result {
+            Ok(Reply::Int(n)) => {
+                raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, n);
+            }
+            Ok(Reply::Null) => {
+                raw::RedisModule_ReplyWithNull.unwrap()(ctx);
+            }
+            Ok(Reply::Ok) => {
+                raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, c"OK".as_ptr());
+            }
+            Ok(Reply::IntMap(fields)) => {
+                match raw::RedisModule_ReplyWithMap {
+                    Some(map) => map(ctx, fields.len() as _),
+                    None => raw::RedisModule_ReplyWithArray.unwrap()(
+                        ctx,
+                        2 * fields.len() as libc::c_long,
+                    ),
+                };
+                for (name, value) in fields {
+                    raw::RedisModule_ReplyWithStringBuffer.unwrap()(
+                        ctx,
+                        name.as_ptr().cast(),
+                        name.len(),
+                    );
+                    raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, value);
+                }
+            }
+            Ok(Reply::Sent) => {}
+            Err(e) => {
+                let text = CString::new(e.to_string().replace('\0', "?")).expect("no NUL");
+                raw::RedisModule_ReplyWithError.unwrap()(ctx, text.as_ptr());
+            }
+        }
+    }
+}

