@@ -7,6 +7,7 @@ pub mod config;
 pub mod decide;
 pub mod error;
 pub mod record;
+pub mod waitq;
 
 pub use error::LeaseError;
 pub use record::Lease;

@@ -14,12 +14,13 @@ use super::key::{LeaseKey, Mode};
 use super::registry::APPLY;
 use super::reply::Reply;
 use super::state::{self, STATS};
+use super::waiters;
 
 type Ctx = *mut raw::RedisModuleCtx;
 
 /// Sends `event` for `key` to keyspace-notification subscribers (class `d`,
 /// module events).
-fn notify(ctx: Ctx, event: &'static std::ffi::CStr, key: *mut raw::RedisModuleString) {
+pub fn notify(ctx: Ctx, event: &'static std::ffi::CStr, key: *mut raw::RedisModuleString) {
     // SAFETY: ctx and key belong to the running command.
     unsafe {
         raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
@@ -52,7 +53,7 @@ pub fn replicate_state(ctx: Ctx, key: *mut raw::RedisModuleString, lease: &Lease
 }
 
 /// Replicates the deletion of a lease key.
-fn replicate_delete(ctx: Ctx, key: *mut raw::RedisModuleString) {
+pub fn replicate_delete(ctx: Ctx, key: *mut raw::RedisModuleString) {
     // SAFETY: format "s" matches one RedisModuleString.
     unsafe {
         raw::RedisModule_Replicate.unwrap()(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key);
@@ -68,9 +69,15 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let ttl = parse_ttl(a.bytes(3), state::max_ttl_ms())?;
     let opts = parse_acquire_options(&a.rest(4))?;
     let name = a.handle(1);
+    let slot = (waiters::selected_db(ctx), a.bytes(1).to_vec());
     let key = LeaseKey::open(ctx, name, Mode::Write);
-    let current = key.get()?;
     let now = state::now_ms();
+    // A free lease with clients queued goes to the oldest of them first: a
+    // newcomer never overtakes a waiter.
+    if decide::live(key.get()?.as_deref(), now).is_none() && waiters::waiting(&slot) > 0 {
+        waiters::serve(ctx, &slot, name, &key);
+    }
+    let current = key.get()?;
     let decision =
         state::with_clock(|clock| decide::acquire(current.as_deref(), owner, ttl, now, clock))?;
     match decision {
@@ -91,15 +98,23 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             notify(ctx, c"lease.renew", name);
             Ok(Reply::Int(token as i64))
         }
-        Acquire::Contended => {
-            STATS.contended.incr();
-            if opts.block_ms.is_some() {
-                return Err(LeaseError::Unsupported(
-                    "BLOCK is not available in this build of the lease module",
-                ));
+        Acquire::Contended => match opts.block_ms {
+            Some(timeout) if waiters::may_block(ctx) => {
+                let holder_deadline = current.map_or(now, |l| l.deadline_ms);
+                Ok(waiters::block(
+                    ctx,
+                    slot,
+                    owner,
+                    ttl,
+                    timeout,
+                    holder_deadline,
+                ))
             }
-            Ok(Reply::Null)
-        }
+            _ => {
+                STATS.contended.incr();
+                Ok(Reply::Null)
+            }
+        },
     }
 }
 
@@ -144,6 +159,8 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         replicate_delete(ctx, name);
         STATS.released.incr();
         notify(ctx, c"lease.release", name);
+        let slot = (waiters::selected_db(ctx), a.bytes(1).to_vec());
+        waiters::serve(ctx, &slot, name, &key);
         Ok(Reply::Int(1))
     } else {
         STATS.release_failed.incr();
@@ -185,7 +202,7 @@ pub fn info(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         Some(view) => Reply::IntMap(vec![
             ("token", view.token as i64),
             ("ttl", view.ttl_ms),
-            ("waiters", 0),
+            ("waiters", waiters::waiting_here(ctx, a) as i64),
         ]),
         None => Reply::Null,
     })

@@ -152,8 +152,19 @@ unsafe extern "C" fn free(value: *mut c_void) {
 
 /// Called when a lease key leaves the keyspace (DEL, expiry, overwrite).
 /// A record past its deadline can only be leaving because it expired.
-unsafe extern "C" fn unlink(_key: *mut raw::RedisModuleString, value: *const c_void) {
+/// Clients waiting on that key name are re-checked right after.
+unsafe extern "C" fn unlink(key: *mut raw::RedisModuleString, value: *const c_void) {
     guard("unlink", (), || {
+        if !key.is_null() {
+            let mut len = 0usize;
+            // SAFETY: key is the name of the key being unlinked, alive for
+            // the duration of this callback.
+            let name = unsafe {
+                let ptr = raw::RedisModule_StringPtrLen.unwrap()(key, &mut len);
+                std::slice::from_raw_parts(ptr as *const u8, len)
+            };
+            super::waiters::key_removed(name);
+        }
         // SAFETY: value is one of our records, still alive during unlink.
         if !unsafe { lease(value) }.is_live(state::now_ms()) {
             state::STATS.expired.incr();

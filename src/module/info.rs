@@ -1,14 +1,10 @@
 //! The `INFO lease` section and the eviction-policy warning (SPEC S4, S5).
 
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use redis_module::{Context, raw};
 
 use super::state::{self, STATS};
-
-/// A detached context kept for reading server settings from INFO callbacks.
-static DETACHED: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Reads `CONFIG GET name` through RM_Call; `None` if unavailable.
 fn config_get(ctx: *mut raw::RedisModuleCtx, name: &std::ffi::CStr) -> Option<String> {
@@ -59,13 +55,6 @@ pub fn eviction_warning(ctx: *mut raw::RedisModuleCtx) -> Option<String> {
 
 /// Registers the INFO callback (replacing the toolkit's default one).
 pub fn register(ctx: &Context) {
-    // SAFETY: called during OnLoad; the detached context lives for the
-    // process and is only used from the main thread.
-    unsafe {
-        if let Some(detach) = raw::RedisModule_GetDetachedThreadSafeContext {
-            DETACHED.store(detach(ctx.ctx), Relaxed);
-        }
-    }
     raw::register_info_function(ctx.ctx, Some(info_callback));
 }
 
@@ -75,11 +64,11 @@ extern "C" fn info_callback(ictx: *mut raw::RedisModuleInfoCtx, for_crash_report
         for (name, value) in STATS.fields() {
             raw::add_info_field_unsigned_long_long(ictx, name, value);
         }
-        raw::add_info_field_unsigned_long_long(ictx, "waiters", 0);
+        raw::add_info_field_unsigned_long_long(ictx, "waiters", super::waiters::total() as u64);
         raw::add_info_field_unsigned_long_long(ictx, "last_token", state::last_token());
         raw::add_info_field_long_long(ictx, "max_ttl_ms", state::max_ttl_ms());
         if for_crash_report == 0 {
-            if let Some(policy) = config_get(DETACHED.load(Relaxed), c"maxmemory-policy") {
+            if let Some(policy) = config_get(state::detached(), c"maxmemory-policy") {
                 raw::add_info_field_str(ictx, "maxmemory_policy", &policy);
                 raw::add_info_field_long_long(
                     ictx,

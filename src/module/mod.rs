@@ -11,6 +11,7 @@ pub mod key;
 pub mod registry;
 pub mod reply;
 pub mod state;
+pub mod waiters;
 
 use redis_module::{Context, RedisString, Status};
 
@@ -43,7 +44,9 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("lease: refusing to load: {why}"));
         return Status::Err;
     }
+    state::init_detached(ctx.ctx);
     info::register(ctx);
+    waiters::subscribe_events(ctx);
     if let Some(warning) = info::eviction_warning(ctx.ctx) {
         ctx.log_warning(&format!("lease: {warning}"));
     }

@@ -4,7 +4,9 @@
 //! (relaxed) make the statics `Sync` without locks, and stay correct if a
 //! callback ever runs on a background thread (lazy free).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering::Relaxed};
+
+use redis_module::raw;
 
 use crate::lease::clock::TokenClock;
 
@@ -111,4 +113,27 @@ pub fn now_ms() -> i64 {
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0),
     }
+}
+
+/// A detached context made at load, for work outside any command (timers
+/// scheduled from type callbacks, reading settings from INFO callbacks).
+/// Used only on the main thread.
+static DETACHED: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes the detached context (once, at load).
+pub fn init_detached(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: called during OnLoad with the load context.
+    if let Some(detach) = unsafe { raw::RedisModule_GetDetachedThreadSafeContext } {
+        DETACHED.store(unsafe { detach(ctx) }, Relaxed);
+    }
+}
+
+pub fn detached() -> *mut raw::RedisModuleCtx {
+    DETACHED.load(Relaxed)
+}
+
+/// The context flags (REDISMODULE_CTX_FLAGS_*).
+pub fn ctx_flags(ctx: *mut raw::RedisModuleCtx) -> u32 {
+    // SAFETY: GetContextFlags only reads the context.
+    unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) as u32 }
 }
