@@ -352,3 +352,130 @@ macro_rules! both {
         )*
     };
 }
+
+// ---------------------------------------------------------------------------
+// Helpers shared by the capability suites (commands, errors, datatype,
+// tokens, observability).
+
+/// Calls `f` every 10 ms until it returns true or `within` has passed;
+/// returns whether it did. The only way tests wait for the server.
+pub fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if f() {
+            return true;
+        }
+        if start.elapsed() >= within {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// An integer field of `INFO lease` (full name, e.g. `lease_acquired`).
+pub fn info_int(con: &mut redis::Connection, name: &str) -> i64 {
+    let v = info_field(con, name).unwrap_or_else(|| panic!("INFO lease has no field {name}"));
+    v.parse()
+        .unwrap_or_else(|_| panic!("INFO lease field {name} is not an integer: {v:?}"))
+}
+
+/// A raw RESP connection: sends commands as RESP arrays of bulk strings and
+/// returns each reply as the exact bytes the server wrote.
+pub struct RawConn {
+    reader: std::io::BufReader<std::net::TcpStream>,
+}
+
+impl RawConn {
+    pub fn connect(port: u16) -> RawConn {
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("raw connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        RawConn {
+            reader: std::io::BufReader::new(stream),
+        }
+    }
+
+    /// Writes one command.
+    pub fn send(&mut self, args: &[&[u8]]) {
+        use std::io::Write;
+        let mut buf = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            buf.extend_from_slice(a);
+            buf.extend_from_slice(b"\r\n");
+        }
+        self.reader.get_mut().write_all(&buf).expect("raw write");
+    }
+
+    /// Reads one complete reply (with nested elements), as raw bytes.
+    pub fn reply(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.read_element(&mut out);
+        out
+    }
+
+    /// `send` then `reply`.
+    pub fn call(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        self.send(args);
+        self.reply()
+    }
+
+    fn read_line(&mut self, out: &mut Vec<u8>) -> Vec<u8> {
+        use std::io::BufRead;
+        let mut line = Vec::new();
+        let n = self.reader.read_until(b'\n', &mut line).expect("raw read");
+        assert!(n > 0, "connection closed by the server");
+        out.extend_from_slice(&line);
+        assert!(line.ends_with(b"\r\n"), "bad RESP line {line:?}");
+        line.truncate(line.len() - 2);
+        line
+    }
+
+    fn read_element(&mut self, out: &mut Vec<u8>) {
+        use std::io::Read;
+        let line = self.read_line(out);
+        let (kind, rest) = line.split_first().expect("empty RESP line");
+        let count = || -> i64 {
+            std::str::from_utf8(rest)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("bad RESP length in {line:?}"))
+        };
+        match kind {
+            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => {}
+            b'$' | b'!' | b'=' => {
+                let n = count();
+                if n >= 0 {
+                    let mut body = vec![0u8; n as usize + 2];
+                    self.reader.read_exact(&mut body).expect("raw read");
+                    out.extend_from_slice(&body);
+                }
+            }
+            b'*' | b'~' | b'>' => {
+                for _ in 0..count().max(0) {
+                    self.read_element(out);
+                }
+            }
+            b'%' => {
+                for _ in 0..2 * count().max(0) {
+                    self.read_element(out);
+                }
+            }
+            b'|' => {
+                for _ in 0..2 * count().max(0) {
+                    self.read_element(out);
+                }
+                self.read_element(out);
+            }
+            other => panic!("unknown RESP type byte {other:#x}"),
+        }
+    }
+}
+
+impl Server {
+    /// A raw RESP connection (RESP2 until it sends `HELLO 3`).
+    pub fn raw(&self) -> RawConn {
+        RawConn::connect(self.port)
+    }
+}
