@@ -1,0 +1,277 @@
+//! SPEC S2: fencing tokens are integers in 1..=2^53-1 and strictly increase
+//! per key across every acquisition, whatever happened in between.
+mod common;
+use common::*;
+use std::time::Duration;
+
+const MAX_TOKEN: i64 = (1 << 53) - 1;
+
+fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: &str) -> i64 {
+    let t = int(&ok(c, &["LEASE.ACQUIRE", key, owner, ttl]));
+    assert!((1..=MAX_TOKEN).contains(&t), "token {t} out of 1..=2^53-1");
+    t
+}
+
+fn assert_increasing(tokens: &[i64], what: &str) {
+    for w in tokens.windows(2) {
+        assert!(
+            w[0] < w[1],
+            "{what}: tokens not strictly increasing: {tokens:?}"
+        );
+    }
+}
+
+both! {
+    fn tokens_are_in_range_and_exact_in_a_double(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "k", "me", "60000");
+        // Exactly representable in an IEEE double (JavaScript numbers).
+        assert_eq!((t as f64) as i64, t);
+        assert_eq!(info_int(&mut c, "lease_last_token"), t);
+    }
+
+    fn tokens_increase_across_release_expiry_del_unlink_and_flush(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let mut seen = vec![acquire(&mut c, "k", "a", "60000")];
+
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "a"])), 1);
+        seen.push(acquire(&mut c, "k", "b", "100"));
+
+        // Expiry.
+        assert!(wait_until(Duration::from_secs(10), || {
+            ok(&mut c, &["LEASE.INFO", "k"]) == Value::Nil
+        }));
+        seen.push(acquire(&mut c, "k", "a", "60000"));
+
+        assert_eq!(int(&ok(&mut c, &["DEL", "k"])), 1);
+        seen.push(acquire(&mut c, "k", "b", "60000"));
+
+        assert_eq!(int(&ok(&mut c, &["UNLINK", "k"])), 1);
+        seen.push(acquire(&mut c, "k", "a", "60000"));
+
+        ok(&mut c, &["FLUSHALL"]);
+        seen.push(acquire(&mut c, "k", "b", "60000"));
+
+        ok(&mut c, &["FLUSHALL", "ASYNC"]);
+        seen.push(acquire(&mut c, "k", "a", "60000"));
+
+        ok(&mut c, &["FLUSHDB"]);
+        seen.push(acquire(&mut c, "k", "b", "60000"));
+
+        ok(&mut c, &["FLUSHDB", "SYNC"]);
+        seen.push(acquire(&mut c, "k", "a", "60000"));
+
+        // Overwritten by another type, then freed.
+        ok(&mut c, &["SET", "k", "v"]);
+        ok(&mut c, &["DEL", "k"]);
+        seen.push(acquire(&mut c, "k", "b", "60000"));
+
+        // Through a DEBUG RELOAD (RDB save and load of the token clock).
+        ok(&mut c, &["DEL", "k"]);
+        assert_eq!(ok(&mut c, &["DEBUG", "RELOAD"]), Value::Okay);
+        seen.push(acquire(&mut c, "k", "a", "60000"));
+
+        assert_increasing(&seen, "one key");
+        assert_eq!(info_int(&mut c, "lease_last_token"), *seen.last().unwrap());
+    }
+
+    fn tokens_increase_across_keys_and_databases(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let mut seen = Vec::new();
+        for i in 0..20 {
+            seen.push(acquire(&mut c, &format!("k{i}"), "me", "60000"));
+        }
+        ok(&mut c, &["SELECT", "3"]);
+        seen.push(acquire(&mut c, "k0", "me", "60000"));
+        ok(&mut c, &["SELECT", "0"]);
+        seen.push(acquire(&mut c, "other", "me", "60000"));
+        // A second connection shares the server's one clock.
+        let mut c2 = s.conn3();
+        seen.push(acquire(&mut c2, "third", "me", "60000"));
+        seen.push(acquire(&mut c, "fourth", "me", "60000"));
+        assert_increasing(&seen, "many keys");
+    }
+
+    fn many_pipelined_acquisitions_strictly_increase(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        // 2000 different keys in one pipeline.
+        let mut p = redis::pipe();
+        for i in 0..2000 {
+            p.cmd("LEASE.ACQUIRE").arg(format!("key:{i}")).arg("me").arg(60000);
+        }
+        let tokens: Vec<i64> = p.query(&mut c).expect("pipeline");
+        assert_eq!(tokens.len(), 2000);
+        assert!(tokens.iter().all(|t| (1..=MAX_TOKEN).contains(t)));
+        assert_increasing(&tokens, "2000 keys");
+
+        // 1000 acquire/release rounds on one key in one pipeline.
+        let mut p = redis::pipe();
+        for i in 0..1000 {
+            let owner = format!("owner{i}");
+            p.cmd("LEASE.ACQUIRE").arg("hot").arg(&owner).arg(60000);
+            p.cmd("LEASE.RELEASE").arg("hot").arg(&owner);
+        }
+        let replies: Vec<i64> = p.query(&mut c).expect("pipeline");
+        let hot: Vec<i64> = replies.iter().step_by(2).copied().collect();
+        assert!(replies.iter().skip(1).step_by(2).all(|r| *r == 1), "every release succeeds");
+        assert!(hot[0] > *tokens.last().unwrap());
+        assert_increasing(&hot, "1000 rounds on one key");
+        assert_eq!(info_int(&mut c, "lease_last_token"), *hot.last().unwrap());
+    }
+
+    fn reacquire_returns_the_same_token_and_issues_none(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "k", "me", "60000");
+        for ttl in ["1000", "60000", "5"] {
+            assert_eq!(acquire(&mut c, "k", "me", ttl), t);
+        }
+        ok(&mut c, &["LEASE.ACQUIRE", "k", "me", "60000"]);
+        assert_eq!(info_int(&mut c, "lease_last_token"), t);
+        let next = acquire(&mut c, "other", "me", "60000");
+        assert!(next > t);
+    }
+
+    fn contended_acquire_does_not_consume_a_token(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "k", "alice", "60000");
+        for i in 0..50 {
+            let owner = format!("bob{i}");
+            assert_eq!(ok(&mut c, &["LEASE.ACQUIRE", "k", &owner, "60000"]), Value::Nil);
+        }
+        assert_eq!(info_int(&mut c, "lease_last_token"), t);
+        // Failed renews, releases and fences issue nothing either.
+        ok(&mut c, &["LEASE.RENEW", "k", "bob", "1000"]);
+        ok(&mut c, &["LEASE.RELEASE", "k", "bob"]);
+        ok(&mut c, &["LEASE.RENEW", "k", "alice", "1000"]);
+        ok(&mut c, &["LEASE.FENCE", "k", &t.to_string()]);
+        ok(&mut c, &["LEASE.INFO", "k"]);
+        assert_eq!(info_int(&mut c, "lease_last_token"), t);
+        let info = ok(&mut c, &["LEASE.INFO", "k"]);
+        assert_eq!(field(&info, "token"), Some(Value::Int(t)));
+    }
+
+    fn copies_do_not_hold_back_the_clock(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        // A lease restored from a dump keeps its token; the next new token
+        // is still larger than every token seen.
+        let t = acquire(&mut c, "src", "me", "60000");
+        let payload = ok(&mut c, &["DUMP", "src"]);
+        let Value::BulkString(payload) = payload else { panic!("{payload:?}") };
+        ok(&mut c, &["DEL", "src"]);
+        let later = acquire(&mut c, "x", "me", "60000");
+        assert!(call(&mut c, &[b"RESTORE", b"src", b"60000", &payload]).is_ok());
+        let info = ok(&mut c, &["LEASE.INFO", "src"]);
+        assert_eq!(field(&info, "token"), Some(Value::Int(t)));
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "src", "me"])), 1);
+        let next = acquire(&mut c, "src", "me", "60000");
+        assert!(next > later && later > t);
+    }
+}
+
+/// CRC-64/Jones as used by DUMP payloads (reflected, init 0, no xor-out).
+fn crc64(data: &[u8]) -> u64 {
+    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
+    let mut crc = 0u64;
+    for &b in data {
+        crc ^= b as u64;
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ POLY
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+/// A DUMP payload of the lease whose token is `old`, rewritten to carry
+/// token `new` (the record stores the token as 8 little-endian bytes), with
+/// the trailing checksum recomputed.
+fn with_token(payload: &[u8], old: i64, new: i64) -> Vec<u8> {
+    let n = payload.len();
+    assert_eq!(
+        u64::from_le_bytes(payload[n - 8..].try_into().unwrap()),
+        crc64(&payload[..n - 8]),
+        "DUMP checksum is not the CRC-64 this test computes"
+    );
+    let needle = (old as u64).to_le_bytes();
+    let at = payload
+        .windows(8)
+        .position(|w| w == needle)
+        .expect("token bytes in the DUMP payload");
+    let mut out = payload[..n - 8].to_vec();
+    out[at..at + 8].copy_from_slice(&(new as u64).to_le_bytes());
+    let crc = crc64(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+fn dump(c: &mut redis::Connection, key: &str) -> Vec<u8> {
+    match ok(c, &["DUMP", key]) {
+        Value::BulkString(b) => b,
+        other => panic!("DUMP {key}: {other:?}"),
+    }
+}
+
+both! {
+    fn restore_of_a_larger_token_raises_the_clock(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "src", "me", "60000");
+        let ahead = t + 1_000_000_000_000; // about 11 days of tokens ahead
+        let payload = with_token(&dump(&mut c, "src"), t, ahead);
+        assert_eq!(
+            call(&mut c, &[b"RESTORE", b"dst", b"60000", &payload]).unwrap(),
+            Value::Okay
+        );
+        let info = ok(&mut c, &["LEASE.INFO", "dst"]);
+        assert_eq!(field(&info, "token"), Some(Value::Int(ahead)));
+        assert!(info_int(&mut c, "lease_last_token") >= ahead);
+        // Every later acquisition, on any key, is above the restored token.
+        let next = acquire(&mut c, "fresh", "me", "60000");
+        assert!(next > ahead, "{next} after restoring {ahead}");
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "dst", "me"])), 1);
+        assert!(acquire(&mut c, "dst", "me", "60000") > next);
+        // And the raised clock survives a DEBUG RELOAD.
+        ok(&mut c, &["DEBUG", "RELOAD"]);
+        let after = acquire(&mut c, "after-reload", "me", "60000");
+        assert!(after > next, "{after} after reload, {next} before");
+    }
+
+    fn tokens_never_exceed_2_pow_53_minus_1(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "src", "me", "60000");
+        let payload = with_token(&dump(&mut c, "src"), t, MAX_TOKEN);
+        assert_eq!(
+            call(&mut c, &[b"RESTORE", b"max", b"60000", &payload]).unwrap(),
+            Value::Okay
+        );
+        let info = ok(&mut c, &["LEASE.INFO", "max"]);
+        assert_eq!(field(&info, "token"), Some(Value::Int(MAX_TOKEN)));
+        assert_eq!(ok(&mut c, &["LEASE.FENCE", "max", &MAX_TOKEN.to_string()]), Value::Okay);
+        // No token can be issued any more: a new acquisition is refused
+        // rather than answered with a token that is too big or not larger.
+        match call(&mut c, &[b"LEASE.ACQUIRE", b"fresh", b"me", b"60000"]) {
+            Ok(v) => panic!("ACQUIRE after token 2^53-1 answered {v:?}"),
+            Err(e) => assert!(error_text(&e).to_lowercase().contains("token"), "{}", error_text(&e)),
+        }
+        assert_eq!(int(&ok(&mut c, &["EXISTS", "fresh"])), 0);
+        // The holder of the last lease can still use and give it back.
+        assert_eq!(int(&ok(&mut c, &["LEASE.ACQUIRE", "max", "me", "60000"])), MAX_TOKEN);
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "max", "me"])), 1);
+        // A payload with a token above 2^53-1 is refused, not trusted.
+        let bad = with_token(&payload, MAX_TOKEN, MAX_TOKEN + 1);
+        assert!(call(&mut c, &[b"RESTORE", b"bad", b"60000", &bad]).is_err());
+        assert_eq!(int(&ok(&mut c, &["EXISTS", "bad"])), 0);
+        assert_eq!(ok(&mut c, &["PING"]), Value::SimpleString("PONG".into()));
+    }
+}
