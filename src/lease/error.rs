@@ -38,6 +38,14 @@ pub enum LeaseError {
     InternalOnly(&'static str),
     /// A feature this build refuses, with the reason.
     Unsupported(&'static str),
+    /// LEASE.FENCE refuses to run this inner command (name, why).
+    FenceRefused(String, &'static str),
+    /// LEASE.FENCE names a command the server does not know.
+    UnknownCommand(String),
+    /// A key of the fenced command is in another cluster slot than the lease.
+    CrossSlot,
+    /// The caller's ACL user may not run the fenced command or touch its keys.
+    NoPerm(String),
     /// A bug caught at the boundary (a panic turned into an error reply).
     Internal(String),
 }
@@ -77,6 +85,17 @@ impl fmt::Display for LeaseError {
                 "ERR {cmd} is internal: accepted only from the replication link and the AOF"
             ),
             LeaseError::Unsupported(why) => write!(f, "ERR {why}"),
+            LeaseError::FenceRefused(cmd, why) => {
+                write!(f, "ERR LEASE.FENCE cannot run '{cmd}': {why}")
+            }
+            LeaseError::UnknownCommand(cmd) => {
+                write!(f, "ERR LEASE.FENCE: unknown command '{cmd}'")
+            }
+            LeaseError::CrossSlot => write!(
+                f,
+                "CROSSSLOT Keys of the fenced command don't hash to the slot of the lease key"
+            ),
+            LeaseError::NoPerm(what) => write!(f, "NOPERM {what}"),
             LeaseError::Internal(what) => {
                 write!(f, "ERR internal error in the lease module: {what}")
             }
@@ -110,6 +129,10 @@ mod tests {
             LeaseError::TokensExhausted,
             LeaseError::InternalOnly("LEASE.APPLY"),
             LeaseError::Unsupported("x"),
+            LeaseError::FenceRefused("blpop".into(), "x"),
+            LeaseError::UnknownCommand("x".into()),
+            LeaseError::CrossSlot,
+            LeaseError::NoPerm("x".into()),
             LeaseError::Internal("x".into()),
         ];
         for e in all {

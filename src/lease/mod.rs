@@ -6,6 +6,7 @@ pub mod clock;
 pub mod config;
 pub mod decide;
 pub mod error;
+pub mod fence;
 pub mod record;
 pub mod waitq;
 

@@ -175,9 +175,7 @@ pub fn fence(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     }
     let token = parse_token(a.bytes(2))?;
     if a.len() > 3 {
-        return Err(LeaseError::Unsupported(
-            "LEASE.FENCE with a command is not available in this build of the lease module",
-        ));
+        return super::fence::fence_with_command(ctx, a, token);
     }
     let key = LeaseKey::open(ctx, a.handle(1), Mode::Read);
     match decide::fence(key.get()?.as_deref(), token, state::now_ms()) {

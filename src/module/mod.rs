@@ -6,6 +6,7 @@ pub mod commands;
 pub mod config;
 pub mod datatype;
 pub mod entry;
+pub mod fence;
 pub mod info;
 pub mod key;
 pub mod registry;

@@ -104,10 +104,10 @@ fn specs() -> Vec<Spec> {
         Spec {
             name: "LEASE.FENCE",
             entry: Some(fence_entry),
-            flags: "readonly fast",
+            flags: "readonly may-replicate",
             arity: -3,
             key_flags: RO | ACCESS,
-            summary: c"OK when token is the token of the lease held now, else a STALE error",
+            summary: c"Checks that token is the token of the lease held now (else a STALE error) and, in the same step, runs the command if one is given",
             complexity: c"O(1)",
             args: vec![
                 arg(c"key", KEY),

@@ -1,0 +1,123 @@
+//! The server-side fence with a command (`LEASE.FENCE key token command
+//! [arg ...]`): which inner commands are refused, and the cluster slot rule
+//! (every key of the command must hash to the slot of the lease key).
+
+use super::args::printable;
+use super::error::LeaseError;
+
+/// Refuses an inner command by its name and its COMMAND INFO flags:
+/// LEASE.* commands, blocking commands, commands not allowed in scripts.
+pub fn check_inner(name: &[u8], flags: &[String]) -> Result<(), LeaseError> {
+    let shown = printable(name).to_ascii_lowercase();
+    if name.len() >= 6 && name[..6].eq_ignore_ascii_case(b"lease.") {
+        return Err(LeaseError::FenceRefused(
+            shown,
+            "lease commands cannot be fenced",
+        ));
+    }
+    if flags.iter().any(|f| f.eq_ignore_ascii_case("blocking")) {
+        return Err(LeaseError::FenceRefused(
+            shown,
+            "blocking commands cannot be fenced",
+        ));
+    }
+    if flags.iter().any(|f| f.eq_ignore_ascii_case("noscript")) {
+        return Err(LeaseError::FenceRefused(
+            shown,
+            "commands not allowed in scripts cannot be fenced",
+        ));
+    }
+    Ok(())
+}
+
+/// CRC16 (XMODEM), as Redis Cluster uses for key slots.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= (b as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The cluster slot of a key (honouring `{hash tags}`).
+pub fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16(tagged) & 16383
+}
+
+/// Checks that every key hashes to the slot of `lease_key`.
+pub fn check_same_slot<'a>(
+    lease_key: &[u8],
+    keys: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<(), LeaseError> {
+    let slot = key_slot(lease_key);
+    if keys.into_iter().all(|k| key_slot(k) == slot) {
+        Ok(())
+    } else {
+        Err(LeaseError::CrossSlot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc16_and_slots_match_redis_cluster() {
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
+        assert_ne!(
+            key_slot(b"foo{}{bar}"),
+            key_slot(b"bar"),
+            "empty tag: whole key hashed"
+        );
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+    }
+
+    #[test]
+    fn same_slot_rule() {
+        assert!(check_same_slot(b"lock:{acct7}", [&b"acct:{acct7}"[..], b"{acct7}:log"]).is_ok());
+        assert_eq!(
+            check_same_slot(b"lock:{acct7}", [&b"acct:8"[..]]),
+            Err(LeaseError::CrossSlot)
+        );
+        assert!(check_same_slot(b"k", std::iter::empty()).is_ok());
+    }
+
+    #[test]
+    fn refused_inner_commands() {
+        let none: Vec<String> = vec![];
+        assert!(check_inner(b"HSET", &["write".into(), "denyoom".into()]).is_ok());
+        assert!(matches!(
+            check_inner(b"lease.release", &none),
+            Err(LeaseError::FenceRefused(..))
+        ));
+        assert!(matches!(
+            check_inner(b"LEASE.FENCE", &none),
+            Err(LeaseError::FenceRefused(..))
+        ));
+        let e = check_inner(b"BLPOP", &["write".into(), "blocking".into()]).unwrap_err();
+        assert!(e.to_string().contains("blocking"), "{e}");
+        let e = check_inner(b"subscribe", &["pubsub".into(), "noscript".into()]).unwrap_err();
+        assert!(e.to_string().contains("scripts"), "{e}");
+    }
+}
