@@ -1,0 +1,280 @@
+//! LEASE.FENCE key token command [arg ...]: the command runs only with the
+//! current token, as the caller (ACL), refused for blocking, lease and
+//! deny-script commands, replicated and AOF-logged once; the Lua way; and a
+//! contention test proving no stale write lands.
+mod common;
+use common::*;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    f()
+}
+
+fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: &str) -> String {
+    int(&ok(c, &["LEASE.ACQUIRE", key, owner, ttl])).to_string()
+}
+
+/// The command names of an AOF in RESP form, lower-cased.
+fn aof_command_names(aof: &str) -> Vec<String> {
+    let lines: Vec<&str> = aof.split("\r\n").collect();
+    let mut names = Vec::new();
+    for i in 0..lines.len().saturating_sub(2) {
+        if lines[i].starts_with('*') && lines[i + 1].starts_with('$') {
+            names.push(lines[i + 2].to_lowercase());
+        }
+    }
+    names
+}
+
+fn bulk(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::Nil => None,
+        other => panic!("expected a bulk string, got {other:?}"),
+    }
+}
+
+both! {
+    fn the_command_runs_only_with_the_current_token(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "lock:acct", "me", "30000");
+        assert_eq!(int(&ok(&mut c, &["LEASE.FENCE", "lock:acct", &t, "HSET", "acct:7", "balance", "90"])), 1);
+        assert_eq!(bulk(&ok(&mut c, &["HGET", "acct:7", "balance"])).as_deref(), Some("90"));
+        // Reads pass the reply through, in the caller's protocol.
+        assert_eq!(bulk(&ok(&mut c, &["LEASE.FENCE", "lock:acct", &t, "HGET", "acct:7", "balance"])).as_deref(), Some("90"));
+        let mut c3 = s.conn3();
+        assert!(matches!(ok(&mut c3, &["LEASE.FENCE", "lock:acct", &t, "HGETALL", "acct:7"]), Value::Map(_)));
+        // Stale: an older token, a free key, an expired lease.
+        let old = (t.parse::<i64>().unwrap() - 1).to_string();
+        let e = err(&mut c, &["LEASE.FENCE", "lock:acct", &old, "HSET", "acct:7", "balance", "0"]);
+        assert!(e.starts_with("STALE"), "{e}");
+        ok(&mut c, &["LEASE.RELEASE", "lock:acct", "me"]);
+        let e = err(&mut c, &["LEASE.FENCE", "lock:acct", &t, "HSET", "acct:7", "balance", "0"]);
+        assert!(e.starts_with("STALE"), "{e}");
+        let t2 = acquire(&mut c, "lock:acct", "me", "50");
+        assert!(wait_until(Duration::from_secs(2), || ok(&mut c, &["LEASE.INFO", "lock:acct"]) == Value::Nil));
+        let e = err(&mut c, &["LEASE.FENCE", "lock:acct", &t2, "HSET", "acct:7", "balance", "0"]);
+        assert!(e.starts_with("STALE"), "{e}");
+        assert_eq!(bulk(&ok(&mut c, &["HGET", "acct:7", "balance"])).as_deref(), Some("90"), "no stale write landed");
+        assert_eq!(info_field(&mut c, "lease_fence_stale").as_deref(), Some("3"));
+    }
+
+    fn refusals_name_the_problem_and_run_nothing(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "lock", "me", "30000");
+        for (args, expect) in [
+            (vec!["BLPOP", "list", "0"], "blocking"),
+            (vec!["BRPOPLPUSH", "a", "b", "0"], "blocking"),
+            (vec!["SUBSCRIBE", "ch"], "scripts"),
+            (vec!["MULTI"], "scripts"),
+            (vec!["LEASE.RELEASE", "lock", "me"], "lease commands"),
+            (vec!["lease.fence", "lock", "1"], "lease commands"),
+            (vec!["NOSUCHCOMMAND", "x"], "unknown command"),
+            (vec!["GET"], "wrong number of arguments"),
+        ] {
+            let mut full = vec!["LEASE.FENCE", "lock", t.as_str()];
+            full.extend(args.iter());
+            let e = err(&mut c, &full);
+            assert!(e.starts_with("ERR") && e.contains(expect), "{args:?}: {e}");
+        }
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "lock", "me"])), 1, "the lease was not released");
+        assert_eq!(int(&ok(&mut c, &["DBSIZE"])), 0);
+    }
+
+    fn the_command_runs_with_the_callers_acl_permissions(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "lock", "me", "30000");
+        ok(&mut c, &["ACL", "SETUSER", "worker", "on", ">pw", "~lock", "~acct:*", "+@all", "-flushall"]);
+        ok(&mut c, &["ACL", "SETUSER", "reader", "on", ">pw", "~*", "+@read", "+lease.fence"]);
+        let mut w = s.conn();
+        ok(&mut w, &["AUTH", "worker", "pw"]);
+        assert_eq!(ok(&mut w, &["LEASE.FENCE", "lock", &t, "SET", "acct:1", "x"]), Value::Okay);
+        // A key outside the user's patterns.
+        let e = err(&mut w, &["LEASE.FENCE", "lock", &t, "SET", "other", "x"]);
+        assert!(e.starts_with("NOPERM"), "{e}");
+        // A command the user may not run.
+        let e = err(&mut w, &["LEASE.FENCE", "lock", &t, "FLUSHALL"]);
+        assert!(e.starts_with("NOPERM"), "{e}");
+        // A read-only user cannot write through the fence.
+        let mut r = s.conn();
+        ok(&mut r, &["AUTH", "reader", "pw"]);
+        let e = err(&mut r, &["LEASE.FENCE", "lock", &t, "SET", "acct:2", "x"]);
+        assert!(e.starts_with("NOPERM"), "{e}");
+        assert_eq!(bulk(&ok(&mut r, &["LEASE.FENCE", "lock", &t, "GET", "acct:1"])).as_deref(), Some("x"));
+        assert_eq!(int(&ok(&mut c, &["EXISTS", "other", "acct:2"])), 0);
+        assert_eq!(int(&ok(&mut c, &["DBSIZE"])), 2, "lock and acct:1 only");
+    }
+
+    fn oom_rules_follow_the_inner_command(kind) {
+        let s = Server::start_with(kind, Opts::default().extra(&["--maxmemory-policy", "noeviction"]));
+        let mut c = s.conn();
+        let t = acquire(&mut c, "lock", "me", "30000");
+        ok(&mut c, &["SET", "v", "1"]);
+        ok(&mut c, &["CONFIG", "SET", "maxmemory", "1"]);
+        let e = err(&mut c, &["LEASE.FENCE", "lock", &t, "SET", "v", "2"]);
+        assert!(e.starts_with("OOM"), "{e}");
+        assert_eq!(bulk(&ok(&mut c, &["LEASE.FENCE", "lock", &t, "GET", "v"])).as_deref(), Some("1"));
+        assert_eq!(int(&ok(&mut c, &["LEASE.FENCE", "lock", &t, "DEL", "v"])), 1, "DEL is allowed under OOM");
+        assert_eq!(ok(&mut c, &["LEASE.FENCE", "lock", &t]), Value::Okay);
+        ok(&mut c, &["CONFIG", "SET", "maxmemory", "0"]);
+    }
+
+    fn the_lua_way_aborts_the_script_before_its_writes(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "lock", "me", "30000");
+        let script = "redis.call('LEASE.FENCE', KEYS[1], ARGV[1]); redis.call('HSET', KEYS[2], 'balance', ARGV[2]); return 1";
+        assert_eq!(int(&ok(&mut c, &["EVAL", script, "2", "lock", "acct:7", &t, "90"])), 1);
+        let stale = (t.parse::<i64>().unwrap() - 1).to_string();
+        let e = err(&mut c, &["EVAL", script, "2", "lock", "acct:7", &stale, "10"]);
+        assert!(e.contains("STALE"), "{e}");
+        assert_eq!(bulk(&ok(&mut c, &["HGET", "acct:7", "balance"])).as_deref(), Some("90"));
+        // The fence with a command works from a script too.
+        let inner = "return redis.call('LEASE.FENCE', KEYS[1], ARGV[1], 'HINCRBY', KEYS[2], 'balance', 5)";
+        assert_eq!(int(&ok(&mut c, &["EVAL", inner, "2", "lock", "acct:7", &t])), 95);
+    }
+
+    fn the_inner_command_is_replicated_and_logged_once(kind) {
+        let master = Server::start_with(kind, Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", "no"]));
+        let replica = Server::start_with(kind, Opts::default().extra(&["--replicaof", "127.0.0.1", &master.port.to_string()]));
+        let mut m = master.conn();
+        let mut r = replica.conn();
+        assert!(wait_until(Duration::from_secs(10), || {
+            let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
+            info.contains("master_link_status:up")
+        }));
+        let t = acquire(&mut m, "lock", "me", "30000");
+        ok(&mut m, &["LEASE.FENCE", "lock", &t, "RPUSH", "log", "a"]);
+        ok(&mut m, &["LEASE.FENCE", "lock", &t, "INCR", "n"]);
+        let stale = (t.parse::<i64>().unwrap() - 1).to_string();
+        err(&mut m, &["LEASE.FENCE", "lock", &stale, "RPUSH", "log", "stale"]);
+        assert!(wait_until(Duration::from_secs(5), || ok(&mut r, &["GET", "n"]) == Value::BulkString(b"1".to_vec())));
+        assert_eq!(ok(&mut r, &["LRANGE", "log", "0", "-1"]), Value::Array(vec![Value::BulkString(b"a".to_vec())]));
+        // The replica answers the fence check like its master.
+        assert_eq!(ok(&mut r, &["LEASE.FENCE", "lock", &t]), Value::Okay);
+        assert!(err(&mut r, &["LEASE.FENCE", "lock", &stale]).starts_with("STALE"));
+        // A write through the fence on the replica is refused.
+        let e = err(&mut r, &["LEASE.FENCE", "lock", &t, "INCR", "n"]);
+        assert!(e.contains("READONLY") || e.contains("read only"), "{e}");
+        // The AOF has the inner commands once each and no LEASE.FENCE.
+        let mut aof = String::new();
+        for entry in std::fs::read_dir(master.data_dir().join("appendonlydir")).unwrap() {
+            let p = entry.unwrap().path();
+            if p.to_string_lossy().contains(".incr.aof") {
+                aof.push_str(&String::from_utf8_lossy(&std::fs::read(p).unwrap()));
+            }
+        }
+        let names = aof_command_names(&aof);
+        assert_eq!(names.iter().filter(|n| *n == "rpush").count(), 1, "{names:?}");
+        assert_eq!(names.iter().filter(|n| *n == "incr").count(), 1, "{names:?}");
+        assert!(!names.iter().any(|n| n == "lease.fence"), "{names:?}");
+        // Replaying the AOF ends in the same state.
+        ok(&mut m, &["DEBUG", "LOADAOF"]);
+        assert_eq!(ok(&mut m, &["GET", "n"]), Value::BulkString(b"1".to_vec()));
+        assert_eq!(ok(&mut m, &["LRANGE", "log", "0", "-1"]), Value::Array(vec![Value::BulkString(b"a".to_vec())]));
+        assert_eq!(ok(&mut m, &["LEASE.FENCE", "lock", &t]), Value::Okay);
+    }
+}
+
+/// The contention test: workers take a short lease, sometimes pause longer
+/// than the lease, then append "token:worker" to one list. Checks that the
+/// tokens in the list never go down and that each token has one writer.
+fn contention(kind: Kind, fenced: bool) -> Vec<(i64, usize)> {
+    let s = Server::start(kind);
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let mut c = s.conn();
+            thread::spawn(move || {
+                let owner = format!("worker-{w}");
+                let mut rounds = 0;
+                let start = Instant::now();
+                while rounds < 12 && start.elapsed() < Duration::from_secs(20) {
+                    let Value::Int(token) = ok(
+                        &mut c,
+                        &["LEASE.ACQUIRE", "lock", &owner, "60", "BLOCK", "2000"],
+                    ) else {
+                        continue;
+                    };
+                    rounds += 1;
+                    // Every third round pauses past the lease (a GC pause).
+                    let pause = if rounds % 3 == 0 { 150 } else { 5 };
+                    thread::sleep(Duration::from_millis(pause));
+                    let entry = format!("{token}:{w}");
+                    let _ = if fenced {
+                        call(
+                            &mut c,
+                            &[
+                                b"LEASE.FENCE",
+                                b"lock",
+                                token.to_string().as_bytes(),
+                                b"RPUSH",
+                                b"writes",
+                                entry.as_bytes(),
+                            ],
+                        )
+                    } else {
+                        call(&mut c, &[b"RPUSH", b"writes", entry.as_bytes()])
+                    };
+                    let _ = call(&mut c, &[b"LEASE.RELEASE", b"lock", owner.as_bytes()]);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let mut c = s.conn();
+    let Value::Array(items) = ok(&mut c, &["LRANGE", "writes", "0", "-1"]) else {
+        panic!("no list")
+    };
+    items
+        .iter()
+        .map(|v| {
+            let s = bulk(v).unwrap();
+            let (t, w) = s.split_once(':').unwrap();
+            (t.parse().unwrap(), w.parse().unwrap())
+        })
+        .collect()
+}
+
+/// The invariant: tokens never decrease along the list, and a token is
+/// written by one worker only. Returns the violations.
+fn violations(writes: &[(i64, usize)]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut writer = std::collections::HashMap::new();
+    for pair in writes.windows(2) {
+        if pair[1].0 < pair[0].0 {
+            out.push(format!("token {} written after {}", pair[1].0, pair[0].0));
+        }
+    }
+    for &(t, w) in writes {
+        if *writer.entry(t).or_insert(w) != w {
+            out.push(format!("token {t} written by two workers"));
+        }
+    }
+    out
+}
+
+both! {
+    fn contention_no_stale_write_lands_through_the_fence(kind) {
+        let fenced = contention(kind, true);
+        assert!(fenced.len() >= 10, "too few writes: {fenced:?}");
+        assert_eq!(violations(&fenced), Vec::<String>::new(), "{fenced:?}");
+        // The same workload without the fence lets stale writes land, so the
+        // check above would fail if the fence did nothing.
+        let unfenced = contention(kind, false);
+        assert!(!violations(&unfenced).is_empty(), "the unfenced run should show stale writes: {unfenced:?}");
+    }
+}
