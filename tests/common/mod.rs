@@ -260,6 +260,21 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Kills this server (SIGKILL: nothing saved on the way out) and starts
+    /// a new one of the same kind on the same data directory with `opts`.
+    pub fn restart_with(mut self, opts: Opts) -> Server {
+        self.kill();
+        let (kind, dir) = (self.kind, self.dir.clone());
+        // The process is gone; skip Drop so the data directory survives.
+        std::mem::forget(self);
+        match Server::try_start_in(kind, opts, dir) {
+            Ok(s) => s,
+            Err(e) => panic!("{kind:?} server failed to restart:\n{}", e.log),
+        }
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
