@@ -192,10 +192,10 @@ impl Server {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return Err(StartFailure { log: self.log() });
             }
-            if let Ok(mut c) = self.try_conn() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return Ok(());
-                }
+            if let Ok(mut c) = self.try_conn()
+                && redis::cmd("PING").query::<String>(&mut c).is_ok()
+            {
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -493,4 +493,46 @@ impl Server {
     pub fn raw(&self) -> RawConn {
         RawConn::connect(self.port)
     }
+}
+
+/// CRC-64/Jones as used by DUMP payloads (reflected, init 0, no xor-out).
+pub fn crc64(data: &[u8]) -> u64 {
+    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
+    let mut crc = 0u64;
+    for &b in data {
+        crc ^= b as u64;
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ POLY
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+/// The DUMP payload of `key`.
+pub fn dump_payload(c: &mut redis::Connection, key: &str) -> Vec<u8> {
+    match ok(c, &["DUMP", key]) {
+        Value::BulkString(b) => b,
+        other => panic!("DUMP {key}: {other:?}"),
+    }
+}
+
+/// Rewrites a DUMP payload's body with `edit` and recomputes its trailing
+/// checksum, so the server's own checks pass and the module's loader sees
+/// the edited bytes.
+pub fn edit_payload(payload: &[u8], edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let n = payload.len();
+    assert_eq!(
+        u64::from_le_bytes(payload[n - 8..].try_into().unwrap()),
+        crc64(&payload[..n - 8]),
+        "DUMP checksum is not the CRC-64 computed here"
+    );
+    let mut body = payload[..n - 8].to_vec();
+    edit(&mut body);
+    let crc = crc64(&body);
+    body.extend_from_slice(&crc.to_le_bytes());
+    body
 }

@@ -1,0 +1,185 @@
+//! Leases and the token clock survive RDB and AOF restarts (with and
+//! without the RDB preamble), MIGRATE to another server; future or broken
+//! encodings fail cleanly (SPEC S2, S3).
+mod common;
+use common::*;
+
+use std::time::Duration;
+
+fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: &str) -> i64 {
+    int(&ok(c, &["LEASE.ACQUIRE", key, owner, ttl]))
+}
+
+fn token(c: &mut redis::Connection, key: &str) -> Option<i64> {
+    match ok(c, &["LEASE.INFO", key]) {
+        Value::Nil => None,
+        v => Some(int(&field(&v, "token").unwrap())),
+    }
+}
+
+fn pttl(c: &mut redis::Connection, key: &str) -> i64 {
+    int(&ok(c, &["PTTL", key]))
+}
+
+/// A token far ahead of the wall clock, placed by RESTORE of an edited DUMP
+/// payload, so only persisted clock state can keep later tokens above it.
+fn plant_token_ahead(c: &mut redis::Connection, key: &str) -> i64 {
+    let t = acquire(c, "plant-src", "me", "60000");
+    let ahead = t + 5_000_000_000_000; // about two months of tokens ahead
+    let payload = edit_payload(&dump_payload(c, "plant-src"), |b| {
+        let at = b
+            .windows(8)
+            .position(|w| w == (t as u64).to_le_bytes())
+            .expect("token bytes");
+        b[at..at + 8].copy_from_slice(&(ahead as u64).to_le_bytes());
+    });
+    assert_eq!(
+        call(c, &[b"RESTORE", key.as_bytes(), b"60000", &payload]).unwrap(),
+        Value::Okay
+    );
+    ok(c, &["DEL", "plant-src"]);
+    ahead
+}
+
+/// Checks that a restarted server kept lease `k` (owner "a", token `t`,
+/// ttl about 60 s) and that every new token exceeds `floor`.
+fn check_after_restart(c: &mut redis::Connection, t: i64, floor: i64) {
+    assert_eq!(token(c, "k"), Some(t), "token kept");
+    let ttl = pttl(c, "k");
+    assert!(ttl > 30_000 && ttl <= 60_000, "expiry kept: PTTL {ttl}");
+    assert!(contended(c, "k"), "another owner cannot take it");
+    assert_eq!(
+        acquire(c, "k", "a", "60000"),
+        t,
+        "the owner is kept: idempotent re-acquire"
+    );
+    let next = acquire(c, "new", "x", "60000");
+    assert!(next > floor, "new token {next} must exceed {floor}");
+}
+
+fn contended(c: &mut redis::Connection, key: &str) -> bool {
+    ok(c, &["LEASE.ACQUIRE", key, "intruder", "1000"]) == Value::Nil
+}
+
+both! {
+    fn rdb_restart_keeps_leases_and_the_clock(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "k", "a", "60000");
+        let ahead = plant_token_ahead(&mut c, "planted");
+        ok(&mut c, &["DEL", "planted"]); // only the aux data remembers it now
+        ok(&mut c, &["SAVE"]);
+        let s = s.restart_with(Opts::default());
+        let mut c = s.conn();
+        assert!(contended(&mut c, "k"));
+        check_after_restart(&mut c, t, ahead);
+    }
+
+    fn aof_restart_keeps_leases_without_a_rewrite(kind) {
+        let opts = Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]);
+        let s = Server::start_with(kind, opts.clone());
+        let mut c = s.conn();
+        let t = acquire(&mut c, "k", "a", "60000");
+        let ahead = plant_token_ahead(&mut c, "planted");
+        ok(&mut c, &["LEASE.RENEW", "k", "a", "60000"]);
+        let s = s.restart_with(opts);
+        let mut c = s.conn();
+        assert!(contended(&mut c, "k"));
+        assert_eq!(token(&mut c, "planted"), Some(ahead));
+        check_after_restart(&mut c, t, ahead);
+    }
+
+    fn aof_rewrite_with_and_without_the_rdb_preamble_keeps_leases(kind) {
+        for preamble in ["yes", "no"] {
+            let opts = Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble]);
+            let s = Server::start_with(kind, opts.clone());
+            let mut c = s.conn();
+            let t = acquire(&mut c, "k", "a", "60000");
+            let ahead = plant_token_ahead(&mut c, "planted");
+            ok(&mut c, &["BGREWRITEAOF"]);
+            assert!(wait_until(Duration::from_secs(10), || {
+                let info: String = redis::cmd("INFO").arg("persistence").query(&mut c).unwrap();
+                info.contains("aof_rewrite_in_progress:0")
+                    && info.contains("aof_rewrite_scheduled:0")
+                    && info.contains("aof_last_bgrewrite_status:ok")
+            }));
+            std::thread::sleep(Duration::from_millis(200));
+            let s = s.restart_with(opts);
+            let mut c = s.conn();
+            assert_eq!(token(&mut c, "planted"), Some(ahead), "preamble {preamble}");
+            check_after_restart(&mut c, t, ahead);
+        }
+    }
+
+    fn restart_without_persistence_still_issues_larger_tokens(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let mut last = 0;
+        for i in 0..200 {
+            last = acquire(&mut c, &format!("k{i}"), "a", "60000");
+        }
+        let s = s.restart_with(Opts::default());
+        let mut c = s.conn();
+        assert_eq!(int(&ok(&mut c, &["DBSIZE"])), 0, "nothing persisted");
+        // The wall-clock floor: restart took longer than a millisecond.
+        assert!(acquire(&mut c, "k0", "b", "60000") > last);
+    }
+
+    fn migrate_moves_the_lease_and_raises_the_target_clock(kind) {
+        let src = Server::start(kind);
+        let dst = Server::start(kind);
+        let mut c = src.conn();
+        let mut d = dst.conn();
+        let ahead = plant_token_ahead(&mut c, "k");
+        ok(&mut c, &["PEXPIRE", "k", "60000"]);
+        ok(&mut c, &["MIGRATE", "127.0.0.1", &dst.port.to_string(), "k", "0", "5000"]);
+        assert_eq!(int(&ok(&mut c, &["EXISTS", "k"])), 0);
+        assert_eq!(token(&mut d, "k"), Some(ahead));
+        assert!(pttl(&mut d, "k") > 30_000);
+        assert!(info_int(&mut d, "lease_last_token") >= ahead);
+        assert!(acquire(&mut d, "other", "x", "1000") > ahead);
+        // The owner came along: it can release on the target.
+        // (plant_token_ahead acquired as "me".)
+        assert_eq!(int(&ok(&mut d, &["LEASE.RELEASE", "k", "me"])), 1);
+    }
+
+    fn future_and_broken_encodings_fail_cleanly(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        acquire(&mut c, "k", "owner-id", "60000");
+        let payload = dump_payload(&mut c, "k");
+        // The record's own version byte: the first byte of the stored string
+        // holding the encoded record, found by the owner bytes that follow.
+        let future_record = edit_payload(&payload, |b| {
+            let owner_at = b.windows(8).position(|w| w == b"owner-id").unwrap();
+            let version_at = owner_at - 2 - 8 - 8 - 1;
+            assert_eq!(b[version_at], 1);
+            b[version_at] = 2;
+        });
+        // The type's encoding version: the low 10 bits of the 64-bit module
+        // id, stored after the RDB type byte as a 64-bit length (0x81 and 8
+        // big-endian bytes).
+        let future_type = edit_payload(&payload, |b| {
+            assert_eq!(b[1], 0x81, "64-bit length encoding of the module id");
+            let mut id = u64::from_be_bytes(b[2..10].try_into().unwrap());
+            assert_eq!(id & 1023, 1, "encoding version 1");
+            id = (id & !1023) | 2;
+            b[2..10].copy_from_slice(&id.to_be_bytes());
+        });
+        let truncated = edit_payload(&payload, |b| {
+            let owner_at = b.windows(8).position(|w| w == b"owner-id").unwrap();
+            b.truncate(owner_at + 3);
+        });
+        let owner_too_long = edit_payload(&payload, |b| {
+            let owner_at = b.windows(8).position(|w| w == b"owner-id").unwrap();
+            b[owner_at - 2] = 9; // claims 9 owner bytes, has 8
+        });
+        for (what, bad) in [("future record", future_record), ("future type", future_type), ("truncated", truncated), ("bad length", owner_too_long)] {
+            let e = call(&mut c, &[b"RESTORE", b"bad", b"0", &bad]).expect_err(what);
+            assert!(error_text(&e).contains("Bad data format") || error_text(&e).contains("payload"), "{what}: {e}");
+            assert_eq!(int(&ok(&mut c, &["EXISTS", "bad"])), 0, "{what}");
+        }
+        assert_eq!(ok(&mut c, &["PING"]), Value::SimpleString("PONG".into()));
+        assert!(s.log().contains("lease"), "the refusal is logged");
+    }
+}
