@@ -278,7 +278,7 @@ both! {
         assert!(t.starts_with(':') && t.ends_with("\r\n"), "{t:?}");
         assert_eq!(raw.call(&[b"LEASE.RENEW", b"job", b"alice", b"60000"]), b":1\r\n");
         assert_eq!(raw.call(&[b"LEASE.RENEW", b"job", b"bob", b"60000"]), b":0\r\n");
-        assert_eq!(raw.call(&[b"LEASE.FENCE", b"job", t[1..t.len() - 2].as_bytes()]), b"+OK\r\n");
+        assert_eq!(raw.call(&[b"LEASE.FENCE", b"job", &t.as_bytes()[1..t.len() - 2]]), b"+OK\r\n");
         let stale = raw.call(&[b"LEASE.FENCE", b"job", b"1"]);
         assert!(stale.starts_with(b"-STALE "), "{:?}", String::from_utf8_lossy(&stale));
         assert_eq!(raw.call(&[b"LEASE.RELEASE", b"job", b"bob"]), b":0\r\n");
