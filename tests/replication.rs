@@ -1,0 +1,136 @@
+//! Replicas receive effects (exact token, absolute expiry) and answer like
+//! their master; tokens keep increasing across promotion, also when the
+//! promoted replica missed the last writes (SPEC S2, S3).
+mod common;
+use common::*;
+
+use std::time::{Duration, Instant};
+
+fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: &str) -> i64 {
+    int(&ok(c, &["LEASE.ACQUIRE", key, owner, ttl]))
+}
+
+fn info(c: &mut redis::Connection, key: &str) -> Option<(i64, i64)> {
+    match ok(c, &["LEASE.INFO", key]) {
+        Value::Nil => None,
+        v => Some((
+            int(&field(&v, "token").unwrap()),
+            int(&field(&v, "ttl").unwrap()),
+        )),
+    }
+}
+
+fn replica_of(kind: Kind, master: &Server) -> Server {
+    let r = Server::start_with(
+        kind,
+        Opts::default().extra(&["--replicaof", "127.0.0.1", &master.port.to_string()]),
+    );
+    let mut c = r.conn();
+    assert!(wait_until(Duration::from_secs(10), || {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
+        info.contains("master_link_status:up")
+    }));
+    r
+}
+
+/// Waits until the replica has processed everything the master sent.
+fn sync(m: &mut redis::Connection, replicas: i64) {
+    assert_eq!(
+        int(&ok(m, &["WAIT", &replicas.to_string(), "5000"])),
+        replicas
+    );
+}
+
+both! {
+    fn a_replica_answers_like_its_master(kind) {
+        let master = Server::start(kind);
+        let mut m = master.conn();
+        // A lease that exists before the replica's full sync (RDB path)...
+        let before = acquire(&mut m, "early", "a", "60000");
+        let replica = replica_of(kind, &master);
+        let mut r = replica.conn();
+        // ...and leases replicated as effects.
+        let t = acquire(&mut m, "k", "a", "60000");
+        ok(&mut m, &["LEASE.RENEW", "k", "a", "45000"]);
+        acquire(&mut m, "gone", "a", "60000");
+        ok(&mut m, &["LEASE.RELEASE", "gone", "a"]);
+        acquire(&mut m, "short", "a", "150");
+        sync(&mut m, 1);
+        assert_eq!(info(&mut r, "early").map(|i| i.0), Some(before));
+        let (mt, mttl) = info(&mut m, "k").unwrap();
+        let (rt, rttl) = info(&mut r, "k").unwrap();
+        assert_eq!((mt, rt), (t, t));
+        assert!((mttl - rttl).abs() < 1000 && rttl <= 45_000, "master ttl {mttl}, replica ttl {rttl}");
+        assert!((int(&ok(&mut m, &["PTTL", "k"])) - int(&ok(&mut r, &["PTTL", "k"]))).abs() < 1000);
+        assert_eq!(ok(&mut r, &["LEASE.FENCE", "k", &t.to_string()]), Value::Okay);
+        assert!(err(&mut r, &["LEASE.FENCE", "k", &(t - 1).to_string()]).starts_with("STALE"));
+        assert_eq!(info(&mut r, "gone"), None);
+        // Expiry: the replica stops answering for the lease at its deadline.
+        assert!(wait_until(Duration::from_secs(3), || info(&mut r, "short").is_none()));
+        assert!(err(&mut r, &["LEASE.FENCE", "short", "1"]).starts_with("STALE"));
+        // The replica's token clock followed the master's.
+        assert!(info_int(&mut r, "lease_last_token") >= t);
+        // Writes are refused on the replica.
+        let e = err(&mut r, &["LEASE.ACQUIRE", "k2", "a", "1000"]);
+        assert!(e.starts_with("READONLY"), "{e}");
+    }
+
+    fn tokens_keep_increasing_after_promotion(kind) {
+        let master = Server::start(kind);
+        let replica = replica_of(kind, &master);
+        let mut m = master.conn();
+        let mut last = 0;
+        for i in 0..500 {
+            let key = format!("k{}", i % 50);
+            last = acquire(&mut m, &key, &format!("o{i}"), "60000");
+            // Half are released again; the others expire later on their own.
+            if i % 2 == 0 || i < 450 {
+                ok(&mut m, &["LEASE.RELEASE", &key, &format!("o{i}")]);
+            }
+        }
+        sync(&mut m, 1);
+        drop(master);
+        let mut r = replica.conn();
+        ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+        for i in 0..50 {
+            if let Value::Int(t) = ok(&mut r, &["LEASE.ACQUIRE", &format!("k{i}"), "new", "60000"]) {
+                assert!(t > last, "{t} after promotion, master issued up to {last}");
+            }
+        }
+        assert!(acquire(&mut r, "fresh", "new", "60000") > last);
+    }
+
+    fn a_promoted_replica_that_missed_writes_still_issues_larger_tokens(kind) {
+        let master = Server::start(kind);
+        let replica = replica_of(kind, &master);
+        let mut m = master.conn();
+        acquire(&mut m, "k", "a", "60000");
+        sync(&mut m, 1);
+        // Freeze the replica; the master goes on issuing tokens it never sees.
+        replica.signal("STOP");
+        // Long owner ids fill the socket buffers, so the master still holds
+        // unsent writes when it dies.
+        let owner = "o".repeat(256);
+        let mut last = 0;
+        let start = Instant::now();
+        let mut i = 0;
+        while start.elapsed() < Duration::from_millis(500) {
+            let mut p = redis::pipe();
+            for j in 0..100 {
+                p.cmd("LEASE.ACQUIRE").arg(format!("lost{}", i + j)).arg(&owner).arg(60000);
+            }
+            let tokens: Vec<i64> = p.query(&mut m).unwrap();
+            last = *tokens.last().unwrap();
+            i += 100;
+        }
+        let mut master = master;
+        master.kill();
+        replica.signal("CONT");
+        let mut r = replica.conn();
+        ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+        let missed = format!("lost{}", i - 1);
+        assert_eq!(int(&ok(&mut r, &["EXISTS", &missed])), 0, "the replica really missed the last writes ({i} sent)");
+        let t = acquire(&mut r, &missed, "b", "60000");
+        assert!(t > last, "{t} on the promoted replica, lost master issued up to {last}");
+    }
+}
