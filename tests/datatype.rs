@@ -338,4 +338,25 @@ both! {
         );
         assert!(int(&ok(&mut c, &["LEASE.ACQUIRE", "k", "other", "60000"])) > t);
     }
+
+    fn a_lease_ends_at_its_deadline_even_if_the_key_outlives_it(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        // PERSIST removes the key's TTL; the lease itself still ends at its
+        // deadline: then it is free (RENEW/RELEASE 0, FENCE stale, INFO null)
+        // and the next ACQUIRE, even by the same owner, is a new lease.
+        let t = int(&ok(&mut c, &["LEASE.ACQUIRE", "k", "me", "100"]));
+        assert_eq!(int(&ok(&mut c, &["PERSIST", "k"])), 1);
+        assert!(
+            wait_until(Duration::from_secs(5), || ok(&mut c, &["LEASE.INFO", "k"]) == Value::Nil),
+            "the lease outlived its 100 ms deadline"
+        );
+        assert_eq!(int(&ok(&mut c, &["EXISTS", "k"])), 1, "the key itself has no TTL");
+        assert_eq!(int(&ok(&mut c, &["LEASE.RENEW", "k", "me", "1000"])), 0);
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "me"])), 0);
+        assert!(err(&mut c, &["LEASE.FENCE", "k", &t.to_string()]).starts_with("STALE"));
+        let t2 = int(&ok(&mut c, &["LEASE.ACQUIRE", "k", "me", "60000"]));
+        assert!(t2 > t, "a new lease gets a new token: {t2} after {t}");
+        assert_remaining(&mut c, "k", 60000);
+    }
 }
