@@ -62,6 +62,21 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "panic".to_string())
 }
 
+/// Installs a panic hook that logs where a panic happened to the server
+/// log (the guards below then turn it into an error reply or a fallback).
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let place = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_else(|| "an unknown place".into());
+        redis_module::logging::log_warning(&format!(
+            "lease: panic at {place}: {}",
+            panic_message(info.payload())
+        ));
+    }));
+}
+
 /// Runs a type or event callback; a panic is logged and `fallback` returned.
 pub fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {

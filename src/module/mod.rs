@@ -18,6 +18,7 @@ use redis_module::{Context, RedisString, Status};
 
 /// Called by `redis_module!` at load, after the data type is created.
 pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    entry::install_panic_hook();
     let raw_args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
     let settings = match crate::lease::config::parse_module_args(&raw_args) {
         Ok(s) => s,

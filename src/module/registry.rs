@@ -46,6 +46,10 @@ struct Spec {
     name: &'static str,
     entry: raw::RedisModuleCmdFunc,
     flags: &'static str,
+    /// ACL categories on servers with module categories. Setting them
+    /// replaces the ones the server derives from the flags, so they are
+    /// all listed, `lease` last.
+    acl: &'static CStr,
     arity: c_int,
     key_flags: u32,
     summary: &'static CStr,
@@ -64,6 +68,7 @@ fn specs() -> Vec<Spec> {
         Spec {
             name: "LEASE.ACQUIRE",
             entry: Some(acquire_entry),
+            acl: c"write fast lease",
             flags: "write deny-oom fast",
             arity: -4,
             key_flags: RW | ACCESS | UPDATE,
@@ -84,6 +89,7 @@ fn specs() -> Vec<Spec> {
         Spec {
             name: "LEASE.RENEW",
             entry: Some(renew_entry),
+            acl: c"write fast lease",
             flags: "write fast",
             arity: 4,
             key_flags: RW | UPDATE,
@@ -94,6 +100,7 @@ fn specs() -> Vec<Spec> {
         Spec {
             name: "LEASE.RELEASE",
             entry: Some(release_entry),
+            acl: c"write fast lease",
             flags: "write fast",
             arity: 3,
             key_flags: RW | DELETE,
@@ -104,6 +111,7 @@ fn specs() -> Vec<Spec> {
         Spec {
             name: "LEASE.FENCE",
             entry: Some(fence_entry),
+            acl: c"read lease",
             flags: "readonly may-replicate",
             arity: -3,
             key_flags: RO | ACCESS,
@@ -129,6 +137,7 @@ fn specs() -> Vec<Spec> {
         Spec {
             name: "LEASE.INFO",
             entry: Some(info_entry),
+            acl: c"read fast lease",
             flags: "readonly fast",
             arity: 2,
             key_flags: RO | ACCESS,
@@ -139,6 +148,7 @@ fn specs() -> Vec<Spec> {
         Spec {
             name: APPLY,
             entry: Some(apply_entry),
+            acl: c"write lease",
             flags: "write",
             arity: 5,
             key_flags: OW | UPDATE,
@@ -154,9 +164,56 @@ fn specs() -> Vec<Spec> {
     ]
 }
 
+/// The ACL category every lease command belongs to (on servers that let
+/// modules add categories: Redis 7.4+, Valkey 8+).
+const ACL_CATEGORY: &CStr = c"lease";
+
+/// Adds the `lease` ACL category where the server supports it; `true` if
+/// commands can be put in it.
+fn add_acl_category(ctx: &Context) -> bool {
+    // SAFETY: function-pointer reads filled in by RedisModule_Init; called
+    // during OnLoad with the load context.
+    match unsafe { raw::RedisModule_AddACLCategory } {
+        Some(add) => {
+            if unsafe { add(ctx.ctx, ACL_CATEGORY.as_ptr()) } != raw::REDISMODULE_OK as c_int {
+                ctx.log_notice("lease: the ACL category 'lease' exists already; using it");
+            }
+            true
+        }
+        None => false,
+    }
+}
+
+/// Sets a registered command's ACL categories (`lease` among them).
+fn set_acl_categories(ctx: &Context, name: &CStr, categories: &CStr) -> Result<(), String> {
+    // SAFETY: as in `set_info`.
+    let (Some(get_command), Some(set_categories)) =
+        (unsafe { raw::RedisModule_GetCommand }, unsafe {
+            raw::RedisModule_SetCommandACLCategories
+        })
+    else {
+        return Ok(());
+    };
+    unsafe {
+        let command = get_command(ctx.ctx, name.as_ptr());
+        if command.is_null()
+            || set_categories(command, categories.as_ptr()) != raw::REDISMODULE_OK as c_int
+        {
+            return Err(format!(
+                "cannot set the ACL categories of {} to '{}'",
+                name.to_string_lossy(),
+                categories.to_string_lossy()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Registers every command, with its COMMAND DOCS where the server has
-/// `RedisModule_SetCommandInfo` (7.0+).
+/// `RedisModule_SetCommandInfo` (7.0+) and its ACL category where the
+/// server has module ACL categories.
 pub fn register_all(ctx: &Context) -> Result<(), String> {
+    let with_category = add_acl_category(ctx);
     for spec in specs() {
         let name = CString::new(spec.name).expect("no NUL");
         let flags = CString::new(spec.flags).expect("no NUL");
@@ -177,6 +234,9 @@ pub fn register_all(ctx: &Context) -> Result<(), String> {
             return Err(format!("cannot create command {}", spec.name));
         }
         set_info(ctx, &name, &spec)?;
+        if with_category {
+            set_acl_categories(ctx, &name, spec.acl)?;
+        }
     }
     Ok(())
 }
