@@ -123,11 +123,11 @@ impl Cluster {
             }
             for range in &f[8..] {
                 let (a, b) = range.split_once('-').unwrap_or((range, range));
-                if let (Ok(a), Ok(b)) = (a.parse::<i64>(), b.parse::<i64>()) {
-                    if (a..=b).contains(&slot) {
-                        let port = f[1].split(['@', ':']).nth(1).unwrap().parse().unwrap();
-                        return (f[0].to_string(), port);
-                    }
+                if let (Ok(a), Ok(b)) = (a.parse::<i64>(), b.parse::<i64>())
+                    && (a..=b).contains(&slot)
+                {
+                    let port = f[1].split(['@', ':']).nth(1).unwrap().parse().unwrap();
+                    return (f[0].to_string(), port);
                 }
             }
         }

@@ -25,7 +25,7 @@ pub fn notify(ctx: Ctx, event: &'static std::ffi::CStr, key: *mut raw::RedisModu
     unsafe {
         raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
             ctx,
-            raw::REDISMODULE_NOTIFY_MODULE as i32,
+            raw::REDISMODULE_NOTIFY_MODULE,
             event.as_ptr(),
             key,
         );
@@ -70,7 +70,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let opts = parse_acquire_options(&a.rest(4))?;
     let name = a.handle(1);
     let slot = (waiters::selected_db(ctx), a.bytes(1).to_vec());
-    let key = LeaseKey::open(ctx, name, Mode::Write);
+    let mut key = LeaseKey::open(ctx, name, Mode::Write);
     let now = state::now_ms();
     // A free lease with clients queued goes to the oldest of them first: a
     // newcomer never overtakes a waiter.
@@ -126,7 +126,7 @@ pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(2))?;
     let ttl = parse_ttl(a.bytes(3), state::max_ttl_ms())?;
     let name = a.handle(1);
-    let key = LeaseKey::open(ctx, name, Mode::Write);
+    let mut key = LeaseKey::open(ctx, name, Mode::Write);
     let now = state::now_ms();
     let current = key.get()?;
     match decide::renew(current.as_deref(), owner, ttl, now) {
@@ -153,7 +153,7 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     }
     let owner = check_owner(a.bytes(2))?;
     let name = a.handle(1);
-    let key = LeaseKey::open(ctx, name, Mode::Write);
+    let mut key = LeaseKey::open(ctx, name, Mode::Write);
     if decide::release(key.get()?.as_deref(), owner, state::now_ms()) {
         key.delete();
         replicate_delete(ctx, name);
@@ -177,7 +177,7 @@ pub fn fence(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() > 3 {
         return super::fence::fence_with_command(ctx, a, token);
     }
-    let key = LeaseKey::open(ctx, a.handle(1), Mode::Read);
+    let mut key = LeaseKey::open(ctx, a.handle(1), Mode::Read);
     match decide::fence(key.get()?.as_deref(), token, state::now_ms()) {
         Ok(()) => {
             STATS.fence_ok.incr();
@@ -195,7 +195,7 @@ pub fn info(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() != 2 {
         return Err(LeaseError::Arity("lease.info"));
     }
-    let key = LeaseKey::open(ctx, a.handle(1), Mode::Read);
+    let mut key = LeaseKey::open(ctx, a.handle(1), Mode::Read);
     Ok(match decide::info(key.get()?.as_deref(), state::now_ms()) {
         Some(view) => Reply::IntMap(vec![
             ("token", view.token as i64),
@@ -220,7 +220,7 @@ pub fn apply(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(2))?;
     let token = parse_token(a.bytes(3))?;
     let deadline_ms = args::parse_unix_ms(a.bytes(4), "deadline-ms")?;
-    let key = LeaseKey::open(ctx, a.handle(1), Mode::Write);
+    let mut key = LeaseKey::open(ctx, a.handle(1), Mode::Write);
     if key.get().is_err() {
         key.delete();
     }

@@ -21,10 +21,6 @@ impl<'a> Args<'a> {
         self.argv.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.argv.is_empty()
-    }
-
     /// The raw string handle of argument `i` (for keys and replication).
     pub fn handle(&self, i: usize) -> *mut raw::RedisModuleString {
         self.argv[i]
@@ -70,7 +66,7 @@ pub fn install_panic_hook() {
             .location()
             .map(|l| format!("{}:{}", l.file(), l.line()))
             .unwrap_or_else(|| "an unknown place".into());
-        redis_module::logging::log_warning(&format!(
+        redis_module::logging::log_warning(format!(
             "lease: panic at {place}: {}",
             panic_message(info.payload())
         ));
@@ -82,7 +78,7 @@ pub fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(p) => {
-            redis_module::logging::log_warning(&format!(
+            redis_module::logging::log_warning(format!(
                 "lease: panic in {what}: {}",
                 panic_message(p.as_ref())
             ));
@@ -109,7 +105,7 @@ pub fn run_command(
     }))
     .unwrap_or_else(|p| {
         let msg = panic_message(p.as_ref());
-        redis_module::logging::log_warning(&format!("lease: panic in a command: {msg}"));
+        redis_module::logging::log_warning(format!("lease: panic in a command: {msg}"));
         Err(LeaseError::Internal(crate::lease::args::printable(
             msg.as_bytes(),
         )))

@@ -162,7 +162,7 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, Lease
     with_name.extend(&inner);
     check_slots(ctx, a, &mut with_name)?;
     {
-        let key = LeaseKey::open(ctx, a.handle(1), Mode::Read);
+        let mut key = LeaseKey::open(ctx, a.handle(1), Mode::Read);
         if let Err(e) = decide::fence(key.get()?.as_deref(), token, state::now_ms()) {
             STATS.fence_stale.incr();
             return Err(e);

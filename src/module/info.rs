@@ -67,15 +67,15 @@ extern "C" fn info_callback(ictx: *mut raw::RedisModuleInfoCtx, for_crash_report
         raw::add_info_field_unsigned_long_long(ictx, "waiters", super::waiters::total() as u64);
         raw::add_info_field_unsigned_long_long(ictx, "last_token", state::last_token());
         raw::add_info_field_long_long(ictx, "max_ttl_ms", state::max_ttl_ms());
-        if for_crash_report == 0 {
-            if let Some(policy) = config_get(state::detached(), c"maxmemory-policy") {
-                raw::add_info_field_str(ictx, "maxmemory_policy", &policy);
-                raw::add_info_field_long_long(
-                    ictx,
-                    "eviction_may_lose_leases",
-                    policy_may_evict(&policy) as i64,
-                );
-            }
+        if for_crash_report == 0
+            && let Some(policy) = config_get(state::detached(), c"maxmemory-policy")
+        {
+            raw::add_info_field_str(ictx, "maxmemory_policy", &policy);
+            raw::add_info_field_long_long(
+                ictx,
+                "eviction_may_lose_leases",
+                policy_may_evict(&policy) as i64,
+            );
         }
     })
 }

@@ -46,7 +46,7 @@ impl LeaseKey {
 
     /// The stored lease record (live or not), `None` for an empty key, or
     /// WRONGTYPE for a key of another type.
-    pub fn get(&self) -> Result<Option<&mut Lease>, LeaseError> {
+    pub fn get(&mut self) -> Result<Option<&mut Lease>, LeaseError> {
         let key = self.raw();
         if key.is_null() {
             return Ok(None);

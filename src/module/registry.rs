@@ -294,8 +294,7 @@ fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
         info.args = args.as_mut_ptr();
 
         let command = get_command(ctx.ctx, name.as_ptr());
-        if command.is_null() || set_command_info(command, &mut info) != raw::REDISMODULE_OK as c_int
-        {
+        if command.is_null() || set_command_info(command, &info) != raw::REDISMODULE_OK as c_int {
             return Err(format!("cannot set the command info of {}", spec.name));
         }
     }

@@ -166,7 +166,7 @@ fn recheck(ctx: Ctx, slot: &Slot) {
         let name =
             raw::RedisModule_CreateString.unwrap()(ctx, slot.1.as_ptr().cast(), slot.1.len());
         {
-            let key = LeaseKey::open(ctx, name, Mode::Write);
+            let mut key = LeaseKey::open(ctx, name, Mode::Write);
             match key.get() {
                 Err(e) => fail_all(slot, e),
                 Ok(current) => match decide::live(current.as_deref(), state::now_ms()) {
@@ -315,7 +315,7 @@ unsafe extern "C" fn revoke_cb(ctx: Ctx, data: *mut c_void) {
             let name =
                 raw::RedisModule_CreateString.unwrap()(ctx, slot.1.as_ptr().cast(), slot.1.len());
             {
-                let key = LeaseKey::open(ctx, name, Mode::Write);
+                let mut key = LeaseKey::open(ctx, name, Mode::Write);
                 let orphan =
                     matches!(key.get(), Ok(Some(l)) if l.token == token && l.is_held_by(&owner));
                 if orphan {
@@ -346,7 +346,7 @@ unsafe extern "C" fn flush_cb(
     _data: *mut c_void,
 ) {
     guard("the flush event", (), || {
-        if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END as u64 {
+        if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
             for slot in reg(|r| r.slots()) {
                 arm(&slot, 0);
             }
@@ -363,7 +363,7 @@ pub fn subscribe_events(ctx: &redis_module::Context) {
             subscribe(
                 ctx.ctx,
                 raw::RedisModuleEvent {
-                    id: raw::REDISMODULE_EVENT_FLUSHDB as u64,
+                    id: raw::REDISMODULE_EVENT_FLUSHDB,
                     dataver: 1,
                 },
                 Some(flush_cb),
