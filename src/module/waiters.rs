@@ -264,16 +264,34 @@ unsafe extern "C" fn timeout_cb(
         if let Some((slot, _)) = reg(|r| r.remove(&bc)) {
             STATS.wait_timeouts.incr();
             tidy(&slot);
+            release_handle(bc);
         }
         reply::send(ctx, Ok(Reply::Null));
         raw::REDISMODULE_OK as c_int
     })
 }
 
+/// Gives a waiter's handle back to the server. A client blocked with
+/// RedisModule_BlockClient that times out or disconnects is freed only when
+/// the module unblocks it (with no answer: the timeout callback replied, or
+/// nobody is listening); without this, each such wait leaks the handle and
+/// its reply buffer.
+fn release_handle(bc: Handle) {
+    // SAFETY: bc was just taken out of the registry, so it was never
+    // unblocked before, and the server has not freed it yet.
+    unsafe {
+        raw::RedisModule_UnblockClient.unwrap()(
+            bc as *mut raw::RedisModuleBlockedClient,
+            std::ptr::null_mut(),
+        );
+    }
+}
+
 unsafe extern "C" fn disconnect_cb(_ctx: Ctx, bc: *mut raw::RedisModuleBlockedClient) {
     guard("the waiter disconnect", (), || {
         if let Some((slot, _)) = reg(|r| r.remove(&(bc as Handle))) {
             tidy(&slot);
+            release_handle(bc as Handle);
         }
     })
 }
