@@ -6,10 +6,11 @@
 
 pub mod lease;
 // Unit tests build without the registration below, so the binding is unused there.
+#[cfg(feature = "module")]
 #[cfg_attr(test, allow(dead_code))]
 mod module;
 
-#[cfg(not(test))]
+#[cfg(all(feature = "module", not(test)))]
 mod registration {
     use redis_module::alloc::RedisAlloc;
     use redis_module::redis_module;
