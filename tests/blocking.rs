@@ -158,10 +158,21 @@ both! {
             p.cmd("LEASE.ACQUIRE").arg(format!("other:{i}")).arg("o").arg(600_000).ignore();
         }
         p.query::<()>(&mut c).unwrap();
+        ok(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "Kdx"]);
+        let mut events = RawConn::connect(s.port);
+        events.call(&[b"SUBSCRIBE", b"__keyspace@0__:k"]);
         let t0 = int(&ok(&mut c, &["LEASE.ACQUIRE", "k", "a", "300"]));
         let deadline = Instant::now() + Duration::from_millis(300);
         let w = spawn_waiter(&s, "k", "b", "30000", "0");
         let t = got_token(w);
+        // The old lease expires (the core event) before the hand-off.
+        let seen: Vec<String> = (0..3)
+            .map(|_| {
+                let msg = String::from_utf8_lossy(&events.reply()).into_owned();
+                msg.rsplit("\r\n").nth(1).unwrap_or_default().to_string()
+            })
+            .collect();
+        assert_eq!(seen, ["lease.acquire", "expired", "lease.acquire"], "events");
         let late = Instant::now().saturating_duration_since(deadline);
         assert!(t > t0);
         assert!(late < Duration::from_millis(1000), "hand-off {late:?} after the deadline");

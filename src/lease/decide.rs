@@ -138,7 +138,7 @@ mod tests {
     #[test]
     fn an_expired_record_counts_as_free() {
         let mut clock = TokenClock::new();
-        let cur = held(b"a", 77, NOW);
+        let cur = held(b"a", 77, NOW - 1);
         assert!(matches!(
             acquire(Some(&cur), b"b", 500, NOW, &mut clock),
             Ok(Acquire::Created(_))

@@ -49,9 +49,11 @@ impl std::fmt::Display for DecodeError {
 }
 
 impl Lease {
-    /// Is the lease still held at `now_ms`?
+    /// Is the lease still held at `now_ms`? Up to and including its
+    /// deadline, as the server keeps a key until `now > expire time`: the
+    /// lease and its key end in the same millisecond.
     pub fn is_live(&self, now_ms: i64) -> bool {
-        now_ms < self.deadline_ms
+        now_ms <= self.deadline_ms
     }
 
     /// Remaining time in ms at `now_ms` (0 once expired).
@@ -139,7 +141,8 @@ mod tests {
     fn liveness_and_remaining() {
         let l = sample();
         assert!(l.is_live(l.deadline_ms - 1));
-        assert!(!l.is_live(l.deadline_ms));
+        assert!(l.is_live(l.deadline_ms));
+        assert!(!l.is_live(l.deadline_ms + 1));
         assert_eq!(l.remaining_ms(l.deadline_ms - 250), 250);
         assert_eq!(l.remaining_ms(l.deadline_ms + 5), 0);
         assert!(l.is_held_by(b"me\0\xffyou"));

@@ -100,15 +100,9 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         }
         Acquire::Contended => match opts.block_ms {
             Some(timeout) if waiters::may_block(ctx) => {
-                let holder_deadline = current.map_or(now, |l| l.deadline_ms);
-                Ok(waiters::block(
-                    ctx,
-                    slot,
-                    owner,
-                    ttl,
-                    timeout,
-                    holder_deadline,
-                ))
+                // Re-check just after the holder's key expires.
+                let recheck_at = current.map_or(now, |l| l.deadline_ms + 1);
+                Ok(waiters::block(ctx, slot, owner, ttl, timeout, recheck_at))
             }
             _ => {
                 STATS.contended.incr();

@@ -69,15 +69,15 @@ pub fn may_block(ctx: Ctx) -> bool {
 }
 
 /// Blocks the calling client until it gets the lease of `slot` or
-/// `timeout_ms` passes (0: forever). `holder_deadline` is when the current
-/// lease expires, to re-check the key then.
+/// `timeout_ms` passes (0: forever). `recheck_at` is when the current
+/// lease's key will have expired, to re-check the key then.
 pub fn block(
     ctx: Ctx,
     slot: Slot,
     owner: &[u8],
     ttl_ms: i64,
     timeout_ms: i64,
-    holder_deadline: i64,
+    recheck_at: i64,
 ) -> Reply {
     // SAFETY: ctx is the running command's context; the callbacks match the
     // signatures BlockClient expects.
@@ -100,7 +100,7 @@ pub fn block(
         }
     }
     reg(|r| r.push(slot.clone(), bc as Handle, owner, ttl_ms));
-    arm(&slot, holder_deadline);
+    arm(&slot, recheck_at);
     Reply::Sent
 }
 
@@ -171,8 +171,9 @@ fn recheck(ctx: Ctx, slot: &Slot) {
                 Err(e) => fail_all(slot, e),
                 Ok(current) => match decide::live(current.as_deref(), state::now_ms()) {
                     Some(held) => {
-                        let deadline = held.deadline_ms;
-                        arm(slot, deadline);
+                        // The key expires once the clock passes its deadline.
+                        let after = held.deadline_ms + 1;
+                        arm(slot, after);
                     }
                     None => serve(ctx, slot, name, &key),
                 },
@@ -231,7 +232,7 @@ pub fn serve(ctx: Ctx, slot: &Slot, name: *mut raw::RedisModuleString, key: &Lea
     STATS.acquired.incr();
     notify(ctx, c"lease.acquire", name);
     unblock(&w, slot, Ok(token));
-    arm(slot, deadline);
+    arm(slot, deadline + 1);
 }
 
 unsafe extern "C" fn reply_cb(
