@@ -8,18 +8,6 @@ use std::io::Write;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-/// Polls `f` every 5 ms until it holds or `limit` passes.
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-    f()
-}
-
 fn waiters(c: &mut redis::Connection, key: &str) -> i64 {
     match ok(c, &["LEASE.INFO", key]) {
         Value::Nil => 0,

@@ -24,20 +24,6 @@ fn bulk(v: &Value) -> Vec<u8> {
     }
 }
 
-fn strings(v: &Value) -> Vec<String> {
-    match v {
-        Value::Array(a) => a
-            .iter()
-            .map(|x| match x {
-                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                Value::SimpleString(s) => s.clone(),
-                other => panic!("expected strings, got {other:?}"),
-            })
-            .collect(),
-        other => panic!("expected an array, got {other:?}"),
-    }
-}
-
 /// All keys SCAN returns with these extra arguments.
 fn scan_all(c: &mut redis::Connection, extra: &[&str]) -> Vec<String> {
     let mut cursor = "0".to_string();

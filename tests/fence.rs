@@ -8,17 +8,6 @@ use common::*;
 use std::thread;
 use std::time::{Duration, Instant};
 
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-    f()
-}
-
 fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: &str) -> String {
     int(&ok(c, &["LEASE.ACQUIRE", key, owner, ttl])).to_string()
 }

@@ -42,20 +42,6 @@ fn assert_counters(
     assert_eq!(&counters(c), base, "after {what}");
 }
 
-fn strings(v: &Value) -> Vec<String> {
-    match v {
-        Value::Array(a) | Value::Set(a) => a
-            .iter()
-            .map(|x| match x {
-                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                Value::SimpleString(s) => s.clone(),
-                other => panic!("expected strings, got {other:?}"),
-            })
-            .collect(),
-        other => panic!("expected an array, got {other:?}"),
-    }
-}
-
 fn text(v: &Value) -> String {
     match v {
         Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),

@@ -26,13 +26,7 @@ fn pttl(c: &mut redis::Connection, key: &str) -> i64 {
 fn plant_token_ahead(c: &mut redis::Connection, key: &str) -> i64 {
     let t = acquire(c, "plant-src", "me", "60000");
     let ahead = t + 5_000_000_000_000; // about two months of tokens ahead
-    let payload = edit_payload(&dump_payload(c, "plant-src"), |b| {
-        let at = b
-            .windows(8)
-            .position(|w| w == (t as u64).to_le_bytes())
-            .expect("token bytes");
-        b[at..at + 8].copy_from_slice(&(ahead as u64).to_le_bytes());
-    });
+    let payload = with_token(&dump_payload(c, "plant-src"), t, ahead);
     assert_eq!(
         call(c, &[b"RESTORE", key.as_bytes(), b"60000", &payload]).unwrap(),
         Value::Okay

@@ -105,15 +105,6 @@ both! {
         // 100k 1 ms waits take seconds, not minutes.
         let s = Server::start_with(kind, Opts::default().extra(&["--hz", "500"]));
         let mut c = s.conn();
-        let used = |c: &mut redis::Connection| -> i64 {
-            let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
-            info.lines()
-                .find_map(|l| l.strip_prefix("used_memory:"))
-                .unwrap()
-                .trim()
-                .parse()
-                .unwrap()
-        };
         let cycles = |c: &mut redis::Connection, n: usize| {
             for _ in 0..n / 1000 {
                 let mut p = redis::pipe();
@@ -156,17 +147,17 @@ both! {
         // Warm up every structure once, then take the baseline.
         cycles(&mut c, 10_000);
         waits(&s, 1_000);
-        let baseline = used(&mut c);
+        let baseline = used_memory(&mut c);
         cycles(&mut c, 100_000);
-        let after_cycles = used(&mut c);
+        let after_cycles = used_memory(&mut c);
         waits(&s, 100_000);
-        let after_waits = used(&mut c);
+        let after_waits = used_memory(&mut c);
         let mut p = redis::pipe();
         for i in 0..100_000 {
             p.cmd("LEASE.RENEW").arg(format!("held{}", i % 5)).arg("holder").arg(600000).ignore();
         }
         p.query::<()>(&mut c).unwrap();
-        let after = used(&mut c);
+        let after = used_memory(&mut c);
         assert_eq!(info_int(&mut c, "lease_waiters"), 0);
         assert!(info_int(&mut c, "lease_wait_timeouts") >= 101_000);
         assert!(

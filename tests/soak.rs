@@ -9,16 +9,6 @@ use std::collections::HashMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-fn used_memory(c: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 fn soak(kind: Kind) {
     let seconds: u64 = std::env::var("SOAK_SECONDS")
         .ok()

@@ -175,59 +175,13 @@ both! {
     }
 }
 
-/// CRC-64/Jones as used by DUMP payloads (reflected, init 0, no xor-out).
-fn crc64(data: &[u8]) -> u64 {
-    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
-    let mut crc = 0u64;
-    for &b in data {
-        crc ^= b as u64;
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
-/// A DUMP payload of the lease whose token is `old`, rewritten to carry
-/// token `new` (the record stores the token as 8 little-endian bytes), with
-/// the trailing checksum recomputed.
-fn with_token(payload: &[u8], old: i64, new: i64) -> Vec<u8> {
-    let n = payload.len();
-    assert_eq!(
-        u64::from_le_bytes(payload[n - 8..].try_into().unwrap()),
-        crc64(&payload[..n - 8]),
-        "DUMP checksum is not the CRC-64 this test computes"
-    );
-    let needle = (old as u64).to_le_bytes();
-    let at = payload
-        .windows(8)
-        .position(|w| w == needle)
-        .expect("token bytes in the DUMP payload");
-    let mut out = payload[..n - 8].to_vec();
-    out[at..at + 8].copy_from_slice(&(new as u64).to_le_bytes());
-    let crc = crc64(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
-}
-
-fn dump(c: &mut redis::Connection, key: &str) -> Vec<u8> {
-    match ok(c, &["DUMP", key]) {
-        Value::BulkString(b) => b,
-        other => panic!("DUMP {key}: {other:?}"),
-    }
-}
-
 both! {
     fn restore_of_a_larger_token_raises_the_clock(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
         let t = acquire(&mut c, "src", "me", "60000");
         let ahead = t + 1_000_000_000_000; // about 11 days of tokens ahead
-        let payload = with_token(&dump(&mut c, "src"), t, ahead);
+        let payload = with_token(&dump_payload(&mut c, "src"), t, ahead);
         assert_eq!(
             call(&mut c, &[b"RESTORE", b"dst", b"60000", &payload]).unwrap(),
             Value::Okay
@@ -250,7 +204,7 @@ both! {
         let s = Server::start(kind);
         let mut c = s.conn();
         let t = acquire(&mut c, "src", "me", "60000");
-        let payload = with_token(&dump(&mut c, "src"), t, MAX_TOKEN);
+        let payload = with_token(&dump_payload(&mut c, "src"), t, MAX_TOKEN);
         assert_eq!(
             call(&mut c, &[b"RESTORE", b"max", b"60000", &payload]).unwrap(),
             Value::Okay

@@ -60,6 +60,35 @@ pub fn replicate_delete(ctx: Ctx, key: *mut raw::RedisModuleString) {
     }
 }
 
+/// Stores a new lease in `key` (named `name`): replicated as an effect,
+/// notified and counted like every acquisition. Returns its token.
+pub fn create(ctx: Ctx, key: &LeaseKey, name: *mut raw::RedisModuleString, lease: Lease) -> u64 {
+    let token = lease.token;
+    replicate_state(ctx, name, &lease);
+    key.set(lease);
+    STATS.acquired.incr();
+    notify(ctx, c"lease.acquire", name);
+    token
+}
+
+/// Moves the deadline of the lease held in `key` (a renewal or an
+/// idempotent re-acquire): record, key TTL, replication, notification.
+fn extend(
+    ctx: Ctx,
+    key: &mut LeaseKey,
+    name: *mut raw::RedisModuleString,
+    deadline_ms: i64,
+) -> Result<(), LeaseError> {
+    let lease = key
+        .get()?
+        .ok_or_else(|| LeaseError::Internal("the lease to extend is gone".into()))?;
+    lease.deadline_ms = deadline_ms;
+    replicate_state(ctx, name, lease);
+    key.set_deadline(deadline_ms);
+    notify(ctx, c"lease.renew", name);
+    Ok(())
+}
+
 /// LEASE.ACQUIRE key owner ttl-ms [BLOCK timeout-ms]
 pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() < 4 {
@@ -81,21 +110,10 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let decision =
         state::with_clock(|clock| decide::acquire(current.as_deref(), owner, ttl, now, clock))?;
     match decision {
-        Acquire::Created(lease) => {
-            let token = lease.token;
-            replicate_state(ctx, name, &lease);
-            key.set(lease);
-            STATS.acquired.incr();
-            notify(ctx, c"lease.acquire", name);
-            Ok(Reply::Int(token as i64))
-        }
+        Acquire::Created(lease) => Ok(Reply::Int(create(ctx, &key, name, lease) as i64)),
         Acquire::Reacquired { token, deadline_ms } => {
-            let lease = current.expect("a reacquired lease is present");
-            lease.deadline_ms = deadline_ms;
-            replicate_state(ctx, name, lease);
-            key.set_deadline(deadline_ms);
+            extend(ctx, &mut key, name, deadline_ms)?;
             STATS.reacquired.incr();
-            notify(ctx, c"lease.renew", name);
             Ok(Reply::Int(token as i64))
         }
         Acquire::Contended => match opts.block_ms {
@@ -122,15 +140,10 @@ pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let name = a.handle(1);
     let mut key = LeaseKey::open(ctx, name, Mode::Write);
     let now = state::now_ms();
-    let current = key.get()?;
-    match decide::renew(current.as_deref(), owner, ttl, now) {
+    match decide::renew(key.get()?.as_deref(), owner, ttl, now) {
         Some(deadline_ms) => {
-            let lease = current.expect("renewed lease is present");
-            lease.deadline_ms = deadline_ms;
-            replicate_state(ctx, name, lease);
-            key.set_deadline(deadline_ms);
+            extend(ctx, &mut key, name, deadline_ms)?;
             STATS.renewed.incr();
-            notify(ctx, c"lease.renew", name);
             Ok(Reply::Int(1))
         }
         None => {

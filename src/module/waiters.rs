@@ -15,7 +15,7 @@ use crate::lease::decide;
 use crate::lease::waitq::{Slot, WaitRegistry, Waiter};
 use crate::lease::{Lease, LeaseError};
 
-use super::commands::{notify, replicate_delete, replicate_state};
+use super::commands::{create, notify, replicate_delete};
 use super::entry::{Args, guard};
 use super::key::{LeaseKey, Mode};
 use super::reply::{self, Reply};
@@ -157,31 +157,43 @@ fn recheck(ctx: Ctx, slot: &Slot) {
     if state::ctx_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 {
         return; // the master serves waiters and replicates the result
     }
-    // SAFETY: SelectDb/CreateString/FreeString on the timer's context.
+    let opened = with_key(ctx, slot, |key, name| match key.get() {
+        Err(e) => fail_all(slot, e),
+        Ok(current) => match decide::live(current.as_deref(), state::now_ms()) {
+            // The key expires once the clock passes its deadline.
+            Some(held) => arm(slot, held.deadline_ms + 1),
+            None => serve(ctx, slot, name, key),
+        },
+    });
+    if opened.is_none() {
+        fail_all(slot, LeaseError::Internal("database is gone".into()));
+    }
+    tidy(slot);
+}
+
+/// Opens the key of `slot` for writing in a timer's context (selecting its
+/// database) and runs `f` on it with its name; `None` if the database
+/// cannot be selected.
+fn with_key<R>(
+    ctx: Ctx,
+    slot: &Slot,
+    f: impl FnOnce(&mut LeaseKey, *mut raw::RedisModuleString) -> R,
+) -> Option<R> {
+    // SAFETY: SelectDb, then a key name created on this context and freed
+    // after the key (which borrows it) is closed.
     unsafe {
         if raw::RedisModule_SelectDb.unwrap()(ctx, slot.0) != raw::REDISMODULE_OK as c_int {
-            fail_all(slot, LeaseError::Internal("database is gone".into()));
-            return;
+            return None;
         }
         let name =
             raw::RedisModule_CreateString.unwrap()(ctx, slot.1.as_ptr().cast(), slot.1.len());
-        {
+        let out = {
             let mut key = LeaseKey::open(ctx, name, Mode::Write);
-            match key.get() {
-                Err(e) => fail_all(slot, e),
-                Ok(current) => match decide::live(current.as_deref(), state::now_ms()) {
-                    Some(held) => {
-                        // The key expires once the clock passes its deadline.
-                        let after = held.deadline_ms + 1;
-                        arm(slot, after);
-                    }
-                    None => serve(ctx, slot, name, &key),
-                },
-            }
-        }
+            f(&mut key, name)
+        };
         raw::RedisModule_FreeString.unwrap()(ctx, name);
+        Some(out)
     }
-    tidy(slot);
 }
 
 /// Answers every waiter of `slot` with `err` (the key now holds another type).
@@ -227,10 +239,7 @@ pub fn serve(ctx: Ctx, slot: &Slot, name: *mut raw::RedisModuleString, key: &Lea
         deadline_ms: now + w.ttl_ms,
     };
     let deadline = lease.deadline_ms;
-    replicate_state(ctx, name, &lease);
-    key.set(lease);
-    STATS.acquired.incr();
-    notify(ctx, c"lease.acquire", name);
+    create(ctx, key, name, lease);
     unblock(&w, slot, Ok(token));
     arm(slot, deadline + 1);
 }
@@ -326,26 +335,14 @@ unsafe extern "C" fn revoke_cb(ctx: Ctx, data: *mut c_void) {
     guard("the waiter revoke", (), || {
         // SAFETY: data is the box made in free_cb.
         let (slot, owner, token) = *unsafe { Box::from_raw(data as *mut (Slot, Box<[u8]>, u64)) };
-        // SAFETY: as in `recheck`.
-        unsafe {
-            if raw::RedisModule_SelectDb.unwrap()(ctx, slot.0) != raw::REDISMODULE_OK as c_int {
-                return;
+        with_key(ctx, &slot, |key, name| {
+            if matches!(key.get(), Ok(Some(l)) if l.token == token && l.is_held_by(&owner)) {
+                key.delete();
+                replicate_delete(ctx, name);
+                notify(ctx, c"lease.release", name);
+                serve(ctx, &slot, name, key);
             }
-            let name =
-                raw::RedisModule_CreateString.unwrap()(ctx, slot.1.as_ptr().cast(), slot.1.len());
-            {
-                let mut key = LeaseKey::open(ctx, name, Mode::Write);
-                let orphan =
-                    matches!(key.get(), Ok(Some(l)) if l.token == token && l.is_held_by(&owner));
-                if orphan {
-                    key.delete();
-                    replicate_delete(ctx, name);
-                    notify(ctx, c"lease.release", name);
-                    serve(ctx, &slot, name, &key);
-                }
-            }
-            raw::RedisModule_FreeString.unwrap()(ctx, name);
-        }
+        });
         tidy(&slot);
     })
 }

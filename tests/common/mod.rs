@@ -536,3 +536,42 @@ pub fn edit_payload(payload: &[u8], edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> 
     body.extend_from_slice(&crc.to_le_bytes());
     body
 }
+
+/// A DUMP payload of the lease whose token is `old`, rewritten to carry
+/// token `new` (the record stores it as 8 little-endian bytes), with the
+/// checksum recomputed.
+pub fn with_token(payload: &[u8], old: i64, new: i64) -> Vec<u8> {
+    edit_payload(payload, |b| {
+        let at = b
+            .windows(8)
+            .position(|w| w == (old as u64).to_le_bytes())
+            .expect("token bytes in the DUMP payload");
+        b[at..at + 8].copy_from_slice(&(new as u64).to_le_bytes());
+    })
+}
+
+/// `used_memory` from `INFO memory`.
+pub fn used_memory(c: &mut redis::Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .expect("used_memory")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// An array (or set) reply of strings.
+pub fn strings(v: &Value) -> Vec<String> {
+    match v {
+        Value::Array(a) | Value::Set(a) => a
+            .iter()
+            .map(|x| match x {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                Value::SimpleString(s) => s.clone(),
+                other => panic!("expected strings, got {other:?}"),
+            })
+            .collect(),
+        other => panic!("expected an array, got {other:?}"),
+    }
+}
