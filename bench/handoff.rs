@@ -9,7 +9,7 @@
 //!
 //! Rounds can be changed with environment variables (defaults in brackets):
 //! HANDOFF_ROUNDS [500], HANDOFF_ROUNDS_POLL100 [200], EXPIRY_ROUNDS [100],
-//! EXPIRY_TTL_MS [50], HERD [1000], CPU_WINDOW_MS [2000].
+//! EXPIRY_TTL_MS [50], HERD [1000], CPU_WINDOW_MS [2000], HERD_SETTLE_MS [6000].
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -573,7 +573,7 @@ struct Herd {
     blpop_cpu: f64,
 }
 
-fn herd(port: u16, pid: u32, n: usize, window: Duration) -> Res<Herd> {
+fn herd(port: u16, pid: u32, n: usize, window: Duration, settle: Duration) -> Res<Herd> {
     let mut ctl = connect(port)?;
     let key = "bench:herd";
     let _: i64 = redis::cmd("DEL").arg(key).query(&mut ctl)?;
@@ -589,11 +589,11 @@ fn herd(port: u16, pid: u32, n: usize, window: Duration) -> Res<Herd> {
         conns.push(Raw::open(port)?);
     }
     ping_all(&mut conns)?;
+    // Memory is read at steady state: the server shrinks a new client's
+    // reply buffer and frees an idle client's query buffer a few seconds
+    // later (clientsCron), which would otherwise land inside a difference.
+    thread::sleep(settle);
     let cpu_connected = server_cpu(pid, window)?;
-    // PING again right before measuring: every connection then has the same
-    // fresh query buffer as when it sends its LEASE.ACQUIRE just after (the
-    // server trims idle clients' buffers, which would skew the difference).
-    ping_all(&mut conns)?;
     let m1 = used_memory(&mut ctl)?;
     // Block them one by one, so the queue order is known.
     for (i, c) in conns.iter_mut().enumerate() {
@@ -606,8 +606,9 @@ fn herd(port: u16, pid: u32, n: usize, window: Duration) -> Res<Herd> {
             }
         }
     }
-    let m2 = used_memory(&mut ctl)?;
+    thread::sleep(settle);
     let cpu_blocked = server_cpu(pid, window)?;
+    let m2 = used_memory(&mut ctl)?;
     // Release them all: each release hands the lease to the next in line.
     let t = Instant::now();
     let mut prev_owner = "holder".to_string();
@@ -644,7 +645,7 @@ fn herd(port: u16, pid: u32, n: usize, window: Duration) -> Res<Herd> {
     drop(conns);
     thread::sleep(Duration::from_millis(100));
     let waiters_left = lease_waiters(&mut ctl, key)?;
-    let (blpop_mem, blpop_cpu) = blpop_herd(port, pid, n, window, &mut ctl)?;
+    let (blpop_mem, blpop_cpu) = blpop_herd(port, pid, n, window, settle, &mut ctl)?;
     Ok(Herd {
         n,
         mem_connected: (m1 - m0) as f64 / n as f64,
@@ -689,6 +690,7 @@ fn blpop_herd(
     pid: u32,
     n: usize,
     window: Duration,
+    settle: Duration,
     ctl: &mut Connection,
 ) -> Res<(f64, f64)> {
     let key = "bench:herd:list";
@@ -698,8 +700,7 @@ fn blpop_herd(
         conns.push(Raw::open(port)?);
     }
     ping_all(&mut conns)?;
-    thread::sleep(window);
-    ping_all(&mut conns)?;
+    thread::sleep(settle);
     let base = blocked_clients(ctl)?;
     let m1 = used_memory(ctl)?;
     for c in conns.iter_mut() {
@@ -712,8 +713,9 @@ fn blpop_herd(
         }
         thread::sleep(Duration::from_millis(1));
     }
-    let m2 = used_memory(ctl)?;
+    thread::sleep(settle);
     let cpu = server_cpu(pid, window)?;
+    let m2 = used_memory(ctl)?;
     let mut push = redis::cmd("RPUSH");
     push.arg(key);
     for i in 0..n {
@@ -743,6 +745,7 @@ fn main() -> Res<()> {
     let ttl = env_num("EXPIRY_TTL_MS", 50);
     let herd_n = env_num("HERD", 1000) as usize;
     let window = Duration::from_millis(env_num("CPU_WINDOW_MS", 2000));
+    let settle = Duration::from_millis(env_num("HERD_SETTLE_MS", 6000));
 
     let mut ctl = connect(port)?;
     let cad = load_script(&mut ctl, CAD)?;
@@ -820,17 +823,18 @@ fn main() -> Res<()> {
     }
 
     println!("\n### B3. {herd_n} clients blocked on one key\n");
-    let h = herd(port, pid, herd_n, window)?;
+    let h = herd(port, pid, herd_n, window, settle)?;
     println!("| measure | value |");
     println!("|---|---:|");
     println!(
-        "| used_memory per blocked waiter (blocking only: after {n} idle connections -> after {n} blocked) | {:.0} B |",
+        "| used_memory per blocked waiter (steady state, {n} idle connections -> {n} blocked) | {:.0} B |",
         h.mem_total - h.mem_connected,
         n = h.n
     );
     println!(
-        "| used_memory per blocked waiter incl. its connection (before connecting -> after blocked) | {:.0} B |",
-        h.mem_total
+        "| used_memory per blocked waiter incl. its connection (no connections -> {n} blocked) | {:.0} B |",
+        h.mem_total,
+        n = h.n
     );
     println!(
         "| server CPU, idle, 1 client ({} ms window) | {:.1} % of one core |",
