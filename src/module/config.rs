@@ -35,7 +35,9 @@ pub fn register(ctx: &Context, settings: Settings) -> Result<(), String> {
             raw::RedisModule_RegisterNumericConfig,
             raw::RedisModule_LoadConfigs,
         ) else {
-            ctx.log_notice("lease: this server has no module configs; max-ttl-ms is set by loadmodule arguments only");
+            ctx.log_notice(
+                "this server has no module configs; max-ttl-ms is set by loadmodule arguments only",
+            );
             return Ok(());
         };
         let status = register(

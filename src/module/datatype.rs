@@ -67,7 +67,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     guard("rdb_load", std::ptr::null_mut(), || {
         if encver > ENCVER {
             log_warning(&format!(
-                "lease: cannot load a lease value of encoding version {encver}: this module reads up to {ENCVER}"
+                "cannot load a lease value of encoding version {encver}: this module reads up to {ENCVER}"
             ));
             return std::ptr::null_mut();
         }
@@ -80,7 +80,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 Box::into_raw(Box::new(lease)) as *mut c_void
             }
             Err(e) => {
-                log_warning(&format!("lease: refusing a stored lease value: {e}"));
+                log_warning(&format!("refusing a stored lease value: {e}"));
                 std::ptr::null_mut()
             }
         }
@@ -195,7 +195,7 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when:
     guard("aux_load", raw::REDISMODULE_ERR as c_int, || {
         if encver > AUX_ENCVER || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
             log_warning(&format!(
-                "lease: cannot load token-clock aux data of encoding version {encver}"
+                "cannot load token-clock aux data of encoding version {encver}"
             ));
             return raw::REDISMODULE_ERR as c_int;
         }

@@ -67,7 +67,7 @@ pub fn install_panic_hook() {
             .map(|l| format!("{}:{}", l.file(), l.line()))
             .unwrap_or_else(|| "an unknown place".into());
         redis_module::logging::log_warning(format!(
-            "lease: panic at {place}: {}",
+            "panic at {place}: {}",
             panic_message(info.payload())
         ));
     }));
@@ -79,7 +79,7 @@ pub fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
         Ok(v) => v,
         Err(p) => {
             redis_module::logging::log_warning(format!(
-                "lease: panic in {what}: {}",
+                "panic in {what}: {}",
                 panic_message(p.as_ref())
             ));
             fallback
@@ -105,7 +105,7 @@ pub fn run_command(
     }))
     .unwrap_or_else(|p| {
         let msg = panic_message(p.as_ref());
-        redis_module::logging::log_warning(format!("lease: panic in a command: {msg}"));
+        redis_module::logging::log_warning(format!("panic in a command: {msg}"));
         Err(LeaseError::Internal(crate::lease::args::printable(
             msg.as_bytes(),
         )))

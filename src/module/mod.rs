@@ -23,7 +23,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let settings = match crate::lease::config::parse_module_args(&raw_args) {
         Ok(s) => s,
         Err(why) => {
-            ctx.log_warning(&format!("lease: refusing to load: {why}"));
+            ctx.log_warning(&format!("refusing to load: {why}"));
             return Status::Err;
         }
     };
@@ -39,18 +39,18 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         }
     }
     if let Err(why) = config::register(ctx, settings) {
-        ctx.log_warning(&format!("lease: refusing to load: {why}"));
+        ctx.log_warning(&format!("refusing to load: {why}"));
         return Status::Err;
     }
     if let Err(why) = registry::register_all(ctx) {
-        ctx.log_warning(&format!("lease: refusing to load: {why}"));
+        ctx.log_warning(&format!("refusing to load: {why}"));
         return Status::Err;
     }
     state::init_detached(ctx.ctx);
     info::register(ctx);
     waiters::subscribe_events(ctx);
     if let Some(warning) = info::eviction_warning(ctx.ctx) {
-        ctx.log_warning(&format!("lease: {warning}"));
+        ctx.log_warning(&format!("{warning}"));
     }
     Status::Ok
 }

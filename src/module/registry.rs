@@ -176,7 +176,7 @@ fn add_acl_category(ctx: &Context) -> bool {
     match unsafe { raw::RedisModule_AddACLCategory } {
         Some(add) => {
             if unsafe { add(ctx.ctx, ACL_CATEGORY.as_ptr()) } != raw::REDISMODULE_OK as c_int {
-                ctx.log_notice("lease: the ACL category 'lease' exists already; using it");
+                ctx.log_notice("the ACL category 'lease' exists already; using it");
             }
             true
         }
