@@ -25,6 +25,9 @@ LONG_TTL=600000               # 10 minutes: nothing expires during the run
 
 [ -f "$MODULE" ] || { echo "missing $MODULE: run 'make build' first" >&2; exit 1; }
 T_START=$(date +%s)
+# What was built (make build ran just before): the commit, and whether the
+# module's sources differ from it.
+BUILT_FROM="$(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- src Cargo.lock 2>/dev/null || echo ' plus uncommitted changes in src/')"
 
 echo "building the hand-off client (cargo example 'handoff')..." >&2
 cargo build --release --quiet --example handoff
@@ -286,7 +289,7 @@ row() { # label, operation, command
   echo "- Command: \`make bench\` (= \`make build\` + \`bash bench/run.sh\`), defaults (BENCH_N=$N, BENCH_REPS=$REPS)"
   echo "- Date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), run took $(( $(date +%s) - T_START )) s"
   echo "- Machine: nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
-  echo "- Server: $("$SERVER_BIN" --version | awk '{ print $1, $2, $3 }'), \`--save '' --appendonly no\`, module built from commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- src Cargo.lock 2>/dev/null || echo ' plus uncommitted changes in the working tree')"
+  echo "- Server: $("$SERVER_BIN" --version | awk '{ print $1, $2, $3 }'), \`--save '' --appendonly no\`, module built from commit $BUILT_FROM"
   echo "- Client and server share the $(nproc) cores. Absolute numbers drift between runs and machines; compare ratios within one run."
   echo
   echo "## A. Server cost and pipelined throughput"
