@@ -1,8 +1,6 @@
 //! The LEASE.* command handlers: parse (crate::lease::args), read the key,
 //! decide (crate::lease::decide), then apply, replicate, notify and count.
 
-use std::ffi::CString;
-
 use redis_module::raw;
 
 use crate::lease::args::{self, check_owner, parse_acquire_options, parse_token, parse_ttl};
@@ -34,21 +32,43 @@ pub fn notify(ctx: Ctx, event: &'static std::ffi::CStr, key: *mut raw::RedisModu
 
 /// Replicates the full state of a lease as an effect: replicas and the AOF
 /// get the exact token and absolute deadline, never a clock-dependent command.
-pub fn replicate_state(ctx: Ctx, key: *mut raw::RedisModuleString, lease: &Lease) {
-    let cmd = CString::new(APPLY).expect("no NUL");
-    // SAFETY: format "sbll" matches a RedisModuleString, a buffer with its
-    // length and two long longs.
+/// `owner_arg` is the owner as a command argument, when there is one (no
+/// copy is made of it).
+pub fn replicate_state(
+    ctx: Ctx,
+    key: *mut raw::RedisModuleString,
+    owner_arg: Option<*mut raw::RedisModuleString>,
+    lease: &Lease,
+) {
+    let cmd = c"LEASE.APPLY";
+    debug_assert_eq!(cmd.to_bytes(), APPLY.as_bytes());
+    let (token, deadline) = (lease.token as i64, lease.deadline_ms);
+    // SAFETY: the formats match the arguments: "ssll" two
+    // RedisModuleStrings and two long longs; "sbll" a RedisModuleString, a
+    // buffer with its length, two long longs.
     unsafe {
-        raw::RedisModule_Replicate.unwrap()(
-            ctx,
-            cmd.as_ptr(),
-            c"sbll".as_ptr(),
-            key,
-            lease.owner.as_ptr(),
-            lease.owner.len(),
-            lease.token as i64,
-            lease.deadline_ms,
-        );
+        let replicate = raw::RedisModule_Replicate.unwrap();
+        match owner_arg {
+            Some(owner) => replicate(
+                ctx,
+                cmd.as_ptr(),
+                c"ssll".as_ptr(),
+                key,
+                owner,
+                token,
+                deadline,
+            ),
+            None => replicate(
+                ctx,
+                cmd.as_ptr(),
+                c"sbll".as_ptr(),
+                key,
+                lease.owner.as_ptr(),
+                lease.owner.len(),
+                token,
+                deadline,
+            ),
+        };
     }
 }
 
@@ -62,9 +82,15 @@ pub fn replicate_delete(ctx: Ctx, key: *mut raw::RedisModuleString) {
 
 /// Stores a new lease in `key` (named `name`): replicated as an effect,
 /// notified and counted like every acquisition. Returns its token.
-pub fn create(ctx: Ctx, key: &LeaseKey, name: *mut raw::RedisModuleString, lease: Lease) -> u64 {
+pub fn create(
+    ctx: Ctx,
+    key: &LeaseKey,
+    name: *mut raw::RedisModuleString,
+    owner_arg: Option<*mut raw::RedisModuleString>,
+    lease: Lease,
+) -> u64 {
     let token = lease.token;
-    replicate_state(ctx, name, &lease);
+    replicate_state(ctx, name, owner_arg, &lease);
     key.set(lease);
     STATS.acquired.incr();
     notify(ctx, c"lease.acquire", name);
@@ -77,13 +103,14 @@ fn extend(
     ctx: Ctx,
     key: &mut LeaseKey,
     name: *mut raw::RedisModuleString,
+    owner_arg: *mut raw::RedisModuleString,
     deadline_ms: i64,
 ) -> Result<(), LeaseError> {
     let lease = key
         .get()?
         .ok_or_else(|| LeaseError::Internal("the lease to extend is gone".into()))?;
     lease.deadline_ms = deadline_ms;
-    replicate_state(ctx, name, lease);
+    replicate_state(ctx, name, Some(owner_arg), lease);
     key.set_deadline(deadline_ms);
     notify(ctx, c"lease.renew", name);
     Ok(())
@@ -98,21 +125,25 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let ttl = parse_ttl(a.bytes(3), state::max_ttl_ms())?;
     let opts = parse_acquire_options(&a.rest(4))?;
     let name = a.handle(1);
-    let slot = (waiters::selected_db(ctx), a.bytes(1).to_vec());
     let mut key = LeaseKey::open(ctx, name, Mode::Write);
     let now = state::now_ms();
     // A free lease with clients queued goes to the oldest of them first: a
     // newcomer never overtakes a waiter.
-    if decide::live(key.get()?.as_deref(), now).is_none() && waiters::waiting(&slot) > 0 {
+    if let Some(slot) = waiters::slot_if_waiting(ctx, a, 1)
+        && decide::live(key.get()?.as_deref(), now).is_none()
+        && waiters::waiting(&slot) > 0
+    {
         waiters::serve(ctx, &slot, name, &key);
     }
     let current = key.get()?;
     let decision =
         state::with_clock(|clock| decide::acquire(current.as_deref(), owner, ttl, now, clock))?;
     match decision {
-        Acquire::Created(lease) => Ok(Reply::Int(create(ctx, &key, name, lease) as i64)),
+        Acquire::Created(lease) => Ok(Reply::Int(
+            create(ctx, &key, name, Some(a.handle(2)), lease) as i64,
+        )),
         Acquire::Reacquired { token, deadline_ms } => {
-            extend(ctx, &mut key, name, deadline_ms)?;
+            extend(ctx, &mut key, name, a.handle(2), deadline_ms)?;
             STATS.reacquired.incr();
             Ok(Reply::Int(token as i64))
         }
@@ -120,6 +151,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             Some(timeout) if waiters::may_block(ctx) => {
                 // Re-check just after the holder's key expires.
                 let recheck_at = current.map_or(now, |l| l.deadline_ms + 1);
+                let slot = (waiters::selected_db(ctx), a.bytes(1).to_vec());
                 Ok(waiters::block(ctx, slot, owner, ttl, timeout, recheck_at))
             }
             _ => {
@@ -142,7 +174,7 @@ pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let now = state::now_ms();
     match decide::renew(key.get()?.as_deref(), owner, ttl, now) {
         Some(deadline_ms) => {
-            extend(ctx, &mut key, name, deadline_ms)?;
+            extend(ctx, &mut key, name, a.handle(2), deadline_ms)?;
             STATS.renewed.incr();
             Ok(Reply::Int(1))
         }
@@ -154,6 +186,10 @@ pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
 }
 
 /// LEASE.RELEASE key owner
+///
+/// Replicated verbatim: on a replica and in AOF replay (where the clock must
+/// not decide) it deletes the lease when `owner` holds it, live or not, as
+/// the master did.
 pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() != 3 {
         return Err(LeaseError::Arity("lease.release"));
@@ -161,18 +197,43 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(2))?;
     let name = a.handle(1);
     let mut key = LeaseKey::open(ctx, name, Mode::Write);
+    if is_effect(ctx) {
+        return Ok(Reply::Int(
+            if decide::release_effect(key.get()?.as_deref(), owner) {
+                key.delete();
+                replicate_verbatim(ctx);
+                1
+            } else {
+                0
+            },
+        ));
+    }
     if decide::release(key.get()?.as_deref(), owner, state::now_ms()) {
         key.delete();
-        replicate_delete(ctx, name);
+        replicate_verbatim(ctx);
         STATS.released.incr();
         notify(ctx, c"lease.release", name);
-        let slot = (waiters::selected_db(ctx), a.bytes(1).to_vec());
-        waiters::serve(ctx, &slot, name, &key);
+        if let Some(slot) = waiters::slot_if_waiting(ctx, a, 1) {
+            waiters::serve(ctx, &slot, name, &key);
+        }
         Ok(Reply::Int(1))
     } else {
         STATS.release_failed.incr();
         Ok(Reply::Int(0))
     }
+}
+
+/// Is this call an effect to apply (from the master link or the AOF)
+/// rather than a client's request?
+fn is_effect(ctx: Ctx) -> bool {
+    state::ctx_flags(ctx)
+        & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING)
+        != 0
+}
+
+fn replicate_verbatim(ctx: Ctx) {
+    // SAFETY: ctx is the running command's context.
+    unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(ctx) };
 }
 
 /// LEASE.FENCE key token [command [arg ...]]
@@ -216,9 +277,7 @@ pub fn info(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
 /// LEASE.APPLY key owner token deadline-ms (internal): sets the full state
 /// of a lease, as replicated by the master and written to the AOF.
 pub fn apply(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
-    // SAFETY: GetContextFlags only reads the context of the running command.
-    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) } as u32;
-    if flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) == 0 {
+    if !is_effect(ctx) {
         return Err(LeaseError::InternalOnly(APPLY));
     }
     if a.len() != 5 {
@@ -237,7 +296,6 @@ pub fn apply(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         token,
         deadline_ms,
     });
-    // SAFETY: ctx is the running command's context.
-    unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(ctx) };
+    replicate_verbatim(ctx);
     Ok(Reply::Ok)
 }

@@ -50,7 +50,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     info::register(ctx);
     waiters::subscribe_events(ctx);
     if let Some(warning) = info::eviction_warning(ctx.ctx) {
-        ctx.log_warning(&format!("{warning}"));
+        ctx.log_warning(&warning.to_string());
     }
     Status::Ok
 }

@@ -8,6 +8,7 @@
 
 use std::os::raw::{c_int, c_void};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use redis_module::raw;
 
@@ -26,17 +27,29 @@ type Ctx = *mut raw::RedisModuleCtx;
 type Handle = usize;
 
 static REGISTRY: Mutex<Option<WaitRegistry<Handle, raw::RedisModuleTimerID>>> = Mutex::new(None);
+/// `REGISTRY`'s total, readable without the lock: the hot paths (acquire on
+/// a free key, release) skip the registry when nobody waits anywhere.
+static TOTAL: AtomicUsize = AtomicUsize::new(0);
 
 /// Runs `f` on the registry. Never call into the server while inside `f`:
 /// server calls can re-enter this module (the type's unlink callback).
 fn reg<R>(f: impl FnOnce(&mut WaitRegistry<Handle, raw::RedisModuleTimerID>) -> R) -> R {
     let mut guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
-    f(guard.get_or_insert_with(WaitRegistry::default))
+    let r = guard.get_or_insert_with(WaitRegistry::default);
+    let out = f(r);
+    TOTAL.store(r.total(), Relaxed);
+    out
 }
 
 /// Clients waiting on every key.
 pub fn total() -> usize {
-    reg(|r| r.total())
+    TOTAL.load(Relaxed)
+}
+
+/// The queue of the key argument `i` of this command, when any client
+/// waits anywhere (`None` otherwise: nothing to look up).
+pub fn slot_if_waiting(ctx: Ctx, a: &Args, i: usize) -> Option<Slot> {
+    (total() > 0).then(|| (selected_db(ctx), a.bytes(i).to_vec()))
 }
 
 /// Clients waiting on `slot`.
@@ -239,7 +252,7 @@ pub fn serve(ctx: Ctx, slot: &Slot, name: *mut raw::RedisModuleString, key: &Lea
         deadline_ms: now + w.ttl_ms,
     };
     let deadline = lease.deadline_ms;
-    create(ctx, key, name, lease);
+    create(ctx, key, name, None, lease);
     unblock(&w, slot, Ok(token));
     arm(slot, deadline + 1);
 }
@@ -390,5 +403,5 @@ pub fn subscribe_events(ctx: &redis_module::Context) {
 
 /// Helper for LEASE.INFO: waiters on the key of this command.
 pub fn waiting_here(ctx: Ctx, a: &Args) -> usize {
-    waiting(&(selected_db(ctx), a.bytes(1).to_vec()))
+    slot_if_waiting(ctx, a, 1).map_or(0, |slot| waiting(&slot))
 }

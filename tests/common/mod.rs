@@ -156,7 +156,17 @@ impl Server {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
-            let child = cmd.spawn().expect("spawn server");
+            let child = match cmd.spawn() {
+                Ok(child) => child,
+                Err(e) => {
+                    // A transient failure (EAGAIN under load): try again.
+                    last = StartFailure {
+                        log: format!("cannot spawn {:?}: {e}", server_binary(kind)),
+                    };
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                }
+            };
             let mut server = Server {
                 kind,
                 port,
