@@ -363,6 +363,9 @@ unsafe extern "C" fn revoke_cb(ctx: Ctx, data: *mut c_void) {
 /// A lease key named `key` left the keyspace in some database (DEL, UNLINK,
 /// RENAME, expiry, overwrite): re-check its queues right after the command.
 pub fn key_removed(key: &[u8]) {
+    if total() == 0 {
+        return; // nobody waits anywhere (queues without waiters are dropped)
+    }
     for slot in reg(|r| r.slots_named(key)) {
         arm(&slot, 0);
     }
