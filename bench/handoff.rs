@@ -49,6 +49,18 @@ fn wall_us() -> i64 {
         .unwrap_or(0)
 }
 
+/// The recipe's acquire: `SET key owner NX PX 60000`; true when it took the lock.
+fn try_set_nx(c: &mut redis::Connection, key: &str, owner: &str) -> Res<bool> {
+    let ok: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(owner)
+        .arg("NX")
+        .arg("PX")
+        .arg(60_000)
+        .query(c)?;
+    Ok(ok.is_some())
+}
+
 /// A small xorshift generator: random phases for the pollers.
 struct Rng(u64);
 impl Rng {
@@ -155,14 +167,7 @@ fn waiter(method: Method, port: u16, channel_name: String, jobs: Receiver<Job>, 
                 Method::Poll(every) => {
                     let mut first = true;
                     loop {
-                        let ok: Option<String> = redis::cmd("SET")
-                            .arg(&job.key)
-                            .arg(&job.owner)
-                            .arg("NX")
-                            .arg("PX")
-                            .arg(60_000)
-                            .query(&mut c)?;
-                        if ok.is_some() {
+                        if try_set_nx(&mut c, &job.key, &job.owner)? {
                             ev.send(Event::Got {
                                 at: Instant::now(),
                                 wall_us: wall_us(),
@@ -179,14 +184,7 @@ fn waiter(method: Method, port: u16, channel_name: String, jobs: Receiver<Job>, 
                 Method::PubSub => {
                     let mut first = true;
                     loop {
-                        let ok: Option<String> = redis::cmd("SET")
-                            .arg(&job.key)
-                            .arg(&job.owner)
-                            .arg("NX")
-                            .arg("PX")
-                            .arg(60_000)
-                            .query(&mut c)?;
-                        if ok.is_some() {
+                        if try_set_nx(&mut c, &job.key, &job.owner)? {
                             ev.send(Event::Got {
                                 at: Instant::now(),
                                 wall_us: wall_us(),

@@ -137,13 +137,9 @@ both! {
 
     fn the_inner_command_is_replicated_and_logged_once(kind) {
         let master = Server::start_with(kind, Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", "no"]));
-        let replica = Server::start_with(kind, Opts::default().extra(&["--replicaof", "127.0.0.1", &master.port.to_string()]));
+        let replica = replica_of(kind, &master);
         let mut m = master.conn();
         let mut r = replica.conn();
-        assert!(wait_until(Duration::from_secs(10), || {
-            let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-            info.contains("master_link_status:up")
-        }));
         let t = acquire(&mut m, "lock", "me", "30000");
         ok(&mut m, &["LEASE.FENCE", "lock", &t, "RPUSH", "log", "a"]);
         ok(&mut m, &["LEASE.FENCE", "lock", &t, "INCR", "n"]);

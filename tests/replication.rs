@@ -20,19 +20,6 @@ fn info(c: &mut redis::Connection, key: &str) -> Option<(i64, i64)> {
     }
 }
 
-fn replica_of(kind: Kind, master: &Server) -> Server {
-    let r = Server::start_with(
-        kind,
-        Opts::default().extra(&["--replicaof", "127.0.0.1", &master.port.to_string()]),
-    );
-    let mut c = r.conn();
-    assert!(wait_until(Duration::from_secs(10), || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
-        info.contains("master_link_status:up")
-    }));
-    r
-}
-
 /// Waits until the replica has processed everything the master sent.
 fn sync(m: &mut redis::Connection, replicas: i64) {
     assert_eq!(

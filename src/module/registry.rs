@@ -184,21 +184,27 @@ fn add_acl_category(ctx: &Context) -> bool {
     }
 }
 
+/// The server's handle of a command registered by this module, where the
+/// server can give it (7.0+).
+fn command_handle(ctx: &Context, name: &CStr) -> Option<*mut raw::RedisModuleCommand> {
+    // SAFETY: a function-pointer read filled in by RedisModule_Init, then a
+    // lookup by NUL-terminated name during OnLoad.
+    let get_command = unsafe { raw::RedisModule_GetCommand }?;
+    let command = unsafe { get_command(ctx.ctx, name.as_ptr()) };
+    (!command.is_null()).then_some(command)
+}
+
 /// Sets a registered command's ACL categories (`lease` among them).
 fn set_acl_categories(ctx: &Context, name: &CStr, categories: &CStr) -> Result<(), String> {
-    // SAFETY: as in `set_info`.
-    let (Some(get_command), Some(set_categories)) =
-        (unsafe { raw::RedisModule_GetCommand }, unsafe {
-            raw::RedisModule_SetCommandACLCategories
-        })
-    else {
+    // SAFETY: a function-pointer read filled in by RedisModule_Init.
+    let Some(set_categories) = (unsafe { raw::RedisModule_SetCommandACLCategories }) else {
         return Ok(());
     };
+    // SAFETY: a live command handle and a NUL-terminated category list.
     unsafe {
-        let command = get_command(ctx.ctx, name.as_ptr());
-        if command.is_null()
-            || set_categories(command, categories.as_ptr()) != raw::REDISMODULE_OK as c_int
-        {
+        let set =
+            |command| set_categories(command, categories.as_ptr()) == raw::REDISMODULE_OK as c_int;
+        if !command_handle(ctx, name).is_some_and(set) {
             return Err(format!(
                 "cannot set the ACL categories of {} to '{}'",
                 name.to_string_lossy(),
@@ -242,12 +248,8 @@ pub fn register_all(ctx: &Context) -> Result<(), String> {
 }
 
 fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
-    // SAFETY: plain function-pointer reads filled in by RedisModule_Init.
-    let (Some(get_command), Some(set_command_info)) =
-        (unsafe { raw::RedisModule_GetCommand }, unsafe {
-            raw::RedisModule_SetCommandInfo
-        })
-    else {
+    // SAFETY: a function-pointer read filled in by RedisModule_Init.
+    let Some(set_command_info) = (unsafe { raw::RedisModule_SetCommandInfo }) else {
         return Ok(());
     };
     // SAFETY: all structs below are zero-initialisable C structs; arrays end
@@ -293,8 +295,8 @@ fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
         info.key_specs = key_specs.as_mut_ptr();
         info.args = args.as_mut_ptr();
 
-        let command = get_command(ctx.ctx, name.as_ptr());
-        if command.is_null() || set_command_info(command, &info) != raw::REDISMODULE_OK as c_int {
+        let set = |command| set_command_info(command, &info) == raw::REDISMODULE_OK as c_int;
+        if !command_handle(ctx, name).is_some_and(set) {
             return Err(format!("cannot set the command info of {}", spec.name));
         }
     }

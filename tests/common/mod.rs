@@ -585,3 +585,20 @@ pub fn strings(v: &Value) -> Vec<String> {
         other => panic!("expected an array, got {other:?}"),
     }
 }
+
+/// Starts a replica of `master` (same kind) and waits until its link is up.
+pub fn replica_of(kind: Kind, master: &Server) -> Server {
+    let r = Server::start_with(
+        kind,
+        Opts::default().extra(&["--replicaof", "127.0.0.1", &master.port.to_string()]),
+    );
+    let mut c = r.conn();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
+            info.contains("master_link_status:up")
+        }),
+        "the replica never synced"
+    );
+    r
+}
