@@ -9,7 +9,7 @@ use crate::lease::{Lease, LeaseError};
 
 use super::entry::Args;
 use super::key::{LeaseKey, Mode};
-use super::registry::APPLY;
+use super::registry::{APPLY, APPLY_CMD};
 use super::reply::Reply;
 use super::state::{self, STATS};
 use super::waiters;
@@ -40,7 +40,7 @@ pub fn replicate_state(
     owner_arg: Option<*mut raw::RedisModuleString>,
     lease: &Lease,
 ) {
-    let cmd = c"LEASE.APPLY";
+    let cmd = APPLY_CMD;
     debug_assert_eq!(cmd.to_bytes(), APPLY.as_bytes());
     let (token, deadline) = (lease.token as i64, lease.deadline_ms);
     // SAFETY: the formats match the arguments: "ssll" two

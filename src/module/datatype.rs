@@ -2,7 +2,6 @@
 //! usage, copy, free, and the token clock's aux data. Every callback is an
 //! `extern "C"` entry point from the server and is panic-guarded.
 
-use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 
 use redis_module::native_types::RedisType;
@@ -103,13 +102,12 @@ unsafe extern "C" fn aof_rewrite(
     guard("aof_rewrite", (), || {
         // SAFETY: value is one of our records.
         let l = unsafe { lease(value) };
-        let cmd = CString::new(super::registry::APPLY).expect("no NUL");
         // SAFETY: EmitAOF with format "sbll": a RedisModuleString, a buffer
         // with its length, and two long longs, matching the arguments.
         unsafe {
             raw::RedisModule_EmitAOF.unwrap()(
                 aof,
-                cmd.as_ptr(),
+                super::registry::APPLY_CMD.as_ptr(),
                 c"sbll".as_ptr(),
                 key,
                 l.owner.as_ptr(),

@@ -10,6 +10,8 @@ use super::commands;
 
 /// The internal effect command used by replication and the AOF.
 pub const APPLY: &str = "LEASE.APPLY";
+/// `APPLY` as a C string, for RedisModule_Replicate and EmitAOF.
+pub const APPLY_CMD: &CStr = c"LEASE.APPLY";
 
 crate::command_entry!(acquire_entry => commands::acquire);
 crate::command_entry!(renew_entry => commands::renew);
