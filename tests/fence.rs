@@ -106,6 +106,21 @@ both! {
         assert_eq!(int(&ok(&mut c, &["DBSIZE"])), 2, "lock and acct:1 only");
     }
 
+    fn the_inner_commands_keys_are_declared(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let keys = |c: &mut redis::Connection, args: &[&str]| {
+            let mut full = vec!["COMMAND", "GETKEYS", "LEASE.FENCE", "lock", "1"];
+            full.extend(args);
+            strings(&ok(c, &full))
+        };
+        assert_eq!(keys(&mut c, &[]), ["lock"]);
+        assert_eq!(keys(&mut c, &["HSET", "acct", "f", "v"]), ["lock", "acct"]);
+        assert_eq!(keys(&mut c, &["MSET", "a", "1", "b", "2"]), ["lock", "a", "b"]);
+        assert_eq!(keys(&mut c, &["PING"]), ["lock"]);
+        assert_eq!(keys(&mut c, &["NOSUCHCOMMAND", "x"]), ["lock"]);
+    }
+
     fn oom_rules_follow_the_inner_command(kind) {
         let s = Server::start_with(kind, Opts::default().extra(&["--maxmemory-policy", "noeviction"]));
         let mut c = s.conn();

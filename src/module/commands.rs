@@ -238,6 +238,11 @@ fn replicate_verbatim(ctx: Ctx) {
 
 /// LEASE.FENCE key token [command [arg ...]]
 pub fn fence(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    // SAFETY: reads the context of the running call.
+    if unsafe { raw::RedisModule_IsKeysPositionRequest.unwrap()(ctx) } != 0 {
+        super::fence::report_keys(ctx, a);
+        return Ok(Reply::Sent);
+    }
     if a.len() < 3 {
         return Err(LeaseError::Arity("lease.fence"));
     }

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::os::raw::c_int;
 use std::sync::Mutex;
 
 use redis_module::raw;
@@ -196,4 +197,57 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, Lease
     // SAFETY: forwards a live call reply to the client.
     unsafe { raw::RedisModule_ReplyWithCallReply.unwrap()(ctx, reply.0) };
     Ok(Reply::Sent)
+}
+
+/// Answers a keys-position request for LEASE.FENCE (the server asks for
+/// cluster routing, COMMAND GETKEYS and ACL key checks): the lease key, then
+/// the inner command's keys, with their access flags, where the server can
+/// list them (RedisModule_GetCommandKeysWithFlags: Valkey 8, Redis 7.2+).
+/// On Redis 7.0 only the lease key is declared; the inner keys are still
+/// checked when the command runs (ACL through the caller's user, CROSSSLOT
+/// by `check_slots`).
+pub fn report_keys(ctx: Ctx, a: &Args) {
+    // SAFETY: function-pointer reads filled in by RedisModule_Init; the key
+    // positions are reported on the position-request context the server
+    // passed; the arrays GetCommandKeysWithFlags returns are freed with
+    // RedisModule_Free as its contract says.
+    unsafe {
+        let at = |pos: c_int, flags: c_int| match raw::RedisModule_KeyAtPosWithFlags {
+            Some(with_flags) => with_flags(ctx, pos, flags),
+            None => raw::RedisModule_KeyAtPos.unwrap()(ctx, pos),
+        };
+        at(
+            1,
+            (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as c_int,
+        );
+        let Some(get_keys) = raw::RedisModule_GetCommandKeysWithFlags else {
+            return;
+        };
+        if a.len() <= 3 {
+            return;
+        }
+        let mut inner: Vec<*mut raw::RedisModuleString> =
+            (3..a.len()).map(|i| a.handle(i)).collect();
+        let mut count: c_int = 0;
+        let mut flags: *mut c_int = std::ptr::null_mut();
+        let keys = get_keys(
+            ctx,
+            inner.as_mut_ptr(),
+            inner.len() as c_int,
+            &mut count,
+            &mut flags,
+        );
+        if keys.is_null() {
+            return; // unknown command, wrong arity or no keys: refused when run
+        }
+        for i in 0..count.max(0) as usize {
+            let f = if flags.is_null() { 0 } else { *flags.add(i) };
+            at(*keys.add(i) + 3, f);
+        }
+        let free = raw::RedisModule_Free.unwrap();
+        free(keys.cast());
+        if !flags.is_null() {
+            free(flags.cast());
+        }
+    }
 }

@@ -64,7 +64,7 @@ fn specs() -> Vec<Spec> {
         REDISMODULE_CMD_ARG_MULTIPLE as MULTIPLE, REDISMODULE_CMD_ARG_OPTIONAL as OPTIONAL,
         REDISMODULE_CMD_KEY_ACCESS as ACCESS, REDISMODULE_CMD_KEY_DELETE as DELETE,
         REDISMODULE_CMD_KEY_OW as OW, REDISMODULE_CMD_KEY_RO as RO, REDISMODULE_CMD_KEY_RW as RW,
-        REDISMODULE_CMD_KEY_UPDATE as UPDATE,
+        REDISMODULE_CMD_KEY_UPDATE as UPDATE, REDISMODULE_CMD_KEY_VARIABLE_FLAGS as VARIABLE_FLAGS,
     };
     vec![
         Spec {
@@ -114,9 +114,12 @@ fn specs() -> Vec<Spec> {
             name: "LEASE.FENCE",
             entry: Some(fence_entry),
             acl: c"read lease",
-            flags: "readonly may-replicate",
+            // getkeys-api: the inner command's keys are declared too.
+            flags: "readonly may-replicate getkeys-api",
             arity: -3,
-            key_flags: RO | ACCESS,
+            // VARIABLE_FLAGS: the server asks the getkeys-api callback, which
+            // adds the inner command's keys, instead of this spec alone.
+            key_flags: RO | ACCESS | VARIABLE_FLAGS,
             summary: c"Checks that token is the token of the lease held now (else a STALE error) and, in the same step, runs the command if one is given",
             complexity: c"O(1)",
             args: vec![
