@@ -112,13 +112,24 @@ impl Cluster {
         }
     }
 
-    /// (node id, port) of the master serving `slot`.
+    /// (node id, port) of the master serving `slot`, as node 0 sees it.
+    /// While a failover or a slot move settles, node 0's view may briefly
+    /// show no owner: it is asked again for up to 10 s.
     fn master_of(&self, slot: i64) -> (String, u16) {
+        let mut found = None;
+        wait_until(Duration::from_secs(10), || {
+            found = self.try_master_of(slot);
+            found.is_some()
+        });
+        found.unwrap_or_else(|| panic!("no master for slot {slot}"))
+    }
+
+    fn try_master_of(&self, slot: i64) -> Option<(String, u16)> {
         let mut c = self.nodes[0].conn();
         let nodes = text(&mut c, &["CLUSTER", "NODES"]);
         for line in nodes.lines() {
             let f: Vec<&str> = line.split(' ').collect();
-            if !f[2].contains("master") {
+            if !f[2].contains("master") || f[2].contains("fail") {
                 continue;
             }
             for range in &f[8..] {
@@ -127,11 +138,11 @@ impl Cluster {
                     && (a..=b).contains(&slot)
                 {
                     let port = f[1].split(['@', ':']).nth(1).unwrap().parse().unwrap();
-                    return (f[0].to_string(), port);
+                    return Some((f[0].to_string(), port));
                 }
             }
         }
-        panic!("no master for slot {slot}")
+        None
     }
 
     fn masters(&self) -> Vec<(String, u16)> {
