@@ -44,22 +44,6 @@ impl CallReply {
         }
         raw::call_reply_string(self.0)
     }
-
-    fn strings(&self) -> Vec<Vec<u8>> {
-        if self.0.is_null() || raw::call_reply_type(self.0) != raw::ReplyType::Array {
-            return Vec::new();
-        }
-        (0..raw::call_reply_length(self.0))
-            .filter_map(|i| {
-                let e = raw::call_reply_array_element(self.0, i);
-                let mut len = 0;
-                let p = raw::call_reply_string_ptr(e, &mut len);
-                // SAFETY: the element's string stays valid while the reply lives.
-                (!p.is_null())
-                    .then(|| unsafe { std::slice::from_raw_parts(p as *const u8, len) }.to_vec())
-            })
-            .collect()
-    }
 }
 
 /// The COMMAND INFO flags of `name`, or UnknownCommand.
@@ -111,29 +95,15 @@ fn command_flags(ctx: Ctx, name: &[u8]) -> Result<Vec<String>, LeaseError> {
 }
 
 /// In cluster mode, refuses an inner command with a key outside the slot
-/// of the lease key.
-fn check_slots(
-    ctx: Ctx,
-    a: &Args,
-    inner: &mut [*mut raw::RedisModuleString],
-) -> Result<(), LeaseError> {
+/// of the lease key. The server's routing refuses such a call first (the
+/// inner keys are declared through `report_keys`); this keeps the rule in
+/// the command itself, whatever path the call took.
+fn check_slots(ctx: Ctx, a: &Args) -> Result<(), LeaseError> {
     if state::ctx_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
         return Ok(());
     }
-    // SAFETY: RM_Call with format "cv": a C string, then an argv vector and
-    // its length, pointing at the command's own arguments.
-    let reply = CallReply(unsafe {
-        raw::RedisModule_Call.unwrap()(
-            ctx,
-            c"COMMAND".as_ptr(),
-            c"cv".as_ptr(),
-            c"GETKEYS".as_ptr(),
-            inner.as_mut_ptr(),
-            inner.len(),
-        )
-    });
-    let keys = reply.strings();
-    check_same_slot(a.bytes(1), keys.iter().map(|k| k.as_slice()))
+    let keys = inner_keys(ctx, a);
+    check_same_slot(a.bytes(1), keys.iter().map(|&(pos, _)| a.bytes(pos)))
 }
 
 /// Maps an RM_Call failure reported through errno to an error reply.
@@ -158,10 +128,8 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, Lease
     let name = a.bytes(3);
     let shown = printable(name).to_ascii_lowercase();
     check_inner(name, &command_flags(ctx, name)?)?;
+    check_slots(ctx, a)?;
     let mut inner: Vec<*mut raw::RedisModuleString> = (4..a.len()).map(|i| a.handle(i)).collect();
-    let mut with_name = vec![a.handle(3)];
-    with_name.extend(&inner);
-    check_slots(ctx, a, &mut with_name)?;
     {
         let mut key = LeaseKey::open(ctx, a.handle(1), Mode::Read);
         if let Err(e) = decide::fence(key.get()?.as_deref(), token, state::now_ms()) {
@@ -199,33 +167,22 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, Lease
     Ok(Reply::Sent)
 }
 
-/// Answers a keys-position request for LEASE.FENCE (the server asks for
-/// cluster routing, COMMAND GETKEYS and ACL key checks): the lease key, then
-/// the inner command's keys, with their access flags, where the server can
-/// list them (RedisModule_GetCommandKeysWithFlags: Valkey 8, Redis 7.2+).
-/// On Redis 7.0 only the lease key is declared; the inner keys are still
-/// checked when the command runs (ACL through the caller's user, CROSSSLOT
-/// by `check_slots`).
-pub fn report_keys(ctx: Ctx, a: &Args) {
-    // SAFETY: function-pointer reads filled in by RedisModule_Init; the key
-    // positions are reported on the position-request context the server
-    // passed; the arrays GetCommandKeysWithFlags returns are freed with
+/// The fenced command's keys: (argument index in this call, key flags), as
+/// RedisModule_GetCommandKeysWithFlags finds them (Redis 7.0+, Valkey).
+/// Empty for an unknown command, a wrong arity or a command without keys,
+/// which are refused when run.
+fn inner_keys(ctx: Ctx, a: &Args) -> Vec<(usize, c_int)> {
+    if a.len() <= 3 {
+        return Vec::new();
+    }
+    // SAFETY: a function-pointer read filled in by RedisModule_Init; the
+    // argv points at this call's own arguments; the arrays the server
+    // returns are read for `count` entries, then freed with
     // RedisModule_Free as its contract says.
     unsafe {
-        let at = |pos: c_int, flags: c_int| match raw::RedisModule_KeyAtPosWithFlags {
-            Some(with_flags) => with_flags(ctx, pos, flags),
-            None => raw::RedisModule_KeyAtPos.unwrap()(ctx, pos),
-        };
-        at(
-            1,
-            (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as c_int,
-        );
         let Some(get_keys) = raw::RedisModule_GetCommandKeysWithFlags else {
-            return;
+            return Vec::new();
         };
-        if a.len() <= 3 {
-            return;
-        }
         let mut inner: Vec<*mut raw::RedisModuleString> =
             (3..a.len()).map(|i| a.handle(i)).collect();
         let mut count: c_int = 0;
@@ -238,16 +195,42 @@ pub fn report_keys(ctx: Ctx, a: &Args) {
             &mut flags,
         );
         if keys.is_null() {
-            return; // unknown command, wrong arity or no keys: refused when run
+            return Vec::new();
         }
-        for i in 0..count.max(0) as usize {
-            let f = if flags.is_null() { 0 } else { *flags.add(i) };
-            at(*keys.add(i) + 3, f);
-        }
+        let out = (0..count.max(0) as usize)
+            .map(|i| {
+                let f = if flags.is_null() { 0 } else { *flags.add(i) };
+                (*keys.add(i) as usize + 3, f)
+            })
+            .collect();
         let free = raw::RedisModule_Free.unwrap();
         free(keys.cast());
         if !flags.is_null() {
             free(flags.cast());
+        }
+        out
+    }
+}
+
+/// Answers a keys-position request for LEASE.FENCE (the server asks for
+/// cluster routing, COMMAND GETKEYS and ACL key checks): the lease key, then
+/// the inner command's keys with their access flags.
+pub fn report_keys(ctx: Ctx, a: &Args) {
+    let inner = inner_keys(ctx, a);
+    // SAFETY: function-pointer reads filled in by RedisModule_Init; the key
+    // positions are reported on the position-request context the server
+    // passed.
+    unsafe {
+        let at = |pos: c_int, flags: c_int| match raw::RedisModule_KeyAtPosWithFlags {
+            Some(with_flags) => with_flags(ctx, pos, flags),
+            None => raw::RedisModule_KeyAtPos.unwrap()(ctx, pos),
+        };
+        at(
+            1,
+            (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as c_int,
+        );
+        for (pos, flags) in inner {
+            at(pos as c_int, flags);
         }
     }
 }
