@@ -59,15 +59,43 @@ cli SHUTDOWN NOSAVE >/dev/null 2>&1 || true
 wait $PID || true
 
 # One log per process (the server and the children it forks to save).
-LOG=$WORK/all.log
-cat "$WORK"/valgrind.*.log > "$LOG"
-echo "valgrind: summary"
-grep -E "definitely lost|indirectly lost|ERROR SUMMARY" "$LOG" || true
-# Keep only valgrind records (blocks separated by empty "==pid== " lines)
-# whose stack goes through the module. lzf_compress reads its own hash
-# table uninitialised by design (the server compressing what rdb_save
-# wrote); that record is the server's, not the module's.
-bad=$(awk '/^==[0-9]+== $/ { if (blk ~ /redis_lease/ && blk !~ /lzf_compress/ && blk ~ /(definitely lost|indirectly lost|Invalid|uninitialised)/) print blk; blk=""; next } { blk = blk "\n" $0 }' "$LOG")
+# Each file is examined on its own: joined, the last record of one file
+# (its summary) would run into the next file's header, which names the
+# module on its Command: line, and be taken for an error of the module.
+shopt -s nullglob
+logs=("$WORK"/valgrind.*.log)
+if [ ${#logs[@]} -eq 0 ]; then
+  echo "valgrind: no valgrind log was written"
+  exit 1
+fi
+echo "valgrind: summary (${#logs[@]} process logs)"
+bad=""
+for f in "${logs[@]}"; do
+  name=$(basename "$f")
+  grep -E "definitely lost:|indirectly lost:|ERROR SUMMARY" "$f" | sed "s/^/$name: /" || true
+  # Keep only this file's error records (blocks separated by empty
+  # "==pid== " lines, the header and the summaries left out) whose stack
+  # goes through the module. lzf_compress reads its own hash table
+  # uninitialised by design (the server compressing what rdb_save wrote);
+  # that record is the server's, not the module's.
+  found=$(awk '
+    function check() {
+      if (first ~ /(Invalid (read|write|free)|depends on uninitialised|Use of uninitialised value|uninitialised byte|are (definitely|indirectly) lost|Mismatched free|Source and destination overlap|Jump to the invalid address)/ \
+          && blk ~ /redis_lease/ && blk !~ /lzf_compress/ \
+          && blk ~ /(definitely lost|indirectly lost|Invalid|uninitialised)/)
+        print blk
+      blk = ""; first = ""
+    }
+    { line = $0; sub(/^==[0-9]+== ?/, "", line) }
+    line == "" { check(); next }
+    { if (first == "") first = line; blk = blk "\n" $0 }
+    END { check() }
+  ' "$f")
+  if [ -n "$found" ]; then
+    bad="$bad
+$name:$found"
+  fi
+done
 if [ -n "$bad" ]; then
   echo "valgrind: problems in the module:"
   echo "$bad"
