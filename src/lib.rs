@@ -15,7 +15,7 @@ mod registration {
     use redis_module::alloc::RedisAlloc;
     use redis_module::redis_module;
 
-    use crate::module::datatype::LEASE_TYPE;
+    use crate::module::callbacks::LEASE_TYPE;
     use crate::module::init;
 
     redis_module! {

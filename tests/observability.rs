@@ -275,12 +275,14 @@ both! {
         let mut c = s.conn();
         // (name, arity, flags that must be there, flags that must not)
         let table: [(&str, i64, &[&str], &[&str]); 5] = [
-            ("lease.acquire", -4, &["write", "denyoom", "fast"], &["readonly"]),
+            // ACQUIRE may block (BLOCK): blocking, so not fast.
+            ("lease.acquire", -4, &["write", "denyoom", "blocking"], &["readonly", "fast"]),
             ("lease.renew", 4, &["write", "fast"], &["readonly", "denyoom"]),
             ("lease.release", 3, &["write", "fast"], &["readonly", "denyoom"]),
-            // FENCE may run a command of any cost: readonly (replicas serve
-            // the check form), not necessarily fast.
-            ("lease.fence", -3, &["readonly"], &["write", "denyoom"]),
+            // FENCE may run a write of any cost: write (so scripts that
+            // fenced a write are unkillable and clients route it to
+            // masters), not denyoom (the check works under OOM), not fast.
+            ("lease.fence", -3, &["write"], &["readonly", "denyoom", "fast"]),
             ("lease.info", 2, &["readonly", "fast"], &["write", "denyoom"]),
         ];
         for (name, arity, has, has_not) in table {

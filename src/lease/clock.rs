@@ -12,6 +12,18 @@
 pub const MAX_TOKEN: u64 = (1 << 53) - 1;
 /// Tokens per wall-clock millisecond in the floor.
 pub const TOKENS_PER_MS: u64 = 1024;
+/// How far ahead of the wall clock a stored token may be (one year of
+/// floor): a restored value beyond it is refused, so that one RESTORE can
+/// never push the clock to 2^53-1 and exhaust every later acquire. The
+/// logical part runs ahead of the wall clock only by the tokens issued
+/// faster than 1024 per millisecond, so real values stay far below it.
+pub const MAX_AHEAD_MS: i64 = 365 * 24 * 3600 * 1000;
+
+/// The largest token a stored value may carry at `now_ms`.
+pub fn max_acceptable(now_ms: i64) -> u64 {
+    let ahead = u64::try_from(now_ms.saturating_add(MAX_AHEAD_MS)).unwrap_or(0);
+    ahead.saturating_mul(TOKENS_PER_MS).min(MAX_TOKEN)
+}
 
 /// The last token this server issued or saw.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +94,15 @@ mod tests {
         assert_eq!(c.issue(NOW), Some(NOW as u64 * 1024 + 5001));
         c.observe(3);
         assert_eq!(c.last(), NOW as u64 * 1024 + 5001);
+    }
+
+    #[test]
+    fn stored_tokens_may_run_one_year_ahead() {
+        let bound = max_acceptable(NOW);
+        assert_eq!(bound, (NOW + MAX_AHEAD_MS) as u64 * TOKENS_PER_MS);
+        assert!(bound < MAX_TOKEN, "the bound leaves room to issue tokens");
+        assert_eq!(max_acceptable(i64::MAX), MAX_TOKEN);
+        assert_eq!(max_acceptable(i64::MIN), 0);
     }
 
     #[test]

@@ -82,11 +82,28 @@ pub struct InfoView {
     pub ttl_ms: i64,
 }
 
-pub fn info(current: Option<&Lease>, now_ms: i64) -> Option<InfoView> {
+pub fn info(current: Option<&Lease>, now_ms: i64, key_expire_ms: Option<i64>) -> Option<InfoView> {
     live(current, now_ms).map(|l| InfoView {
         token: l.token,
-        ttl_ms: l.remaining_ms(now_ms),
+        ttl_ms: (ends_at(l, key_expire_ms) - now_ms).max(0),
     })
+}
+
+/// When a live lease ends: at its recorded deadline, or earlier when its
+/// key expires first (a `PEXPIRE` shortened the key's TTL).
+pub fn ends_at(lease: &Lease, key_expire_ms: Option<i64>) -> i64 {
+    key_expire_ms.map_or(lease.deadline_ms, |e| e.min(lease.deadline_ms))
+}
+
+/// What a key's expiry should be set to so that it matches its lease: the
+/// recorded deadline, when the key has no expiry or outlives the lease
+/// (`RESTORE k 0`, `PERSIST`, a longer `EXPIRE`). `None`: it matches, or the
+/// key goes first (the lease ends with it).
+pub fn expiry_to_align(lease: &Lease, key_expire_ms: Option<i64>) -> Option<i64> {
+    match key_expire_ms {
+        Some(e) if e <= lease.deadline_ms => None,
+        _ => Some(lease.deadline_ms),
+    }
 }
 
 #[cfg(test)]
@@ -152,7 +169,7 @@ mod tests {
         assert_eq!(renew(Some(&cur), b"a", 10, NOW), None);
         assert!(!release(Some(&cur), b"a", NOW));
         assert_eq!(fence(Some(&cur), 77, NOW), Err(LeaseError::Stale));
-        assert_eq!(info(Some(&cur), NOW), None);
+        assert_eq!(info(Some(&cur), NOW, None), None);
     }
 
     #[test]
@@ -174,12 +191,32 @@ mod tests {
         assert_eq!(fence(Some(&cur), 76, NOW), Err(LeaseError::Stale));
         assert_eq!(fence(None, 77, NOW), Err(LeaseError::Stale));
         assert_eq!(
-            info(Some(&cur), NOW + 40),
+            info(Some(&cur), NOW + 40, None),
             Some(InfoView {
                 token: 77,
                 ttl_ms: 60
             })
         );
+        assert_eq!(
+            info(Some(&cur), NOW + 40, Some(NOW + 50)).map(|v| v.ttl_ms),
+            Some(10),
+            "a shorter key TTL wins"
+        );
+        assert_eq!(
+            info(Some(&cur), NOW + 40, Some(NOW + 500)).map(|v| v.ttl_ms),
+            Some(60)
+        );
+    }
+
+    #[test]
+    fn key_expiry_follows_the_lease() {
+        let cur = held(b"a", 77, NOW + 100);
+        assert_eq!(ends_at(&cur, None), NOW + 100);
+        assert_eq!(ends_at(&cur, Some(NOW + 20)), NOW + 20);
+        assert_eq!(expiry_to_align(&cur, None), Some(NOW + 100));
+        assert_eq!(expiry_to_align(&cur, Some(NOW + 900)), Some(NOW + 100));
+        assert_eq!(expiry_to_align(&cur, Some(NOW + 100)), None);
+        assert_eq!(expiry_to_align(&cur, Some(NOW + 20)), None);
     }
 
     #[test]

@@ -46,6 +46,9 @@ pub enum LeaseError {
     CrossSlot,
     /// The caller's ACL user may not run the fenced command or touch its keys.
     NoPerm(String),
+    /// The key's cluster slot is served by another node now: the server's
+    /// own redirection (`ASK <slot> <ip:port>` or `MOVED <slot> <ip:port>`).
+    Redirect(String),
     /// A bug caught at the boundary (a panic turned into an error reply).
     Internal(String),
 }
@@ -96,6 +99,7 @@ impl fmt::Display for LeaseError {
                 "CROSSSLOT Keys of the fenced command don't hash to the slot of the lease key"
             ),
             LeaseError::NoPerm(what) => write!(f, "NOPERM {what}"),
+            LeaseError::Redirect(to) => write!(f, "{to}"),
             LeaseError::Internal(what) => {
                 write!(f, "ERR internal error in the lease module: {what}")
             }
@@ -133,6 +137,7 @@ mod tests {
             LeaseError::UnknownCommand("x".into()),
             LeaseError::CrossSlot,
             LeaseError::NoPerm("x".into()),
+            LeaseError::Redirect("MOVED 1 127.0.0.1:7000".into()),
             LeaseError::Internal("x".into()),
         ];
         for e in all {

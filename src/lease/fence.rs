@@ -5,9 +5,40 @@
 use super::args::printable;
 use super::error::LeaseError;
 
-/// Refuses an inner command by its name and its COMMAND INFO flags:
-/// LEASE.* commands, blocking commands, commands not allowed in scripts.
-pub fn check_inner(name: &[u8], flags: &[String]) -> Result<(), LeaseError> {
+/// Would this call of a command flagged `blocking` block? XREAD and
+/// XREADGROUP block only with a `BLOCK` option (before `STREAMS`, after
+/// which come key names); every other blocking command always may.
+fn blocks(name: &[u8], args: &[&[u8]]) -> bool {
+    let is = |a: &[u8], word: &str| a.eq_ignore_ascii_case(word.as_bytes());
+    if !is(name, "xread") && !is(name, "xreadgroup") {
+        return true;
+    }
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        if is(a, "STREAMS") {
+            return false;
+        }
+        if is(a, "BLOCK") {
+            return true;
+        }
+        // GROUP group consumer, COUNT n: skip the values (a group may be
+        // called BLOCK).
+        i += if is(a, "GROUP") {
+            3
+        } else if is(a, "COUNT") {
+            2
+        } else {
+            1
+        };
+    }
+    false
+}
+
+/// Refuses an inner command by its name, its COMMAND INFO flags (those of
+/// its subcommand, for container commands such as CONFIG) and, for XREAD
+/// and XREADGROUP, whether it asks to block: LEASE.* commands, calls that
+/// would block, commands not allowed in scripts. `args` follow the name.
+pub fn check_inner(name: &[u8], flags: &[String], args: &[&[u8]]) -> Result<(), LeaseError> {
     let shown = printable(name).to_ascii_lowercase();
     if name.len() >= 6 && name[..6].eq_ignore_ascii_case(b"lease.") {
         return Err(LeaseError::FenceRefused(
@@ -15,7 +46,7 @@ pub fn check_inner(name: &[u8], flags: &[String]) -> Result<(), LeaseError> {
             "lease commands cannot be fenced",
         ));
     }
-    if flags.iter().any(|f| f.eq_ignore_ascii_case("blocking")) {
+    if flags.iter().any(|f| f.eq_ignore_ascii_case("blocking")) && blocks(name, args) {
         return Err(LeaseError::FenceRefused(
             shown,
             "blocking commands cannot be fenced",
@@ -106,18 +137,44 @@ mod tests {
     #[test]
     fn refused_inner_commands() {
         let none: Vec<String> = vec![];
-        assert!(check_inner(b"HSET", &["write".into(), "denyoom".into()]).is_ok());
+        assert!(check_inner(b"HSET", &["write".into(), "denyoom".into()], &[]).is_ok());
         assert!(matches!(
-            check_inner(b"lease.release", &none),
+            check_inner(b"lease.release", &none, &[]),
             Err(LeaseError::FenceRefused(..))
         ));
         assert!(matches!(
-            check_inner(b"LEASE.FENCE", &none),
+            check_inner(b"LEASE.FENCE", &none, &[]),
             Err(LeaseError::FenceRefused(..))
         ));
-        let e = check_inner(b"BLPOP", &["write".into(), "blocking".into()]).unwrap_err();
+        let blocking: Vec<String> = vec!["write".into(), "blocking".into()];
+        let e = check_inner(b"BLPOP", &blocking, &[b"l", b"0"]).unwrap_err();
         assert!(e.to_string().contains("blocking"), "{e}");
-        let e = check_inner(b"subscribe", &["pubsub".into(), "noscript".into()]).unwrap_err();
+        let e = check_inner(b"subscribe", &["pubsub".into(), "noscript".into()], &[]).unwrap_err();
         assert!(e.to_string().contains("scripts"), "{e}");
+    }
+
+    #[test]
+    fn xread_blocks_only_with_block() {
+        let blocking: Vec<String> = vec!["readonly".into(), "blocking".into()];
+        let ok = |name: &[u8], args: &[&[u8]]| check_inner(name, &blocking, args).is_ok();
+        assert!(ok(b"XREAD", &[b"COUNT", b"5", b"STREAMS", b"s", b"0"]));
+        assert!(
+            ok(b"xread", &[b"STREAMS", b"BLOCK", b"0"]),
+            "a stream named BLOCK"
+        );
+        assert!(!ok(b"XREAD", &[b"BLOCK", b"10", b"STREAMS", b"s", b"0"]));
+        assert!(!ok(
+            b"XREAD",
+            &[b"COUNT", b"1", b"block", b"0", b"STREAMS", b"s", b"$"]
+        ));
+        assert!(ok(
+            b"XREADGROUP",
+            &[b"GROUP", b"BLOCK", b"c", b"STREAMS", b"s", b">"]
+        ));
+        assert!(!ok(
+            b"XREADGROUP",
+            &[b"GROUP", b"g", b"c", b"BLOCK", b"5", b"STREAMS", b"s", b">"]
+        ));
+        assert!(!ok(b"BLPOP", &[b"l", b"0"]));
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod decide;
 pub mod error;

@@ -32,6 +32,9 @@ pub enum DecodeError {
     FutureVersion(u8),
     /// A field with an impossible value.
     Invalid(&'static str),
+    /// A token further ahead of this server's wall clock than
+    /// `clock::MAX_AHEAD_MS` allows (at most `max` now).
+    TooFarAhead { token: u64, max: u64 },
 }
 
 impl std::fmt::Display for DecodeError {
@@ -44,6 +47,11 @@ impl std::fmt::Display for DecodeError {
                 "lease record has encoding version {v}, newer than the {ENCODING_VERSION} this module reads"
             ),
             DecodeError::Invalid(what) => write!(f, "lease record has an invalid {what}"),
+            DecodeError::TooFarAhead { token, max } => write!(
+                f,
+                "lease record has token {token}, more than {} days ahead of this server's clock (at most {max} is accepted now)",
+                crate::lease::clock::MAX_AHEAD_MS / 86_400_000
+            ),
         }
     }
 }
@@ -69,6 +77,20 @@ impl Lease {
     /// Bytes of memory this record takes, for MEMORY USAGE.
     pub fn mem_usage(&self) -> usize {
         std::mem::size_of::<Self>() + self.owner.len()
+    }
+
+    /// Refuses a stored record (RDB, RESTORE, MIGRATE) whose token is too far
+    /// ahead of the wall clock at `now_ms` to be trusted: taking it would
+    /// raise the token clock towards 2^53-1 for good.
+    pub fn check_not_ahead(&self, now_ms: i64) -> Result<(), DecodeError> {
+        let max = crate::lease::clock::max_acceptable(now_ms);
+        if self.token > max {
+            return Err(DecodeError::TooFarAhead {
+                token: self.token,
+                max,
+            });
+        }
+        Ok(())
     }
 
     /// The versioned byte encoding used by RDB (and so DUMP/RESTORE, MIGRATE).
@@ -147,6 +169,29 @@ mod tests {
         assert_eq!(l.remaining_ms(l.deadline_ms + 5), 0);
         assert!(l.is_held_by(b"me\0\xffyou"));
         assert!(!l.is_held_by(b"me"));
+    }
+
+    #[test]
+    fn a_token_too_far_ahead_of_the_clock_is_refused() {
+        let now = 1_800_000_000_000;
+        let day = 86_400_000;
+        let ok = Lease {
+            token: (now + day) as u64 * 1024,
+            ..sample()
+        };
+        assert_eq!(ok.check_not_ahead(now), Ok(()));
+        let ahead = Lease {
+            token: (now + 400 * day) as u64 * 1024,
+            ..sample()
+        };
+        let e = ahead.check_not_ahead(now).unwrap_err();
+        assert!(matches!(e, DecodeError::TooFarAhead { .. }));
+        assert!(e.to_string().contains("365 days ahead"), "{e}");
+        let capped = Lease {
+            token: crate::lease::clock::MAX_TOKEN,
+            ..sample()
+        };
+        assert!(capped.check_not_ahead(now).is_err());
     }
 
     #[test]

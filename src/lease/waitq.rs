@@ -1,8 +1,15 @@
 //! Waiters of `LEASE.ACQUIRE ... BLOCK`: one first-come-first-served queue
-//! per key. Generic over the handle the server layer uses for a blocked
-//! client, so the queue discipline is tested here without a server.
+//! per key, and the `BLOCK` timeouts of every waiter. Generic over the handle
+//! the server layer uses for a blocked client, so the queue discipline is
+//! tested here without a server.
+//!
+//! Every operation costs O(log n) or less in the number of waiters n (a
+//! mass timeout of n waiters costs O(n log n)): arrival order and timeouts
+//! are ordered maps, and a waiter is found by its handle, a queue by its key
+//! name, and a queue's waiters by their owner through hash indexes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::Hash;
 
 /// A client waiting for a lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +21,8 @@ pub struct Waiter<H> {
     /// The owner id and ttl it asked for.
     pub owner: Box<[u8]>,
     pub ttl_ms: i64,
+    /// When its `BLOCK` timeout passes (unix ms); `None` waits forever.
+    pub timeout_at: Option<i64>,
 }
 
 /// Where a queue lives: database index and key name.
@@ -24,13 +33,21 @@ pub type Slot = (i32, Vec<u8>);
 #[derive(Debug)]
 pub struct WaitRegistry<H, T> {
     queues: HashMap<Slot, Queue<H, T>>,
+    /// Databases that have a queue for a key name.
+    by_name: HashMap<Vec<u8>, Vec<i32>>,
+    /// Where each waiter waits.
+    by_handle: HashMap<H, (Slot, u64)>,
+    /// Waiters with a timeout, by (timeout, id).
+    timeouts: BTreeSet<(i64, u64, H)>,
     next_id: u64,
     total: usize,
 }
 
 #[derive(Debug)]
 struct Queue<H, T> {
-    waiters: VecDeque<Waiter<H>>,
+    waiters: BTreeMap<u64, Waiter<H>>,
+    /// Ids of the waiters of each owner.
+    by_owner: HashMap<Box<[u8]>, BTreeSet<u64>>,
     timer: Option<T>,
 }
 
@@ -38,66 +55,133 @@ impl<H, T> Default for WaitRegistry<H, T> {
     fn default() -> Self {
         WaitRegistry {
             queues: HashMap::new(),
+            by_name: HashMap::new(),
+            by_handle: HashMap::new(),
+            timeouts: BTreeSet::new(),
             next_id: 1,
             total: 0,
         }
     }
 }
 
-impl<H: PartialEq, T: Copy> WaitRegistry<H, T> {
+impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
     /// Appends a waiter to the queue of `slot`; returns its id.
-    pub fn push(&mut self, slot: Slot, handle: H, owner: &[u8], ttl_ms: i64) -> u64 {
+    pub fn push(
+        &mut self,
+        slot: Slot,
+        handle: H,
+        owner: &[u8],
+        ttl_ms: i64,
+        timeout_at: Option<i64>,
+    ) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.total += 1;
-        self.queues
-            .entry(slot)
-            .or_insert_with(|| Queue {
-                waiters: VecDeque::new(),
-                timer: None,
-            })
-            .waiters
-            .push_back(Waiter {
+        if !self.queues.contains_key(&slot) {
+            self.by_name.entry(slot.1.clone()).or_default().push(slot.0);
+        }
+        let q = self.queues.entry(slot.clone()).or_insert_with(|| Queue {
+            waiters: BTreeMap::new(),
+            by_owner: HashMap::new(),
+            timer: None,
+        });
+        q.by_owner.entry(owner.into()).or_default().insert(id);
+        q.waiters.insert(
+            id,
+            Waiter {
                 id,
-                handle,
+                handle: handle.clone(),
                 owner: owner.into(),
                 ttl_ms,
-            });
+                timeout_at,
+            },
+        );
+        if let Some(at) = timeout_at {
+            self.timeouts.insert((at, id, handle.clone()));
+        }
+        self.by_handle.insert(handle, (slot, id));
         id
+    }
+
+    /// Takes waiter `id` out of the queue of `slot` and every index.
+    fn take(&mut self, slot: &Slot, id: u64) -> Option<Waiter<H>> {
+        let q = self.queues.get_mut(slot)?;
+        let w = q.waiters.remove(&id)?;
+        if let Some(ids) = q.by_owner.get_mut(&w.owner) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                q.by_owner.remove(&w.owner);
+            }
+        }
+        if let Some(at) = w.timeout_at {
+            self.timeouts.remove(&(at, id, w.handle.clone()));
+        }
+        self.by_handle.remove(&w.handle);
+        self.total -= 1;
+        Some(w)
     }
 
     /// Takes the oldest waiter of `slot`.
     pub fn pop_oldest(&mut self, slot: &Slot) -> Option<Waiter<H>> {
-        let q = self.queues.get_mut(slot)?;
-        let w = q.waiters.pop_front();
-        if w.is_some() {
-            self.total -= 1;
-        }
-        w
+        let id = *self.queues.get(slot)?.waiters.keys().next()?;
+        self.take(slot, id)
+    }
+
+    /// Takes every waiter of `slot` that asked with `owner`, oldest first
+    /// (retries of a client whose owner was just granted the lease).
+    pub fn take_owner(&mut self, slot: &Slot, owner: &[u8]) -> Vec<Waiter<H>> {
+        let ids: Vec<u64> = self
+            .queues
+            .get(slot)
+            .and_then(|q| q.by_owner.get(owner))
+            .map(|ids| ids.iter().copied().collect())
+            .unwrap_or_default();
+        ids.into_iter()
+            .filter_map(|id| self.take(slot, id))
+            .collect()
     }
 
     /// Removes the waiter with `handle` wherever it waits (timeout,
     /// disconnect); returns it and its slot.
     pub fn remove(&mut self, handle: &H) -> Option<(Slot, Waiter<H>)> {
-        let (slot, pos) = self.queues.iter().find_map(|(slot, q)| {
-            q.waiters
-                .iter()
-                .position(|w| w.handle == *handle)
-                .map(|p| (slot.clone(), p))
-        })?;
-        let w = self.queues.get_mut(&slot)?.waiters.remove(pos)?;
-        self.total -= 1;
+        let (slot, id) = self.by_handle.get(handle).cloned()?;
+        let w = self.take(&slot, id)?;
         Some((slot, w))
+    }
+
+    /// Takes every waiter whose timeout is at or before `now_ms`, with its
+    /// slot, earliest first.
+    pub fn take_timed_out(&mut self, now_ms: i64) -> Vec<(Slot, Waiter<H>)> {
+        let mut out = Vec::new();
+        while let Some((at, _, handle)) = self.timeouts.first().cloned() {
+            if at > now_ms {
+                break;
+            }
+            match self.remove(&handle) {
+                Some(x) => out.push(x),
+                None => {
+                    self.timeouts.pop_first();
+                }
+            }
+        }
+        out
+    }
+
+    /// The earliest `BLOCK` timeout of any waiter.
+    pub fn next_timeout(&self) -> Option<i64> {
+        self.timeouts.first().map(|(at, _, _)| *at)
     }
 
     /// Takes every waiter of `slot` (the key became unusable).
     pub fn drain(&mut self, slot: &Slot) -> Vec<Waiter<H>> {
-        let Some(q) = self.queues.get_mut(slot) else {
-            return Vec::new();
-        };
-        let all: Vec<_> = q.waiters.drain(..).collect();
-        self.total -= all.len();
-        all
+        let ids: Vec<u64> = self
+            .queues
+            .get(slot)
+            .map(|q| q.waiters.keys().copied().collect())
+            .unwrap_or_default();
+        ids.into_iter()
+            .filter_map(|id| self.take(slot, id))
+            .collect()
     }
 
     /// Waiters queued on `slot`.
@@ -112,11 +196,9 @@ impl<H: PartialEq, T: Copy> WaitRegistry<H, T> {
 
     /// Slots with a queue (waiting or with a timer), for a given key name.
     pub fn slots_named(&self, key: &[u8]) -> Vec<Slot> {
-        self.queues
-            .keys()
-            .filter(|(_, k)| k == key)
-            .cloned()
-            .collect()
+        self.by_name.get(key).map_or_else(Vec::new, |dbs| {
+            dbs.iter().map(|&db| (db, key.to_vec())).collect()
+        })
     }
 
     /// Every slot with a queue.
@@ -132,10 +214,16 @@ impl<H: PartialEq, T: Copy> WaitRegistry<H, T> {
 
     /// Forgets `slot` if nobody waits there; returns its timer to stop.
     pub fn forget_if_empty(&mut self, slot: &Slot) -> Option<T> {
-        if self.queues.get(slot).is_some_and(|q| q.waiters.is_empty()) {
-            return self.queues.remove(slot).and_then(|q| q.timer);
+        if !self.queues.get(slot).is_some_and(|q| q.waiters.is_empty()) {
+            return None;
         }
-        None
+        if let Some(dbs) = self.by_name.get_mut(&slot.1) {
+            dbs.retain(|&db| db != slot.0);
+            if dbs.is_empty() {
+                self.by_name.remove(&slot.1);
+            }
+        }
+        self.queues.remove(slot).and_then(|q| q.timer)
     }
 }
 
@@ -150,9 +238,9 @@ mod tests {
     #[test]
     fn first_come_first_served_per_key() {
         let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
-        r.push(slot("a"), 1, b"o1", 10);
-        r.push(slot("b"), 2, b"o2", 10);
-        r.push(slot("a"), 3, b"o3", 10);
+        r.push(slot("a"), 1, b"o1", 10, None);
+        r.push(slot("b"), 2, b"o2", 10, None);
+        r.push(slot("a"), 3, b"o3", 10, None);
         assert_eq!(r.total(), 3);
         assert_eq!(r.len(&slot("a")), 2);
         assert_eq!(r.pop_oldest(&slot("a")).unwrap().handle, 1);
@@ -164,20 +252,65 @@ mod tests {
     #[test]
     fn a_removed_waiter_never_comes_out() {
         let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
-        r.push(slot("a"), 1, b"o1", 10);
-        r.push(slot("a"), 2, b"o2", 10);
+        r.push(slot("a"), 1, b"o1", 10, Some(50));
+        r.push(slot("a"), 2, b"o2", 10, None);
         let (s, w) = r.remove(&1).unwrap();
         assert_eq!((s, w.handle), (slot("a"), 1));
         assert_eq!(r.remove(&1), None);
+        assert_eq!(r.next_timeout(), None, "its timeout went with it");
         assert_eq!(r.pop_oldest(&slot("a")).unwrap().handle, 2);
         assert_eq!(r.total(), 0);
     }
 
     #[test]
+    fn timeouts_come_out_in_order_and_only_when_due() {
+        let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
+        r.push(slot("a"), 1, b"o", 10, Some(300));
+        r.push(slot("b"), 2, b"o", 10, Some(100));
+        r.push(slot("a"), 3, b"o", 10, None);
+        r.push(slot("c"), 4, b"o", 10, Some(100));
+        assert_eq!(r.next_timeout(), Some(100));
+        assert!(r.take_timed_out(99).is_empty());
+        let due: Vec<u32> = r
+            .take_timed_out(100)
+            .into_iter()
+            .map(|(_, w)| w.handle)
+            .collect();
+        assert_eq!(due, vec![2, 4]);
+        assert_eq!(r.next_timeout(), Some(300));
+        assert_eq!(r.pop_oldest(&slot("a")).unwrap().handle, 1);
+        assert_eq!(
+            r.next_timeout(),
+            None,
+            "a served waiter has no timeout left"
+        );
+        assert_eq!(r.total(), 1);
+    }
+
+    #[test]
+    fn waiters_of_one_owner_are_taken_together() {
+        let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
+        r.push(slot("a"), 1, b"w", 10, None);
+        r.push(slot("a"), 2, b"x", 10, None);
+        r.push(slot("a"), 3, b"w", 20, Some(9));
+        r.push(slot("b"), 4, b"w", 10, None);
+        let same: Vec<u32> = r
+            .take_owner(&slot("a"), b"w")
+            .into_iter()
+            .map(|w| w.handle)
+            .collect();
+        assert_eq!(same, vec![1, 3]);
+        assert_eq!(r.len(&slot("a")), 1);
+        assert_eq!(r.len(&slot("b")), 1);
+        assert_eq!(r.next_timeout(), None);
+        assert!(r.take_owner(&slot("a"), b"w").is_empty());
+    }
+
+    #[test]
     fn databases_are_separate_and_empty_queues_are_forgotten_with_their_timer() {
         let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
-        r.push((0, b"k".to_vec()), 1, b"o", 10);
-        r.push((1, b"k".to_vec()), 2, b"o", 10);
+        r.push((0, b"k".to_vec()), 1, b"o", 10, None);
+        r.push((1, b"k".to_vec()), 2, b"o", 10, None);
         assert_eq!(r.slots_named(b"k").len(), 2);
         assert_eq!(r.set_timer(&(0, b"k".to_vec()), Some(9)), None);
         assert_eq!(
@@ -189,5 +322,25 @@ mod tests {
         assert_eq!(r.forget_if_empty(&(0, b"k".to_vec())), Some(9));
         assert_eq!(r.slots_named(b"k"), vec![(1, b"k".to_vec())]);
         assert_eq!(r.total(), 1);
+        r.drain(&(1, b"k".to_vec()));
+        r.forget_if_empty(&(1, b"k".to_vec()));
+        assert!(r.slots_named(b"k").is_empty());
+        assert!(r.slots().is_empty());
+    }
+
+    #[test]
+    fn ten_thousand_timeouts_at_once_are_cheap() {
+        let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
+        for i in 0..10_000u32 {
+            r.push(
+                (0, format!("k{}", i % 100).into_bytes()),
+                i,
+                b"o",
+                10,
+                Some(5),
+            );
+        }
+        assert_eq!(r.take_timed_out(5).len(), 10_000);
+        assert_eq!(r.total(), 0);
     }
 }

@@ -4,6 +4,7 @@
 //! read-only replica), honouring OOM like the inner command would, and
 //! replicating the inner command (never LEASE.FENCE itself).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::raw::c_int;
@@ -15,16 +16,24 @@ use crate::lease::args::printable;
 use crate::lease::fence::{check_inner, check_same_slot};
 use crate::lease::{LeaseError, decide};
 
-use super::entry::Args;
-use super::key::{LeaseKey, Mode};
+use super::ctx::{Args, Ctx};
+use super::effects::Reader;
 use super::reply::Reply;
 use super::state::{self, STATS};
 
-type Ctx = *mut raw::RedisModuleCtx;
+/// What COMMAND INFO says of a command: its flags, and whether it is a
+/// container of subcommands (CONFIG, CLIENT, ...).
+#[derive(Clone)]
+struct CommandInfo {
+    flags: Vec<String>,
+    container: bool,
+}
 
-/// COMMAND INFO flags per lower-case command name (7.0 has no API to read a
-/// command's flags; the command table only grows, so the cache stays right).
-static FLAGS: Mutex<Option<HashMap<Vec<u8>, Vec<String>>>> = Mutex::new(None);
+/// COMMAND INFO per lower-case command name, and per `name|subcommand` for
+/// the real subcommands of containers (7.0 has no API to read a command's
+/// flags; the command table only grows, so the cache stays right, and it
+/// holds only names the server knows).
+static INFO: Mutex<Option<HashMap<Vec<u8>, CommandInfo>>> = Mutex::new(None);
 
 /// An RM_Call reply, freed on drop.
 struct CallReply(*mut raw::RedisModuleCallReply);
@@ -46,23 +55,25 @@ impl CallReply {
     }
 }
 
-/// The COMMAND INFO flags of `name`, or UnknownCommand.
-fn command_flags(ctx: Ctx, name: &[u8]) -> Result<Vec<String>, LeaseError> {
-    let lower = name.to_ascii_lowercase();
-    if let Some(flags) = FLAGS
-        .lock()
+fn cached(name: &[u8]) -> Option<CommandInfo> {
+    INFO.lock()
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(HashMap::new)
-        .get(&lower)
-    {
-        return Ok(flags.clone());
+        .get(name)
+        .cloned()
+}
+
+/// COMMAND INFO of `lower` (a lower-case name or `name|sub`), `None` when
+/// the server does not know it.
+fn command_info(ctx: Ctx, lower: &[u8]) -> Option<CommandInfo> {
+    if let Some(info) = cached(lower) {
+        return Some(info);
     }
-    let unknown = || LeaseError::UnknownCommand(printable(name));
-    let cname = CString::new(lower.clone()).map_err(|_| unknown())?;
+    let cname = CString::new(lower.to_vec()).ok()?;
     // SAFETY: RM_Call with format "cc": two C strings.
     let reply = CallReply(unsafe {
         raw::RedisModule_Call.unwrap()(
-            ctx,
+            ctx.raw(),
             c"COMMAND".as_ptr(),
             c"cc".as_ptr(),
             c"INFO".as_ptr(),
@@ -73,25 +84,48 @@ fn command_flags(ctx: Ctx, name: &[u8]) -> Result<Vec<String>, LeaseError> {
         || raw::call_reply_type(reply.0) != raw::ReplyType::Array
         || raw::call_reply_length(reply.0) < 1
     {
-        return Err(unknown());
+        return None;
     }
     let entry = raw::call_reply_array_element(reply.0, 0);
     if entry.is_null()
         || raw::call_reply_type(entry) != raw::ReplyType::Array
         || raw::call_reply_length(entry) < 3
     {
-        return Err(unknown());
+        return None;
     }
     let flags_reply = raw::call_reply_array_element(entry, 2);
     let flags: Vec<String> = (0..raw::call_reply_length(flags_reply))
         .filter_map(|i| raw::call_reply_string(raw::call_reply_array_element(flags_reply, i)))
         .collect();
-    FLAGS
-        .lock()
+    // Field 10 lists the subcommands (7.0+).
+    let container = raw::call_reply_length(entry) >= 10
+        && raw::call_reply_length(raw::call_reply_array_element(entry, 9)) > 0;
+    let info = CommandInfo { flags, container };
+    INFO.lock()
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(HashMap::new)
-        .insert(lower, flags.clone());
-    Ok(flags)
+        .insert(lower.to_vec(), info.clone());
+    Some(info)
+}
+
+/// The COMMAND INFO flags that govern the fenced call `name args...`: its
+/// subcommand's for a container command, or UnknownCommand.
+fn command_flags(ctx: Ctx, name: &[u8], args: &[&[u8]]) -> Result<Vec<String>, LeaseError> {
+    let lower = name.to_ascii_lowercase();
+    let info =
+        command_info(ctx, &lower).ok_or_else(|| LeaseError::UnknownCommand(printable(name)))?;
+    if info.container
+        && let Some(sub) = args.first()
+        && !sub.contains(&b'|')
+    {
+        let mut full = lower;
+        full.push(b'|');
+        full.extend(sub.to_ascii_lowercase());
+        if let Some(sub_info) = command_info(ctx, &full) {
+            return Ok(sub_info.flags);
+        }
+    }
+    Ok(info.flags)
 }
 
 /// In cluster mode, refuses an inner command with a key outside the slot
@@ -99,7 +133,7 @@ fn command_flags(ctx: Ctx, name: &[u8]) -> Result<Vec<String>, LeaseError> {
 /// inner keys are declared through `report_keys`); this keeps the rule in
 /// the command itself, whatever path the call took.
 fn check_slots(ctx: Ctx, a: &Args) -> Result<(), LeaseError> {
-    if state::ctx_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
+    if !ctx.in_cluster() {
         return Ok(());
     }
     let keys = inner_keys(ctx, a);
@@ -127,12 +161,13 @@ fn errno_error(name: &str) -> LeaseError {
 pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, LeaseError> {
     let name = a.bytes(3);
     let shown = printable(name).to_ascii_lowercase();
-    check_inner(name, &command_flags(ctx, name)?)?;
+    let inner_args = a.rest(4);
+    check_inner(name, &command_flags(ctx, name, &inner_args)?, &inner_args)?;
     check_slots(ctx, a)?;
-    let mut inner: Vec<*mut raw::RedisModuleString> = (4..a.len()).map(|i| a.handle(i)).collect();
+    let mut inner = a.strs(4);
     {
-        let mut key = LeaseKey::open(ctx, a.handle(1), Mode::Read);
-        if let Err(e) = decide::fence(key.get()?.as_deref(), token, state::now_ms()) {
+        let mut key = Reader::open(ctx, a.str(1));
+        if let Err(e) = decide::fence(key.lease()?, token, state::now_ms()) {
             STATS.fence_stale.incr();
             return Err(e);
         }
@@ -145,7 +180,7 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, Lease
     // SAFETY: format "v" takes the argv pointer and its length.
     let reply = CallReply(unsafe {
         raw::RedisModule_Call.unwrap()(
-            ctx,
+            ctx.raw(),
             cname.as_ptr(),
             c"vCSEM!0".as_ptr(),
             inner.as_mut_ptr(),
@@ -163,18 +198,36 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, Lease
         }
     }
     // SAFETY: forwards a live call reply to the client.
-    unsafe { raw::RedisModule_ReplyWithCallReply.unwrap()(ctx, reply.0) };
+    unsafe { raw::RedisModule_ReplyWithCallReply.unwrap()(ctx.raw(), reply.0) };
     Ok(Reply::Sent)
+}
+
+thread_local! {
+    /// Set while the server is asked for a fenced command's keys: a nested
+    /// key listing (another module's getkeys-api command fencing
+    /// LEASE.FENCE) lists no inner keys instead of recursing.
+    static LISTING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The fenced command's keys: (argument index in this call, key flags), as
 /// RedisModule_GetCommandKeysWithFlags finds them (Redis 7.0+, Valkey).
 /// Empty for an unknown command, a wrong arity or a command without keys,
-/// which are refused when run.
+/// which are refused when run; and empty for a fenced LEASE.* command,
+/// which execution refuses: asking the server for its keys would call this
+/// module back, once per level of nesting, until the stack overflows.
 fn inner_keys(ctx: Ctx, a: &Args) -> Vec<(usize, c_int)> {
-    if a.len() <= 3 {
+    if a.len() <= 3 || a.bytes(3).len() >= 6 && a.bytes(3)[..6].eq_ignore_ascii_case(b"lease.") {
         return Vec::new();
     }
+    if LISTING.with(|l| l.replace(true)) {
+        return Vec::new();
+    }
+    let out = server_keys(ctx, a);
+    LISTING.with(|l| l.set(false));
+    out
+}
+
+fn server_keys(ctx: Ctx, a: &Args) -> Vec<(usize, c_int)> {
     // SAFETY: a function-pointer read filled in by RedisModule_Init; the
     // argv points at this call's own arguments; the arrays the server
     // returns are read for `count` entries, then freed with
@@ -183,12 +236,11 @@ fn inner_keys(ctx: Ctx, a: &Args) -> Vec<(usize, c_int)> {
         let Some(get_keys) = raw::RedisModule_GetCommandKeysWithFlags else {
             return Vec::new();
         };
-        let mut inner: Vec<*mut raw::RedisModuleString> =
-            (3..a.len()).map(|i| a.handle(i)).collect();
+        let mut inner = a.strs(3);
         let mut count: c_int = 0;
         let mut flags: *mut c_int = std::ptr::null_mut();
         let keys = get_keys(
-            ctx,
+            ctx.raw(),
             inner.as_mut_ptr(),
             inner.len() as c_int,
             &mut count,
@@ -222,8 +274,8 @@ pub fn report_keys(ctx: Ctx, a: &Args) {
     // passed.
     unsafe {
         let at = |pos: c_int, flags: c_int| match raw::RedisModule_KeyAtPosWithFlags {
-            Some(with_flags) => with_flags(ctx, pos, flags),
-            None => raw::RedisModule_KeyAtPos.unwrap()(ctx, pos),
+            Some(with_flags) => with_flags(ctx.raw(), pos, flags),
+            None => raw::RedisModule_KeyAtPos.unwrap()(ctx.raw(), pos),
         };
         at(
             1,

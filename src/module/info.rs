@@ -1,40 +1,12 @@
 //! The `INFO lease` section and the eviction-policy warning (SPEC S4, S5).
+//! The policy is read at load and on every change of it (a config event),
+//! never from the INFO callback: INFO runs no command.
 
-use std::os::raw::c_int;
+use redis_module::raw;
 
-use redis_module::{Context, raw};
-
+use super::ctx::Ctx;
 use super::state::{self, STATS};
-
-/// Reads `CONFIG GET name` through RM_Call; `None` if unavailable.
-fn config_get(ctx: *mut raw::RedisModuleCtx, name: &std::ffi::CStr) -> Option<String> {
-    if ctx.is_null() {
-        return None;
-    }
-    // SAFETY: RM_Call with format "cc" and two C strings; the reply is read
-    // with the reply accessors and freed before returning. Runs on the main
-    // thread, which holds the server lock.
-    unsafe {
-        let reply = raw::RedisModule_Call.unwrap()(
-            ctx,
-            c"CONFIG".as_ptr(),
-            c"cc".as_ptr(),
-            c"GET".as_ptr(),
-            name.as_ptr(),
-        );
-        if reply.is_null() {
-            return None;
-        }
-        let value = if raw::call_reply_length(reply) >= 2 {
-            let v = raw::call_reply_array_element(reply, 1);
-            raw::call_reply_string(v)
-        } else {
-            None
-        };
-        raw::free_call_reply(reply);
-        value
-    }
-}
+use super::waiters;
 
 /// May the eviction policy remove lease keys under memory pressure?
 /// Every policy but `noeviction` can (lease keys all have a TTL, so the
@@ -43,41 +15,71 @@ fn policy_may_evict(policy: &str) -> bool {
     policy != "noeviction"
 }
 
+/// Reads `maxmemory-policy` from the server's INFO memory section (no
+/// command is run, so nothing shows in SLOWLOG or commandstats).
+pub fn refresh_policy(ctx: Ctx) {
+    // SAFETY: GetServerInfo on a live context; the field is read as a C
+    // string and the info data is freed before returning.
+    let policy = unsafe {
+        let (Some(get), Some(field), Some(free)) = (
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_ServerInfoGetFieldC,
+            raw::RedisModule_FreeServerInfo,
+        ) else {
+            return;
+        };
+        let data = get(ctx.raw(), c"memory".as_ptr());
+        if data.is_null() {
+            return;
+        }
+        let value = field(data, c"maxmemory_policy".as_ptr());
+        let out = (!value.is_null()).then(|| {
+            std::ffi::CStr::from_ptr(value)
+                .to_string_lossy()
+                .into_owned()
+        });
+        free(ctx.raw(), data);
+        out
+    };
+    if let Some(p) = policy {
+        state::set_maxmemory_policy(p);
+    }
+}
+
 /// The warning to log when the policy may evict leases.
-pub fn eviction_warning(ctx: *mut raw::RedisModuleCtx) -> Option<String> {
-    let policy = config_get(ctx, c"maxmemory-policy")?;
-    policy_may_evict(&policy).then(|| {
+pub fn eviction_warning() -> Option<String> {
+    let policy = state::maxmemory_policy();
+    (!policy.is_empty() && policy_may_evict(&policy)).then(|| {
         format!(
             "WARNING maxmemory-policy is '{policy}': under maxmemory, lease keys may be evicted and a held lease lost. Use 'maxmemory-policy noeviction' for leases."
         )
     })
 }
 
-/// Registers the INFO callback (replacing the toolkit's default one).
-pub fn register(ctx: &Context) {
-    raw::register_info_function(ctx.ctx, Some(info_callback));
+/// One field of `INFO lease`.
+pub enum Field {
+    Unsigned(&'static str, u64),
+    Signed(&'static str, i64),
+    Text(&'static str, String),
 }
 
-extern "C" fn info_callback(ictx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_int) {
-    super::entry::guard("INFO", (), || {
-        raw::add_info_section(ictx, None);
-        for (name, value) in STATS.fields() {
-            raw::add_info_field_unsigned_long_long(ictx, name, value);
-        }
-        raw::add_info_field_unsigned_long_long(ictx, "waiters", super::waiters::total() as u64);
-        raw::add_info_field_unsigned_long_long(ictx, "last_token", state::last_token());
-        raw::add_info_field_long_long(ictx, "max_ttl_ms", state::max_ttl_ms());
-        if for_crash_report == 0
-            && let Some(policy) = config_get(state::detached(), c"maxmemory-policy")
-        {
-            raw::add_info_field_str(ictx, "maxmemory_policy", &policy);
-            raw::add_info_field_long_long(
-                ictx,
-                "eviction_may_lose_leases",
-                policy_may_evict(&policy) as i64,
-            );
-        }
-    })
+/// The fields of `INFO lease`, in order.
+pub fn fields() -> Vec<Field> {
+    let mut out: Vec<Field> = STATS
+        .fields()
+        .into_iter()
+        .map(|(name, value)| Field::Unsigned(name, value))
+        .collect();
+    out.push(Field::Unsigned("waiters", waiters::total() as u64));
+    out.push(Field::Unsigned("last_token", state::last_token()));
+    out.push(Field::Signed("max_ttl_ms", state::max_ttl_ms()));
+    let policy = state::maxmemory_policy();
+    if !policy.is_empty() {
+        let may_evict = policy_may_evict(&policy) as i64;
+        out.push(Field::Text("maxmemory_policy", policy));
+        out.push(Field::Signed("eviction_may_lose_leases", may_evict));
+    }
+    out
 }
 
 #[cfg(test)]

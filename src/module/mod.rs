@@ -1,24 +1,38 @@
-//! The thin layer that binds the pure `crate::lease` core to the server:
-//! command registration and entry points, the data type's callbacks,
-//! replication, INFO, configuration. All `unsafe` lives here.
+//! The thin layer that binds the pure `crate::lease` core to the server.
+//! All `unsafe` lives here. Dependencies run one way:
+//!
+//! - `ctx`, `state`, `reply`: handles, server-wide state, replies;
+//! - `effects`: the one place that changes lease keys, and the gates that
+//!   every write the module starts by itself passes;
+//! - `waiters`, `fence`, `datatype`, `info`: blocking acquire, the fenced
+//!   command, the type's life in the keyspace, INFO;
+//! - `commands`: the handlers;
+//! - `callbacks`: every `extern "C"` entry point; `registry`: registration.
 
+pub mod callbacks;
 pub mod commands;
-pub mod config;
+pub mod ctx;
 pub mod datatype;
-pub mod entry;
+pub mod effects;
 pub mod fence;
 pub mod info;
-pub mod key;
 pub mod registry;
 pub mod reply;
 pub mod state;
 pub mod waiters;
 
-use redis_module::{Context, RedisString, Status};
+use redis_module::{Context, RedisString, Status, raw};
+
+use ctx::Ctx;
 
 /// Called by `redis_module!` at load, after the data type is created.
 pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
-    entry::install_panic_hook();
+    // SAFETY: the load context, live during OnLoad.
+    let lctx = unsafe { Ctx::new(ctx.ctx) };
+    state::init_detached(lctx);
+    callbacks::install_panic_hook();
+    state::install_hooks(callbacks::hooks());
+    state::set_lease_type(*callbacks::LEASE_TYPE.raw_type.borrow());
     let raw_args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
     let settings = match crate::lease::config::parse_module_args(&raw_args) {
         Ok(s) => s,
@@ -29,16 +43,19 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     };
     // SAFETY: called once from OnLoad on the main thread with the load context.
     unsafe {
-        if let Some(set_options) = redis_module::raw::RedisModule_SetModuleOptions {
+        if let Some(set_options) = raw::RedisModule_SetModuleOptions {
             // A short read (diskless replica, truncated RESTORE payload) must
-            // reach rdb_load as an error, not kill the server.
+            // reach rdb_load as an error, not kill the server. A key opened
+            // for writing is signalled as modified only when the module says
+            // so (effects), so calls that change nothing leave WATCH alone.
             set_options(
                 ctx.ctx,
-                redis_module::raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32,
+                (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+                    | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as i32,
             );
         }
     }
-    if let Err(why) = config::register(ctx, settings) {
+    if let Err(why) = registry::register_configs(ctx, settings) {
         ctx.log_warning(&format!("refusing to load: {why}"));
         return Status::Err;
     }
@@ -46,11 +63,11 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("refusing to load: {why}"));
         return Status::Err;
     }
-    state::init_detached(ctx.ctx);
-    info::register(ctx);
-    waiters::subscribe_events(ctx);
-    if let Some(warning) = info::eviction_warning(ctx.ctx) {
-        ctx.log_warning(&warning.to_string());
+    raw::register_info_function(ctx.ctx, Some(callbacks::info_cb));
+    registry::subscribe_events(ctx);
+    info::refresh_policy(lctx);
+    if let Some(warning) = info::eviction_warning() {
+        ctx.log_warning(&warning);
     }
     Status::Ok
 }

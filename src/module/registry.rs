@@ -1,24 +1,16 @@
-//! Command registration: names, flags, key positions, and the COMMAND
-//! INFO / COMMAND DOCS description of each command.
+//! Registration: commands (names, flags, key positions, and the COMMAND
+//! INFO / COMMAND DOCS description of each), configs, server and keyspace
+//! event subscriptions.
 
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
 
 use redis_module::{Context, raw};
 
-use super::commands;
-
-/// The internal effect command used by replication and the AOF.
-pub const APPLY: &str = "LEASE.APPLY";
-/// `APPLY` as a C string, for RedisModule_Replicate and EmitAOF.
-pub const APPLY_CMD: &CStr = c"LEASE.APPLY";
-
-crate::command_entry!(acquire_entry => commands::acquire);
-crate::command_entry!(renew_entry => commands::renew);
-crate::command_entry!(release_entry => commands::release);
-crate::command_entry!(fence_entry => commands::fence);
-crate::command_entry!(info_entry => commands::info);
-crate::command_entry!(apply_entry => commands::apply);
+use super::callbacks::*;
+use super::effects::{APPLY, CLOCK, GATE};
+use super::state;
+use crate::lease::config::{MAX_MAX_TTL_MS, MIN_MAX_TTL_MS, Settings};
 
 /// One documented argument.
 struct Arg {
@@ -70,8 +62,9 @@ fn specs() -> Vec<Spec> {
         Spec {
             name: "LEASE.ACQUIRE",
             entry: Some(acquire_entry),
-            acl: c"write fast lease",
-            flags: "write deny-oom fast",
+            // blocking: with BLOCK it may block (so not fast either).
+            acl: c"write slow blocking lease",
+            flags: "write deny-oom blocking",
             arity: -4,
             key_flags: RW | ACCESS | UPDATE,
             summary: c"Acquires a lease and returns its fencing token; null when another owner holds it",
@@ -113,9 +106,13 @@ fn specs() -> Vec<Spec> {
         Spec {
             name: "LEASE.FENCE",
             entry: Some(fence_entry),
-            acl: c"read lease",
+            // write: it may run a write, so a script that fenced a write is
+            // unkillable like one that wrote, cluster clients send it to
+            // masters, and paused writes pause it. Not deny-oom: the check
+            // must work under OOM; the inner command faces OOM on its own.
             // getkeys-api: the inner command's keys are declared too.
-            flags: "readonly may-replicate getkeys-api",
+            acl: c"write slow lease",
+            flags: "write getkeys-api",
             arity: -3,
             // VARIABLE_FLAGS: the server asks the getkeys-api callback, which
             // adds the inner command's keys, instead of this spec alone.
@@ -165,6 +162,28 @@ fn specs() -> Vec<Spec> {
                 arg(c"token", INTEGER),
                 arg(c"deadline-ms", INTEGER),
             ],
+        },
+        Spec {
+            name: CLOCK,
+            entry: Some(clock_entry),
+            acl: c"write lease",
+            flags: "write",
+            arity: 2,
+            key_flags: 0,
+            summary: c"Internal: raises the token clock; accepted only from the master link and the AOF",
+            complexity: c"O(1)",
+            args: vec![arg(c"last", INTEGER)],
+        },
+        Spec {
+            name: GATE,
+            entry: Some(gate_entry),
+            acl: c"write fast lease",
+            flags: "write fast",
+            arity: 2,
+            key_flags: RW | ACCESS,
+            summary: c"Internal: changes nothing; the module calls it in script mode to learn whether the server would accept a write to key now",
+            complexity: c"O(1)",
+            args: vec![arg(c"key", KEY)],
         },
     ]
 }
@@ -230,15 +249,17 @@ pub fn register_all(ctx: &Context) -> Result<(), String> {
         let flags = CString::new(spec.flags).expect("no NUL");
         // SAFETY: called during OnLoad with the load context; name and flags
         // are NUL-terminated and copied by the server.
+        let keyed = spec.args.first().is_some_and(|a| a.kind == KEY);
+        let (first, last, step) = if keyed { (1, 1, 1) } else { (0, 0, 0) };
         let status = unsafe {
             raw::RedisModule_CreateCommand.unwrap()(
                 ctx.ctx,
                 name.as_ptr(),
                 spec.entry,
                 flags.as_ptr(),
-                1,
-                1,
-                1,
+                first,
+                last,
+                step,
             )
         };
         if status != raw::REDISMODULE_OK as c_int {
@@ -261,17 +282,23 @@ fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
     // with a zeroed entry as the API requires; the server copies everything
     // during SetCommandInfo, so locals may be dropped afterwards.
     unsafe {
+        let keyed = spec.args.first().is_some_and(|a| a.kind == KEY);
         let mut key_specs: Vec<raw::RedisModuleCommandKeySpec> =
             vec![std::mem::zeroed(), std::mem::zeroed()];
-        key_specs[0].flags = spec.key_flags as u64;
-        key_specs[0].begin_search_type =
-            raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
-        key_specs[0].bs.index.pos = 1;
-        key_specs[0].find_keys_type =
-            raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-        key_specs[0].fk.range.lastkey = 0;
-        key_specs[0].fk.range.keystep = 1;
-        key_specs[0].fk.range.limit = 0;
+        if !keyed {
+            key_specs.truncate(1);
+        }
+        if keyed {
+            key_specs[0].flags = spec.key_flags as u64;
+            key_specs[0].begin_search_type =
+                raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+            key_specs[0].bs.index.pos = 1;
+            key_specs[0].find_keys_type =
+                raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+            key_specs[0].fk.range.lastkey = 0;
+            key_specs[0].fk.range.keystep = 1;
+            key_specs[0].fk.range.limit = 0;
+        }
 
         let mut args: Vec<raw::RedisModuleCommandArg> = Vec::with_capacity(spec.args.len() + 1);
         for a in &spec.args {
@@ -306,4 +333,80 @@ fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Applies the load-time settings and registers the CONFIG SET interface
+/// (`lease.max-ttl-ms`) where the server has module configs.
+pub fn register_configs(ctx: &Context, settings: Settings) -> Result<(), String> {
+    state::MAX_TTL_MS.store(settings.max_ttl_ms, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: function-pointer reads filled in by RedisModule_Init; called
+    // during OnLoad with the load context, as the config API requires.
+    unsafe {
+        let (Some(register), Some(load)) = (
+            raw::RedisModule_RegisterNumericConfig,
+            raw::RedisModule_LoadConfigs,
+        ) else {
+            ctx.log_notice(
+                "this server has no module configs; max-ttl-ms is set by loadmodule arguments only",
+            );
+            return Ok(());
+        };
+        let status = register(
+            ctx.ctx,
+            c"max-ttl-ms".as_ptr(),
+            settings.max_ttl_ms,
+            raw::REDISMODULE_CONFIG_DEFAULT,
+            MIN_MAX_TTL_MS,
+            MAX_MAX_TTL_MS,
+            Some(get_max_ttl),
+            Some(set_max_ttl),
+            None,
+            std::ptr::null_mut(),
+        );
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err("cannot register the config lease.max-ttl-ms".into());
+        }
+        if load(ctx.ctx) != raw::REDISMODULE_OK as c_int {
+            return Err("invalid lease.* setting in the server configuration".into());
+        }
+    }
+    Ok(())
+}
+
+/// Subscribes to the server events and keyspace events the module follows:
+/// FLUSHDB and SWAPDB (keys freed or moved without unlinking), forks (the
+/// token clock is written to a rewritten AOF), config changes
+/// (maxmemory-policy), `expired` keyspace events (the expiry counter), and
+/// a command filter that sees expiry commands (see `datatype`).
+pub fn subscribe_events(ctx: &Context) {
+    type Callback = raw::RedisModuleEventCallback;
+    let events: [(u64, Callback); 4] = [
+        (raw::REDISMODULE_EVENT_FLUSHDB, Some(flush_cb)),
+        (raw::REDISMODULE_EVENT_SWAPDB, Some(swapdb_cb)),
+        (raw::REDISMODULE_EVENT_FORK_CHILD, Some(fork_cb)),
+        (raw::REDISMODULE_EVENT_CONFIG, Some(config_cb)),
+    ];
+    // SAFETY: called during OnLoad; each event struct is the one the API
+    // defines for that event, with its callback of the right signature.
+    unsafe {
+        if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
+            for (id, callback) in events {
+                subscribe(ctx.ctx, raw::RedisModuleEvent { id, dataver: 1 }, callback);
+            }
+        }
+        if let Some(subscribe) = raw::RedisModule_SubscribeToKeyspaceEvents {
+            subscribe(
+                ctx.ctx,
+                raw::REDISMODULE_NOTIFY_EXPIRED as c_int,
+                Some(expired_cb),
+            );
+        }
+        if let Some(register) = raw::RedisModule_RegisterCommandFilter {
+            register(
+                ctx.ctx,
+                Some(command_filter_cb),
+                raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
+            );
+        }
+    }
 }

@@ -6,6 +6,8 @@ use redis_module::raw;
 
 use crate::lease::LeaseError;
 
+use super::ctx::Ctx;
+
 /// What a lease command answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
@@ -20,7 +22,8 @@ pub enum Reply {
 }
 
 /// Sends `result` to the client.
-pub fn send(ctx: *mut raw::RedisModuleCtx, result: Result<Reply, LeaseError>) {
+pub fn send(ctx: Ctx, result: Result<Reply, LeaseError>) {
+    let ctx = ctx.raw();
     // SAFETY: ctx is the context of the running command; each Reply* call
     // writes one complete reply element.
     unsafe {

@@ -1,14 +1,20 @@
-//! Server-wide module state: the token clock and the INFO counters.
+//! Server-wide module state: the token clock, the INFO counters, the
+//! settings, the lease type's handle, logging, and module timers.
 //!
 //! Commands and type callbacks run on the server's main thread; atomics
 //! (relaxed) make the statics `Sync` without locks, and stay correct if a
 //! callback ever runs on a background thread (lazy free).
 
+use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
 
 use redis_module::raw;
 
 use crate::lease::clock::TokenClock;
+use crate::lease::waitq::Slot;
+
+use super::ctx::Ctx;
 
 static LAST_TOKEN: AtomicU64 = AtomicU64::new(0);
 
@@ -116,24 +122,154 @@ pub fn now_ms() -> i64 {
 }
 
 /// A detached context made at load, for work outside any command (timers
-/// scheduled from type callbacks, reading settings from INFO callbacks).
-/// Used only on the main thread.
+/// scheduled from type callbacks, logging with the module's name). Used
+/// only on the main thread.
 static DETACHED: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Makes the detached context (once, at load).
-pub fn init_detached(ctx: *mut raw::RedisModuleCtx) {
+pub fn init_detached(ctx: Ctx) {
     // SAFETY: called during OnLoad with the load context.
     if let Some(detach) = unsafe { raw::RedisModule_GetDetachedThreadSafeContext } {
-        DETACHED.store(unsafe { detach(ctx) }, Relaxed);
+        DETACHED.store(unsafe { detach(ctx.raw()) }, Relaxed);
     }
 }
 
-pub fn detached() -> *mut raw::RedisModuleCtx {
-    DETACHED.load(Relaxed)
+/// The detached context, `None` before load.
+pub fn detached() -> Option<Ctx> {
+    let p = DETACHED.load(Relaxed);
+    // SAFETY: made by GetDetachedThreadSafeContext at load and never freed.
+    (!p.is_null()).then(|| unsafe { Ctx::new(p) })
 }
 
-/// The context flags (REDISMODULE_CTX_FLAGS_*).
-pub fn ctx_flags(ctx: *mut raw::RedisModuleCtx) -> u32 {
-    // SAFETY: GetContextFlags only reads the context.
-    unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) as u32 }
+/// The server's handle of the lease type (set at load).
+static TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(std::ptr::null_mut());
+
+pub fn set_lease_type(t: *mut raw::RedisModuleType) {
+    TYPE.store(t, Relaxed);
+}
+
+pub fn lease_type() -> *mut raw::RedisModuleType {
+    TYPE.load(Relaxed)
+}
+
+fn log(level: &std::ffi::CStr, msg: &str) {
+    let text = std::ffi::CString::new(msg.replace('\0', "?")).expect("no NUL");
+    match detached() {
+        // SAFETY: RM_Log with a format "%s" and one C string; the detached
+        // context carries the module's name, so the line reads <lease>.
+        Some(ctx) => unsafe {
+            raw::RedisModule_Log.unwrap()(ctx.raw(), level.as_ptr(), c"%s".as_ptr(), text.as_ptr())
+        },
+        None => redis_module::logging::log_warning(msg),
+    }
+}
+
+pub fn log_warning(msg: &str) {
+    log(c"warning", msg);
+}
+
+/// `maxmemory-policy`, read at load and on every CONFIG SET of it (never
+/// from the INFO callback, so INFO runs no command).
+static POLICY: Mutex<String> = Mutex::new(String::new());
+
+pub fn set_maxmemory_policy(policy: String) {
+    *POLICY.lock().unwrap_or_else(|e| e.into_inner()) = policy;
+}
+
+pub fn maxmemory_policy() -> String {
+    POLICY.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Work a module timer does when it fires.
+pub enum TimerJob {
+    /// Re-check the key of a waiter queue (its lease may be free).
+    Recheck(Slot),
+    /// Answer the waiters whose BLOCK timeout has passed.
+    Timeouts,
+    /// Give back a lease handed to a waiter that disconnected before it
+    /// learnt its token: (queue, owner, token).
+    Revoke(Slot, Box<[u8]>, u64),
+    /// Set a lease key's expiry back to its lease's deadline.
+    Align(Slot),
+    /// Write the token clock into the replication stream and the AOF.
+    Clock,
+}
+
+/// The `extern "C"` callbacks the binding hands to the server, installed at
+/// load by `callbacks.rs` (which sees every layer; the layers below reach
+/// it only through this table).
+pub struct Hooks {
+    pub timer: raw::RedisModuleTimerProc,
+    pub reply: raw::RedisModuleCmdFunc,
+    pub timeout: raw::RedisModuleCmdFunc,
+    pub free_privdata: Option<unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void)>,
+    pub disconnect: raw::RedisModuleDisconnectFunc,
+}
+
+static HOOKS: OnceLock<Hooks> = OnceLock::new();
+
+pub fn install_hooks(hooks: Hooks) {
+    let _ = HOOKS.set(hooks);
+}
+
+pub fn hooks() -> &'static Hooks {
+    HOOKS.get().expect("hooks are installed at load")
+}
+
+/// Starts a module timer that runs `job` in `delay_ms`; `None` before load.
+pub fn start_timer(delay_ms: i64, job: TimerJob) -> Option<raw::RedisModuleTimerID> {
+    let ctx = detached()?;
+    let data = Box::into_raw(Box::new(job)) as *mut c_void;
+    // SAFETY: CreateTimer on the main thread with the detached context;
+    // `data` is freed by the timer callback (`take_timer_job`) or `stop_timer`.
+    Some(unsafe {
+        raw::RedisModule_CreateTimer.unwrap()(ctx.raw(), delay_ms.max(0), hooks().timer, data)
+    })
+}
+
+/// Stops a pending timer and drops its job.
+pub fn stop_timer(id: raw::RedisModuleTimerID) {
+    let Some(ctx) = detached() else { return };
+    let mut data: *mut c_void = std::ptr::null_mut();
+    // SAFETY: StopTimer hands back the data of a pending timer of this
+    // module, which is a Box<TimerJob> made in `start_timer`.
+    unsafe {
+        if raw::RedisModule_StopTimer.unwrap()(ctx.raw(), id, &mut data)
+            == raw::REDISMODULE_OK as c_int
+            && !data.is_null()
+        {
+            drop(Box::from_raw(data as *mut TimerJob));
+        }
+    }
+}
+
+/// The job of a timer that fired.
+///
+/// # Safety
+/// `data` must be the data pointer of a timer started by `start_timer`
+/// that fired (so nobody else frees it).
+pub unsafe fn take_timer_job(data: *mut c_void) -> TimerJob {
+    // SAFETY: see above.
+    *unsafe { Box::from_raw(data as *mut TimerJob) }
+}
+
+/// The name of the lease key last unlinked, so the `expired` event that
+/// follows an expiry's unlink can tell a lease key from any other (its type
+/// is gone by then). Reused, so no allocation per unlink once warm.
+static LAST_UNLINKED: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+pub fn note_unlinked(name: &[u8]) {
+    let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
+    last.clear();
+    last.extend_from_slice(name);
+}
+
+/// Was `name` the lease key unlinked last? Clears the mark.
+pub fn take_unlinked(name: &[u8]) -> bool {
+    let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
+    let hit = !last.is_empty() && last.as_slice() == name;
+    if hit {
+        last.clear();
+    }
+    hit
 }

@@ -2,11 +2,20 @@
 //! RedisModule_BlockClient in a per-key FIFO queue (crate::lease::waitq),
 //! served one at a time when the lease becomes free: inside RELEASE, by a
 //! timer at the holder's deadline (expiry), and by a 0 ms timer after a
-//! lease key leaves the keyspace (DEL, UNLINK, RENAME, active expiry,
-//! FLUSHDB). RedisModule_BlockClientOnKeys is not used: on Redis 7.0 it does
-//! not wake clients when a key is deleted.
+//! lease key leaves the keyspace or its expiry changes (DEL, UNLINK,
+//! RENAME, expiry, FLUSHDB, SWAPDB, PEXPIRE). RedisModule_BlockClientOnKeys
+//! is not used: on Redis 7.0 it does not wake clients when a key is deleted.
+//!
+//! The module owns the `BLOCK` timeouts (clients are blocked with timeout 0
+//! and answered null by one timer at the earliest timeout), so every waiter
+//! gets exactly one reply even when it is served in the millisecond its
+//! timeout passes (Redis 7.0 loses that reply otherwise).
+//!
+//! A hand-off that a timer starts is a write no client command started: it
+//! goes through the effects layer's gates, and a closed gate leaves the
+//! waiters queued and tries again later, or redirects them (`-ASK`,
+//! `-MOVED`) when the key's slot has left this node.
 
-use std::os::raw::{c_int, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
@@ -16,29 +25,45 @@ use crate::lease::decide;
 use crate::lease::waitq::{Slot, WaitRegistry, Waiter};
 use crate::lease::{Lease, LeaseError};
 
-use super::commands::{create, notify, replicate_delete};
-use super::entry::{Args, guard};
-use super::key::{LeaseKey, Mode};
+use super::ctx::{Ctx, Str};
+use super::effects::{Closed, Reader, ReleaseAs, Writer};
 use super::reply::{self, Reply};
-use super::state::{self, STATS};
+use super::state::{self, STATS, TimerJob};
 
-type Ctx = *mut raw::RedisModuleCtx;
 /// A blocked client's handle, as an address (the registry is `Sync`).
 type Handle = usize;
+type TimerId = raw::RedisModuleTimerID;
 
-static REGISTRY: Mutex<Option<WaitRegistry<Handle, raw::RedisModuleTimerID>>> = Mutex::new(None);
-/// `REGISTRY`'s total, readable without the lock: the hot paths (acquire on
-/// a free key, release) skip the registry when nobody waits anywhere.
+/// How soon a closed gate is tried again: writes paused, other refusals.
+const RETRY_PAUSED_MS: i64 = 10;
+const RETRY_REFUSED_MS: i64 = 50;
+
+struct Waiters {
+    reg: WaitRegistry<Handle, TimerId>,
+    /// The timer at the earliest BLOCK timeout, and when it fires.
+    timeout_timer: Option<(TimerId, i64)>,
+}
+
+static WAITERS: Mutex<Option<Waiters>> = Mutex::new(None);
+/// The registry's total, readable without the lock: the hot paths (acquire
+/// on a free key, release) skip the registry when nobody waits anywhere.
 static TOTAL: AtomicUsize = AtomicUsize::new(0);
 
 /// Runs `f` on the registry. Never call into the server while inside `f`:
 /// server calls can re-enter this module (the type's unlink callback).
-fn reg<R>(f: impl FnOnce(&mut WaitRegistry<Handle, raw::RedisModuleTimerID>) -> R) -> R {
-    let mut guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
-    let r = guard.get_or_insert_with(WaitRegistry::default);
-    let out = f(r);
-    TOTAL.store(r.total(), Relaxed);
+fn with<R>(f: impl FnOnce(&mut Waiters) -> R) -> R {
+    let mut guard = WAITERS.lock().unwrap_or_else(|e| e.into_inner());
+    let w = guard.get_or_insert_with(|| Waiters {
+        reg: WaitRegistry::default(),
+        timeout_timer: None,
+    });
+    let out = f(w);
+    TOTAL.store(w.reg.total(), Relaxed);
     out
+}
+
+fn reg<R>(f: impl FnOnce(&mut WaitRegistry<Handle, TimerId>) -> R) -> R {
+    with(|w| f(&mut w.reg))
 }
 
 /// Clients waiting on every key.
@@ -46,10 +71,10 @@ pub fn total() -> usize {
     TOTAL.load(Relaxed)
 }
 
-/// The queue of the key argument `i` of this command, when any client
+/// The queue of key `name` in the context's database, when any client
 /// waits anywhere (`None` otherwise: nothing to look up).
-pub fn slot_if_waiting(ctx: Ctx, a: &Args, i: usize) -> Option<Slot> {
-    (total() > 0).then(|| (selected_db(ctx), a.bytes(i).to_vec()))
+pub fn slot_if_waiting(ctx: Ctx, name: Str) -> Option<Slot> {
+    (total() > 0).then(|| (ctx.selected_db(), name.bytes().to_vec()))
 }
 
 /// Clients waiting on `slot`.
@@ -57,15 +82,21 @@ pub fn waiting(slot: &Slot) -> usize {
     reg(|r| r.len(slot))
 }
 
-/// The database the command runs in.
-pub fn selected_db(ctx: Ctx) -> i32 {
-    // SAFETY: reads the context of the running command.
-    unsafe { raw::RedisModule_GetSelectedDb.unwrap()(ctx) }
+/// Clients waiting on key `name` of the context's database.
+pub fn waiting_on(ctx: Ctx, name: Str) -> usize {
+    slot_if_waiting(ctx, name).map_or(0, |slot| waiting(&slot))
 }
 
-/// What a served waiter is answered.
-struct Granted {
-    outcome: Result<u64, LeaseError>,
+/// What a waiter is answered.
+pub enum Answer {
+    Token(u64),
+    Null,
+    Error(LeaseError),
+}
+
+/// The private data of an unblocked waiter, until its reply is sent.
+pub struct Unblocked {
+    answer: Answer,
     slot: Slot,
     owner: Box<[u8]>,
     replied: bool,
@@ -74,10 +105,10 @@ struct Granted {
 /// May this call block? Not inside MULTI/EXEC, scripts, or wherever the
 /// server denies blocking (BLPOP's rule).
 pub fn may_block(ctx: Ctx) -> bool {
-    let f = state::ctx_flags(ctx);
-    f & (raw::REDISMODULE_CTX_FLAGS_MULTI
-        | raw::REDISMODULE_CTX_FLAGS_LUA
-        | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+    ctx.flags()
+        & (raw::REDISMODULE_CTX_FLAGS_MULTI
+            | raw::REDISMODULE_CTX_FLAGS_LUA
+            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
         == 0
 }
 
@@ -92,15 +123,17 @@ pub fn block(
     timeout_ms: i64,
     recheck_at: i64,
 ) -> Reply {
+    let hooks = state::hooks();
     // SAFETY: ctx is the running command's context; the callbacks match the
-    // signatures BlockClient expects.
+    // signatures BlockClient expects. Timeout 0: the module times out its
+    // waiters itself.
     let bc = unsafe {
         raw::RedisModule_BlockClient.unwrap()(
-            ctx,
-            Some(reply_cb),
-            Some(timeout_cb),
-            Some(free_cb),
-            timeout_ms,
+            ctx.raw(),
+            hooks.reply,
+            hooks.timeout,
+            hooks.free_privdata,
+            0,
         )
     };
     if bc.is_null() {
@@ -109,196 +142,213 @@ pub fn block(
     // SAFETY: bc was just returned by BlockClient.
     unsafe {
         if let Some(set_disconnect) = raw::RedisModule_SetDisconnectCallback {
-            set_disconnect(bc, Some(disconnect_cb));
+            set_disconnect(bc, hooks.disconnect);
         }
     }
-    reg(|r| r.push(slot.clone(), bc as Handle, owner, ttl_ms));
+    let timeout_at = (timeout_ms > 0).then(|| state::now_ms() + timeout_ms);
+    reg(|r| r.push(slot.clone(), bc as Handle, owner, ttl_ms, timeout_at));
     arm(&slot, recheck_at);
+    arm_timeouts();
     Reply::Sent
 }
 
 /// (Re)schedules the re-check of `slot` at `at_ms`, replacing its timer.
 fn arm(slot: &Slot, at_ms: i64) {
-    let ctx = state::detached();
-    if ctx.is_null() || waiting(slot) == 0 {
+    if waiting(slot) == 0 {
         return;
     }
-    let delay = (at_ms - state::now_ms()).max(0);
-    let data = Box::into_raw(Box::new(slot.clone())) as *mut c_void;
-    // SAFETY: CreateTimer on the main thread with the module's detached
-    // context; `data` is freed by the timer callback or by `stop`.
-    let id = unsafe { raw::RedisModule_CreateTimer.unwrap()(ctx, delay, Some(timer_cb), data) };
+    let Some(id) = state::start_timer(at_ms - state::now_ms(), TimerJob::Recheck(slot.clone()))
+    else {
+        return;
+    };
     if let Some(old) = reg(|r| r.set_timer(slot, Some(id))) {
-        stop(old);
+        state::stop_timer(old);
     }
 }
 
-fn stop(timer: raw::RedisModuleTimerID) {
-    let mut data: *mut c_void = std::ptr::null_mut();
-    // SAFETY: StopTimer hands back the data of a pending timer, which is a
-    // Box<Slot> made in `arm`.
-    unsafe {
-        if raw::RedisModule_StopTimer.unwrap()(state::detached(), timer, &mut data)
-            == raw::REDISMODULE_OK as c_int
-            && !data.is_null()
-        {
-            drop(Box::from_raw(data as *mut Slot));
-        }
+/// Keeps one timer at the earliest BLOCK timeout of any waiter.
+fn arm_timeouts() {
+    let (next, current) = with(|w| (w.reg.next_timeout(), w.timeout_timer));
+    if next == current.map(|(_, at)| at) {
+        return;
     }
+    if let Some((id, _)) = current {
+        state::stop_timer(id);
+    }
+    let timer = next.and_then(|at| {
+        state::start_timer(at - state::now_ms(), TimerJob::Timeouts).map(|id| (id, at))
+    });
+    with(|w| w.timeout_timer = timer);
+}
+
+/// The timeout timer fired: answers null to every waiter whose timeout has
+/// passed.
+pub fn on_timeouts() {
+    with(|w| w.timeout_timer = None);
+    let due = reg(|r| r.take_timed_out(state::now_ms()));
+    for (slot, w) in due {
+        STATS.wait_timeouts.incr();
+        unblock(&w, &slot, Answer::Null);
+        tidy(&slot);
+    }
+    arm_timeouts();
 }
 
 /// Drops the queue of `slot` when nobody waits there any more.
 fn tidy(slot: &Slot) {
     if let Some(timer) = reg(|r| r.forget_if_empty(slot)) {
-        stop(timer);
+        state::stop_timer(timer);
     }
 }
 
-unsafe extern "C" fn timer_cb(ctx: Ctx, data: *mut c_void) {
-    guard("the waiter timer", (), || {
-        // SAFETY: data is the Box<Slot> made in `arm`; this timer fired, so
-        // it was not stopped and nobody else frees it.
-        let slot = *unsafe { Box::from_raw(data as *mut Slot) };
-        reg(|r| r.set_timer(&slot, None));
-        recheck(ctx, &slot);
-    })
-}
-
-/// Looks at the key of `slot` and serves its oldest waiter if the lease is
-/// free, or re-arms the timer at the holder's deadline.
-fn recheck(ctx: Ctx, slot: &Slot) {
-    if state::ctx_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 {
-        return; // the master serves waiters and replicates the result
+/// A re-check timer fired: looks at the key of `slot` and serves its oldest
+/// waiter if the lease is free, or re-arms the timer at the lease's end.
+pub fn on_recheck(ctx: Ctx, slot: Slot) {
+    reg(|r| r.set_timer(&slot, None));
+    if !ctx.select_db(slot.0) {
+        fail_all(&slot, LeaseError::Internal("database is gone".into()));
+        tidy(&slot);
+        return;
     }
-    let opened = with_key(ctx, slot, |key, name| match key.get() {
-        Err(e) => fail_all(slot, e),
-        Ok(current) => match decide::live(current.as_deref(), state::now_ms()) {
-            // The key expires once the clock passes its deadline.
-            Some(held) => arm(slot, held.deadline_ms + 1),
-            None => serve(ctx, slot, name, key),
-        },
-    });
-    if opened.is_none() {
-        fail_all(slot, LeaseError::Internal("database is gone".into()));
-    }
-    tidy(slot);
-}
-
-/// Opens the key of `slot` for writing in a timer's context (selecting its
-/// database) and runs `f` on it with its name; `None` if the database
-/// cannot be selected.
-fn with_key<R>(
-    ctx: Ctx,
-    slot: &Slot,
-    f: impl FnOnce(&mut LeaseKey, *mut raw::RedisModuleString) -> R,
-) -> Option<R> {
-    // SAFETY: SelectDb, then a key name created on this context and freed
-    // after the key (which borrows it) is closed.
-    unsafe {
-        if raw::RedisModule_SelectDb.unwrap()(ctx, slot.0) != raw::REDISMODULE_OK as c_int {
-            return None;
+    let name = ctx.string(&slot.1);
+    let now = state::now_ms();
+    let held_until = {
+        let mut r = Reader::open(ctx, name.as_str());
+        let expire = r.expire_at();
+        match r.lease() {
+            Err(e) => Err(e),
+            Ok(cur) => Ok(decide::live(cur, now).map(|l| decide::ends_at(l, expire))),
         }
-        let name =
-            raw::RedisModule_CreateString.unwrap()(ctx, slot.1.as_ptr().cast(), slot.1.len());
-        let out = {
-            let mut key = LeaseKey::open(ctx, name, Mode::Write);
-            f(&mut key, name)
-        };
-        raw::RedisModule_FreeString.unwrap()(ctx, name);
-        Some(out)
+    };
+    match held_until {
+        Err(e) => fail_all(&slot, e),
+        // The key expires once the clock passes its deadline.
+        Ok(Some(end)) => arm(&slot, end + 1),
+        Ok(None) => match Writer::open_gated(ctx, name.as_str()) {
+            Ok(mut w) => serve(ctx, &slot, &mut w),
+            Err(closed) => gate_closed(&slot, closed, now),
+        },
+    }
+    tidy(&slot);
+}
+
+/// What a closed gate does to the waiters of `slot`.
+fn gate_closed(slot: &Slot, closed: Closed, now: i64) {
+    match closed {
+        Closed::Paused => arm(slot, now + RETRY_PAUSED_MS),
+        Closed::Refused => arm(slot, now + RETRY_REFUSED_MS),
+        Closed::Moved(to) => fail_all(slot, LeaseError::Redirect(to)),
     }
 }
 
-/// Answers every waiter of `slot` with `err` (the key now holds another type).
+/// Answers every waiter of `slot` with `err` (the key now holds another
+/// type, or its slot moved).
 fn fail_all(slot: &Slot, err: LeaseError) {
     for w in reg(|r| r.drain(slot)) {
-        unblock(&w, slot, Err(err.clone()));
+        unblock(&w, slot, Answer::Error(err.clone()));
     }
 }
 
-fn unblock(w: &Waiter<Handle>, slot: &Slot, outcome: Result<u64, LeaseError>) {
-    let granted = Box::new(Granted {
-        outcome,
+fn unblock(w: &Waiter<Handle>, slot: &Slot, answer: Answer) {
+    let data = Box::new(Unblocked {
+        answer,
         slot: slot.clone(),
         owner: w.owner.clone(),
         replied: false,
     });
     // SAFETY: w.handle is a blocked client still waiting (it leaves the
-    // registry on timeout and disconnect); the server passes the privdata to
-    // reply_cb and then free_cb, which frees it.
+    // registry when answered, timed out or disconnected); the server passes
+    // the privdata to the reply callback and then the free callback.
     unsafe {
         raw::RedisModule_UnblockClient.unwrap()(
             w.handle as *mut raw::RedisModuleBlockedClient,
-            Box::into_raw(granted).cast(),
+            Box::into_raw(data).cast(),
         );
     }
 }
 
-/// Hands the free lease on `key` (named `name`) to the oldest waiter of
+/// Hands the free lease on the key `w` has open to the oldest waiter of
 /// `slot`, if any: a new lease with a new token, stored, replicated and
-/// notified like any acquisition.
-pub fn serve(ctx: Ctx, slot: &Slot, name: *mut raw::RedisModuleString, key: &LeaseKey) {
-    let Some(w) = reg(|r| r.pop_oldest(slot)) else {
+/// notified like any acquisition. Waiters with the same owner (a client's
+/// retries) get the same lease, as a re-acquire would.
+pub fn serve(ctx: Ctx, slot: &Slot, w: &mut Writer) {
+    let _ = ctx;
+    let Some(first) = reg(|r| r.pop_oldest(slot)) else {
         return;
     };
     let now = state::now_ms();
     let Some(token) = state::with_clock(|c| c.issue(now)) else {
-        unblock(&w, slot, Err(LeaseError::TokensExhausted));
+        unblock(&first, slot, Answer::Error(LeaseError::TokensExhausted));
         return;
     };
-    let lease = Lease {
-        owner: w.owner.clone(),
-        token,
-        deadline_ms: now + w.ttl_ms,
-    };
-    let deadline = lease.deadline_ms;
-    create(ctx, key, name, None, lease);
-    unblock(&w, slot, Ok(token));
-    arm(slot, deadline + 1);
-}
-
-unsafe extern "C" fn reply_cb(
-    ctx: Ctx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    guard("the waiter reply", raw::REDISMODULE_OK as c_int, || {
-        // SAFETY: the privdata is the Box<Granted> given to UnblockClient.
-        let granted =
-            unsafe { raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx) } as *mut Granted;
-        if let Some(g) = unsafe { granted.as_mut() } {
-            g.replied = true;
-            reply::send(ctx, g.outcome.clone().map(|t| Reply::Int(t as i64)));
+    let mut deadline = now + first.ttl_ms;
+    w.create(
+        Lease {
+            owner: first.owner.clone(),
+            token,
+            deadline_ms: deadline,
+        },
+        None,
+    );
+    unblock(&first, slot, Answer::Token(token));
+    for again in reg(|r| r.take_owner(slot, &first.owner)) {
+        deadline = now + again.ttl_ms;
+        if w.extend(deadline, None).is_ok() {
+            STATS.reacquired.incr();
+            unblock(&again, slot, Answer::Token(token));
         } else {
-            reply::send(ctx, Ok(Reply::Null));
+            unblock(&again, slot, Answer::Null);
         }
-        raw::REDISMODULE_OK as c_int
-    })
+    }
+    arm(slot, deadline + 1);
+    arm_timeouts();
 }
 
-unsafe extern "C" fn timeout_cb(
-    ctx: Ctx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    guard("the waiter timeout", raw::REDISMODULE_OK as c_int, || {
-        // SAFETY: reads the blocked client handle of this callback's context.
-        let bc = unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) } as Handle;
-        if let Some((slot, _)) = reg(|r| r.remove(&bc)) {
-            STATS.wait_timeouts.incr();
-            tidy(&slot);
-            release_handle(bc);
+/// The lease on `name` got a new end (renewal, re-acquire): its waiters are
+/// re-checked then, not at the old deadline.
+pub fn lease_ends_at(ctx: Ctx, name: Str, end_ms: i64) {
+    if let Some(slot) = slot_if_waiting(ctx, name)
+        && waiting(&slot) > 0
+    {
+        arm(&slot, end_ms + 1);
+    }
+}
+
+/// The reply callback of an unblocked waiter.
+pub fn on_reply(ctx: Ctx, data: Option<&mut Unblocked>) {
+    match data {
+        Some(u) => {
+            u.replied = true;
+            let answer = match &u.answer {
+                Answer::Token(t) => Ok(Reply::Int(*t as i64)),
+                Answer::Null => Ok(Reply::Null),
+                Answer::Error(e) => Err(e.clone()),
+            };
+            reply::send(ctx, answer);
         }
-        reply::send(ctx, Ok(Reply::Null));
-        raw::REDISMODULE_OK as c_int
-    })
+        None => reply::send(ctx, Ok(Reply::Null)),
+    }
+}
+
+/// The server timed the waiter out: only `CLIENT UNBLOCK` does (the module
+/// blocks with timeout 0 and times out its waiters itself).
+pub fn on_server_timeout(ctx: Ctx, bc: Handle) {
+    if reg(|r| r.remove(&bc)).is_some_and(|(slot, _)| {
+        tidy(&slot);
+        true
+    }) {
+        STATS.wait_timeouts.incr();
+        release_handle(bc);
+        arm_timeouts();
+    }
+    reply::send(ctx, Ok(Reply::Null));
 }
 
 /// Gives a waiter's handle back to the server. A client blocked with
-/// RedisModule_BlockClient that times out or disconnects is freed only when
-/// the module unblocks it (with no answer: the timeout callback replied, or
-/// nobody is listening); without this, each such wait leaks the handle and
-/// its reply buffer.
+/// RedisModule_BlockClient that is unblocked by `CLIENT UNBLOCK` or
+/// disconnects is freed only when the module unblocks it (with no answer:
+/// the timeout callback replied, or nobody is listening); without this,
+/// each such wait leaks the handle and its reply buffer.
 fn release_handle(bc: Handle) {
     // SAFETY: bc was just taken out of the registry, so it was never
     // unblocked before, and the server has not freed it yet.
@@ -310,59 +360,64 @@ fn release_handle(bc: Handle) {
     }
 }
 
-unsafe extern "C" fn disconnect_cb(_ctx: Ctx, bc: *mut raw::RedisModuleBlockedClient) {
-    guard("the waiter disconnect", (), || {
-        if let Some((slot, _)) = reg(|r| r.remove(&(bc as Handle))) {
-            tidy(&slot);
-            release_handle(bc as Handle);
-        }
-    })
-}
-
-/// Frees a served waiter's answer. A waiter that disconnected between being
-/// served and getting its reply never learnt its token: its lease is given
-/// back (deleted and handed to the next waiter) by a 0 ms timer.
-unsafe extern "C" fn free_cb(_ctx: Ctx, privdata: *mut c_void) {
-    guard("the waiter free", (), || {
-        if privdata.is_null() {
-            return;
-        }
-        // SAFETY: privdata is the Box<Granted> given to UnblockClient.
-        let g = unsafe { Box::from_raw(privdata as *mut Granted) };
-        if let (false, Ok(token)) = (g.replied, &g.outcome) {
-            let revoke = Box::new((g.slot.clone(), g.owner.clone(), *token));
-            // SAFETY: CreateTimer with the detached context; revoke_cb frees the box.
-            unsafe {
-                raw::RedisModule_CreateTimer.unwrap()(
-                    state::detached(),
-                    0,
-                    Some(revoke_cb),
-                    Box::into_raw(revoke).cast(),
-                );
-            }
-        }
-    })
-}
-
-unsafe extern "C" fn revoke_cb(ctx: Ctx, data: *mut c_void) {
-    guard("the waiter revoke", (), || {
-        // SAFETY: data is the box made in free_cb.
-        let (slot, owner, token) = *unsafe { Box::from_raw(data as *mut (Slot, Box<[u8]>, u64)) };
-        with_key(ctx, &slot, |key, name| {
-            if matches!(key.get(), Ok(Some(l)) if l.token == token && l.is_held_by(&owner)) {
-                key.delete();
-                replicate_delete(ctx, name);
-                notify(ctx, c"lease.release", name);
-                serve(ctx, &slot, name, key);
-            }
-        });
+/// A waiter's client disconnected.
+pub fn on_disconnect(bc: Handle) {
+    if let Some((slot, _)) = reg(|r| r.remove(&bc)) {
         tidy(&slot);
-    })
+        release_handle(bc);
+        arm_timeouts();
+    }
+}
+
+/// Frees a waiter's answer. A waiter that disconnected between being served
+/// and getting its reply never learnt its token: its lease is given back
+/// (deleted and handed to the next waiter) by a 0 ms timer.
+pub fn on_free(data: Unblocked) {
+    if let (false, Answer::Token(token)) = (data.replied, &data.answer) {
+        state::start_timer(
+            0,
+            TimerJob::Revoke(data.slot.clone(), data.owner.clone(), *token),
+        );
+    }
+}
+
+/// The revoke timer fired: deletes the lease nobody learnt of, if it is
+/// still there, and serves the next waiter.
+pub fn on_revoke(ctx: Ctx, slot: Slot, owner: Box<[u8]>, token: u64) {
+    if !ctx.select_db(slot.0) {
+        return;
+    }
+    let name = ctx.string(&slot.1);
+    let still_there = matches!(
+        Reader::open(ctx, name.as_str()).lease(),
+        Ok(Some(l)) if l.token == token && l.is_held_by(&owner)
+    );
+    if !still_there {
+        tidy(&slot);
+        return;
+    }
+    match Writer::open_gated(ctx, name.as_str()) {
+        Ok(mut w) => {
+            w.release(ReleaseAs::Del);
+            serve(ctx, &slot, &mut w);
+        }
+        Err(Closed::Moved(_)) => {}
+        Err(closed) => {
+            let retry = if closed == Closed::Paused {
+                RETRY_PAUSED_MS
+            } else {
+                RETRY_REFUSED_MS
+            };
+            state::start_timer(retry, TimerJob::Revoke(slot.clone(), owner, token));
+        }
+    }
+    tidy(&slot);
 }
 
 /// A lease key named `key` left the keyspace in some database (DEL, UNLINK,
-/// RENAME, expiry, overwrite): re-check its queues right after the command.
-pub fn key_removed(key: &[u8]) {
+/// RENAME, expiry, overwrite), or its expiry changed: re-check its queues
+/// right after the command.
+pub fn key_changed(key: &[u8]) {
     if total() == 0 {
         return; // nobody waits anywhere (queues without waiters are dropped)
     }
@@ -371,40 +426,18 @@ pub fn key_removed(key: &[u8]) {
     }
 }
 
-unsafe extern "C" fn flush_cb(
-    _ctx: Ctx,
-    _eid: raw::RedisModuleEvent,
-    subevent: u64,
-    _data: *mut c_void,
-) {
-    guard("the flush event", (), || {
-        if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
-            for slot in reg(|r| r.slots()) {
-                arm(&slot, 0);
-            }
-        }
-    })
-}
-
-/// Subscribes to FLUSHALL/FLUSHDB, which free keys without unlinking them.
-pub fn subscribe_events(ctx: &redis_module::Context) {
-    // SAFETY: called during OnLoad; the event struct is the one the API
-    // defines for FlushDB.
-    unsafe {
-        if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
-            subscribe(
-                ctx.ctx,
-                raw::RedisModuleEvent {
-                    id: raw::REDISMODULE_EVENT_FLUSHDB,
-                    dataver: 1,
-                },
-                Some(flush_cb),
-            );
-        }
+/// FLUSHALL/FLUSHDB freed keys without unlinking them: re-check every queue.
+pub fn on_flush() {
+    for slot in reg(|r| r.slots()) {
+        arm(&slot, 0);
     }
 }
 
-/// Helper for LEASE.INFO: waiters on the key of this command.
-pub fn waiting_here(ctx: Ctx, a: &Args) -> usize {
-    slot_if_waiting(ctx, a, 1).map_or(0, |slot| waiting(&slot))
+/// SWAPDB exchanged two databases: re-check their queues.
+pub fn on_swapdb(a: i32, b: i32) {
+    for slot in reg(|r| r.slots()) {
+        if slot.0 == a || slot.0 == b {
+            arm(&slot, 0);
+        }
+    }
 }

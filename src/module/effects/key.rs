@@ -1,5 +1,6 @@
-//! A lease key opened for one command: typed access to the stored record,
-//! its expiry, deletion. The key is closed on drop.
+//! A lease key opened for one call: typed access to the stored record, its
+//! expiry, storing and deleting. The key is closed on drop. Only the
+//! effects layer writes through it.
 
 use std::os::raw::c_void;
 
@@ -7,9 +8,10 @@ use redis_module::raw;
 
 use crate::lease::{Lease, LeaseError};
 
-use super::datatype;
+use super::super::ctx::{Ctx, Str};
+use super::super::state;
 
-/// An open key of the current database.
+/// An open key of the context's selected database.
 pub struct LeaseKey {
     /// NULL when a missing key was opened for reading.
     key: *mut raw::RedisModuleKey,
@@ -23,31 +25,22 @@ pub enum Mode {
 }
 
 impl LeaseKey {
-    /// Opens `name`. `ctx` and `name` come straight from the command call.
-    pub fn open(
-        ctx: *mut raw::RedisModuleCtx,
-        name: *mut raw::RedisModuleString,
-        mode: Mode,
-    ) -> Self {
+    pub fn open(ctx: Ctx, name: Str, mode: Mode) -> Self {
         let flags = match mode {
             Mode::Read => raw::REDISMODULE_READ,
             Mode::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
         };
-        // SAFETY: ctx and name are the live context and argument of the
-        // running command; OpenKey returns NULL only for a missing key opened
-        // read-only, handled by `get` through KeyType on a NULL key.
-        let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, flags as i32) };
+        // SAFETY: ctx and name are live (their types' contracts); OpenKey
+        // returns NULL only for a missing key opened read-only, handled by
+        // `get` through the NULL check.
+        let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx.raw(), name.raw(), flags as i32) };
         LeaseKey { key: key.cast() }
-    }
-
-    fn raw(&self) -> *mut raw::RedisModuleKey {
-        self.key
     }
 
     /// The stored lease record (live or not), `None` for an empty key, or
     /// WRONGTYPE for a key of another type.
     pub fn get(&mut self) -> Result<Option<&mut Lease>, LeaseError> {
-        let key = self.raw();
+        let key = self.key;
         if key.is_null() {
             return Ok(None);
         }
@@ -59,13 +52,32 @@ impl LeaseKey {
                 return Ok(None);
             }
             if t != raw::REDISMODULE_KEYTYPE_MODULE as i32
-                || raw::RedisModule_ModuleTypeGetType.unwrap()(key) != datatype::raw_type()
+                || raw::RedisModule_ModuleTypeGetType.unwrap()(key) != state::lease_type()
             {
                 return Err(LeaseError::WrongType);
             }
             let value = raw::RedisModule_ModuleTypeGetValue.unwrap()(key) as *mut Lease;
             Ok(value.as_mut())
         }
+    }
+
+    /// The key's absolute expiry (unix ms), `None` when it has none or is
+    /// missing.
+    pub fn expire_at(&self) -> Option<i64> {
+        if self.key.is_null() {
+            return None;
+        }
+        // SAFETY: reads an open key handle.
+        let at = unsafe {
+            match raw::RedisModule_GetAbsExpire {
+                Some(abs) => abs(self.key),
+                None => {
+                    let ttl = raw::RedisModule_GetExpire.unwrap()(self.key);
+                    if ttl < 0 { ttl } else { state::now_ms() + ttl }
+                }
+            }
+        };
+        (at >= 0).then_some(at)
     }
 
     /// Stores `lease` in the key (replacing what is there) and sets the
@@ -76,27 +88,27 @@ impl LeaseKey {
         // SAFETY: the key is open for writing; on success the server owns
         // `value` and frees it through the type's free callback.
         let status = unsafe {
-            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.raw(), datatype::raw_type(), value)
+            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, state::lease_type(), value)
         };
         if status != raw::REDISMODULE_OK as i32 {
             // SAFETY: the server did not take ownership; reclaim and drop it.
             drop(unsafe { Box::from_raw(value as *mut Lease) });
             return;
         }
-        self.set_deadline(deadline);
+        self.set_expire(deadline);
     }
 
     /// Sets the key's expiry to the absolute unix time `deadline_ms`.
-    pub fn set_deadline(&self, deadline_ms: i64) {
+    pub fn set_expire(&self, deadline_ms: i64) {
         // SAFETY: the key is open for writing and holds a value.
         unsafe {
             match raw::RedisModule_SetAbsExpire {
                 Some(set_abs) => {
-                    set_abs(self.raw(), deadline_ms);
+                    set_abs(self.key, deadline_ms);
                 }
                 None => {
-                    let ttl = (deadline_ms - super::state::now_ms()).max(1);
-                    raw::RedisModule_SetExpire.unwrap()(self.raw(), ttl);
+                    let ttl = (deadline_ms - state::now_ms()).max(1);
+                    raw::RedisModule_SetExpire.unwrap()(self.key, ttl);
                 }
             }
         }
@@ -106,17 +118,16 @@ impl LeaseKey {
     pub fn delete(&self) {
         // SAFETY: the key is open for writing.
         unsafe {
-            raw::RedisModule_DeleteKey.unwrap()(self.raw());
+            raw::RedisModule_DeleteKey.unwrap()(self.key);
         }
     }
 }
 
 impl Drop for LeaseKey {
     fn drop(&mut self) {
-        let key = self.raw();
-        if !key.is_null() {
+        if !self.key.is_null() {
             // SAFETY: closes the handle opened in `open`, exactly once.
-            unsafe { raw::RedisModule_CloseKey.unwrap()(key) };
+            unsafe { raw::RedisModule_CloseKey.unwrap()(self.key) };
         }
     }
 }

@@ -1,0 +1,520 @@
+//! Every `extern "C"` entry point the server calls, in one place: commands,
+//! the data type's methods, timers, blocked clients, server and keyspace
+//! events, configs and INFO. Each one wraps its raw pointers in the
+//! binding's handle types (`ctx.rs`) and runs the safe code inside `guard`,
+//! so a panic becomes an error reply or a logged failure and never unwinds
+//! across `extern "C"`.
+
+use std::os::raw::{c_char, c_int, c_longlong, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::lease::{Lease, LeaseError};
+
+use super::ctx::{Args, Ctx, Str};
+use super::datatype::{self, AUX_ENCVER, ENCVER, TYPE_NAME};
+use super::effects::APPLY_CMD;
+use super::reply::{self, Reply};
+use super::state::{self, TimerJob};
+use super::{commands, info, waiters};
+
+// --- Guards ----------------------------------------------------------------
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_string())
+}
+
+/// Installs a panic hook that logs where a panic happened to the server
+/// log (the guards below then turn it into an error reply or a fallback).
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let place = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_else(|| "an unknown place".into());
+        state::log_warning(&format!(
+            "panic at {place}: {}",
+            panic_message(info.payload())
+        ));
+    }));
+}
+
+/// Runs a callback; a panic is logged and `fallback` returned.
+fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(p) => {
+            state::log_warning(&format!("panic in {what}: {}", panic_message(p.as_ref())));
+            fallback
+        }
+    }
+}
+
+// --- Commands --------------------------------------------------------------
+
+/// A command handler: the context and arguments in, a reply or an error out.
+type Handler = fn(Ctx, &Args) -> Result<Reply, LeaseError>;
+
+/// Runs a command handler and sends its reply.
+///
+/// # Safety
+/// `ctx`, `argv` and `argc` are what the server passed to a command.
+unsafe fn run_command(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    handler: Handler,
+) -> c_int {
+    // SAFETY: the server passes a live context and `argc` live arguments.
+    let ctx = unsafe { Ctx::new(ctx) };
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let argv = if argv.is_null() || argc <= 0 {
+            &[][..]
+        } else {
+            // SAFETY: see above.
+            unsafe { std::slice::from_raw_parts(argv, argc as usize) }
+        };
+        // SAFETY: see above.
+        handler(ctx, &unsafe { Args::new(argv) })
+    }))
+    .unwrap_or_else(|p| {
+        let msg = panic_message(p.as_ref());
+        state::log_warning(&format!("panic in a command: {msg}"));
+        Err(LeaseError::Internal(crate::lease::args::printable(
+            msg.as_bytes(),
+        )))
+    });
+    reply::send(ctx, result);
+    raw::REDISMODULE_OK as c_int
+}
+
+macro_rules! command_entry {
+    ($name:ident => $handler:path) => {
+        pub extern "C" fn $name(
+            ctx: *mut raw::RedisModuleCtx,
+            argv: *mut *mut raw::RedisModuleString,
+            argc: c_int,
+        ) -> c_int {
+            // SAFETY: called by the server as a command.
+            unsafe { run_command(ctx, argv, argc, $handler) }
+        }
+    };
+}
+
+command_entry!(acquire_entry => commands::acquire);
+command_entry!(renew_entry => commands::renew);
+command_entry!(release_entry => commands::release);
+command_entry!(fence_entry => fence_or_keys);
+command_entry!(info_entry => commands::info);
+command_entry!(apply_entry => commands::apply);
+command_entry!(clock_entry => commands::clock);
+command_entry!(gate_entry => commands::gate);
+
+/// LEASE.FENCE, or the server asking for its keys (getkeys-api).
+fn fence_or_keys(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    // SAFETY: reads the context of the running call.
+    if unsafe { raw::RedisModule_IsKeysPositionRequest.unwrap()(ctx.raw()) } != 0 {
+        super::fence::report_keys(ctx, a);
+        return Ok(Reply::Sent);
+    }
+    commands::fence(ctx, a)
+}
+
+// --- The data type ---------------------------------------------------------
+
+pub static LEASE_TYPE: RedisType = RedisType::new(
+    TYPE_NAME,
+    ENCVER,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as i32,
+        free_effort: None,
+        unlink: Some(unlink),
+        copy: Some(copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// # Safety
+/// `value` must be a pointer this module stored for the lease type.
+unsafe fn lease<'a>(value: *const c_void) -> &'a Lease {
+    // SAFETY: the server hands back exactly the Box<Lease> pointer we stored.
+    unsafe { &*(value as *const Lease) }
+}
+
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guard("rdb_load", std::ptr::null_mut(), || {
+        let buf = if encver > ENCVER {
+            None
+        } else {
+            raw::load_string_buffer(rdb).ok()
+        };
+        let Some(lease) = datatype::loaded(encver, buf.as_ref().map(|b| b.as_ref())) else {
+            return std::ptr::null_mut();
+        };
+        let loading =
+            state::detached().is_some_and(|c| c.flags() & raw::REDISMODULE_CTX_FLAGS_LOADING != 0);
+        if !loading {
+            // SAFETY: the IO context of this load; the key name it gives
+            // lives while the callback runs.
+            unsafe {
+                let name = raw::RedisModule_GetKeyNameFromIO.unwrap()(rdb);
+                if !name.is_null() {
+                    let db = raw::RedisModule_GetDbIdFromIO.unwrap()(rdb);
+                    datatype::restored(db, Str::new(name as *mut _).bytes());
+                }
+            }
+        }
+        Box::into_raw(Box::new(lease)) as *mut c_void
+    })
+}
+
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guard("rdb_save", (), || {
+        // SAFETY: value is one of our records.
+        raw::save_slice(rdb, &unsafe { lease(value) }.encode());
+    })
+}
+
+unsafe extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    guard("aof_rewrite", (), || {
+        // SAFETY: value is one of our records.
+        let l = unsafe { lease(value) };
+        // SAFETY: EmitAOF with format "sbll": a RedisModuleString, a buffer
+        // with its length, and two long longs, matching the arguments.
+        unsafe {
+            raw::RedisModule_EmitAOF.unwrap()(
+                aof,
+                APPLY_CMD.as_ptr(),
+                c"sbll".as_ptr(),
+                key,
+                l.owner.as_ptr(),
+                l.owner.len(),
+                l.token as i64,
+                l.deadline_ms,
+            );
+        }
+    })
+}
+
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: value is one of our records.
+    guard("mem_usage", 0, || unsafe { lease(value) }.mem_usage())
+}
+
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    guard("digest", (), || {
+        // SAFETY: value is one of our records; md is the digest context.
+        let l = unsafe { lease(value) };
+        unsafe {
+            raw::RedisModule_DigestAddStringBuffer.unwrap()(
+                md,
+                l.owner.as_ptr() as *const _,
+                l.owner.len(),
+            );
+            raw::RedisModule_DigestAddLongLong.unwrap()(md, l.token as i64);
+            raw::RedisModule_DigestAddLongLong.unwrap()(md, l.deadline_ms);
+            raw::RedisModule_DigestEndSequence.unwrap()(md);
+        }
+    })
+}
+
+unsafe extern "C" fn free(value: *mut c_void) {
+    guard("free", (), || {
+        // SAFETY: the server gives back ownership of the Box<Lease> we stored.
+        drop(unsafe { Box::from_raw(value as *mut Lease) });
+    })
+}
+
+unsafe extern "C" fn unlink(key: *mut raw::RedisModuleString, _value: *const c_void) {
+    guard("unlink", (), || {
+        if !key.is_null() {
+            // SAFETY: the name of the key being unlinked, alive during this call.
+            datatype::unlinked(unsafe { Str::new(key) }.bytes());
+        }
+    })
+}
+
+unsafe extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    guard("copy", std::ptr::null_mut(), || {
+        // SAFETY: value is one of our records.
+        Box::into_raw(Box::new(unsafe { lease(value) }.clone())) as *mut c_void
+    })
+}
+
+unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
+    guard("aux_save", (), || {
+        if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            raw::save_unsigned(rdb, state::last_token());
+        }
+    })
+}
+
+unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
+    guard("aux_load", raw::REDISMODULE_ERR as c_int, || {
+        if encver > AUX_ENCVER || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            state::log_warning(&format!(
+                "cannot load token-clock aux data of encoding version {encver}"
+            ));
+            return raw::REDISMODULE_ERR as c_int;
+        }
+        match raw::load_unsigned(rdb) {
+            Ok(last) => {
+                state::observe_token(last);
+                raw::REDISMODULE_OK as c_int
+            }
+            Err(_) => raw::REDISMODULE_ERR as c_int,
+        }
+    })
+}
+
+// --- Timers and blocked clients --------------------------------------------
+
+unsafe extern "C" fn timer_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    guard("a module timer", (), || {
+        // SAFETY: a timer's context, live while it runs; `data` is the job
+        // of a timer started by state::start_timer that fired.
+        let (ctx, job) = unsafe { (Ctx::new(ctx), state::take_timer_job(data)) };
+        match job {
+            TimerJob::Recheck(slot) => waiters::on_recheck(ctx, slot),
+            TimerJob::Timeouts => waiters::on_timeouts(),
+            TimerJob::Revoke(slot, owner, token) => waiters::on_revoke(ctx, slot, owner, token),
+            TimerJob::Align((db, key)) => datatype::on_align(ctx, db, &key),
+            TimerJob::Clock => emit_clock(ctx),
+        }
+    })
+}
+
+unsafe extern "C" fn reply_cb(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    guard("the waiter reply", raw::REDISMODULE_OK as c_int, || {
+        // SAFETY: the reply callback's context; its private data is the
+        // Box<Unblocked> given to UnblockClient, freed later by free_cb.
+        unsafe {
+            let data = raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
+                as *mut waiters::Unblocked;
+            waiters::on_reply(Ctx::new(ctx), data.as_mut());
+        }
+        raw::REDISMODULE_OK as c_int
+    })
+}
+
+unsafe extern "C" fn timeout_cb(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    guard("the waiter timeout", raw::REDISMODULE_OK as c_int, || {
+        // SAFETY: reads the blocked client handle of this callback's context.
+        unsafe {
+            let bc = raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) as usize;
+            waiters::on_server_timeout(Ctx::new(ctx), bc);
+        }
+        raw::REDISMODULE_OK as c_int
+    })
+}
+
+unsafe extern "C" fn disconnect_cb(
+    _ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    guard("the waiter disconnect", (), || {
+        waiters::on_disconnect(bc as usize)
+    })
+}
+
+unsafe extern "C" fn free_cb(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
+    guard("the waiter free", (), || {
+        if !privdata.is_null() {
+            // SAFETY: privdata is the Box<Unblocked> given to UnblockClient.
+            waiters::on_free(*unsafe { Box::from_raw(privdata as *mut waiters::Unblocked) });
+        }
+    })
+}
+
+/// The callbacks the layers below hand to the server.
+pub fn hooks() -> state::Hooks {
+    state::Hooks {
+        timer: Some(timer_cb),
+        reply: Some(reply_cb),
+        timeout: Some(timeout_cb),
+        free_privdata: Some(free_cb),
+        disconnect: Some(disconnect_cb),
+    }
+}
+
+// --- Server and keyspace events --------------------------------------------
+
+fn emit_clock(ctx: Ctx) {
+    if super::effects::emit_clock(ctx).is_err() {
+        state::start_timer(10, TimerJob::Clock);
+    }
+}
+
+pub unsafe extern "C" fn flush_cb(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("the flush event", (), || {
+        if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
+            waiters::on_flush();
+        }
+    })
+}
+
+pub unsafe extern "C" fn swapdb_cb(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
+    guard("the swapdb event", (), || {
+        // SAFETY: the SwapDB event's data is a RedisModuleSwapDbInfo.
+        if let Some(info) = unsafe { (data as *const raw::RedisModuleSwapDbInfo).as_ref() } {
+            waiters::on_swapdb(info.dbnum_first, info.dbnum_second);
+        }
+    })
+}
+
+pub unsafe extern "C" fn fork_cb(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("the fork event", (), || {
+        if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
+            // SAFETY: the event's context, live while it runs.
+            emit_clock(unsafe { Ctx::new(ctx) });
+        }
+    })
+}
+
+pub unsafe extern "C" fn config_cb(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
+    guard("the config event", (), || {
+        // SAFETY: the Config event's data is a RedisModuleConfigChangeV1
+        // whose names are `num_changes` C strings.
+        let changed = unsafe {
+            (data as *const raw::RedisModuleConfigChangeV1)
+                .as_ref()
+                .is_some_and(|c| {
+                    (0..c.num_changes as usize).any(|i| {
+                        let name = *c.config_names.add(i);
+                        !name.is_null()
+                            && std::ffi::CStr::from_ptr(name).to_bytes() == b"maxmemory-policy"
+                    })
+                })
+        };
+        if changed {
+            // SAFETY: the event's context, live while it runs.
+            info::refresh_policy(unsafe { Ctx::new(ctx) });
+        }
+    })
+}
+
+pub unsafe extern "C" fn expired_cb(
+    _ctx: *mut raw::RedisModuleCtx,
+    _type: c_int,
+    _event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    guard("the expired event", raw::REDISMODULE_OK as c_int, || {
+        if !key.is_null() {
+            // SAFETY: the notification's key, live while it runs.
+            datatype::on_expired(unsafe { Str::new(key) });
+        }
+        raw::REDISMODULE_OK as c_int
+    })
+}
+
+pub unsafe extern "C" fn command_filter_cb(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    guard("the command filter", (), || {
+        // SAFETY: the filter context of the command about to run; its
+        // arguments live while the filter runs and are only read here.
+        unsafe {
+            if raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) < 2 {
+                return;
+            }
+            let arg = |i| {
+                let s = raw::RedisModule_CommandFilterArgGet.unwrap()(fctx, i);
+                (!s.is_null()).then(|| Str::new(s as *mut _).bytes())
+            };
+            if let Some(name) = arg(0) {
+                datatype::before_command(name, arg(1));
+            }
+        }
+    })
+}
+
+// --- Configs and INFO ------------------------------------------------------
+
+pub unsafe extern "C" fn get_max_ttl(_name: *const c_char, _privdata: *mut c_void) -> c_longlong {
+    state::max_ttl_ms()
+}
+
+pub unsafe extern "C" fn set_max_ttl(
+    _name: *const c_char,
+    value: c_longlong,
+    _privdata: *mut c_void,
+    _err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    // The server checks the bounds given at registration before calling.
+    state::MAX_TTL_MS.store(value, std::sync::atomic::Ordering::Relaxed);
+    raw::REDISMODULE_OK as c_int
+}
+
+pub extern "C" fn info_cb(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    guard("INFO", (), || {
+        raw::add_info_section(ictx, None);
+        for field in info::fields() {
+            match field {
+                info::Field::Unsigned(name, v) => {
+                    raw::add_info_field_unsigned_long_long(ictx, name, v);
+                }
+                info::Field::Signed(name, v) => {
+                    raw::add_info_field_long_long(ictx, name, v);
+                }
+                info::Field::Text(name, v) => {
+                    raw::add_info_field_str(ictx, name, &v);
+                }
+            }
+        }
+    })
+}

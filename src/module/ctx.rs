@@ -1,0 +1,157 @@
+//! The server handles the binding works with, made only at the entry points
+//! (`callbacks.rs`): a call's context, its arguments, key names. Safe
+//! functions take these, never a raw server pointer.
+
+use std::os::raw::c_int;
+
+use redis_module::raw;
+
+/// The context of the running command, callback or timer.
+#[derive(Clone, Copy)]
+pub struct Ctx(*mut raw::RedisModuleCtx);
+
+impl Ctx {
+    /// # Safety
+    /// `ctx` must be the live context the server passed to the running
+    /// callback (or the module's detached context), used only on the main
+    /// thread while that callback runs.
+    pub unsafe fn new(ctx: *mut raw::RedisModuleCtx) -> Ctx {
+        Ctx(ctx)
+    }
+
+    /// The pointer, for the server calls made inside the binding.
+    pub fn raw(self) -> *mut raw::RedisModuleCtx {
+        self.0
+    }
+
+    /// The context flags (REDISMODULE_CTX_FLAGS_*).
+    pub fn flags(self) -> u32 {
+        // SAFETY: GetContextFlags only reads the live context.
+        unsafe { raw::RedisModule_GetContextFlags.unwrap()(self.0) as u32 }
+    }
+
+    /// Is this call an effect to apply (from the master link or the AOF)
+    /// rather than a client's request?
+    pub fn is_effect(self) -> bool {
+        self.flags() & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING)
+            != 0
+    }
+
+    pub fn is_replica(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
+    }
+
+    pub fn in_cluster(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
+    }
+
+    /// The database the call runs in.
+    pub fn selected_db(self) -> i32 {
+        // SAFETY: reads the live context.
+        unsafe { raw::RedisModule_GetSelectedDb.unwrap()(self.0) }
+    }
+
+    /// Selects database `db` for this context; false if it does not exist.
+    pub fn select_db(self, db: i32) -> bool {
+        // SAFETY: SelectDb on the live context.
+        unsafe { raw::RedisModule_SelectDb.unwrap()(self.0, db) == raw::REDISMODULE_OK as c_int }
+    }
+
+    /// A new string owned by this context's caller, freed on drop.
+    pub fn string(self, bytes: &[u8]) -> OwnedStr {
+        // SAFETY: CreateString copies the bytes; the string is freed once
+        // in OwnedStr's drop with the same context.
+        let s = unsafe {
+            raw::RedisModule_CreateString.unwrap()(self.0, bytes.as_ptr().cast(), bytes.len())
+        };
+        OwnedStr { ctx: self, s }
+    }
+}
+
+/// A server string that lives at least as long as every use made of it
+/// here: an argument of the running call, or an `OwnedStr`.
+#[derive(Clone, Copy)]
+pub struct Str(*mut raw::RedisModuleString);
+
+impl Str {
+    /// # Safety
+    /// `s` must be a live RedisModuleString for as long as the `Str` is used.
+    pub unsafe fn new(s: *mut raw::RedisModuleString) -> Str {
+        Str(s)
+    }
+
+    pub fn raw(self) -> *mut raw::RedisModuleString {
+        self.0
+    }
+
+    /// The bytes of the string.
+    pub fn bytes<'a>(self) -> &'a [u8] {
+        let mut len = 0usize;
+        // SAFETY: StringPtrLen returns a pointer valid for `len` bytes while
+        // the string lives, which `Str`'s contract guarantees.
+        unsafe {
+            let ptr = raw::RedisModule_StringPtrLen.unwrap()(self.0, &mut len);
+            if ptr.is_null() {
+                &[]
+            } else {
+                std::slice::from_raw_parts(ptr as *const u8, len)
+            }
+        }
+    }
+}
+
+/// A string this module created (a key name for a timer's work).
+pub struct OwnedStr {
+    ctx: Ctx,
+    s: *mut raw::RedisModuleString,
+}
+
+impl OwnedStr {
+    pub fn as_str(&self) -> Str {
+        Str(self.s)
+    }
+}
+
+impl Drop for OwnedStr {
+    fn drop(&mut self) {
+        // SAFETY: frees the string made in `Ctx::string`, once.
+        unsafe { raw::RedisModule_FreeString.unwrap()(self.ctx.0, self.s) };
+    }
+}
+
+/// The arguments of one command call.
+pub struct Args<'a> {
+    argv: &'a [*mut raw::RedisModuleString],
+}
+
+impl<'a> Args<'a> {
+    /// # Safety
+    /// Every pointer in `argv` must be a live argument of the running call.
+    pub unsafe fn new(argv: &'a [*mut raw::RedisModuleString]) -> Args<'a> {
+        Args { argv }
+    }
+
+    pub fn len(&self) -> usize {
+        self.argv.len()
+    }
+
+    /// Argument `i` as a server string (for keys and replication).
+    pub fn str(&self, i: usize) -> Str {
+        Str(self.argv[i])
+    }
+
+    /// The bytes of argument `i`.
+    pub fn bytes(&self, i: usize) -> &'a [u8] {
+        Str(self.argv[i]).bytes()
+    }
+
+    /// Arguments `from..` as byte slices.
+    pub fn rest(&self, from: usize) -> Vec<&'a [u8]> {
+        (from..self.len()).map(|i| self.bytes(i)).collect()
+    }
+
+    /// Arguments `from..` as server strings.
+    pub fn strs(&self, from: usize) -> Vec<*mut raw::RedisModuleString> {
+        self.argv[from.min(self.len())..].to_vec()
+    }
+}
