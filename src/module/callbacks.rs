@@ -465,6 +465,9 @@ pub unsafe extern "C" fn expired_cb(
 }
 
 pub unsafe extern "C" fn command_filter_cb(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    if !datatype::watching_expiry_commands() {
+        return; // the hot path: nobody waits anywhere
+    }
     guard("the command filter", (), || {
         // SAFETY: the filter context of the command about to run; its
         // arguments live while the filter runs and are only read here.

@@ -7,7 +7,7 @@ use crate::lease::decide::{self, Acquire};
 use crate::lease::{Lease, LeaseError};
 
 use super::ctx::{Args, Ctx};
-use super::effects::{self, APPLY, CLOCK, Reader, ReleaseAs, Writer};
+use super::effects::{self, APPLY, CLOCK, Reader, Writer};
 use super::reply::Reply;
 use super::state::{self, STATS};
 use super::waiters;
@@ -101,7 +101,7 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         }));
     }
     if decide::release(w.lease()?, owner, state::now_ms()) {
-        w.release(ReleaseAs::Verbatim);
+        w.release();
         if let Some(slot) = waiters::slot_if_waiting(ctx, name) {
             waiters::serve(ctx, &slot, &mut w);
         }

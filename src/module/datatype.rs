@@ -72,14 +72,17 @@ pub fn on_expired(key: Str) {
     }
 }
 
+/// Does the command filter need to look at commands? Only while someone
+/// waits.
+pub fn watching_expiry_commands() -> bool {
+    waiters::total() > 0
+}
+
 /// A command is about to run (the command filter): an expiry command on a
 /// key that clients wait on re-checks their queues right after it, so a
 /// shorter `PEXPIRE` hands the lease over when the key goes, not at the
 /// lease's old deadline.
 pub fn before_command(name: &[u8], key: Option<&[u8]>) {
-    if waiters::total() == 0 {
-        return;
-    }
     let expiry = [&b"expire"[..], b"pexpire", b"expireat", b"pexpireat"];
     if let Some(key) = key
         && expiry.iter().any(|e| e.eq_ignore_ascii_case(name))

@@ -402,11 +402,8 @@ pub fn subscribe_events(ctx: &Context) {
             );
         }
         if let Some(register) = raw::RedisModule_RegisterCommandFilter {
-            register(
-                ctx.ctx,
-                Some(command_filter_cb),
-                raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
-            );
+            // Not NOSELF: a PEXPIRE run through LEASE.FENCE counts too.
+            register(ctx.ctx, Some(command_filter_cb), 0);
         }
     }
 }

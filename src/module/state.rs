@@ -8,6 +8,7 @@
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
 use redis_module::raw;
 
@@ -253,23 +254,26 @@ pub unsafe fn take_timer_job(data: *mut c_void) -> TimerJob {
     *unsafe { Box::from_raw(data as *mut TimerJob) }
 }
 
-/// The name of the lease key last unlinked, so the `expired` event that
-/// follows an expiry's unlink can tell a lease key from any other (its type
-/// is gone by then). Reused, so no allocation per unlink once warm.
-static LAST_UNLINKED: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+/// The name of the lease key last unlinked and when, so the `expired` event
+/// that follows an expiry's unlink at once can tell a lease key from any
+/// other (its type is gone by then). Reused, so no allocation per unlink
+/// once warm.
+static LAST_UNLINKED: Mutex<(Vec<u8>, Option<Instant>)> = Mutex::new((Vec::new(), None));
 
 pub fn note_unlinked(name: &[u8]) {
     let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
-    last.clear();
-    last.extend_from_slice(name);
+    last.0.clear();
+    last.0.extend_from_slice(name);
+    last.1 = Some(Instant::now());
 }
 
-/// Was `name` the lease key unlinked last? Clears the mark.
+/// Was `name` the lease key unlinked just now (within a millisecond)?
+/// Clears the mark.
 pub fn take_unlinked(name: &[u8]) -> bool {
     let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
-    let hit = !last.is_empty() && last.as_slice() == name;
-    if hit {
-        last.clear();
-    }
-    hit
+    let recent = last
+        .1
+        .take()
+        .is_some_and(|at| at.elapsed().as_micros() < 1000);
+    recent && last.0.as_slice() == name
 }

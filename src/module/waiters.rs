@@ -26,7 +26,7 @@ use crate::lease::waitq::{Slot, WaitRegistry, Waiter};
 use crate::lease::{Lease, LeaseError};
 
 use super::ctx::{Ctx, Str};
-use super::effects::{Closed, Reader, ReleaseAs, Writer};
+use super::effects::{Closed, Reader, Writer};
 use super::reply::{self, Reply};
 use super::state::{self, STATS, TimerJob};
 
@@ -166,7 +166,9 @@ fn arm(slot: &Slot, at_ms: i64) {
     }
 }
 
-/// Keeps one timer at the earliest BLOCK timeout of any waiter.
+/// Keeps one timer at the earliest BLOCK timeout of any waiter. Called when
+/// a waiter arrives (the only way the earliest timeout gets earlier); when a
+/// waiter leaves early, the timer may fire with nothing due, and moves on.
 fn arm_timeouts() {
     let (next, current) = with(|w| (w.reg.next_timeout(), w.timeout_timer));
     if next == current.map(|(_, at)| at) {
@@ -301,7 +303,6 @@ pub fn serve(ctx: Ctx, slot: &Slot, w: &mut Writer) {
         }
     }
     arm(slot, deadline + 1);
-    arm_timeouts();
 }
 
 /// The lease on `name` got a new end (renewal, re-acquire): its waiters are
@@ -339,7 +340,6 @@ pub fn on_server_timeout(ctx: Ctx, bc: Handle) {
     }) {
         STATS.wait_timeouts.incr();
         release_handle(bc);
-        arm_timeouts();
     }
     reply::send(ctx, Ok(Reply::Null));
 }
@@ -365,7 +365,6 @@ pub fn on_disconnect(bc: Handle) {
     if let Some((slot, _)) = reg(|r| r.remove(&bc)) {
         tidy(&slot);
         release_handle(bc);
-        arm_timeouts();
     }
 }
 
@@ -398,7 +397,7 @@ pub fn on_revoke(ctx: Ctx, slot: Slot, owner: Box<[u8]>, token: u64) {
     }
     match Writer::open_gated(ctx, name.as_str()) {
         Ok(mut w) => {
-            w.release(ReleaseAs::Del);
+            w.revoke();
             serve(ctx, &slot, &mut w);
         }
         Err(Closed::Moved(_)) => {}

@@ -57,15 +57,6 @@ impl Reader {
     }
 }
 
-/// What replicas and the AOF get for a release.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum ReleaseAs {
-    /// The client's `LEASE.RELEASE` itself (applied by owner alone there).
-    Verbatim,
-    /// A `DEL` of the key.
-    Del,
-}
-
 /// A lease key opened to change it.
 pub struct Writer {
     ctx: Ctx,
@@ -139,13 +130,22 @@ impl Writer {
         Ok(())
     }
 
-    /// Deletes the held lease (a release or a revoke), replicated as told.
-    pub fn release(&mut self, ras: ReleaseAs) {
+    /// Deletes a lease handed to a waiter that disconnected before it learnt
+    /// its token (nobody holds it): replicated as a DEL, notified as a
+    /// release, counted as nothing.
+    pub fn revoke(&mut self) {
         self.key.delete();
-        match ras {
-            ReleaseAs::Verbatim => replicate_verbatim(self.ctx),
-            ReleaseAs::Del => replicate_del(self.ctx, self.name),
-        }
+        replicate_del(self.ctx, self.name);
+        self.signal();
+        self.notify(c"lease.release");
+    }
+
+    /// Deletes the held lease at its holder's request: replicas and the AOF
+    /// get the client's `LEASE.RELEASE` itself (applied by owner alone
+    /// there).
+    pub fn release(&mut self) {
+        self.key.delete();
+        replicate_verbatim(self.ctx);
         self.signal();
         STATS.released.incr();
         self.notify(c"lease.release");
