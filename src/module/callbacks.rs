@@ -515,6 +515,9 @@ pub extern "C" fn info_cb(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_report:
                     raw::add_info_field_long_long(ictx, name, v);
                 }
                 info::Field::Text(name, v) => {
+                    raw::add_info_field_str(ictx, name, v);
+                }
+                info::Field::Owned(name, v) => {
                     raw::add_info_field_str(ictx, name, &v);
                 }
             }

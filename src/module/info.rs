@@ -60,23 +60,29 @@ pub fn eviction_warning() -> Option<String> {
 pub enum Field {
     Unsigned(&'static str, u64),
     Signed(&'static str, i64),
-    Text(&'static str, String),
+    Text(&'static str, &'static str),
+    Owned(&'static str, String),
 }
 
 /// The fields of `INFO lease`, in order.
 pub fn fields() -> Vec<Field> {
-    let mut out: Vec<Field> = STATS
-        .fields()
-        .into_iter()
-        .map(|(name, value)| Field::Unsigned(name, value))
-        .collect();
+    let mut out = vec![
+        Field::Text("version", super::VERSION),
+        Field::Text("git_commit", super::GIT_COMMIT),
+    ];
+    out.extend(
+        STATS
+            .fields()
+            .into_iter()
+            .map(|(name, value)| Field::Unsigned(name, value)),
+    );
     out.push(Field::Unsigned("waiters", waiters::total() as u64));
     out.push(Field::Unsigned("last_token", state::last_token()));
     out.push(Field::Signed("max_ttl_ms", state::max_ttl_ms()));
     let policy = state::maxmemory_policy();
     if !policy.is_empty() {
         let may_evict = policy_may_evict(&policy) as i64;
-        out.push(Field::Text("maxmemory_policy", policy));
+        out.push(Field::Owned("maxmemory_policy", policy));
         out.push(Field::Signed("eviction_may_lose_leases", may_evict));
     }
     out
