@@ -11,5 +11,8 @@ pub mod fence;
 pub mod record;
 pub mod waitq;
 
+#[cfg(test)]
+mod model;
+
 pub use error::LeaseError;
 pub use record::Lease;

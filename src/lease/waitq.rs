@@ -11,6 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 
+use super::clock::TokenClock;
+use super::record::Lease;
+
 /// A client waiting for a lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiter<H> {
@@ -23,6 +26,18 @@ pub struct Waiter<H> {
     pub ttl_ms: i64,
     /// When its `BLOCK` timeout passes (unix ms); `None` waits forever.
     pub timeout_at: Option<i64>,
+}
+
+/// A free lease handed to the oldest waiter of a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant<H> {
+    /// The new lease, with a new token from the clock.
+    pub lease: Lease,
+    /// The oldest waiter, then every later waiter with the same owner (a
+    /// client's retries after a lost reply): all are answered with the
+    /// lease's token, the later ones as re-acquires would be, so the
+    /// deadline is `now` plus the last one's ttl.
+    pub waiters: Vec<Waiter<H>>,
 }
 
 /// Where a queue lives: database index and key name.
@@ -125,6 +140,32 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
     pub fn pop_oldest(&mut self, slot: &Slot) -> Option<Waiter<H>> {
         let id = *self.queues.get(slot)?.waiters.keys().next()?;
         self.take(slot, id)
+    }
+
+    /// Hands the lease of `slot`, which the caller found free at `now_ms`,
+    /// to its oldest waiter. `None` when nobody waits; `Err` with that waiter
+    /// when the clock has no token left.
+    pub fn grant(
+        &mut self,
+        slot: &Slot,
+        now_ms: i64,
+        clock: &mut TokenClock,
+    ) -> Option<Result<Grant<H>, Waiter<H>>> {
+        let first = self.pop_oldest(slot)?;
+        let Some(token) = clock.issue(now_ms) else {
+            return Some(Err(first));
+        };
+        let mut waiters = vec![first];
+        waiters.extend(self.take_owner(slot, &waiters[0].owner.clone()));
+        let ttl_ms = waiters.last().map_or(0, |w| w.ttl_ms);
+        Some(Ok(Grant {
+            lease: Lease {
+                owner: waiters[0].owner.clone(),
+                token,
+                deadline_ms: now_ms + ttl_ms,
+            },
+            waiters,
+        }))
     }
 
     /// Takes every waiter of `slot` that asked with `owner`, oldest first
@@ -326,6 +367,28 @@ mod tests {
         r.forget_if_empty(&(1, b"k".to_vec()));
         assert!(r.slots_named(b"k").is_empty());
         assert!(r.slots().is_empty());
+    }
+
+    #[test]
+    fn a_grant_goes_to_the_oldest_and_its_retries() {
+        let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
+        let mut clock = TokenClock::new();
+        assert!(r.grant(&slot("a"), 1000, &mut clock).is_none());
+        r.push(slot("a"), 1, b"w", 100, None);
+        r.push(slot("a"), 2, b"x", 100, None);
+        r.push(slot("a"), 3, b"w", 300, None);
+        let g = r.grant(&slot("a"), 1000, &mut clock).unwrap().unwrap();
+        assert_eq!(
+            g.waiters.iter().map(|w| w.handle).collect::<Vec<_>>(),
+            vec![1, 3]
+        );
+        assert_eq!(g.lease.owner.as_ref(), b"w");
+        assert_eq!(g.lease.token, clock.last());
+        assert_eq!(g.lease.deadline_ms, 1300, "the last retry's ttl");
+        assert_eq!(r.len(&slot("a")), 1);
+        clock.observe(super::super::clock::MAX_TOKEN);
+        let e = r.grant(&slot("a"), 1000, &mut clock).unwrap().unwrap_err();
+        assert_eq!(e.handle, 2, "the waiter to answer with the error");
     }
 
     #[test]

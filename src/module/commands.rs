@@ -29,7 +29,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         && decide::live(w.lease()?, now).is_none()
         && waiters::waiting(&slot) > 0
     {
-        waiters::serve(ctx, &slot, &mut w);
+        waiters::serve(&slot, &mut w);
     }
     let expire = w.expire_at();
     let current = w.lease()?;
@@ -103,7 +103,7 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if decide::release(w.lease()?, owner, state::now_ms()) {
         w.release();
         if let Some(slot) = waiters::slot_if_waiting(ctx, name) {
-            waiters::serve(ctx, &slot, &mut w);
+            waiters::serve(&slot, &mut w);
         }
         Ok(Reply::Int(1))
     } else {

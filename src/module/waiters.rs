@@ -21,9 +21,9 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use redis_module::raw;
 
+use crate::lease::LeaseError;
 use crate::lease::decide;
 use crate::lease::waitq::{Slot, WaitRegistry, Waiter};
-use crate::lease::{Lease, LeaseError};
 
 use super::ctx::{Ctx, Str};
 use super::effects::{Closed, Reader, Writer};
@@ -227,7 +227,7 @@ pub fn on_recheck(ctx: Ctx, slot: Slot) {
         // The key expires once the clock passes its deadline.
         Ok(Some(end)) => arm(&slot, end + 1),
         Ok(None) => match Writer::open_gated(ctx, name.as_str()) {
-            Ok(mut w) => serve(ctx, &slot, &mut w),
+            Ok(mut w) => serve(&slot, &mut w),
             Err(closed) => gate_closed(&slot, closed, now),
         },
     }
@@ -273,36 +273,25 @@ fn unblock(w: &Waiter<Handle>, slot: &Slot, answer: Answer) {
 /// `slot`, if any: a new lease with a new token, stored, replicated and
 /// notified like any acquisition. Waiters with the same owner (a client's
 /// retries) get the same lease, as a re-acquire would.
-pub fn serve(ctx: Ctx, slot: &Slot, w: &mut Writer) {
-    let _ = ctx;
-    let Some(first) = reg(|r| r.pop_oldest(slot)) else {
-        return;
-    };
+pub fn serve(slot: &Slot, w: &mut Writer) {
     let now = state::now_ms();
-    let Some(token) = state::with_clock(|c| c.issue(now)) else {
-        unblock(&first, slot, Answer::Error(LeaseError::TokensExhausted));
+    let Some(granted) = state::with_clock(|clock| reg(|r| r.grant(slot, now, clock))) else {
         return;
     };
-    let mut deadline = now + first.ttl_ms;
-    w.create(
-        Lease {
-            owner: first.owner.clone(),
-            token,
-            deadline_ms: deadline,
-        },
-        None,
-    );
-    unblock(&first, slot, Answer::Token(token));
-    for again in reg(|r| r.take_owner(slot, &first.owner)) {
-        deadline = now + again.ttl_ms;
-        if w.extend(deadline, None).is_ok() {
-            STATS.reacquired.incr();
-            unblock(&again, slot, Answer::Token(token));
-        } else {
-            unblock(&again, slot, Answer::Null);
+    match granted {
+        Err(first) => unblock(&first, slot, Answer::Error(LeaseError::TokensExhausted)),
+        Ok(g) => {
+            let (token, deadline) = (g.lease.token, g.lease.deadline_ms);
+            w.create(g.lease, None);
+            for (i, waiter) in g.waiters.iter().enumerate() {
+                if i > 0 {
+                    STATS.reacquired.incr();
+                }
+                unblock(waiter, slot, Answer::Token(token));
+            }
+            arm(slot, deadline + 1);
         }
     }
-    arm(slot, deadline + 1);
 }
 
 /// The lease on `name` got a new end (renewal, re-acquire): its waiters are
@@ -398,7 +387,7 @@ pub fn on_revoke(ctx: Ctx, slot: Slot, owner: Box<[u8]>, token: u64) {
     match Writer::open_gated(ctx, name.as_str()) {
         Ok(mut w) => {
             w.revoke();
-            serve(ctx, &slot, &mut w);
+            serve(&slot, &mut w);
         }
         Err(Closed::Moved(_)) => {}
         Err(closed) => {
