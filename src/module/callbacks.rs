@@ -70,6 +70,7 @@ unsafe fn run_command(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     handler: Handler,
+    redact: Option<usize>,
 ) -> c_int {
     // SAFETY: the server passes a live context and `argc` live arguments.
     let ctx = unsafe { Ctx::new(ctx) };
@@ -90,29 +91,33 @@ unsafe fn run_command(
             msg.as_bytes(),
         )))
     });
+    if let Some(pos) = redact {
+        ctx.redact(pos);
+    }
     reply::send(ctx, result);
     raw::REDISMODULE_OK as c_int
 }
 
 macro_rules! command_entry {
-    ($name:ident => $handler:path) => {
+    ($name:ident => $handler:path $(, redact $pos:expr)?) => {
         pub extern "C" fn $name(
             ctx: *mut raw::RedisModuleCtx,
             argv: *mut *mut raw::RedisModuleString,
             argc: c_int,
         ) -> c_int {
+            let redact: Option<usize> = None $(.or(Some($pos)))?;
             // SAFETY: called by the server as a command.
-            unsafe { run_command(ctx, argv, argc, $handler) }
+            unsafe { run_command(ctx, argv, argc, $handler, redact) }
         }
     };
 }
 
-command_entry!(acquire_entry => commands::acquire);
-command_entry!(renew_entry => commands::renew);
-command_entry!(release_entry => commands::release);
+command_entry!(acquire_entry => commands::acquire, redact commands::OWNER_ARG);
+command_entry!(renew_entry => commands::renew, redact commands::OWNER_ARG);
+command_entry!(release_entry => commands::release, redact commands::OWNER_ARG);
 command_entry!(fence_entry => fence_or_keys);
 command_entry!(info_entry => commands::info);
-command_entry!(apply_entry => commands::apply);
+command_entry!(apply_entry => commands::apply, redact commands::OWNER_ARG);
 command_entry!(clock_entry => commands::clock);
 command_entry!(gate_entry => commands::gate);
 

@@ -12,6 +12,12 @@ use super::reply::Reply;
 use super::state::{self, STATS};
 use super::waiters;
 
+/// Where the commands that carry an owner id have it. The id is a
+/// credential: the entry points redact it from SLOWLOG and MONITOR once the
+/// handler is done (after replication took its copy: on Valkey 8.1 the
+/// redaction replaces the argument itself).
+pub const OWNER_ARG: usize = 2;
+
 /// LEASE.ACQUIRE key owner ttl-ms [BLOCK timeout-ms]
 pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() < 4 {

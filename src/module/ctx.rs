@@ -37,6 +37,20 @@ impl Ctx {
             != 0
     }
 
+    /// Keeps argument `pos` of the running command out of SLOWLOG and
+    /// MONITOR (the server shows `(redacted)`), as it does for AUTH's
+    /// password. Replication and the AOF still get the argument: the server
+    /// redacts only the copy it keeps for those two.
+    pub fn redact(self, pos: usize) {
+        // SAFETY: a function-pointer read filled in by RedisModule_Init, then
+        // a call on the live context; it checks `pos` against the argc.
+        unsafe {
+            if let Some(redact) = raw::RedisModule_RedactClientCommandArgument {
+                redact(self.0, pos as c_int);
+            }
+        }
+    }
+
     pub fn is_replica(self) -> bool {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
     }
