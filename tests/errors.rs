@@ -234,12 +234,7 @@ both! {
         setup(&mut c);
         // A client must not be able to forge a lease through the effect
         // command used by replication and the AOF.
-        let far = (std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis()
-            + 600_000)
-            .to_string();
+        let far = (now_ms() + 600_000).to_string();
         refused_str(&mut c, &["LEASE.APPLY", "free", "me", "5", &far], &["internal"]);
         refused_str(&mut c, &["LEASE.APPLY", "held", "thief", "5", &far], &["internal"]);
         holder_still_holds(&mut c);

@@ -8,7 +8,12 @@ use common::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// A worker's bound: it stops when the server dies (the test kills it after
+/// 700 ms), and at the latest after this many acquisitions or this long.
+const MAX_ROUNDS: usize = 1_000_000;
+const MAX_RUN: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 struct Ledger {
@@ -24,14 +29,18 @@ struct Ledger {
 both! {
     fn kill_9_under_load_loses_no_acknowledged_acquisition(kind) {
         let opts = Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]);
-        let s = Server::start_with(kind, opts.clone());
+        let mut s = Server::start_with(kind, opts.clone());
+        let deadline = Instant::now() + MAX_RUN;
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let workers: Vec<_> = (0..4)
             .map(|w| {
                 let mut c = s.conn();
                 let ledger = ledger.clone();
                 thread::spawn(move || {
-                    for i in 0.. {
+                    for i in 0..MAX_ROUNDS {
+                        if Instant::now() >= deadline {
+                            return;
+                        }
                         let key = format!("w{w}:k{i}");
                         let owner = format!("w{w}:o{i}");
                         let Ok(Value::Int(t)) = call(&mut c, &[b"LEASE.ACQUIRE", key.as_bytes(), owner.as_bytes(), b"600000"]) else {
@@ -60,7 +69,7 @@ both! {
             .collect();
         thread::sleep(Duration::from_millis(700));
         let pid = s.pid();
-        s.signal("KILL");
+        s.kill(); // SIGKILL, and reaped
         for w in workers {
             w.join().unwrap();
         }

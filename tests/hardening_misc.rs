@@ -14,53 +14,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: &str) -> i64 {
-    int(&ok(c, &["LEASE.ACQUIRE", key, owner, ttl]))
-}
-
-fn token_of(c: &mut redis::Connection, key: &str) -> Option<i64> {
-    match ok(c, &["LEASE.INFO", key]) {
-        Value::Nil => None,
-        v => Some(int(&field(&v, "token").expect("token field"))),
-    }
-}
-
-fn waiters(c: &mut redis::Connection, key: &str) -> i64 {
-    match ok(c, &["LEASE.INFO", key]) {
-        Value::Nil => 0,
-        v => int(&field(&v, "waiters").expect("waiters field")),
-    }
-}
-
 fn exists(c: &mut redis::Connection, key: &str) -> bool {
     int(&ok(c, &["EXISTS", key])) == 1
-}
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::Okay => "OK".to_string(),
-        Value::VerbatimString { text, .. } => text.clone(),
-        other => panic!("expected a string, got {other:?}"),
-    }
-}
-
-/// The COMMAND INFO flags of `name` (a command or `container|sub`),
-/// lower-cased.
-fn command_flags(c: &mut redis::Connection, name: &str) -> Vec<String> {
-    let v = ok(c, &["COMMAND", "INFO", name]);
-    let Value::Array(all) = v else {
-        panic!("COMMAND INFO {name}: {v:?}")
-    };
-    assert_eq!(all.len(), 1, "COMMAND INFO {name}: {all:?}");
-    let Value::Array(entry) = &all[0] else {
-        panic!("COMMAND INFO {name}: no such command ({all:?})")
-    };
-    strings(&entry[2])
-        .into_iter()
-        .map(|f| f.to_lowercase())
-        .collect()
 }
 
 /// WATCH `key` on `a`, run `between`, then MULTI / SET side 1 / EXEC on
@@ -259,8 +214,7 @@ fn script_kill_refuses_a_script_that_wrote_through_fence(kind: Kind) {
     let e = err(&mut killer, &["SCRIPT", "KILL"]);
     assert!(e.starts_with("UNKILLABLE"), "SCRIPT KILL answered {e:?}");
     // The script runs forever: end the server the hard way.
-    // SAFETY: kill(2) on the pid of a child process this test started.
-    unsafe { libc::kill(s.pid() as libc::pid_t, libc::SIGKILL) };
+    assert!(s.signal(libc::SIGKILL), "SIGKILL to the busy server");
     assert!(
         matches!(busy.recv_timeout(Duration::from_secs(5)), Ok(Err(_))),
         "the EVAL connection ends with the server"
@@ -773,22 +727,9 @@ fn rdb_load_log_lines_carry_the_lease_prefix(kind: Kind) {
     let mut c = s.conn();
     acquire(&mut c, "k", "owner-id", "60000");
     let payload = dump_payload(&mut c, "k");
-    let future_record = edit_payload(&payload, |b| {
-        let owner_at = b.windows(8).position(|w| w == b"owner-id").unwrap();
-        let version_at = owner_at - 2 - 8 - 8 - 1;
-        assert_eq!(b[version_at], 1);
-        b[version_at] = 2;
-    });
-    let future_type = edit_payload(&payload, |b| {
-        assert_eq!(b[1], 0x81, "64-bit length encoding of the module id");
-        let mut id = u64::from_be_bytes(b[2..10].try_into().unwrap());
-        assert_eq!(id & 1023, 1, "encoding version 1");
-        id = (id & !1023) | 2;
-        b[2..10].copy_from_slice(&id.to_be_bytes());
-    });
     for (what, bad) in [
-        ("future record", future_record),
-        ("future type", future_type),
+        ("future record", future_record(&payload, b"owner-id")),
+        ("future type", future_type(&payload)),
     ] {
         let before = s.log().lines().count();
         call(&mut c, &[b"RESTORE", b"bad", b"0", &bad]).expect_err(what);

@@ -6,43 +6,11 @@
 mod common;
 use common::*;
 
-use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 /// How deep the nested LEASE.FENCE goes: far beyond any stack when each
 /// level costs a recursion.
 const DEPTH: usize = 10_000;
-
-/// The server's log where it matters: the head of the crash report (the
-/// failed assertion or the signal) when there is one, else its last `n`
-/// lines.
-fn log_tail(s: &Server, n: usize) -> String {
-    let log = s.log();
-    let lines: Vec<&str> = log.lines().collect();
-    match lines.iter().position(|l| l.contains("BUG REPORT START")) {
-        Some(at) => lines[at..]
-            .iter()
-            .take(n)
-            .take_while(|l| !l.contains("STACK TRACE"))
-            .copied()
-            .collect::<Vec<_>>()
-            .join("\n"),
-        None => lines[lines.len().saturating_sub(n)..].join("\n"),
-    }
-}
-
-/// Panics with the log tail when the server is gone. `suspect`: a client
-/// just lost its connection, so give a dying process a moment to be reaped.
-fn assert_alive(s: &mut Server, what: &str, suspect: bool) {
-    let dead =
-        !s.is_alive() || (suspect && wait_until(Duration::from_millis(1000), || !s.is_alive()));
-    assert!(
-        !dead,
-        "{what}: the {:?} server died; its log:\n{}",
-        s.kind,
-        log_tail(s, 12)
-    );
-}
 
 /// `LEASE.FENCE k <token>` `depth` times, then `SET x y`.
 fn nest(depth: usize, token: &str) -> Vec<String> {
@@ -52,11 +20,6 @@ fn nest(depth: usize, token: &str) -> Vec<String> {
     }
     args.extend(["SET", "x", "y"].map(String::from));
     args
-}
-
-fn call_strings(c: &mut redis::Connection, args: &[String]) -> redis::RedisResult<Value> {
-    let refs: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    call(c, &refs)
 }
 
 /// The error text of a reply that must be an error the server wrote (not a
@@ -73,39 +36,9 @@ fn ping(c: &mut redis::Connection) -> String {
     redis::cmd("PING").query(c).expect("PING")
 }
 
-fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: &str) -> i64 {
-    int(&ok(c, &["LEASE.ACQUIRE", key, owner, ttl]))
-}
-
-fn token_of(c: &mut redis::Connection, key: &str) -> Option<i64> {
-    match ok(c, &["LEASE.INFO", key]) {
-        Value::Nil => None,
-        v => Some(int(&field(&v, "token").expect("token field"))),
-    }
-}
-
-fn waiters(c: &mut redis::Connection, key: &str) -> i64 {
-    match ok(c, &["LEASE.INFO", key]) {
-        Value::Nil => 0,
-        v => int(&field(&v, "waiters").expect("waiters field")),
-    }
-}
-
-fn text(c: &mut redis::Connection, args: &[&str]) -> String {
-    match ok(c, args) {
-        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-        Value::VerbatimString { text, .. } => text,
-        Value::SimpleString(s) => s,
-        other => panic!("{args:?}: {other:?}"),
-    }
-}
-
 /// One field of `INFO replication`.
 fn replication_field(c: &mut redis::Connection, name: &str) -> Option<String> {
-    text(c, &["INFO", "replication"]).lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        (k == name).then(|| v.trim().to_string())
-    })
+    info_value(c, "replication", name)
 }
 
 // ---------------------------------------------------------------------------
@@ -122,9 +55,9 @@ fn command_getkeys_of_a_deep_nest(kind: Kind) {
     let mut c = s.conn();
     let mut args: Vec<String> = vec!["COMMAND".into(), "GETKEYS".into()];
     args.extend(nest(DEPTH, "1"));
-    let reply = call_strings(&mut c, &args);
+    let reply = call_args(&mut c, &args);
     let lost = matches!(&reply, Err(e) if e.code().is_none());
-    assert_alive(&mut s, "COMMAND GETKEYS of a 10,000-deep LEASE.FENCE", lost);
+    s.assert_alive("COMMAND GETKEYS of a 10,000-deep LEASE.FENCE", lost);
     match &reply {
         Ok(Value::Array(keys)) => assert!(
             keys.iter().all(|k| matches!(k, Value::BulkString(_))),
@@ -140,7 +73,7 @@ fn command_getkeys_of_a_deep_nest(kind: Kind) {
     // innermost SET never runs.
     let t = acquire(&mut c, "k", "me", "60000").to_string();
     let e = server_error(
-        call_strings(&mut c, &nest(2, &t)),
+        call_args(&mut c, &nest(2, &t)),
         "LEASE.FENCE k t LEASE.FENCE k t SET x y",
     );
     assert!(
@@ -149,7 +82,7 @@ fn command_getkeys_of_a_deep_nest(kind: Kind) {
     );
     assert_eq!(ok(&mut c, &["EXISTS", "x"]), Value::Int(0), "x was set");
     assert_eq!(token_of(&mut c, "k"), Some(t.parse().unwrap()));
-    assert_alive(&mut s, "after the nested fences", false);
+    s.assert_alive("after the nested fences", false);
 }
 
 /// Defect: for a user whose keys are limited by patterns, the ACL check
@@ -169,12 +102,11 @@ fn acl_key_check_of_a_deep_nest(kind: Kind) {
     let t = acquire(&mut admin, "k", "me", "60000").to_string();
     let mut c = s.conn();
     assert_eq!(ok(&mut c, &["AUTH", "limited", "any"]), Value::Okay);
-    let whoami = text(&mut c, &["ACL", "WHOAMI"]);
+    let whoami = ok_text(&mut c, &["ACL", "WHOAMI"]);
     assert_eq!(whoami, "limited");
-    let reply = call_strings(&mut c, &nest(DEPTH, &t));
+    let reply = call_args(&mut c, &nest(DEPTH, &t));
     let lost = matches!(&reply, Err(e) if e.code().is_none());
-    assert_alive(
-        &mut s,
+    s.assert_alive(
         "a 10,000-deep LEASE.FENCE from a key-limited ACL user",
         lost,
     );
@@ -185,7 +117,7 @@ fn acl_key_check_of_a_deep_nest(kind: Kind) {
     );
     assert_eq!(ping(&mut c), "PONG");
     assert_eq!(ok(&mut admin, &["EXISTS", "x"]), Value::Int(0), "x was set");
-    assert_alive(&mut s, "after the key-limited user's nest", false);
+    s.assert_alive("after the key-limited user's nest", false);
 }
 
 /// Defect: in cluster mode the server lists every command's keys to route
@@ -211,18 +143,18 @@ fn cluster_routing_of_a_deep_nest(kind: Kind) {
         Value::Okay
     );
     assert!(
-        wait_until(Duration::from_secs(8), || text(
+        wait_until(Duration::from_secs(8), || ok_text(
             &mut c,
             &["CLUSTER", "INFO"]
         )
         .contains("cluster_state:ok")),
         "the single-node cluster never became ok:\n{}",
-        text(&mut c, &["CLUSTER", "INFO"])
+        ok_text(&mut c, &["CLUSTER", "INFO"])
     );
     let t = acquire(&mut c, "k", "me", "60000").to_string();
-    let reply = call_strings(&mut c, &nest(DEPTH, &t));
+    let reply = call_args(&mut c, &nest(DEPTH, &t));
     let lost = matches!(&reply, Err(e) if e.code().is_none());
-    assert_alive(&mut s, "a 10,000-deep LEASE.FENCE in cluster mode", lost);
+    s.assert_alive("a 10,000-deep LEASE.FENCE in cluster mode", lost);
     let e = server_error(reply, "a 10,000-deep LEASE.FENCE in cluster mode");
     assert!(
         e.contains("lease commands cannot be fenced"),
@@ -230,69 +162,11 @@ fn cluster_routing_of_a_deep_nest(kind: Kind) {
     );
     assert_eq!(ping(&mut c), "PONG");
     assert_eq!(ok(&mut c, &["EXISTS", "x"]), Value::Int(0), "x was set");
-    assert_alive(&mut s, "after the nest in cluster mode", false);
+    s.assert_alive("after the nest in cluster mode", false);
 }
 
 // ---------------------------------------------------------------------------
 // 2. FAILOVER with a lagging replica
-
-/// A blocked waiter's reply and when it arrived.
-type Answer = JoinHandle<(redis::RedisResult<Value>, Instant)>;
-
-/// Starts `LEASE.ACQUIRE key owner ttl BLOCK timeout` on its own connection
-/// and thread, and waits until the server counts it as a waiter.
-fn spawn_waiter(s: &Server, key: &str, owner: &str, ttl: &str, timeout: &str) -> Answer {
-    let mut probe = s.conn();
-    let before = waiters(&mut probe, key);
-    let mut c = s.conn();
-    let args: Vec<String> = ["LEASE.ACQUIRE", key, owner, ttl, "BLOCK", timeout]
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-    let h = thread::spawn(move || {
-        let reply = call_strings(&mut c, &args);
-        (reply, Instant::now())
-    });
-    assert!(
-        wait_until(Duration::from_secs(5), || waiters(&mut probe, key) > before),
-        "{owner} never started waiting on {key}"
-    );
-    h
-}
-
-/// The state letter of a process (`T` when stopped), from /proc.
-fn process_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) S ...": the state follows the last ')'.
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-/// A process held with SIGSTOP, continued (SIGCONT) on drop.
-struct Frozen(u32);
-
-impl Frozen {
-    fn stop(s: &Server) -> Frozen {
-        let pid = s.pid();
-        // SAFETY: kill(2) on the pid of a child this test started.
-        let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
-        assert_eq!(rc, 0, "SIGSTOP to {pid}");
-        let frozen = Frozen(pid);
-        assert!(
-            wait_until(Duration::from_secs(2), || process_state(pid) == Some('T')),
-            "process {pid} did not stop: state {:?}",
-            process_state(pid)
-        );
-        frozen
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on the pid of a child this test started (and still
-        // owns: the Server is dropped after this guard).
-        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGCONT) };
-    }
-}
 
 /// Defect: FAILOVER pauses writes while it waits for a replica to catch up;
 /// a lease expiring during that pause had its waiter served anyway (a write
@@ -328,24 +202,13 @@ fn failover_with_a_lagging_replica(kind: Kind) {
         "FAILOVER is not waiting for the frozen replica"
     );
 
-    let (reply, at) = w.join().unwrap();
-    assert_alive(
+    let t = token_after_pause(
         &mut s,
-        "a waiter whose holder expired during FAILOVER",
-        reply.is_err(),
-    );
-    let waited = at - failover_at;
-    let t = match reply {
-        Ok(Value::Int(t)) => t,
-        other => panic!("the waiter should get a token, got {other:?} after {waited:?}"),
-    };
-    assert!(
-        waited >= Duration::from_millis(1500),
-        "the waiter was served {waited:?} after FAILOVER TIMEOUT 2000: while writes were paused"
-    );
-    assert!(
-        waited < Duration::from_millis(5000),
-        "the waiter was served only {waited:?} after FAILOVER began"
+        w,
+        "FAILOVER TIMEOUT 2000",
+        failover_at,
+        Duration::from_millis(1500),
+        Duration::from_millis(5000),
     );
     let mut c = s.conn();
     assert_eq!(
@@ -378,21 +241,14 @@ fn failover_with_a_lagging_replica(kind: Kind) {
     }
 
     drop(frozen);
+    assert_replica_token(&replica, "pk", t);
     let mut rc = replica.conn();
-    let mut seen = None;
-    assert!(
-        wait_until(Duration::from_secs(5), || {
-            seen = token_of(&mut rc, "pk");
-            seen == Some(t)
-        }),
-        "the replica holds {seen:?}, the waiter got {t}"
-    );
     assert_eq!(
         replication_field(&mut rc, "role").as_deref(),
         Some("slave"),
         "the replica changed role"
     );
-    assert_alive(&mut s, "after the aborted failover", false);
+    s.assert_alive("after the aborted failover", false);
 }
 
 both! {

@@ -7,104 +7,14 @@
 mod common;
 use common::*;
 
-use std::process::Command;
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::thread;
+use std::time::{Duration, Instant};
 
-/// 2^53-1, the largest token.
-const MAX_TOKEN: i64 = (1 << 53) - 1;
 const DAY_MS: i64 = 24 * 3600 * 1000;
-
-/// The test process's wall clock in unix ms.
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-/// The server's log where it matters: the head of the crash report (the
-/// failed assertion or the signal) when there is one, else its last `n`
-/// lines.
-fn log_tail(s: &Server, n: usize) -> String {
-    let log = s.log();
-    let lines: Vec<&str> = log.lines().collect();
-    match lines.iter().position(|l| l.contains("BUG REPORT START")) {
-        Some(at) => lines[at..]
-            .iter()
-            .take(n)
-            .take_while(|l| !l.contains("STACK TRACE"))
-            .copied()
-            .collect::<Vec<_>>()
-            .join("\n"),
-        None => lines[lines.len().saturating_sub(n)..].join("\n"),
-    }
-}
-
-/// Panics with the log tail when the server is gone. `suspect`: a client
-/// just lost its connection, so give a dying process a moment to be reaped.
-fn assert_alive(s: &mut Server, what: &str, suspect: bool) {
-    let dead =
-        !s.is_alive() || (suspect && wait_until(Duration::from_millis(1000), || !s.is_alive()));
-    assert!(
-        !dead,
-        "{what}: the {:?} server died; its log:\n{}",
-        s.kind,
-        log_tail(s, 12)
-    );
-}
-
-fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: &str) -> i64 {
-    int(&ok(c, &["LEASE.ACQUIRE", key, owner, ttl]))
-}
-
-fn token_of(c: &mut redis::Connection, key: &str) -> Option<i64> {
-    match ok(c, &["LEASE.INFO", key]) {
-        Value::Nil => None,
-        v => Some(int(&field(&v, "token").expect("token field"))),
-    }
-}
-
-fn waiters(c: &mut redis::Connection, key: &str) -> i64 {
-    match ok(c, &["LEASE.INFO", key]) {
-        Value::Nil => 0,
-        v => int(&field(&v, "waiters").expect("waiters field")),
-    }
-}
-
-/// A blocked waiter's reply and when it arrived.
-type Answer = JoinHandle<(redis::RedisResult<Value>, Instant)>;
-
-/// Starts `LEASE.ACQUIRE key owner ttl BLOCK timeout` on its own connection
-/// and thread, and waits until the server counts it as a waiter.
-fn spawn_waiter(s: &Server, key: &str, owner: &str, ttl: &str, timeout: &str) -> Answer {
-    let mut probe = s.conn();
-    let before = waiters(&mut probe, key);
-    let mut c = s.conn();
-    let args: Vec<String> = ["LEASE.ACQUIRE", key, owner, ttl, "BLOCK", timeout]
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-    let h = thread::spawn(move || {
-        let refs: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        let reply = call(&mut c, &refs);
-        (reply, Instant::now())
-    });
-    assert!(
-        wait_until(Duration::from_secs(5), || waiters(&mut probe, key) > before),
-        "{owner} never started waiting on {key}"
-    );
-    h
-}
 
 /// A field of `INFO persistence` as a string.
 fn persistence_field(c: &mut redis::Connection, name: &str) -> String {
-    let info: String = redis::cmd("INFO").arg("persistence").query(c).unwrap();
-    info.lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            (k == name).then(|| v.trim().to_string())
-        })
+    info_value(c, "persistence", name)
         .unwrap_or_else(|| panic!("INFO persistence has no field {name}"))
 }
 
@@ -139,24 +49,13 @@ fn waiter_waits_out_a_write_pause(kind: Kind, opts: Opts, with_replica: bool) {
         paused - acquired < Duration::from_millis(450),
         "setup too slow: the 500 ms lease may have expired before the pause"
     );
-    let (reply, at) = w.join().unwrap();
-    assert_alive(
+    let t = token_after_pause(
         &mut s,
-        "a waiter served during CLIENT PAUSE WRITE",
-        reply.is_err(),
-    );
-    let waited = at - paused;
-    let t = match reply {
-        Ok(Value::Int(t)) => t,
-        other => panic!("the waiter should get a token, got {other:?} after {waited:?}"),
-    };
-    assert!(
-        waited >= Duration::from_millis(1900),
-        "the waiter was served {waited:?} after CLIENT PAUSE 2000 WRITE: during the pause"
-    );
-    assert!(
-        waited < Duration::from_millis(4000),
-        "the waiter was served only {waited:?} after the pause began"
+        w,
+        "CLIENT PAUSE 2000 WRITE",
+        paused,
+        Duration::from_millis(1900),
+        Duration::from_millis(4000),
     );
     assert_eq!(
         token_of(&mut c, "pk"),
@@ -164,109 +63,13 @@ fn waiter_waits_out_a_write_pause(kind: Kind, opts: Opts, with_replica: bool) {
         "the token the waiter got is not the stored lease"
     );
     if let Some(r) = replica {
-        let mut rc = r.conn();
-        let mut seen = None;
-        assert!(
-            wait_until(Duration::from_secs(5), || {
-                seen = token_of(&mut rc, "pk");
-                seen == Some(t)
-            }),
-            "the replica holds {seen:?}, the waiter got {t}"
-        );
+        assert_replica_token(&r, "pk", t);
     }
-    assert_alive(&mut s, "after the pause", false);
+    s.assert_alive("after the pause", false);
 }
 
 // ---------------------------------------------------------------------------
 // 2. A slot moving away from a master with waiters
-
-struct Cluster {
-    nodes: Vec<Server>,
-}
-
-fn text(c: &mut redis::Connection, args: &[&str]) -> String {
-    match ok(c, args) {
-        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-        Value::VerbatimString { text, .. } => text,
-        Value::SimpleString(s) => s,
-        other => panic!("{args:?}: {other:?}"),
-    }
-}
-
-/// A master of the cluster: node id, port, served slot ranges.
-type Master = (String, u16, Vec<(i64, i64)>);
-
-impl Cluster {
-    /// Three masters, no replicas.
-    fn start(kind: Kind) -> Cluster {
-        let nodes: Vec<Server> = (0..3)
-            .map(|i| {
-                Server::start_with(
-                    kind,
-                    Opts::default().extra(&[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        &format!("nodes-{i}.conf"),
-                        "--cluster-node-timeout",
-                        "3000",
-                    ]),
-                )
-            })
-            .collect();
-        let mut args = vec!["--cluster".to_string(), "create".to_string()];
-        args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
-        args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
-        let out = Command::new("redis-cli")
-            .args(&args)
-            .output()
-            .expect("redis-cli");
-        assert!(
-            out.status.success(),
-            "cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        for n in &nodes {
-            let mut c = n.conn();
-            assert!(
-                wait_until(Duration::from_secs(20), || {
-                    let info = text(&mut c, &["CLUSTER", "INFO"]);
-                    info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
-                }),
-                "cluster never became ok"
-            );
-        }
-        Cluster { nodes }
-    }
-
-    fn node_by_port(&self, port: u16) -> &Server {
-        self.nodes
-            .iter()
-            .find(|n| n.port == port)
-            .expect("known node")
-    }
-
-    /// (node id, port, served slot ranges) of every master, as node 0 sees it.
-    fn masters(&self) -> Vec<Master> {
-        let mut c = self.nodes[0].conn();
-        text(&mut c, &["CLUSTER", "NODES"])
-            .lines()
-            .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("master")))
-            .map(|l| {
-                let f: Vec<&str> = l.split(' ').collect();
-                let port = f[1].split(['@', ':']).nth(1).unwrap().parse().unwrap();
-                let ranges = f[8..]
-                    .iter()
-                    .filter_map(|r| {
-                        let (a, b) = r.split_once('-').unwrap_or((r, r));
-                        Some((a.parse().ok()?, b.parse().ok()?))
-                    })
-                    .collect();
-                (f[0].to_string(), port, ranges)
-            })
-            .collect()
-    }
-}
 
 /// Defect: a waiter queued on a master kept waiting after its key's slot
 /// was migrated away, and the master then handed it a new lease of a key it
@@ -274,21 +77,24 @@ impl Cluster {
 /// two holders. The waiter must instead be redirected (ASK/MOVED to the new
 /// master), no lease granted by the old master, and the moved lease kept.
 fn a_waiter_is_redirected_when_the_slot_moves_away(kind: Kind) {
-    let cluster = Cluster::start(kind);
-    let mut probe = cluster.nodes[0].conn();
-    let slot = int(&ok(&mut probe, &["CLUSTER", "KEYSLOT", "k"]));
+    let mut cluster = Cluster::start(kind, 3, 0);
+    let slot = cluster.slot_of("k");
     let masters = cluster.masters();
     assert_eq!(masters.len(), 3, "three masters");
-    let (a_id, a_port, _) = masters
+    let Master {
+        id: a_id,
+        port: a_port,
+        ..
+    } = masters
         .iter()
-        .find(|(_, _, r)| r.iter().any(|(x, y)| (*x..=*y).contains(&slot)))
+        .find(|m| m.serves(slot))
         .cloned()
         .expect("an owner of k's slot");
-    let (b_id, b_port, _) = masters
-        .iter()
-        .find(|(id, _, _)| *id != a_id)
-        .cloned()
-        .unwrap();
+    let Master {
+        id: b_id,
+        port: b_port,
+        ..
+    } = masters.iter().find(|m| m.id != a_id).cloned().unwrap();
     let a_server = cluster.node_by_port(a_port);
     let mut a = a_server.conn();
     let mut b = cluster.node_by_port(b_port).conn();
@@ -299,20 +105,21 @@ fn a_waiter_is_redirected_when_the_slot_moves_away(kind: Kind) {
     let slot_s = slot.to_string();
     ok(&mut b, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &a_id]);
     ok(&mut a, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &b_id]);
-    assert_eq!(
-        ok(
-            &mut a,
-            &[
-                "MIGRATE",
-                "127.0.0.1",
-                &b_port.to_string(),
-                "k",
-                "0",
-                "5000"
-            ]
-        ),
-        Value::Okay
-    );
+    let migrate = [
+        "MIGRATE",
+        "127.0.0.1",
+        &b_port.to_string(),
+        "k",
+        "0",
+        "5000",
+    ];
+    match call_args(&mut a, &migrate) {
+        Ok(v) => assert_eq!(v, Value::Okay, "{migrate:?}"),
+        Err(e) => {
+            cluster.assert_all_alive(&format!("{migrate:?} answered {e}"));
+            panic!("{migrate:?} failed: {e}");
+        }
+    }
     let moved = Instant::now();
 
     let (reply, at) = w.join().unwrap();
@@ -321,7 +128,10 @@ fn a_waiter_is_redirected_when_the_slot_moves_away(kind: Kind) {
         Ok(v) => panic!(
             "the waiter got {v:?} from the old master after its slot moved (the moved lease, token {t0}, is still held)"
         ),
-        Err(e) => panic!("the waiter lost its connection: {e}"),
+        Err(e) => {
+            cluster.assert_all_alive(&format!("the waiter lost its connection ({e})"));
+            panic!("the waiter lost its connection: {e}")
+        }
     };
     assert!(
         e.starts_with("ASK") || e.starts_with("MOVED"),
@@ -363,7 +173,7 @@ fn a_waiter_is_redirected_when_the_slot_moves_away(kind: Kind) {
 /// lease written by the timer). It must wait until writes are accepted
 /// again, then be served promptly.
 fn waiter_is_not_served_while_min_replicas_refuses_writes(kind: Kind) {
-    let s = Server::start(kind);
+    let mut s = Server::start(kind);
     let mut c = s.conn();
     let start = Instant::now();
     acquire(&mut c, "k", "h", "300");
@@ -380,6 +190,10 @@ fn waiter_is_not_served_while_min_replicas_refuses_writes(kind: Kind) {
     thread::sleep(Duration::from_millis(1000).saturating_sub(start.elapsed()));
     if w.is_finished() {
         let (reply, _) = w.join().unwrap();
+        s.assert_alive(
+            "a waiter whose holder expired while writes are refused",
+            reply.is_err(),
+        );
         panic!("the waiter was answered while writes are refused: {reply:?}");
     }
     assert_eq!(
@@ -450,7 +264,7 @@ fn a_restored_token_far_ahead_of_the_clock_is_refused(kind: Kind) {
                     .any(|w| l.contains(w))
         }),
         "no log line says why the token was refused; log tail:\n{}",
-        log_tail(&s, 20)
+        s.log_tail(20)
     );
 
     let day = (now_ms() + DAY_MS) * 1024;

@@ -42,15 +42,6 @@ fn assert_counters(
     assert_eq!(&counters(c), base, "after {what}");
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::VerbatimString { text, .. } => text.clone(),
-        other => panic!("expected a string, got {other:?}"),
-    }
-}
-
 /// A subscriber on every keyspace and keyevent channel.
 struct Watcher {
     con: redis::Connection,
@@ -100,19 +91,6 @@ fn event(key: &str, ev: &str) -> [(String, String); 2] {
 
 fn events(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter().flat_map(|(k, e)| event(k, e)).collect()
-}
-
-/// COMMAND INFO of one command, as its RESP2 array.
-fn command_info(c: &mut redis::Connection, name: &str) -> Vec<Value> {
-    let v = ok(c, &["COMMAND", "INFO", name]);
-    let Value::Array(mut all) = v else {
-        panic!("COMMAND INFO {name}: {v:?}")
-    };
-    assert_eq!(all.len(), 1);
-    match all.remove(0) {
-        Value::Array(a) => a,
-        other => panic!("COMMAND INFO {name}: {other:?}"),
-    }
 }
 
 /// COMMAND DOCS of one command, as its RESP2 flat field array.

