@@ -1,15 +1,27 @@
 //! Part B of `make bench` (see bench/README.md): how fast a waiting client
 //! gets a lock once it is free, with `LEASE.ACQUIRE ... BLOCK` and with the
-//! usual client-side recipes, and what 1,000 blocked clients cost the server.
+//! usual client-side recipes (B1, B2), what 1,000 blocked clients cost the
+//! server (B3), and a mass timeout: up to 10,000 clients blocked with the
+//! same `BLOCK` timeout, all timing out together (B4).
 //!
 //! Run by bench/run.sh against the server it started:
 //!     handoff <port> <server-pid>
 //! Prints Markdown to stdout. Never fails on a slow result: it measures,
-//! it does not judge.
+//! it does not judge. B4 needs a server with `maxclients` above its client
+//! count and file descriptors for both processes (run.sh sets both); it
+//! uses min(MASS_N, maxclients - 100) clients.
 //!
 //! Rounds can be changed with environment variables (defaults in brackets):
 //! HANDOFF_ROUNDS [500], HANDOFF_ROUNDS_POLL100 [200], EXPIRY_ROUNDS [100],
-//! EXPIRY_TTL_MS [50], HERD [1000], CPU_WINDOW_MS [2000], HERD_SETTLE_MS [6000].
+//! EXPIRY_TTL_MS [50], HERD [1000], CPU_WINDOW_MS [2000], HERD_SETTLE_MS [6000]
+//! (also B4's wait for steady-state memory), and for B4: MASS_N [10000]
+//! (clients; 0 skips B4), MASS_TIMEOUT_MS [7000] (their common BLOCK
+//! timeout; above HERD_SETTLE_MS + 700 so that memory is read at steady
+//! state while they wait), MASS_KEYS [100] (the keys of the spread column; 0
+//! skips it), MASS_BLPOP [1] (0 skips the BLPOP reference column) and
+//! MASS_BATCH [100] (commands sent before waiting for the server to count
+//! them blocked). HANDOFF_ONLY=B4 (or any list such as B1,B3) runs only
+//! those sections, e.g. to try B4 on its own.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -729,6 +741,725 @@ fn blpop_herd(
     Ok(((m2 - m1) as f64 / n as f64, cpu))
 }
 
+// --- B4. mass timeout -----------------------------------------------------------
+
+/// One RESP command, as bytes.
+fn resp(args: &[&str]) -> Vec<u8> {
+    let mut buf = format!("*{}\r\n", args.len());
+    for a in args {
+        buf.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
+    }
+    buf.into_bytes()
+}
+
+/// What one socket of the crowd received in an exchange: when its first
+/// reply line was complete, and every byte read until then (a lone reply
+/// is exactly one line).
+struct Got {
+    at: Option<Instant>,
+    bytes: Vec<u8>,
+}
+
+/// Sockets of the crowd per reader thread.
+const PER_THREAD: usize = 1000;
+
+/// One reader thread: registers its sockets with a new epoll set, meets the
+/// sender at `ready`, then reads until every socket has one complete reply
+/// line, or `budget` after `ready`. A socket leaves the set once its line is
+/// in, so anything it receives later stays in the socket, for the next
+/// exchange to see.
+fn read_lines(socks: &[TcpStream], ready: &std::sync::Barrier, budget: Duration) -> Res<Vec<Got>> {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let mut out: Vec<Got> = (0..socks.len())
+        .map(|_| Got {
+            at: None,
+            bytes: Vec::new(),
+        })
+        .collect();
+    // SAFETY: plain epoll calls on fds of sockets this function borrows; the
+    // epoll fd is closed before returning.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    let registered = (|| -> Res<()> {
+        if ep < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        for (i, s) in socks.iter().enumerate() {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: i as u64,
+            };
+            // SAFETY: ep and the socket's fd are open; ev outlives the call.
+            if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, s.as_raw_fd(), &mut ev) } < 0 {
+                return Err(std::io::Error::last_os_error().into());
+            }
+        }
+        Ok(())
+    })();
+    // Always meet the sender, even after a failure, so it never waits forever.
+    ready.wait();
+    let until = Instant::now() + budget;
+    let result = registered.and_then(|()| {
+        let mut left = socks.len();
+        let mut evs = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+        let mut buf = [0u8; 512];
+        let has_line = |b: &[u8]| b.windows(2).any(|w| w == b"\r\n");
+        while left > 0 {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            let wait_ms = (until - now).as_millis().clamp(1, 100) as i32;
+            // SAFETY: evs has room for evs.len() events.
+            let k = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), evs.len() as i32, wait_ms) };
+            if k < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e.into());
+            }
+            for ev in &evs[..k as usize] {
+                let i = ev.u64 as usize;
+                let o = &mut out[i];
+                while !has_line(&o.bytes) {
+                    match (&socks[i]).read(&mut buf) {
+                        Ok(0) => return Err(format!("connection {i} closed").into()),
+                        Ok(m) => o.bytes.extend_from_slice(&buf[..m]),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                if o.at.is_none() && has_line(&o.bytes) {
+                    o.at = Some(Instant::now());
+                    left -= 1;
+                    // SAFETY: as above (a null event is allowed for DEL).
+                    unsafe {
+                        libc::epoll_ctl(
+                            ep,
+                            libc::EPOLL_CTL_DEL,
+                            socks[i].as_raw_fd(),
+                            std::ptr::null_mut(),
+                        )
+                    };
+                }
+            }
+        }
+        Ok(())
+    });
+    if ep >= 0 {
+        // SAFETY: ep is the epoll fd made above.
+        unsafe { libc::close(ep) };
+    }
+    result.map(|()| out)
+}
+
+/// Reader threads (one per PER_THREAD sockets) wait for one reply line on
+/// every socket, for at most `budget`, while `send` runs on this thread (it
+/// writes the commands, and measures meanwhile). Returns what each socket
+/// received, in socket order, and what `send` returned.
+fn exchange<R>(
+    socks: &[TcpStream],
+    budget: Duration,
+    send: impl FnOnce() -> R,
+) -> Res<(Vec<Got>, R)> {
+    let groups: Vec<&[TcpStream]> = socks.chunks(PER_THREAD).collect();
+    let ready = std::sync::Barrier::new(groups.len() + 1);
+    thread::scope(|s| {
+        let handles: Vec<_> = groups
+            .iter()
+            .map(|socks| {
+                let ready = &ready;
+                s.spawn(move || read_lines(socks, ready, budget).map_err(|e| e.to_string()))
+            })
+            .collect();
+        ready.wait();
+        let r = send();
+        let mut all = Vec::with_capacity(socks.len());
+        for h in handles {
+            match h.join() {
+                Ok(Ok(v)) => all.extend(v),
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => return Err("a reader thread panicked".into()),
+            }
+        }
+        Ok((all, r))
+    })
+}
+
+/// Writes `cmd(i)` to socket `i`, for every socket; returns the send moments.
+fn send_all(socks: &[TcpStream], cmd: &dyn Fn(usize) -> Vec<u8>) -> Res<Vec<Instant>> {
+    let mut sent = Vec::with_capacity(socks.len());
+    for (i, s) in socks.iter().enumerate() {
+        let c = cmd(i);
+        sent.push(Instant::now());
+        (&*s).write_all(&c)?;
+    }
+    Ok(sent)
+}
+
+/// The send moments, and per batch (its end, when it was counted).
+type Paced = (Vec<Instant>, Vec<(usize, Instant)>);
+
+/// Writes `cmd(i)` to the sockets in batches of `batch`, and after each
+/// batch waits until `count()` (the server's count of blocked clients) has
+/// them all, so that no command waits long at the server before it blocks.
+/// Returns the send moments and, per batch, (its end, when it was counted).
+fn send_paced(
+    socks: &[TcpStream],
+    cmd: &dyn Fn(usize) -> Vec<u8>,
+    batch: usize,
+    count: &mut dyn FnMut() -> Res<i64>,
+    limit: Instant,
+) -> Res<Paced> {
+    let mut sent = Vec::with_capacity(socks.len());
+    let mut counted = Vec::new();
+    let mut start = 0;
+    while start < socks.len() {
+        let end = (start + batch.max(1)).min(socks.len());
+        for (i, s) in socks.iter().enumerate().take(end).skip(start) {
+            let c = cmd(i);
+            sent.push(Instant::now());
+            (&*s).write_all(&c)?;
+        }
+        loop {
+            let c = count()?;
+            if c >= end as i64 {
+                break;
+            }
+            if Instant::now() > limit {
+                return Err(format!("only {c} of the first {end} clients blocked").into());
+            }
+            thread::sleep(Duration::from_micros(100));
+        }
+        counted.push((end, Instant::now()));
+        start = end;
+    }
+    Ok((sent, counted))
+}
+
+/// How many outcomes are exactly one of the lines `want`.
+fn count_exact(out: &[Got], want: &[&[u8]]) -> usize {
+    out.iter()
+        .filter(|o| want.contains(&o.bytes.as_slice()))
+        .count()
+}
+
+/// PING on every socket; how many answered exactly `+PONG` (first reply).
+fn ping_crowd(socks: &[TcpStream]) -> Res<usize> {
+    let (out, sent) = exchange(socks, Duration::from_secs(10), || {
+        send_all(socks, &|_| resp(&["PING"]))
+    })?;
+    sent?;
+    Ok(count_exact(&out, &[b"+PONG\r\n"]))
+}
+
+/// The `INFO lease` fields that are integers.
+fn info_lease(c: &mut Connection) -> Res<std::collections::HashMap<String, i64>> {
+    let info: String = redis::cmd("INFO").arg("lease").query(c)?;
+    Ok(info
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
+        .collect())
+}
+
+fn info_field(c: &mut Connection, name: &str) -> Res<i64> {
+    info_lease(c)?
+        .get(name)
+        .copied()
+        .ok_or_else(|| format!("no {name} in INFO lease").into())
+}
+
+/// used_cpu_sys + used_cpu_user of INFO cpu (getrusage), in ms.
+fn info_cpu_ms(c: &mut Connection) -> Res<f64> {
+    let info: String = redis::cmd("INFO").arg("cpu").query(c)?;
+    let get = |k: &str| -> f64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    Ok((get("used_cpu_sys:") + get("used_cpu_user:")) * 1000.0)
+}
+
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        thread::sleep(t - now);
+    }
+}
+
+/// How a crowd waits, in one column of B4.
+struct Layout<'a> {
+    label: String,
+    /// The command of client `i`.
+    cmd: Box<dyn Fn(usize) -> Vec<u8> + 'a>,
+    /// Its timeout reply (RESP2, or RESP3 just in case).
+    nulls: &'static [&'static [u8]],
+    /// A module waiter (counted by `lease_waiters`), or BLPOP (counted by
+    /// `blocked_clients`).
+    lease: bool,
+}
+
+/// The mass timeout of one layout.
+struct MassRun {
+    label: String,
+    lease: bool,
+    /// From the first send until the server counted every client blocked.
+    block_span_us: f64,
+    /// The longest a batch took from its first send until it was counted.
+    batch_wait_us: f64,
+    mem_per_waiter: f64,
+    /// When memory was read, after every client was counted.
+    mem_after: Duration,
+    cpu_blocked: f64,
+    cpu_blocked_window: Duration,
+    /// Reply minus (own send + timeout), us: an upper bound of the lateness.
+    late_send: Summary,
+    /// Reply minus (when its batch was counted + timeout): a lower bound.
+    late_counted: Summary,
+    /// First reply minus first send + timeout, last reply minus (all
+    /// counted + timeout), last reply minus first reply.
+    first_late_us: f64,
+    last_late_us: f64,
+    replies_span_us: f64,
+    /// Server CPU over the timeout window: /proc ticks (ms), INFO cpu (ms),
+    /// and the window (from shortly before the earliest deadline to the last
+    /// reply read).
+    cpu_window_ticks_ms: f64,
+    cpu_window_info_ms: f64,
+    window: Duration,
+    /// used_memory above the idle baseline once every reply is in.
+    mem_after_timeouts: f64,
+    nulls: usize,
+    early: usize,
+    missing: usize,
+    pongs: usize,
+    timeouts_delta: i64,
+    waiters_after: i64,
+}
+
+struct Mass {
+    /// How long the whole section took.
+    took: Duration,
+    n: usize,
+    maxclients: i64,
+    asked: usize,
+    timeout_ms: u64,
+    batch: usize,
+    cpu_idle_conns: f64,
+    cpu_idle_window: Duration,
+    runs: Vec<MassRun>,
+}
+
+/// Raises this process's open-file soft limit towards `want` (up to the
+/// hard limit); returns the soft limit.
+fn raise_nofile(want: u64) -> u64 {
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 1024;
+        }
+        if r.rlim_cur < want && r.rlim_max > r.rlim_cur {
+            let mut n = r;
+            n.rlim_cur = want.min(r.rlim_max);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &n) == 0 {
+                return n.rlim_cur;
+            }
+        }
+        r.rlim_cur
+    }
+}
+
+struct MassOpts {
+    asked: usize,
+    timeout_ms: u64,
+    spread_keys: usize,
+    blpop: bool,
+    batch: usize,
+    window: Duration,
+    settle: Duration,
+}
+
+/// B4: `asked` clients (at most maxclients - 100), each blocked with the
+/// same timeout, all timing out together: for reference in BLPOP on their
+/// own empty lists, then in LEASE.ACQUIRE ... BLOCK each on its own held
+/// key, then spread over `spread_keys` held keys.
+fn mass_timeout(port: u16, pid: u32, o: &MassOpts) -> Res<Mass> {
+    let t0 = Instant::now();
+    let mut ctl = connect(port)?;
+    let cfg: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxclients")
+        .query(&mut ctl)?;
+    let maxclients: i64 = cfg
+        .get(1)
+        .and_then(|v| v.parse().ok())
+        .ok_or("no maxclients")?;
+    let fds = raise_nofile(o.asked as u64 + 1000);
+    let n = o
+        .asked
+        .min((maxclients - 100).max(1) as usize)
+        .min((fds as usize).saturating_sub(200).max(1));
+    let spread_keys = o.spread_keys.min(n);
+    let timeout = Duration::from_millis(o.timeout_ms);
+    let t_ms = o.timeout_ms.to_string();
+    let t_s = format!("{:.3}", o.timeout_ms as f64 / 1000.0);
+    let own_key = |i: usize| format!("bench:mass:own:{i}");
+    let spread_key = |i: usize| format!("bench:mass:spread:{}", i % spread_keys.max(1));
+    let list_key = |i: usize| format!("bench:mass:list:{i}");
+
+    let mut layouts: Vec<Layout> = Vec::new();
+    if o.blpop {
+        layouts.push(Layout {
+            label: format!("for reference: BLPOP, each on its own empty list ({n} lists)"),
+            cmd: Box::new(|i| resp(&["BLPOP", &list_key(i), &t_s])),
+            nulls: &[b"*-1\r\n", b"_\r\n"],
+            lease: false,
+        });
+    }
+    layouts.push(Layout {
+        label: format!("LEASE.ACQUIRE BLOCK, each on its own key ({n} keys)"),
+        cmd: Box::new(|i| {
+            resp(&[
+                "LEASE.ACQUIRE",
+                &own_key(i),
+                &format!("w{i}"),
+                "1000",
+                "BLOCK",
+                &t_ms,
+            ])
+        }),
+        nulls: &[b"$-1\r\n", b"_\r\n"],
+        lease: true,
+    });
+    if spread_keys > 0 && spread_keys < n {
+        layouts.push(Layout {
+            label: format!(
+                "LEASE.ACQUIRE BLOCK, spread over {spread_keys} keys ({} per key)",
+                n.div_ceil(spread_keys)
+            ),
+            cmd: Box::new(|i| {
+                resp(&[
+                    "LEASE.ACQUIRE",
+                    &spread_key(i),
+                    &format!("w{i}"),
+                    "1000",
+                    "BLOCK",
+                    &t_ms,
+                ])
+            }),
+            nulls: &[b"$-1\r\n", b"_\r\n"],
+            lease: true,
+        });
+    }
+
+    // The crowd, and the held keys of every layout, before the baseline.
+    let mut socks = Vec::with_capacity(n);
+    for i in 0..n {
+        let s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(5))
+            .map_err(|e| format!("connection {i} of {n}: {e}"))?;
+        s.set_nodelay(true)?;
+        s.set_nonblocking(true)?;
+        socks.push(s);
+    }
+    if ping_crowd(&socks)? != n {
+        return Err("the crowd's PING failed".into());
+    }
+    let mut held: Vec<String> = (0..n).map(own_key).collect();
+    held.extend((0..spread_keys).map(spread_key));
+    for chunk in held.chunks(1000) {
+        let mut p = redis::pipe();
+        for k in chunk {
+            p.cmd("DEL").arg(k).ignore();
+            p.cmd("LEASE.ACQUIRE")
+                .arg(k)
+                .arg("holder")
+                .arg(600_000)
+                .ignore();
+        }
+        p.query::<()>(&mut ctl)?;
+    }
+    let lists: Vec<String> = if o.blpop {
+        (0..n).map(list_key).collect()
+    } else {
+        Vec::new()
+    };
+    for chunk in lists.chunks(1000) {
+        let _: i64 = redis::cmd("DEL").arg(chunk).query(&mut ctl)?;
+    }
+    let cpu_idle_window = o.window.min(o.settle);
+    thread::sleep(o.settle.saturating_sub(cpu_idle_window));
+    let cpu_idle_conns = server_cpu(pid, cpu_idle_window)?;
+    let m_idle = used_memory(&mut ctl)?;
+    let hz = env_num("CLK_TCK", 100).max(1) as f64;
+
+    let mut runs = Vec::new();
+    for layout in &layouts {
+        let count = |c: &mut Connection| -> Res<i64> {
+            if layout.lease {
+                info_field(c, "lease_waiters")
+            } else {
+                blocked_clients(c)
+            }
+        };
+        let base = count(&mut ctl)?;
+        let timeouts0 = info_field(&mut ctl, "lease_wait_timeouts")?;
+        // On this thread, while the readers wait: send in paced batches,
+        // read CPU and memory at steady state (before the timeout), then
+        // start the timeout window's CPU reading just before the earliest
+        // deadline.
+        let send = || -> Res<_> {
+            let go = Instant::now();
+            let limit = go
+                + timeout
+                    .saturating_sub(Duration::from_millis(500))
+                    .min(Duration::from_secs(10));
+            let (sent, counted) = send_paced(
+                &socks,
+                &*layout.cmd,
+                o.batch,
+                &mut || Ok(count(&mut ctl)? - base),
+                limit,
+            )?;
+            let blocked = counted.last().map_or(go, |c| c.1);
+            let latest_mem = go + timeout.saturating_sub(Duration::from_millis(700));
+            let mem_at = (blocked + o.settle).min(latest_mem).max(blocked);
+            let cpu_w = o.window.min(mem_at - blocked);
+            sleep_until(mem_at - cpu_w);
+            let cpu_blocked = if cpu_w >= Duration::from_millis(100) {
+                server_cpu(pid, cpu_w)?
+            } else {
+                f64::NAN
+            };
+            let m = used_memory(&mut ctl)?;
+            let mem_after = Instant::now() - blocked;
+            sleep_until(go + timeout.saturating_sub(Duration::from_millis(200)));
+            let w0 = (Instant::now(), cpu_ticks(pid)?, info_cpu_ms(&mut ctl)?);
+            Ok((sent, counted, m, mem_after, cpu_blocked, cpu_w, w0))
+        };
+        let (out, r) = exchange(&socks, timeout + Duration::from_secs(10), send)?;
+        let (sent, counted, m_blocked, mem_after, cpu_blocked, cpu_blocked_window, w0) = r?;
+        let (w0, ticks0, icpu0) = w0;
+        let (w1, ticks1, icpu1) = (Instant::now(), cpu_ticks(pid)?, info_cpu_ms(&mut ctl)?);
+
+        let first_sent = sent[0];
+        let all_counted = counted.last().ok_or("no batch")?.1;
+        // When the batch of client i was counted.
+        let mut batch_of = Vec::with_capacity(n);
+        let mut batch_wait_us: f64 = 0.0;
+        let mut from = 0;
+        for &(end, at) in &counted {
+            batch_wait_us = batch_wait_us.max(signed_us(at, sent[from]));
+            batch_of.extend(std::iter::repeat_n(at, end - from));
+            from = end;
+        }
+        let mut late_send = Vec::with_capacity(n);
+        let mut late_counted = Vec::with_capacity(n);
+        for (i, g) in out.iter().enumerate() {
+            if let Some(at) = g.at {
+                late_send.push(signed_us(at, sent[i] + timeout));
+                late_counted.push(signed_us(at, batch_of[i] + timeout));
+            }
+        }
+        let got: Vec<Instant> = out.iter().filter_map(|g| g.at).collect();
+        let (first_got, last_got) = (got.iter().min().copied(), got.iter().max().copied());
+        // A reply well before its timeout would mean the client never blocked.
+        let early = late_send.iter().filter(|&&l| l < -5_000.0).count();
+        let nulls = count_exact(&out, layout.nulls);
+        let missing = out.iter().filter(|g| g.at.is_none()).count();
+
+        let m_after = used_memory(&mut ctl)?;
+        thread::sleep(Duration::from_millis(100));
+        let after = info_lease(&mut ctl)?;
+        // Nothing else arrived on any socket: the next reply of each is PONG.
+        let pongs = ping_crowd(&socks)?;
+        runs.push(MassRun {
+            label: layout.label.clone(),
+            lease: layout.lease,
+            block_span_us: signed_us(all_counted, first_sent),
+            batch_wait_us,
+            mem_per_waiter: (m_blocked - m_idle) as f64 / n as f64,
+            mem_after,
+            cpu_blocked,
+            cpu_blocked_window,
+            late_send: summarize(late_send, missing),
+            late_counted: summarize(late_counted, missing),
+            first_late_us: first_got.map_or(f64::NAN, |g| signed_us(g, first_sent + timeout)),
+            last_late_us: last_got.map_or(f64::NAN, |g| signed_us(g, all_counted + timeout)),
+            replies_span_us: match (first_got, last_got) {
+                (Some(a), Some(b)) => signed_us(b, a),
+                _ => f64::NAN,
+            },
+            cpu_window_ticks_ms: (ticks1 - ticks0) as f64 / hz * 1000.0,
+            cpu_window_info_ms: icpu1 - icpu0,
+            window: w1 - w0,
+            mem_after_timeouts: (m_after - m_idle) as f64,
+            nulls,
+            early,
+            missing,
+            pongs,
+            timeouts_delta: after.get("lease_wait_timeouts").copied().unwrap_or(-1) - timeouts0,
+            waiters_after: after.get("lease_waiters").copied().unwrap_or(-1),
+        });
+    }
+    drop(layouts);
+    drop(socks);
+    for chunk in held.chunks(1000) {
+        let _: i64 = redis::cmd("UNLINK").arg(chunk).query(&mut ctl)?;
+    }
+    Ok(Mass {
+        took: t0.elapsed(),
+        n,
+        maxclients,
+        asked: o.asked,
+        timeout_ms: o.timeout_ms,
+        batch: o.batch,
+        cpu_idle_conns,
+        cpu_idle_window,
+        runs,
+    })
+}
+
+fn print_mass(m: &Mass, settle: Duration) {
+    let n = m.n;
+    println!(
+        "{n} clients (`MASS_N` {}, at most `CONFIG GET maxclients` {} - 100), each on its own \
+         connection, send one blocking command with the same timeout, {} ms. Every lease key is \
+         held first (ttl 600 s), so the clients block; the module answers each null when its \
+         timeout passes, from one timer at the earliest timeout. The commands go out in batches \
+         of {}: the next batch once the server counts the previous one blocked (`lease_waiters`, \
+         or `blocked_clients` for BLPOP), so no command waits long at the server before it \
+         blocks, and the deadlines follow each other as fast as the server can block clients. \
+         {} reader threads each wait on up to {} sockets through epoll.\n",
+        m.asked,
+        m.maxclients,
+        m.timeout_ms,
+        m.batch,
+        n.div_ceil(PER_THREAD),
+        PER_THREAD.min(n)
+    );
+    println!(
+        "A client's deadline is when the server ran its command plus the timeout. Its lateness \
+         is bounded above by its reply minus (its send + timeout), and below by its reply minus \
+         (the moment its batch was counted + timeout). Server CPU over the timeout window is \
+         utime+stime from `/proc/<pid>/stat` (clock ticks of 10 ms) and from `INFO cpu` \
+         (getrusage, finer), from 200 ms before the earliest deadline until the last reply was \
+         read. Memory per client is used_memory with the {n} clients blocked minus with the \
+         same {n} connections idle (and the same held keys), both at steady state ({} ms after \
+         connecting or blocking, unless the timeout comes first), divided by {n}.\n",
+        settle.as_millis()
+    );
+    print!("| measure |");
+    for r in &m.runs {
+        print!(" {} |", r.label);
+    }
+    println!();
+    println!("|---|{}", "---:|".repeat(m.runs.len()));
+    let row = |label: &str, f: &dyn Fn(&MassRun) -> String| {
+        print!("| {label} |");
+        for r in &m.runs {
+            print!(" {} |", f(r));
+        }
+        println!();
+    };
+    let s3 = |s: &Summary| format!("{} / {} / {}", fmt_us(s.p50), fmt_us(s.p99), fmt_us(s.max));
+    row(
+        "deadlines spread over (first send -> all counted blocked) / slowest batch to be counted",
+        &|r| format!("{} / {}", fmt_us(r.block_span_us), fmt_us(r.batch_wait_us)),
+    );
+    row(
+        "null reply lateness, upper bound (reply - own send - timeout): p50 / p99 / max",
+        &|r| s3(&r.late_send),
+    );
+    row(
+        "null reply lateness, lower bound (reply - batch counted - timeout): p50 / p99 / max",
+        &|r| s3(&r.late_counted),
+    );
+    row(
+        "first null reply after the earliest deadline / last after the latest / first to last",
+        &|r| {
+            format!(
+                "{} / {} / {}",
+                fmt_us(r.first_late_us),
+                fmt_us(r.last_late_us),
+                fmt_us(r.replies_span_us)
+            )
+        },
+    );
+    row(
+        "server CPU over the timeout window: /proc ticks / INFO cpu (window)",
+        &|r| {
+            format!(
+                "{:.0} ms / {:.1} ms ({} ms)",
+                r.cpu_window_ticks_ms,
+                r.cpu_window_info_ms,
+                r.window.as_millis()
+            )
+        },
+    );
+    row(
+        "server CPU per timed-out client (INFO cpu over the window / n)",
+        &|r| fmt_us(r.cpu_window_info_ms * 1000.0 / n as f64),
+    );
+    row(
+        &format!(
+            "server CPU, {n} idle connections ({} ms window) / {n} blocked, % of one core",
+            m.cpu_idle_window.as_millis()
+        ),
+        &|r| {
+            format!(
+                "{:.1} % / {:.1} % ({} ms window)",
+                m.cpu_idle_conns,
+                r.cpu_blocked,
+                r.cpu_blocked_window.as_millis()
+            )
+        },
+    );
+    row(
+        "used_memory per blocked client (steady state, idle connections -> blocked)",
+        &|r| {
+            format!(
+                "{:.0} B (read {:.1} s after all blocked)",
+                r.mem_per_waiter,
+                r.mem_after.as_secs_f64()
+            )
+        },
+    );
+    row(
+        "used_memory above the idle baseline right after the last null reply",
+        &|r| format!("{:.1} MB", r.mem_after_timeouts / 1e6),
+    );
+    row(
+        &format!(
+            "clients with exactly one null reply / early / no reply / whose next reply is PONG (of {n})"
+        ),
+        &|r| format!("{} / {} / {} / {}", r.nulls, r.early, r.missing, r.pongs),
+    );
+    row(
+        "`lease_wait_timeouts` grew by / `lease_waiters` after",
+        &|r| {
+            if r.lease {
+                format!("{} / {}", r.timeouts_delta, r.waiters_after)
+            } else {
+                format!("{} / {} (not a lease)", r.timeouts_delta, r.waiters_after)
+            }
+        },
+    );
+    println!(
+        "\nThis section took {:.1} s: connecting, {:.1} s to the idle baseline, then one timeout \
+         per column.",
+        m.took.as_secs_f64(),
+        settle.as_secs_f64()
+    );
+}
+
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 3 {
@@ -744,6 +1475,17 @@ fn main() -> Res<()> {
     let herd_n = env_num("HERD", 1000) as usize;
     let window = Duration::from_millis(env_num("CPU_WINDOW_MS", 2000));
     let settle = Duration::from_millis(env_num("HERD_SETTLE_MS", 6000));
+    let mass_n = env_num("MASS_N", 10_000) as usize;
+    let mass_timeout_ms = env_num("MASS_TIMEOUT_MS", 7000).max(1);
+    let mass_keys = env_num("MASS_KEYS", 100) as usize;
+    let mass_blpop = env_num("MASS_BLPOP", 1) != 0;
+    let mass_batch = env_num("MASS_BATCH", 100).max(1) as usize;
+    // HANDOFF_ONLY=B4 (or B1,B3, ...) runs only those sections.
+    let only = std::env::var("HANDOFF_ONLY").ok();
+    let on = |section: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|x| x.trim().eq_ignore_ascii_case(section)))
+    };
 
     let mut ctl = connect(port)?;
     let cad = load_script(&mut ctl, CAD)?;
@@ -762,105 +1504,128 @@ fn main() -> Res<()> {
         Method::Poll(Duration::from_millis(100)),
     ];
 
-    println!("### B1. Release hand-off (waiter already waiting, holder releases)\n");
-    println!(
-        "Latency = the waiter's reply arriving minus the releaser's release reply arriving \
+    if on("B1") {
+        println!("### B1. Release hand-off (waiter already waiting, holder releases)\n");
+        println!(
+            "Latency = the waiter's reply arriving minus the releaser's release reply arriving \
          (negative: the waiter's reply came first; both leave the server in the same event-loop \
          turn). \"from send\" = minus the moment the release was sent.\n"
-    );
-    println!("| waiter | rounds | p50 | p99 | max | p50 from send | p99 from send |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
-    for m in methods {
-        let r = if m == Method::Poll(Duration::from_millis(100)) {
-            rounds_slow
-        } else {
-            rounds
-        };
-        let (ret, send) = b.release_handoff(m, r)?;
-        println!(
-            "| {} | {}{} | {} | {} | {} | {} | {} |",
-            m.name(),
-            ret.n,
-            if ret.failures > 0 {
-                format!(" ({} failed)", ret.failures)
-            } else {
-                String::new()
-            },
-            fmt_us(ret.p50),
-            fmt_us(ret.p99),
-            fmt_us(ret.max),
-            fmt_us(send.p50),
-            fmt_us(send.p99)
         );
+        println!("| waiter | rounds | p50 | p99 | max | p50 from send | p99 from send |");
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        for m in methods {
+            let r = if m == Method::Poll(Duration::from_millis(100)) {
+                rounds_slow
+            } else {
+                rounds
+            };
+            let (ret, send) = b.release_handoff(m, r)?;
+            println!(
+                "| {} | {}{} | {} | {} | {} | {} | {} |",
+                m.name(),
+                ret.n,
+                if ret.failures > 0 {
+                    format!(" ({} failed)", ret.failures)
+                } else {
+                    String::new()
+                },
+                fmt_us(ret.p50),
+                fmt_us(ret.p99),
+                fmt_us(ret.max),
+                fmt_us(send.p50),
+                fmt_us(send.p99)
+            );
+        }
     }
 
-    println!("\n### B2. Expiry hand-off (holder never releases, ttl {ttl} ms)\n");
-    println!(
-        "Latency = the waiter's reply (wall clock) minus the lock's deadline \
+    if on("B2") {
+        println!("\n### B2. Expiry hand-off (holder never releases, ttl {ttl} ms)\n");
+        println!(
+            "Latency = the waiter's reply (wall clock) minus the lock's deadline \
          (PEXPIRETIME, whole ms). The pub/sub waiter gets no message on expiry: \
          it waits at most the PTTL it read, then retries (as Redisson does).\n"
-    );
-    println!("| waiter | rounds | p50 | p99 | max | mean |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for m in methods {
-        let s = b.expiry_handoff(m, expiry_rounds, ttl)?;
+        );
+        println!("| waiter | rounds | p50 | p99 | max | mean |");
+        println!("|---|---:|---:|---:|---:|---:|");
+        for m in methods {
+            let s = b.expiry_handoff(m, expiry_rounds, ttl)?;
+            println!(
+                "| {} | {}{} | {} | {} | {} | {} |",
+                m.name(),
+                s.n,
+                if s.failures > 0 {
+                    format!(" ({} failed)", s.failures)
+                } else {
+                    String::new()
+                },
+                fmt_us(s.p50),
+                fmt_us(s.p99),
+                fmt_us(s.max),
+                fmt_us(s.mean)
+            );
+        }
+    }
+
+    if on("B3") {
+        println!("\n### B3. {herd_n} clients blocked on one key\n");
+        let h = herd(port, pid, herd_n, window, settle)?;
+        println!("| measure | value |");
+        println!("|---|---:|");
         println!(
-            "| {} | {}{} | {} | {} | {} | {} |",
-            m.name(),
-            s.n,
-            if s.failures > 0 {
-                format!(" ({} failed)", s.failures)
-            } else {
-                String::new()
-            },
-            fmt_us(s.p50),
-            fmt_us(s.p99),
-            fmt_us(s.max),
-            fmt_us(s.mean)
+            "| used_memory per blocked waiter (steady state, {n} idle connections -> {n} blocked) | {:.0} B |",
+            h.mem_total - h.mem_connected,
+            n = h.n
+        );
+        println!(
+            "| used_memory per blocked waiter incl. its connection (no connections -> {n} blocked) | {:.0} B |",
+            h.mem_total,
+            n = h.n
+        );
+        println!(
+            "| server CPU, idle, 1 client ({} ms window) | {:.1} % of one core |",
+            window.as_millis(),
+            h.cpu_idle
+        );
+        println!(
+            "| server CPU, {} idle connections | {:.1} % of one core |",
+            h.n, h.cpu_connected
+        );
+        println!(
+            "| server CPU, {} clients blocked (LEASE.ACQUIRE ... BLOCK 0) | {:.1} % of one core |",
+            h.n, h.cpu_blocked
+        );
+        println!(
+            "| for reference, {} clients in BLPOP on one list: used_memory per blocked client / server CPU | {:.0} B / {:.1} % |",
+            h.n, h.blpop_mem, h.blpop_cpu
+        );
+        println!(
+            "| release chain: RELEASE + next waiter's reply, per hand-off | {} |",
+            fmt_us(h.handoff_us)
+        );
+        println!(
+            "| waiters served / in FIFO order with increasing tokens / left waiting after | {} of {} / {} / {} |",
+            h.served,
+            h.n,
+            if h.in_order { "yes" } else { "NO" },
+            h.waiters_left
         );
     }
 
-    println!("\n### B3. {herd_n} clients blocked on one key\n");
-    let h = herd(port, pid, herd_n, window, settle)?;
-    println!("| measure | value |");
-    println!("|---|---:|");
-    println!(
-        "| used_memory per blocked waiter (steady state, {n} idle connections -> {n} blocked) | {:.0} B |",
-        h.mem_total - h.mem_connected,
-        n = h.n
-    );
-    println!(
-        "| used_memory per blocked waiter incl. its connection (no connections -> {n} blocked) | {:.0} B |",
-        h.mem_total,
-        n = h.n
-    );
-    println!(
-        "| server CPU, idle, 1 client ({} ms window) | {:.1} % of one core |",
-        window.as_millis(),
-        h.cpu_idle
-    );
-    println!(
-        "| server CPU, {} idle connections | {:.1} % of one core |",
-        h.n, h.cpu_connected
-    );
-    println!(
-        "| server CPU, {} clients blocked (LEASE.ACQUIRE ... BLOCK 0) | {:.1} % of one core |",
-        h.n, h.cpu_blocked
-    );
-    println!(
-        "| for reference, {} clients in BLPOP on one list: used_memory per blocked client / server CPU | {:.0} B / {:.1} % |",
-        h.n, h.blpop_mem, h.blpop_cpu
-    );
-    println!(
-        "| release chain: RELEASE + next waiter's reply, per hand-off | {} |",
-        fmt_us(h.handoff_us)
-    );
-    println!(
-        "| waiters served / in FIFO order with increasing tokens / left waiting after | {} of {} / {} / {} |",
-        h.served,
-        h.n,
-        if h.in_order { "yes" } else { "NO" },
-        h.waiters_left
-    );
+    if on("B4") && mass_n > 0 {
+        println!(
+            "\n### B4. Mass timeout: clients blocked with the same BLOCK timeout, all timing out together\n"
+        );
+        let opts = MassOpts {
+            asked: mass_n,
+            timeout_ms: mass_timeout_ms,
+            spread_keys: mass_keys,
+            blpop: mass_blpop,
+            batch: mass_batch,
+            window,
+            settle,
+        };
+        let m = mass_timeout(port, pid, &opts)?;
+        print_mass(&m, settle);
+    }
     Ok(())
 }

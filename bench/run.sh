@@ -6,8 +6,9 @@
 # Knobs (environment): BENCH_N (requests per redis-benchmark run, 100000),
 # BENCH_REPS (runs per variant, interleaved, 5), BENCH_REL_REPS (release runs,
 # 2), BENCH_MEM_LEASES (1000000, also the number of held keys for release),
-# BENCH_FENCE_N (200000), REDIS_SERVER (redis-server), plus the HANDOFF_*,
-# EXPIRY_*, HERD and CPU_WINDOW_MS knobs of bench/handoff.rs.
+# BENCH_FENCE_N (200000), BENCH_MAXCLIENTS (the server's maxclients, 10100),
+# REDIS_SERVER (redis-server), plus the HANDOFF_*, EXPIRY_*, HERD*, MASS_*
+# and CPU_WINDOW_MS knobs of bench/handoff.rs.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -33,14 +34,19 @@ echo "building the hand-off client (cargo example 'handoff')..." >&2
 cargo build --release --quiet --example handoff
 HANDOFF=$ROOT/target/release/examples/handoff
 
-# 1000 blocked clients + the benchmark's connections need file descriptors.
-ulimit -n 10240 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+# The mass timeout of part B (B4) opens up to 10,000 client connections: the
+# server gets room for them plus the benchmark's own (--maxclients), and both
+# processes the file descriptors (each needs its own: the limit is per
+# process). The server lowers maxclients itself if it gets fewer; B4 reads
+# CONFIG GET maxclients and uses at most maxclients - 100.
+MAXCLIENTS=${BENCH_MAXCLIENTS:-10100}
+ulimit -n $((MAXCLIENTS + 1024)) 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 WORK=$(mktemp -d /tmp/lease-bench.XXXXXX)
 "$SERVER_BIN" --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
   --enable-debug-command local --dir "$WORK" --logfile "$WORK/server.log" \
-  --loadmodule "$MODULE" &
+  --maxclients "$MAXCLIENTS" --loadmodule "$MODULE" &
 SERVER_PID=$!
 cleanup() {
   if kill -0 "$SERVER_PID" 2>/dev/null; then
@@ -272,8 +278,8 @@ for rep in $(seq "$REL_REPS"); do
 done
 flush
 
-# --- B. hand-off latency and 1,000 waiters ------------------------------------
-log "B hand-off (bench/handoff.rs)"
+# --- B. hand-off latency, 1,000 waiters, mass timeout --------------------------
+log "B hand-off (bench/handoff.rs; its B4 mass timeout takes about 30 s)"
 PART_B=$(CLK_TCK=$(getconf CLK_TCK) "$HANDOFF" "$PORT" "$SERVER_PID")
 
 INFO_LEASE=$(cli info lease | tr -d '\r' | grep -v '^#' | grep . | paste -sd' ' -)
