@@ -48,11 +48,18 @@ pub fn check(ctx: Ctx, name: Str) -> Result<(), Closed> {
     // replies (without E, Valkey 9.1 crashes on a script-mode refusal); the
     // reply is freed at once; errno is read right after the call.
     let reply = unsafe {
-        raw::RedisModule_Call.unwrap()(ctx.raw(), c"LEASE.GATE".as_ptr(), c"sSE".as_ptr(), name.raw())
+        raw::RedisModule_Call.unwrap()(
+            ctx.raw(),
+            c"LEASE.GATE".as_ptr(),
+            c"sSE".as_ptr(),
+            name.raw(),
+        )
     };
     let errno = std::io::Error::last_os_error().raw_os_error();
     let refused = reply.is_null() || raw::call_reply_type(reply) == raw::ReplyType::Error;
-    let text = (!reply.is_null()).then(|| raw::call_reply_string(reply)).flatten();
+    let text = (!reply.is_null())
+        .then(|| raw::call_reply_string(reply))
+        .flatten();
     if !reply.is_null() {
         raw::free_call_reply(reply);
     }
