@@ -98,7 +98,7 @@ both! {
         // far longer than the bound below to sample the one that expires.
         let mut p = redis::pipe();
         for i in 0..100_000 {
-            p.cmd("LEASE.ACQUIRE").arg(format!("other:{i}")).arg("o").arg(600_000).ignore();
+            p.cmd("LEASE.ACQUIRE").arg(format!("other:{i}")).arg("o").arg(60_000).ignore();
         }
         p.query::<()>(&mut c).unwrap();
         ok(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "Kdx"]);

@@ -102,10 +102,10 @@ both! {
         let exp = int(&ok(&mut c, &["PEXPIRETIME", "k"]));
         let now = now_ms();
         assert!((exp - (now + 60000)).abs() < 10_000, "PEXPIRETIME {exp}, now {now}");
-        ok(&mut c, &["LEASE.RENEW", "k", "me", "300000"]);
-        assert_remaining(&mut c, "k", 300000);
-        ok(&mut c, &["LEASE.ACQUIRE", "k", "me", "120000"]);
-        assert_remaining(&mut c, "k", 120000);
+        ok(&mut c, &["LEASE.RENEW", "k", "me", "50000"]);
+        assert_remaining(&mut c, "k", 50000);
+        ok(&mut c, &["LEASE.ACQUIRE", "k", "me", "40000"]);
+        assert_remaining(&mut c, "k", 40000);
     }
 
     fn expiry_removes_the_key_like_set_px(kind) {
@@ -253,7 +253,7 @@ both! {
         assert_eq!(d[0], d[1]);
         assert_ne!(d[0], "0".repeat(40), "a lease digests to something");
         let db_before = ok(&mut c, &["DEBUG", "DIGEST"]);
-        assert_eq!(int(&ok(&mut c, &["LEASE.RENEW", "a", "me", "300000"])), 1);
+        assert_eq!(int(&ok(&mut c, &["LEASE.RENEW", "a", "me", "50000"])), 1);
         let d2 = strings(&ok(&mut c, &["DEBUG", "DIGEST-VALUE", "a", "b"]));
         assert_ne!(d2[0], d[0], "RENEW with another ttl must change the digest");
         assert_eq!(d2[1], d[1], "the copy did not change");

@@ -43,7 +43,7 @@ both! {
                         }
                         let key = format!("w{w}:k{i}");
                         let owner = format!("w{w}:o{i}");
-                        let Ok(Value::Int(t)) = call(&mut c, &[b"LEASE.ACQUIRE", key.as_bytes(), owner.as_bytes(), b"600000"]) else {
+                        let Ok(Value::Int(t)) = call(&mut c, &[b"LEASE.ACQUIRE", key.as_bytes(), owner.as_bytes(), b"60000"]) else {
                             return; // the server died
                         };
                         {
@@ -84,7 +84,7 @@ both! {
             let info = ok(&mut c, &["LEASE.INFO", key]);
             assert_eq!(field(&info, "token"), Some(Value::Int(*token)), "{key} lost");
             // The owner is intact too: a re-acquire by it is idempotent.
-            assert_eq!(int(&ok(&mut c, &["LEASE.ACQUIRE", key, owner, "600000"])), *token);
+            assert_eq!(int(&ok(&mut c, &["LEASE.ACQUIRE", key, owner, "60000"])), *token);
         }
         for key in &l.released {
             assert_eq!(ok(&mut c, &["LEASE.INFO", key]), Value::Nil, "{key} came back");

@@ -386,13 +386,11 @@ both! {
         let s = Server::start_with(kind, Opts::default().module_args(&["lease.max-ttl-ms", "3000"]));
         let mut c = s.conn();
         assert_eq!(strings(&ok(&mut c, &["CONFIG", "GET", "lease.max-ttl-ms"]))[1], "3000");
-        // Default: 30 days.
-        let s = Server::start(kind);
+        // Default: one minute (SPEC S7); grace-ms -1, "as max-ttl-ms".
+        let s = Server::start_with(kind, Opts::default().module_args(&["grace-ms", "-1"]));
         let mut c = s.conn();
-        assert_eq!(
-            strings(&ok(&mut c, &["CONFIG", "GET", "lease.max-ttl-ms"]))[1],
-            (30u64 * 24 * 3600 * 1000).to_string()
-        );
+        assert_eq!(strings(&ok(&mut c, &["CONFIG", "GET", "lease.max-ttl-ms"]))[1], "60000");
+        assert_eq!(strings(&ok(&mut c, &["CONFIG", "GET", "lease.grace-ms"]))[1], "-1");
     }
 
     fn bad_loadmodule_arguments_fail_the_load_with_a_clear_log_line(kind) {

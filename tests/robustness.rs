@@ -61,7 +61,7 @@ both! {
     fn mutated_restore_payloads_never_crash_or_corrupt(kind) {
         let mut s = Server::start(kind);
         let mut c = s.conn();
-        int(&ok(&mut c, &["LEASE.ACQUIRE", "k", "a-binary\0owner", "600000"]));
+        int(&ok(&mut c, &["LEASE.ACQUIRE", "k", "a-binary\0owner", "60000"]));
         let payload = dump_payload(&mut c, "k");
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let (mut loaded, mut refused) = (0, 0);
@@ -142,7 +142,7 @@ both! {
             }
         };
         for i in 0..5 {
-            ok(&mut c, &["LEASE.ACQUIRE", &format!("held{i}"), "holder", "600000"]);
+            ok(&mut c, &["LEASE.ACQUIRE", &format!("held{i}"), "holder", "60000"]);
         }
         // Warm up every structure once, then take the baseline.
         cycles(&mut c, 10_000);
@@ -154,7 +154,7 @@ both! {
         let after_waits = used_memory(&mut c);
         let mut p = redis::pipe();
         for i in 0..100_000 {
-            p.cmd("LEASE.RENEW").arg(format!("held{}", i % 5)).arg("holder").arg(600000).ignore();
+            p.cmd("LEASE.RENEW").arg(format!("held{}", i % 5)).arg("holder").arg(60000).ignore();
         }
         p.query::<()>(&mut c).unwrap();
         let after = used_memory(&mut c);

@@ -8,6 +8,7 @@ pub mod config;
 pub mod decide;
 pub mod error;
 pub mod fence;
+pub mod grace;
 pub mod record;
 pub mod waitq;
 

@@ -18,7 +18,7 @@ use super::datatype::{self, AUX_ENCVER, ENCVER, TYPE_NAME};
 use super::effects::APPLY_CMD;
 use super::reply::{self, Reply};
 use super::state::{self, TimerJob};
-use super::{commands, info, waiters};
+use super::{commands, grace, info, waiters};
 
 // --- Guards ----------------------------------------------------------------
 
@@ -313,6 +313,7 @@ unsafe extern "C" fn timer_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
             TimerJob::Revoke(slot, owner, token) => waiters::on_revoke(ctx, slot, owner, token),
             TimerJob::Align((db, key)) => datatype::on_align(ctx, db, &key),
             TimerJob::Clock => emit_clock(ctx),
+            TimerJob::GraceEnd => grace::on_end_timer(),
         }
     })
 }
@@ -394,7 +395,7 @@ pub unsafe extern "C" fn flush_cb(
 ) {
     guard("the flush event", (), || {
         if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
-            waiters::on_flush();
+            waiters::recheck_all();
         }
     })
 }
@@ -424,6 +425,29 @@ pub unsafe extern "C" fn fork_cb(
             // SAFETY: the event's context, live while it runs.
             emit_clock(unsafe { Ctx::new(ctx) });
         }
+    })
+}
+
+pub unsafe extern "C" fn role_cb(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("the role change event", (), || {
+        grace::on_role_change(subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER as u64)
+    })
+}
+
+pub unsafe extern "C" fn shutdown_cb(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("the shutdown event", (), || {
+        // SAFETY: the event's context, live while it runs.
+        grace::on_shutdown(unsafe { Ctx::new(ctx) })
     })
 }
 
@@ -505,6 +529,22 @@ pub unsafe extern "C" fn set_max_ttl(
 ) -> c_int {
     // The server checks the bounds given at registration before calling.
     state::MAX_TTL_MS.store(value, std::sync::atomic::Ordering::Relaxed);
+    guard("CONFIG SET lease.max-ttl-ms", (), grace::retime);
+    raw::REDISMODULE_OK as c_int
+}
+
+pub unsafe extern "C" fn get_grace(_name: *const c_char, _privdata: *mut c_void) -> c_longlong {
+    state::GRACE_MS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+pub unsafe extern "C" fn set_grace(
+    _name: *const c_char,
+    value: c_longlong,
+    _privdata: *mut c_void,
+    _err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    state::GRACE_MS.store(value, std::sync::atomic::Ordering::Relaxed);
+    guard("CONFIG SET lease.grace-ms", (), grace::retime);
     raw::REDISMODULE_OK as c_int
 }
 

@@ -40,6 +40,21 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let expire = w.expire_at();
     let current = w.lease()?;
     let recheck_at = current.map_or(now, |l| decide::ends_at(l, expire) + 1);
+    // During a grace period (SPEC S7) nothing new is created: the caller is
+    // answered as if another owner held the key (someone may), or waits.
+    let grace_end = state::grace_ends_at(now).filter(|_| decide::live(current, now).is_none());
+    if let Some(end) = grace_end {
+        return match opts.block_ms {
+            Some(timeout) if waiters::may_block(ctx) => {
+                let slot = (ctx.selected_db(), a.bytes(1).to_vec());
+                Ok(waiters::block(ctx, slot, owner, ttl, timeout, end))
+            }
+            _ => {
+                STATS.grace_refused.incr();
+                Ok(Reply::Null)
+            }
+        };
+    }
     let decision = state::with_clock(|clock| decide::acquire(current, owner, ttl, now, clock))?;
     match decision {
         Acquire::Created(lease) => Ok(Reply::Int(w.create(lease, Some(a.str(2))) as i64)),

@@ -71,6 +71,29 @@ impl Ctx {
         unsafe { raw::RedisModule_SelectDb.unwrap()(self.0, db) == raw::REDISMODULE_OK as c_int }
     }
 
+    /// One field of a section of the server's INFO, read without running a
+    /// command (nothing shows in SLOWLOG or commandstats).
+    pub fn server_info(self, section: &std::ffi::CStr, name: &std::ffi::CStr) -> Option<String> {
+        // SAFETY: GetServerInfo on a live context; the field is copied out
+        // and the info data is freed before returning.
+        unsafe {
+            let (get, field, free) = (
+                raw::RedisModule_GetServerInfo?,
+                raw::RedisModule_ServerInfoGetFieldC?,
+                raw::RedisModule_FreeServerInfo?,
+            );
+            let data = get(self.0, section.as_ptr());
+            if data.is_null() {
+                return None;
+            }
+            let value = field(data, name.as_ptr());
+            let out = (!value.is_null())
+                .then(|| std::ffi::CStr::from_ptr(value).to_string_lossy().into_owned());
+            free(self.0, data);
+            out
+        }
+    }
+
     /// A new string owned by this context's caller, freed on drop.
     pub fn string(self, bytes: &[u8]) -> OwnedStr {
         // SAFETY: CreateString copies the bytes; the string is freed once

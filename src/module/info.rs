@@ -2,8 +2,6 @@
 //! The policy is read at load and on every change of it (a config event),
 //! never from the INFO callback: INFO runs no command.
 
-use redis_module::raw;
-
 use super::ctx::Ctx;
 use super::state::{self, STATS};
 use super::waiters;
@@ -18,30 +16,7 @@ fn policy_may_evict(policy: &str) -> bool {
 /// Reads `maxmemory-policy` from the server's INFO memory section (no
 /// command is run, so nothing shows in SLOWLOG or commandstats).
 pub fn refresh_policy(ctx: Ctx) {
-    // SAFETY: GetServerInfo on a live context; the field is read as a C
-    // string and the info data is freed before returning.
-    let policy = unsafe {
-        let (Some(get), Some(field), Some(free)) = (
-            raw::RedisModule_GetServerInfo,
-            raw::RedisModule_ServerInfoGetFieldC,
-            raw::RedisModule_FreeServerInfo,
-        ) else {
-            return;
-        };
-        let data = get(ctx.raw(), c"memory".as_ptr());
-        if data.is_null() {
-            return;
-        }
-        let value = field(data, c"maxmemory_policy".as_ptr());
-        let out = (!value.is_null()).then(|| {
-            std::ffi::CStr::from_ptr(value)
-                .to_string_lossy()
-                .into_owned()
-        });
-        free(ctx.raw(), data);
-        out
-    };
-    if let Some(p) = policy {
+    if let Some(p) = ctx.server_info(c"memory", c"maxmemory_policy") {
         state::set_maxmemory_policy(p);
     }
 }
@@ -79,6 +54,13 @@ pub fn fields() -> Vec<Field> {
     out.push(Field::Unsigned("waiters", waiters::total() as u64));
     out.push(Field::Unsigned("last_token", state::last_token()));
     out.push(Field::Signed("max_ttl_ms", state::max_ttl_ms()));
+    out.push(Field::Signed("grace_ms", state::GRACE_MS.load(std::sync::atomic::Ordering::Relaxed)));
+    let now = state::now_ms();
+    out.push(Field::Signed("grace_remaining_ms", state::grace_remaining_ms(now)));
+    let reason = state::grace_period()
+        .filter(|_| state::grace_remaining_ms(now) > 0)
+        .map_or("none", |p| p.reason.name());
+    out.push(Field::Text("grace_reason", reason));
     let policy = state::maxmemory_policy();
     if !policy.is_empty() {
         let may_evict = policy_may_evict(&policy) as i64;

@@ -15,6 +15,7 @@ pub mod ctx;
 pub mod datatype;
 pub mod effects;
 pub mod fence;
+pub mod grace;
 pub mod info;
 pub mod registry;
 pub mod reply;
@@ -83,6 +84,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     raw::register_info_function(ctx.ctx, Some(callbacks::info_cb));
     registry::subscribe_events(ctx);
     info::refresh_policy(lctx);
+    grace::at_load(lctx);
     if let Some(warning) = info::eviction_warning() {
         ctx.log_warning(&warning);
     }

@@ -10,7 +10,7 @@ use redis_module::{Context, raw};
 use super::callbacks::*;
 use super::effects::{APPLY, CLOCK, GATE};
 use super::state;
-use crate::lease::config::{MAX_MAX_TTL_MS, MIN_MAX_TTL_MS, Settings};
+use crate::lease::config::{MAX_GRACE_MS, MAX_MAX_TTL_MS, MIN_GRACE_MS, MIN_MAX_TTL_MS, Settings};
 
 /// One documented argument.
 struct Arg {
@@ -339,6 +339,7 @@ fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
 /// (`lease.max-ttl-ms`) where the server has module configs.
 pub fn register_configs(ctx: &Context, settings: Settings) -> Result<(), String> {
     state::MAX_TTL_MS.store(settings.max_ttl_ms, std::sync::atomic::Ordering::Relaxed);
+    state::GRACE_MS.store(settings.grace_ms, std::sync::atomic::Ordering::Relaxed);
     // SAFETY: function-pointer reads filled in by RedisModule_Init; called
     // during OnLoad with the load context, as the config API requires.
     unsafe {
@@ -347,7 +348,7 @@ pub fn register_configs(ctx: &Context, settings: Settings) -> Result<(), String>
             raw::RedisModule_LoadConfigs,
         ) else {
             ctx.log_notice(
-                "this server has no module configs; max-ttl-ms is set by loadmodule arguments only",
+                "this server has no module configs; max-ttl-ms and grace-ms are set by loadmodule arguments only",
             );
             return Ok(());
         };
@@ -366,6 +367,21 @@ pub fn register_configs(ctx: &Context, settings: Settings) -> Result<(), String>
         if status != raw::REDISMODULE_OK as c_int {
             return Err("cannot register the config lease.max-ttl-ms".into());
         }
+        let status = register(
+            ctx.ctx,
+            c"grace-ms".as_ptr(),
+            settings.grace_ms,
+            raw::REDISMODULE_CONFIG_DEFAULT,
+            MIN_GRACE_MS,
+            MAX_GRACE_MS,
+            Some(get_grace),
+            Some(set_grace),
+            None,
+            std::ptr::null_mut(),
+        );
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err("cannot register the config lease.grace-ms".into());
+        }
         if load(ctx.ctx) != raw::REDISMODULE_OK as c_int {
             return Err("invalid lease.* setting in the server configuration".into());
         }
@@ -380,8 +396,10 @@ pub fn register_configs(ctx: &Context, settings: Settings) -> Result<(), String>
 /// a command filter that sees expiry commands (see `datatype`).
 pub fn subscribe_events(ctx: &Context) {
     type Callback = raw::RedisModuleEventCallback;
-    let events: [(u64, Callback); 4] = [
+    let events: [(u64, Callback); 6] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(flush_cb)),
+        (raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, Some(role_cb)),
+        (raw::REDISMODULE_EVENT_SHUTDOWN, Some(shutdown_cb)),
         (raw::REDISMODULE_EVENT_SWAPDB, Some(swapdb_cb)),
         (raw::REDISMODULE_EVENT_FORK_CHILD, Some(fork_cb)),
         (raw::REDISMODULE_EVENT_CONFIG, Some(config_cb)),

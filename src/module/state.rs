@@ -13,6 +13,7 @@ use std::time::Instant;
 use redis_module::raw;
 
 use crate::lease::clock::TokenClock;
+use crate::lease::grace;
 use crate::lease::waitq::Slot;
 
 use super::ctx::Ctx;
@@ -66,6 +67,7 @@ pub struct Stats {
     pub fence_ok: Counter,
     pub fence_stale: Counter,
     pub wait_timeouts: Counter,
+    pub grace_refused: Counter,
 }
 
 pub static STATS: Stats = Stats {
@@ -80,11 +82,12 @@ pub static STATS: Stats = Stats {
     fence_ok: Counter::new(),
     fence_stale: Counter::new(),
     wait_timeouts: Counter::new(),
+    grace_refused: Counter::new(),
 };
 
 impl Stats {
     /// (name, value) for every counter.
-    pub fn fields(&self) -> [(&'static str, u64); 11] {
+    pub fn fields(&self) -> [(&'static str, u64); 12] {
         [
             ("acquired", self.acquired.get()),
             ("contended", self.contended.get()),
@@ -97,6 +100,7 @@ impl Stats {
             ("fence_ok", self.fence_ok.get()),
             ("fence_stale", self.fence_stale.get()),
             ("wait_timeouts", self.wait_timeouts.get()),
+            ("grace_refused", self.grace_refused.get()),
         ]
     }
 }
@@ -106,6 +110,35 @@ pub static MAX_TTL_MS: AtomicI64 = AtomicI64::new(crate::lease::config::DEFAULT_
 
 pub fn max_ttl_ms() -> i64 {
     MAX_TTL_MS.load(Relaxed)
+}
+
+/// `lease.grace-ms` (-1: as `lease.max-ttl-ms`, 0: off).
+pub static GRACE_MS: AtomicI64 = AtomicI64::new(crate::lease::config::DEFAULT_GRACE_MS);
+
+/// The length of a grace period under the current settings.
+pub fn grace_length_ms() -> i64 {
+    grace::length_ms(GRACE_MS.load(Relaxed), max_ttl_ms())
+}
+
+/// The running grace period (SPEC S7), if any; its end follows the settings.
+static GRACE: Mutex<Option<grace::Period>> = Mutex::new(None);
+
+pub fn grace_period() -> Option<grace::Period> {
+    *GRACE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn set_grace_period(period: Option<grace::Period>) {
+    *GRACE.lock().unwrap_or_else(|e| e.into_inner()) = period;
+}
+
+/// Time left of the grace period at `now_ms` (0: none, or over).
+pub fn grace_remaining_ms(now_ms: i64) -> i64 {
+    grace_period().map_or(0, |p| p.remaining_ms(now_ms, grace_length_ms()))
+}
+
+/// When the running grace period ends, if one runs at `now_ms`.
+pub fn grace_ends_at(now_ms: i64) -> Option<i64> {
+    (grace_remaining_ms(now_ms) > 0).then(|| now_ms + grace_remaining_ms(now_ms))
 }
 
 /// Wall-clock time in unix milliseconds, the same clock the server's key
@@ -169,6 +202,10 @@ pub fn log_warning(msg: &str) {
     log(c"warning", msg);
 }
 
+pub fn log_notice(msg: &str) {
+    log(c"notice", msg);
+}
+
 /// `maxmemory-policy`, read at load and on every CONFIG SET of it (never
 /// from the INFO callback, so INFO runs no command).
 static POLICY: Mutex<String> = Mutex::new(String::new());
@@ -194,6 +231,8 @@ pub enum TimerJob {
     Align(Slot),
     /// Write the token clock into the replication stream and the AOF.
     Clock,
+    /// The grace period may be over.
+    GraceEnd,
 }
 
 /// The `extern "C"` callbacks the binding hands to the server, installed at

@@ -275,6 +275,12 @@ fn unblock(w: &Waiter<Handle>, slot: &Slot, answer: Answer) {
 /// retries) get the same lease, as a re-acquire would.
 pub fn serve(slot: &Slot, w: &mut Writer) {
     let now = state::now_ms();
+    // No new lease during a grace period (SPEC S7): the queue waits for its
+    // end, when every queue is re-checked.
+    if let Some(end) = state::grace_ends_at(now) {
+        arm(slot, end);
+        return;
+    }
     let Some(granted) = state::with_clock(|clock| reg(|r| r.grant(slot, now, clock))) else {
         return;
     };
@@ -414,8 +420,9 @@ pub fn key_changed(key: &[u8]) {
     }
 }
 
-/// FLUSHALL/FLUSHDB freed keys without unlinking them: re-check every queue.
-pub fn on_flush() {
+/// Re-checks every queue right away (FLUSHALL/FLUSHDB freed keys without
+/// unlinking them; a grace period ended).
+pub fn recheck_all() {
     for slot in reg(|r| r.slots()) {
         arm(&slot, 0);
     }
