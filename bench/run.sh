@@ -46,7 +46,7 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 WORK=$(mktemp -d /tmp/lease-bench.XXXXXX)
 "$SERVER_BIN" --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
   --enable-debug-command local --dir "$WORK" --logfile "$WORK/server.log" \
-  --maxclients "$MAXCLIENTS" --loadmodule "$MODULE" &
+  --maxclients "$MAXCLIENTS" --loadmodule "$MODULE" grace-ms 0 max-ttl-ms "$LONG_TTL" &
 SERVER_PID=$!
 cleanup() {
   if kill -0 "$SERVER_PID" 2>/dev/null; then

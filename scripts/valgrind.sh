@@ -17,7 +17,7 @@ trap 'rm -rf "$WORK"' EXIT
 valgrind --tool=memcheck --leak-check=full --show-leak-kinds=definite,indirect \
   --num-callers=30 --log-file="$LOG" \
   "$VALKEY" --port "$PORT" --bind 127.0.0.1 --dir "$WORK" --save '' --appendonly no \
-  --enable-debug-command yes --loadmodule "$MODULE" &
+  --enable-debug-command yes --loadmodule "$MODULE" grace-ms 0 &
 PID=$!
 cli() { redis-cli -p "$PORT" "$@"; }
 for _ in $(seq 1 200); do cli PING >/dev/null 2>&1 && break; sleep 0.1; done
