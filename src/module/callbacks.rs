@@ -435,7 +435,7 @@ pub unsafe extern "C" fn role_cb(
     _data: *mut c_void,
 ) {
     guard("the role change event", (), || {
-        grace::on_role_change(subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER as u64)
+        grace::on_role_change(subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER)
     })
 }
 

@@ -238,7 +238,19 @@ impl Server {
             if let Ok(mut c) = self.try_conn()
                 && redis::cmd("PING").query::<String>(&mut c).is_ok()
             {
-                return Ok(());
+                // Two tests may pick the same free port: the server that
+                // loses the bind exits, and the PING was answered by the
+                // other test's server. Only our own process counts.
+                let ours =
+                    info_value(&mut c, "server", "process_id") == Some(self.child.id().to_string());
+                if ours {
+                    return Ok(());
+                }
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Err(StartFailure {
+                    log: "Address already in use (another server answered on this port)".into(),
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
