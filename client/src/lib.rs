@@ -230,7 +230,12 @@ pub(crate) fn acquire_cmd(
         (Block::For(_), Some(end)) => {
             // What is left of the wait. Nothing left (a retry at the end):
             // ask once without BLOCK, never `BLOCK 0` (which waits forever).
-            let left = end.saturating_duration_since(Instant::now()).as_millis() as u64;
+            // Rounded up: a wait of 300 ms asked a few microseconds later
+            // is still `BLOCK 300`, never less than what was asked.
+            let left = end
+                .saturating_duration_since(Instant::now())
+                .as_micros()
+                .div_ceil(1000) as u64;
             if left > 0 {
                 cmd.arg("BLOCK").arg(left);
                 Some(Duration::from_millis(left) + opts.block_margin)

@@ -76,7 +76,7 @@ def test_loss_is_signalled_before_anyone_else_can_get_the_lease(server):
         await asyncio.get_running_loop().run_in_executor(None, t.join, 15)
         await asyncio.get_running_loop().run_in_executor(None, rival.join, 15)
         assert lease.lost.reason == Loss.EXPIRED
-        assert deadline <= lost_at < deadline + 0.1
+        assert deadline <= lost_at < deadline + 0.25  # at once: well before the thaw (deadline + 0.3)
         assert lost_at < thawed["at"], "signalled only after the server ran again"
         assert rival.result is not None and lost_at < rival.result
         with pytest.raises(StaleToken):

@@ -74,7 +74,7 @@ def test_loss_is_signalled_before_anyone_else_can_get_the_lease(server):
     assert rival.result is not None, "the competitor gets the lease after SIGCONT"
     assert noticed["at"] < thawed["at"], "signalled only after the server ran again"
     assert noticed["at"] < rival.result, "the competitor got the lease first"
-    assert deadline <= noticed["at"] < deadline + 0.1
+    assert deadline <= noticed["at"] < deadline + 0.25  # at once: well before the thaw (deadline + 0.3)
     # The old holder's fenced writes are refused and write nothing.
     with pytest.raises(StaleToken):
         lease.fence("SET", "data", "stale")

@@ -4,6 +4,7 @@ command arguments and timing rules."""
 from __future__ import annotations
 
 import enum
+import math
 import secrets
 import socket
 import time
@@ -87,7 +88,8 @@ def acquire_args(
     if block_ms == FOREVER:
         return args + ("BLOCK", 0), None
     assert wait_until is not None
-    left = int((wait_until - time.monotonic()) * 1000)
+    # Rounded up: a wait asked a few microseconds later is never shorter.
+    left = math.ceil((wait_until - time.monotonic()) * 1000)
     if left <= 0:
         # Nothing left of the wait (a retry at its end): ask once without
         # BLOCK, never BLOCK 0, which would wait forever.
