@@ -216,3 +216,20 @@ def test_the_readme_example_runs(server):
     r = server.client()
     assert r.hget("{acct:7}", "steps") == b"3"
     assert token_of(r, "{acct:7}:lock") is None
+
+
+def test_a_lease_dropped_without_release_stops_renewing(server):
+    import gc
+
+    r = server.client()
+
+    async def main():
+        lease = await aclient(server).acquire("job", 300)
+        assert token_of(r, "job") == lease.token
+        del lease
+        gc.collect()
+        loop = asyncio.get_running_loop()
+        gone = await loop.run_in_executor(None, wait_until, 3, lambda: token_of(r, "job") is None)
+        assert gone, "the watchdog still renews a lease nobody holds"
+
+    asyncio.run(main())

@@ -238,3 +238,15 @@ def test_the_readme_shows_the_examples_that_run(name):
     source = (HERE.parent / "examples" / name).read_text()
     body = source.split('"""', 2)[2].lstrip("\n")
     assert body in readme, f"README.md does not show examples/{name} as it is"
+
+
+def test_a_lease_dropped_without_release_stops_renewing(server):
+    import gc
+
+    r = server.client()
+    lease = LeaseClient(server.client()).acquire("job", 300)
+    assert token_of(r, "job") == lease.token
+    del lease
+    gc.collect()
+    # No one renews it any more: it ends at its ttl.
+    assert wait_until(3, lambda: token_of(r, "job") is None)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from types import TracebackType
-from typing import Any, Callable, Optional, Type, Union
+from typing import Any, Callable, Optional, Tuple, Type, Union
 
 import redis
 from redis import exceptions
@@ -37,7 +38,7 @@ class _Target:
 
     def connect(self, key: Any) -> Conn:
         if isinstance(self.client, RedisCluster):
-            node = self.client.get_node_from_key(key)
+            node = self.client.get_node_from_key(key)  # type: ignore[no-untyped-call]
             pool = self.client.get_redis_connection(node).connection_pool
         else:
             pool = self.client.connection_pool
@@ -51,7 +52,7 @@ class _Target:
             self.client.nodes_manager.initialize()
 
 
-def _call(conn: Conn, args: tuple, timeout: Optional[float]) -> Any:
+def _call(conn: Conn, args: Tuple[Any, ...], timeout: Optional[float]) -> Any:
     """Sends ``args`` and reads the reply, waiting at most ``timeout``
     seconds (``None``: no limit). The connection is closed on an I/O error
     or a timeout."""
@@ -159,12 +160,21 @@ class Lease:
         self._stop = threading.Event()
         self._released = False
         if client.watchdog:
-            threading.Thread(target=self._watchdog, name="lease-watchdog", daemon=True).start()
+            # The thread holds no reference to the lease: a lease dropped
+            # without release() (no with block) is garbage-collected, which
+            # stops its watchdog, and the lease then ends at its ttl.
+            threading.Thread(
+                target=_watchdog,
+                args=(self.lost, self._stop, client, key, owner, ttl_ms),
+                name="lease-watchdog",
+                daemon=True,
+            ).start()
+            weakref.finalize(self, self._stop.set)
 
     def __repr__(self) -> str:  # never the owner: it is the holder's credential
         return f"<Lease key={self.key!r} token={self.token} lost={self.lost.reason}>"
 
-    def _holder_call(self, args: tuple, timeout: float) -> Any:
+    def _holder_call(self, args: Tuple[Any, ...], timeout: float) -> Any:
         with self._lock:
             if self._conn is None:
                 self._conn = self._client._target.connect(self.key)
@@ -193,7 +203,7 @@ class Lease:
         the loss signal: the server decides."""
         return self._holder_call(self.fence_args(*command), self._client.io_timeout)
 
-    def fence_args(self, *command: Any) -> tuple:
+    def fence_args(self, *command: Any) -> Tuple[Any, ...]:
         """The fenced form of ``command``, for ``execute_command`` on a client
         or pipeline of your own."""
         return ("LEASE.FENCE", self.key, self.token) + command
@@ -223,7 +233,7 @@ class Lease:
             while True:
                 try:
                     args = ("LEASE.RELEASE", self.key, self._owner)
-                    return self._holder_call(args, self._client.io_timeout) == 1
+                    return bool(self._holder_call(args, self._client.io_timeout) == 1)
                 except Exception as e:
                     if not lost_reply(e) or attempt >= self._client.retries:
                         raise
@@ -248,44 +258,46 @@ class Lease:
                 raise
             # The block's own error matters more; the lease ends at its ttl.
 
-    def _watchdog(self) -> None:
-        """Renews a third of the ttl after each success, sooner after a
-        failure, until the holder is done or the lease is lost. Each renewal
-        waits for its reply at most until the deadline."""
-        ttl_ms = self.ttl_ms
-        next_at = self.lost.deadline - ttl_ms / 1000 + renew_every(ttl_ms)
-        conn: Optional[Conn] = None
-        args = ("LEASE.RENEW", self.key, self._owner, ttl_ms)
-        try:
-            while not self._stop.is_set() and not self.lost.is_set():
-                now = time.monotonic()
-                if now < next_at:
-                    self._stop.wait(min(next_at, self.lost.deadline) - now)
-                    continue
-                timeout = min(max(self.lost.deadline - now, 0.001), self._client.io_timeout)
-                try:
-                    if conn is None:
-                        conn = self._client._target.connect(self.key)
-                    reply = _call(conn, args, timeout)
-                except Exception as e:
-                    if lost_reply(e) and conn is not None:
-                        conn.disconnect()
-                        conn = None
-                    elif isinstance(e, (exceptions.MovedError, exceptions.AskError)):
-                        self._client._target.refresh()
-                        conn = None
-                    next_at = time.monotonic() + retry_pause(ttl_ms)
-                    continue
-                if reply == 1:
-                    if not self.lost._extend(now, ttl_ms):
-                        return
-                    next_at = now + renew_every(ttl_ms)
-                else:
-                    self.lost._lose(Loss.REFUSED)
+
+def _watchdog(
+    lost: LossSignal, stop: threading.Event, client: "LeaseClient", key: Any, owner: str, ttl_ms: int
+) -> None:
+    """Renews a third of the ttl after each success, sooner after a failure,
+    until the holder is done (``stop``) or the lease is lost. Each renewal
+    waits for its reply at most until the deadline."""
+    next_at = lost.deadline - ttl_ms / 1000 + renew_every(ttl_ms)
+    conn: Optional[Conn] = None
+    args = ("LEASE.RENEW", key, owner, ttl_ms)
+    try:
+        while not stop.is_set() and not lost.is_set():
+            now = time.monotonic()
+            if now < next_at:
+                stop.wait(min(next_at, lost.deadline) - now)
+                continue
+            timeout = min(max(lost.deadline - now, 0.001), client.io_timeout)
+            try:
+                if conn is None:
+                    conn = client._target.connect(key)
+                reply = _call(conn, args, timeout)
+            except Exception as e:
+                if lost_reply(e) and conn is not None:
+                    conn.disconnect()
+                    conn = None
+                elif isinstance(e, (exceptions.MovedError, exceptions.AskError)):
+                    client._target.refresh()
+                    conn = None
+                next_at = time.monotonic() + retry_pause(ttl_ms)
+                continue
+            if reply == 1:
+                if not lost._extend(now, ttl_ms):
                     return
-        finally:
-            if conn is not None:
-                conn.disconnect()
+                next_at = now + renew_every(ttl_ms)
+            else:
+                lost._lose(Loss.REFUSED)
+                return
+    finally:
+        if conn is not None:
+            conn.disconnect()
 
 
 class LeaseClient:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Optional, Type, TypeVar, Union
+from typing import Any, Awaitable, Callable, Optional, Tuple, Type, TypeVar, Union
 
 import redis.asyncio as aredis
 from redis import exceptions
@@ -48,11 +49,14 @@ class _Target:
         if isinstance(self.client, RedisCluster):
             await self.client.initialize()
             node = self.client.get_node_from_key(key)
-            cls, kwargs = node.connection_class, node.connection_kwargs
+            if node is None:
+                raise exceptions.SlotNotCoveredError(f"no node serves the slot of {key!r}")
+            cls: Any = node.connection_class
+            kwargs: Any = node.connection_kwargs
         else:
             pool = self.client.connection_pool
             cls, kwargs = pool.connection_class, pool.connection_kwargs
-        conn = cls(**connection_kwargs(kwargs))
+        conn: Conn = cls(**connection_kwargs(kwargs))
         try:
             await asyncio.wait_for(conn.connect(), timeout)
         except BaseException:
@@ -65,7 +69,7 @@ class _Target:
             await self.client.nodes_manager.initialize()
 
 
-async def _call(conn: Conn, args: tuple, timeout: Optional[float]) -> Any:
+async def _call(conn: Conn, args: Tuple[Any, ...], timeout: Optional[float]) -> Any:
     """Sends ``args``, reads the reply within ``timeout`` seconds (``None``:
     no limit); closes the connection when the reply does not come."""
     async def go() -> Any:
@@ -169,12 +173,16 @@ class AsyncLease:
         self._released = False
         self._task: Optional["asyncio.Task[None]"] = None
         if client.watchdog:
-            self._task = asyncio.ensure_future(self._watchdog())
+            # The task holds no reference to the lease: a lease dropped
+            # without release() is garbage-collected, which cancels it.
+            self._task = asyncio.ensure_future(_watchdog(self.lost, client, key, owner, ttl_ms))
+            loop = asyncio.get_running_loop()
+            weakref.finalize(self, _cancel_soon, loop, self._task)
 
     def __repr__(self) -> str:
         return f"<AsyncLease key={self.key!r} token={self.token} lost={self.lost.reason}>"
 
-    async def _holder_call(self, args: tuple, timeout: float) -> Any:
+    async def _holder_call(self, args: Tuple[Any, ...], timeout: float) -> Any:
         async with self._lock:
             if self._conn is None:
                 self._conn = await self._client._target.connect(self.key, self._client.io_timeout)
@@ -193,7 +201,7 @@ class AsyncLease:
         :class:`StaleToken` when the token is not current (nothing run)."""
         return await self._holder_call(self.fence_args(*command), self._client.io_timeout)
 
-    def fence_args(self, *command: Any) -> tuple:
+    def fence_args(self, *command: Any) -> Tuple[Any, ...]:
         """The fenced form of ``command`` for ``execute_command``."""
         return ("LEASE.FENCE", self.key, self.token) + command
 
@@ -221,7 +229,7 @@ class AsyncLease:
             while True:
                 try:
                     args = ("LEASE.RELEASE", self.key, self._owner)
-                    return await self._holder_call(args, self._client.io_timeout) == 1
+                    return bool(await self._holder_call(args, self._client.io_timeout) == 1)
                 except Exception as e:
                     if not lost_reply(e) or attempt >= self._client.retries:
                         raise
@@ -245,41 +253,47 @@ class AsyncLease:
             if exc is None:
                 raise
 
-    async def _watchdog(self) -> None:
-        ttl_ms = self.ttl_ms
-        next_at = self.lost.deadline - ttl_ms / 1000 + renew_every(ttl_ms)
-        conn: Optional[Conn] = None
-        args = ("LEASE.RENEW", self.key, self._owner, ttl_ms)
-        try:
-            while not self._released and not self.lost.is_set():
-                now = time.monotonic()
-                if now < next_at:
-                    await asyncio.sleep(min(next_at, self.lost.deadline) - now)
-                    continue
-                timeout = min(max(self.lost.deadline - now, 0.001), self._client.io_timeout)
-                try:
-                    if conn is None:
-                        conn = await self._client._target.connect(self.key, timeout)
-                    reply = await _call(conn, args, timeout)
-                except Exception as e:
-                    if lost_reply(e):
-                        await _close(conn)
-                        conn = None
-                    elif isinstance(e, (exceptions.MovedError, exceptions.AskError)):
-                        await self._client._target.refresh()
-                        await _close(conn)
-                        conn = None
-                    next_at = time.monotonic() + retry_pause(ttl_ms)
-                    continue
-                if reply == 1:
-                    if not self.lost._extend(now, ttl_ms):
-                        return
-                    next_at = now + renew_every(ttl_ms)
-                else:
-                    self.lost._lose(Loss.REFUSED)
+
+def _cancel_soon(loop: asyncio.AbstractEventLoop, task: "asyncio.Task[None]") -> None:
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(task.cancel)
+
+
+async def _watchdog(lost: AsyncLossSignal, client: "AsyncLeaseClient", key: Any, owner: str, ttl_ms: int) -> None:
+    """As the sync watchdog; cancelled by release()."""
+    next_at = lost.deadline - ttl_ms / 1000 + renew_every(ttl_ms)
+    conn: Optional[Conn] = None
+    args = ("LEASE.RENEW", key, owner, ttl_ms)
+    try:
+        while not lost.is_set():
+            now = time.monotonic()
+            if now < next_at:
+                await asyncio.sleep(min(next_at, lost.deadline) - now)
+                continue
+            timeout = min(max(lost.deadline - now, 0.001), client.io_timeout)
+            try:
+                if conn is None:
+                    conn = await client._target.connect(key, timeout)
+                reply = await _call(conn, args, timeout)
+            except Exception as e:
+                if lost_reply(e):
+                    await _close(conn)
+                    conn = None
+                elif isinstance(e, (exceptions.MovedError, exceptions.AskError)):
+                    await client._target.refresh()
+                    await _close(conn)
+                    conn = None
+                next_at = time.monotonic() + retry_pause(ttl_ms)
+                continue
+            if reply == 1:
+                if not lost._extend(now, ttl_ms):
                     return
-        finally:
-            await _close(conn)
+                next_at = now + renew_every(ttl_ms)
+            else:
+                lost._lose(Loss.REFUSED)
+                return
+    finally:
+        await _close(conn)
 
 
 class _LeaseContext:
