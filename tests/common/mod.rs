@@ -23,8 +23,14 @@ pub enum Kind {
     Valkey9,
 }
 
+/// The repository root: the module's package, also when this harness is
+/// compiled into the client crate's tests (client/tests/, through `#[path]`).
 fn manifest_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors()
+        .find(|d| d.join("src/module").is_dir())
+        .map(Path::to_path_buf)
+        .unwrap_or(here)
 }
 
 /// The module under test: `$LEASE_MODULE`, else the debug build.

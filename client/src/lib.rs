@@ -1,0 +1,330 @@
+//! Client helpers for the redis-lease module (`LEASE.ACQUIRE`, `LEASE.RENEW`,
+//! `LEASE.RELEASE`, `LEASE.FENCE`), on the [`redis`] crate.
+//!
+//! The raw commands work from any client, but every user then writes the
+//! same fragile code around them. This crate writes it once:
+//!
+//! - **a fresh owner id per acquisition**: 16 random bytes, hex;
+//! - **a lost reply is retried with the same owner** (an I/O error or a
+//!   timeout on `LEASE.ACQUIRE`), on a new connection, so a grant whose reply
+//!   was lost is picked up again (same token) instead of being left orphaned
+//!   until its ttl runs out. The read timeout is longer than the `BLOCK`
+//!   timeout, so a wait is never cut short by the client;
+//! - **a watchdog** renews the lease at about a third of its ttl, on its own
+//!   connection, and signals the loss at once: when a renewal answers 0, or
+//!   when the lease's client-side deadline passes with no successful renewal.
+//!   That deadline is `ttl` from when the acquire was *sent*, moved to `ttl`
+//!   from when each successful renewal was sent. It is checked where the
+//!   signal is read, so the loss shows at the deadline even while the
+//!   watchdog's renewal is stuck on a paused server;
+//! - **fenced writes**: [`Lease::fence`] sends `LEASE.FENCE key token <cmd>`;
+//!   a `STALE` refusal is [`Error::Stale`];
+//! - **release on every way out**: [`Lease::release`], and on drop of the
+//!   guard (an early return, an error, a panic).
+//!
+//! The sync API is [`LeaseClient`] / [`Lease`]. With the `tokio` feature,
+//! [`aio`] has the same on tokio. Both work with one server
+//! ([`redis::Client`]) and with Redis Cluster
+//! ([`redis::cluster::ClusterClient`]): the `LEASE.*` commands declare the
+//! lease key at position 1, and the cluster client routes every call by
+//! that key's slot.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lease_client::{Block, LeaseClient};
+//!
+//! # fn main() -> Result<(), redis_lease_client::Error> {
+//! let client = LeaseClient::open("redis://127.0.0.1:6379/")?;
+//! let done = client.with_lease("{acct:7}:lock", Duration::from_secs(10), Block::For(Duration::from_secs(5)),
+//!     |lease| -> Result<(), redis_lease_client::Error> {
+//!         for step in 0..100 {
+//!             if lease.is_lost() {
+//!                 return Err(redis_lease_client::Error::Lost(lease.loss().unwrap()));
+//!             }
+//!             // Every write goes through the fence: refused once the lease is not ours.
+//!             let _: i64 = lease.fence(redis::cmd("HSET").arg("{acct:7}").arg("step").arg(step))?;
+//!         }
+//!         Ok(())
+//!     })?;
+//! assert!(done.is_some(), "None: the lease was busy for 5 s");
+//! # Ok(()) }
+//! ```
+//!
+//! What the helpers cannot do for you: a lease is a promise about the past
+//! (it was yours when the last renewal was sent). Work that does not write
+//! through the fence can still overlap the next holder's by the time it
+//! takes to notice the loss; write through [`Lease::fence`], and have stores
+//! outside Redis refuse tokens lower than the highest they have seen.
+
+#![warn(missing_docs)]
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+mod sync;
+pub use sync::{Lease, LeaseClient, LossSignal};
+
+#[cfg(feature = "tokio")]
+pub mod aio;
+
+pub use redis;
+
+/// How long [`LeaseClient::acquire`] waits when another owner holds the
+/// lease (`LEASE.ACQUIRE ... BLOCK timeout-ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Block {
+    /// Do not wait: `None` at once when the lease is held.
+    NoWait,
+    /// Wait up to this long (whole milliseconds; under 1 ms is `NoWait`).
+    For(Duration),
+    /// Wait until the lease is ours (`BLOCK 0`). The acquiring connection
+    /// then has no read timeout.
+    Forever,
+}
+
+/// Why a lease is no longer held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loss {
+    /// A renewal answered 0: the server says the lease is not ours.
+    Refused,
+    /// The client-side deadline passed with no successful renewal: the
+    /// server may have handed the lease to someone else.
+    Expired,
+    /// The holder released it.
+    Released,
+}
+
+impl fmt::Display for Loss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Loss::Refused => "lease lost: a renewal was refused",
+            Loss::Expired => "lease lost: its deadline passed with no successful renewal",
+            Loss::Released => "lease released",
+        })
+    }
+}
+
+/// The errors of this crate.
+#[derive(Debug)]
+pub enum Error {
+    /// `LEASE.FENCE` answered `STALE`: the token is not the one of the lease
+    /// held now, and the fenced command was not run.
+    Stale,
+    /// The lease is no longer held (returned by helpers that need it held).
+    Lost(Loss),
+    /// Any other error: the server's error replies, and I/O errors left
+    /// after the retries.
+    Redis(redis::RedisError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Stale => f.write_str(
+                "STALE: the fencing token is not the current one; the command was not run",
+            ),
+            Error::Lost(loss) => loss.fmt(f),
+            Error::Redis(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        if e.code() == Some("STALE") {
+            Error::Stale
+        } else {
+            Error::Redis(e)
+        }
+    }
+}
+
+/// Timeouts and retries. [`Options::default`] suits most uses.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Timeout to open a connection. Default 2 s.
+    pub connect_timeout: Duration,
+    /// Read timeout of the calls that do not block (renew, release, fence,
+    /// an acquire without `BLOCK`). Default 5 s. A renewal also times out at
+    /// the lease's deadline, whichever comes first.
+    pub io_timeout: Duration,
+    /// How much longer than its `BLOCK` timeout an acquire waits for its
+    /// reply before it counts the reply as lost. Default 2 s.
+    pub block_margin: Duration,
+    /// How many times a lost `LEASE.ACQUIRE` (or `LEASE.RELEASE`) reply is
+    /// retried, on a new connection, with the same owner. Default 3.
+    pub retries: u32,
+    /// Run the renewing watchdog. Default true. Without it the lease still
+    /// signals the loss at its deadline; renew it yourself.
+    pub watchdog: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            connect_timeout: Duration::from_secs(2),
+            io_timeout: Duration::from_secs(5),
+            block_margin: Duration::from_secs(2),
+            retries: 3,
+            watchdog: true,
+        }
+    }
+}
+
+/// A fresh owner id: 16 random bytes as 32 hex digits.
+pub fn new_owner() -> String {
+    let bytes: [u8; 16] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `LEASE.FENCE key token <cmd ...>`: `cmd` run only if `token` is the
+/// token of the lease held on `key` now, in the same atomic step.
+pub fn fence_cmd(key: &str, token: u64, cmd: &redis::Cmd) -> redis::Cmd {
+    let mut fenced = redis::cmd("LEASE.FENCE");
+    fenced.arg(key).arg(token);
+    for arg in cmd.args_iter() {
+        if let redis::Arg::Simple(bytes) = arg {
+            fenced.arg(bytes);
+        }
+    }
+    fenced
+}
+
+/// Is `e` a reply that may have been lost (so the command may or may not
+/// have run): an I/O error, a dropped connection, a timeout.
+pub(crate) fn lost_reply(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// Whole milliseconds of `d`, at least 1.
+pub(crate) fn millis(d: Duration) -> u64 {
+    (d.as_millis() as u64).max(1)
+}
+
+/// The `LEASE.ACQUIRE` of one attempt, and how long to wait for its reply
+/// (`None`: no read timeout). `wait_until`: the end of a `Block::For` wait.
+pub(crate) fn acquire_cmd(
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+    block: Block,
+    wait_until: Option<Instant>,
+    opts: &Options,
+) -> (redis::Cmd, Option<Duration>) {
+    let mut cmd = redis::cmd("LEASE.ACQUIRE");
+    cmd.arg(key).arg(owner).arg(millis(ttl));
+    let read = match (block, wait_until) {
+        (Block::Forever, _) => {
+            cmd.arg("BLOCK").arg(0);
+            None
+        }
+        (Block::For(_), Some(end)) => {
+            // What is left of the wait. Nothing left (a retry at the end):
+            // ask once without BLOCK, never `BLOCK 0` (which waits forever).
+            // Rounded up: a wait of 300 ms asked a few microseconds later
+            // is still `BLOCK 300`, never less than what was asked.
+            let left = end
+                .saturating_duration_since(Instant::now())
+                .as_micros()
+                .div_ceil(1000) as u64;
+            if left > 0 {
+                cmd.arg("BLOCK").arg(left);
+                Some(Duration::from_millis(left) + opts.block_margin)
+            } else {
+                Some(opts.io_timeout)
+            }
+        }
+        _ => Some(opts.io_timeout),
+    };
+    (cmd, read)
+}
+
+/// `Block::For` shorter than 1 ms is `NoWait`.
+pub(crate) fn normalize(block: Block) -> Block {
+    match block {
+        Block::For(d) if d.as_millis() == 0 => Block::NoWait,
+        b => b,
+    }
+}
+
+/// The renewal interval for `ttl`: a third of it (at least 1 ms).
+pub(crate) fn renew_every(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(1))
+}
+
+/// The pause before a renewal that failed (not refused) is tried again.
+pub(crate) fn retry_pause(ttl: Duration) -> Duration {
+    (ttl / 20).clamp(Duration::from_millis(5), Duration::from_millis(250))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_is_32_hex_digits_and_fresh() {
+        let (a, b) = (new_owner(), new_owner());
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn fence_cmd_wraps_the_command() {
+        let c = fence_cmd("lock", 42, redis::cmd("HSET").arg("k").arg("f").arg(1));
+        let args: Vec<Vec<u8>> = c
+            .args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(b) => Some(b.to_vec()),
+                _ => None,
+            })
+            .collect();
+        let want: Vec<&[u8]> = vec![b"LEASE.FENCE", b"lock", b"42", b"HSET", b"k", b"f", b"1"];
+        assert_eq!(args, want);
+    }
+
+    #[test]
+    fn a_block_retry_with_nothing_left_does_not_wait_forever() {
+        let opts = Options::default();
+        let past = Instant::now() - Duration::from_secs(1);
+        let (c, read) = acquire_cmd(
+            "k",
+            "o",
+            Duration::from_secs(1),
+            Block::For(Duration::from_secs(1)),
+            Some(past),
+            &opts,
+        );
+        assert_eq!(c.args_iter().count(), 4, "no BLOCK option");
+        assert_eq!(read, Some(opts.io_timeout));
+        let (c, read) = acquire_cmd(
+            "k",
+            "o",
+            Duration::from_secs(1),
+            Block::Forever,
+            None,
+            &opts,
+        );
+        assert_eq!(c.args_iter().count(), 6);
+        assert_eq!(read, None);
+        assert_eq!(
+            normalize(Block::For(Duration::from_micros(10))),
+            Block::NoWait
+        );
+    }
+
+    #[test]
+    fn stale_maps_to_its_own_error() {
+        let e = redis::RedisError::from((redis::ErrorKind::Client, "x"));
+        assert!(matches!(Error::from(e), Error::Redis(_)));
+    }
+}

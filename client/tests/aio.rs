@@ -1,0 +1,234 @@
+//! The async (tokio) helpers against real servers (Redis 7.0, Valkey 8.1 and
+//! 9.1): the same properties as tests/sync.rs.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+#[path = "../examples/quickstart_async.rs"]
+#[allow(dead_code)]
+mod quickstart_async;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{Frozen, Server, info_int, ok, ok_text, token_of, wait_until, waiters};
+use redis_lease_client::aio::LeaseClient;
+use redis_lease_client::{Block, Error, Loss};
+use support::{LossyProxy, blocked_acquirer, competitor, try_acquire};
+
+const MS: fn(u64) -> Duration = Duration::from_millis;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn client(s: &Server) -> LeaseClient {
+    LeaseClient::open(&s.url(false)).unwrap()
+}
+
+both! {
+    fn watchdog_keeps_the_lease_over_several_ttls(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        rt().block_on(async {
+            let ttl = MS(300);
+            let lease = client(&s).acquire("job", ttl, Block::NoWait).await.unwrap().unwrap();
+            let start = Instant::now();
+            for _ in 0..40 {
+                if start.elapsed() >= ttl * 6 {
+                    break;
+                }
+                assert!(!lease.is_lost(), "lost after {:?}", start.elapsed());
+                assert_eq!(token_of(&mut c, "job"), Some(lease.token() as i64));
+                tokio::time::sleep(MS(50)).await;
+            }
+            assert!(start.elapsed() >= ttl * 6);
+            assert!(info_int(&mut c, "lease_renewed") >= 10);
+            assert!(lease.release().await.unwrap());
+        });
+        assert_eq!(token_of(&mut c, "job"), None);
+    }
+
+    fn loss_is_signalled_before_anyone_else_can_get_the_lease(kind) {
+        let s = Server::start(kind);
+        let ttl = MS(400);
+        let runtime = rt();
+        let lease = runtime
+            .block_on(client(&s).acquire("job", ttl, Block::NoWait))
+            .unwrap()
+            .unwrap();
+        let deadline = lease.signal().deadline();
+        let signal = lease.signal();
+        let noticed = runtime.spawn(async move {
+            let loss = tokio::time::timeout(Duration::from_secs(10), signal.lost()).await;
+            (loss.ok(), Instant::now())
+        });
+        let rival = competitor(&s, "job", Duration::from_secs(10));
+        let frozen = Frozen::stop(&s);
+        let thaw = thread::spawn(move || {
+            thread::sleep(ttl + MS(300));
+            drop(frozen);
+            Instant::now()
+        });
+        let (loss, lost_at) = runtime.block_on(noticed).unwrap();
+        let thawed_at = thaw.join().unwrap();
+        let rival_at = rival.join().unwrap().expect("the competitor gets the lease");
+        assert_eq!(loss, Some(Loss::Expired));
+        assert!(lost_at < thawed_at, "signalled only after the server ran again");
+        assert!(lost_at < rival_at, "the competitor got the lease first");
+        assert!(lost_at >= deadline);
+        assert!(lost_at - deadline < MS(250), "signalled {:?} late", lost_at - deadline);
+        runtime.block_on(async {
+            let r = lease.fence::<i64>(redis::cmd("SET").arg("data").arg("stale")).await;
+            assert!(matches!(r, Err(Error::Stale)), "{r:?}");
+            assert!(!lease.release().await.unwrap());
+        });
+        let mut c = s.conn();
+        assert_eq!(ok(&mut c, &["EXISTS", "data"]), common::Value::Int(0));
+    }
+
+    fn refused_renewal_signals_the_loss_and_the_fence_refuses(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        rt().block_on(async {
+            let ttl = MS(600);
+            let lease = client(&s).acquire("job", ttl, Block::NoWait).await.unwrap().unwrap();
+            let _: i64 = lease.fence(redis::cmd("HSET").arg("data").arg("v").arg(1)).await.unwrap();
+            ok(&mut c, &["DEL", "job"]);
+            assert!(try_acquire(&mut c, "job", "thief", "10000").is_some());
+            let start = Instant::now();
+            let loss = tokio::time::timeout(Duration::from_secs(3), lease.lost()).await;
+            assert_eq!(loss.ok(), Some(Loss::Refused));
+            assert!(start.elapsed() < ttl);
+            let r = lease.fence::<i64>(redis::cmd("HSET").arg("data").arg("v").arg(2)).await;
+            assert!(matches!(r, Err(Error::Stale)), "{r:?}");
+            assert!(!lease.renew().await.unwrap());
+        });
+        assert_eq!(ok_text(&mut c, &["HGET", "data", "v"]), "1");
+    }
+
+    fn a_lost_acquire_reply_is_retried_with_the_same_owner(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let proxy = LossyProxy::start(s.port);
+        rt().block_on(async {
+            let lc = LeaseClient::open(&proxy.url()).unwrap();
+            proxy.arm();
+            let lease = lc.acquire("job", Duration::from_secs(10), Block::NoWait).await.unwrap().unwrap();
+            assert_eq!(proxy.dropped(), 1);
+            assert_eq!(info_int(&mut c, "lease_acquired"), 1);
+            assert_eq!(info_int(&mut c, "lease_reacquired"), 1);
+            assert_eq!(token_of(&mut c, "job"), Some(lease.token() as i64));
+            assert!(lease.release().await.unwrap());
+        });
+        assert_eq!(token_of(&mut c, "job"), None);
+    }
+
+    fn client_kill_of_a_blocked_acquire_is_retried(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        assert!(try_acquire(&mut c, "job", "holder", "10000").is_some());
+        let runtime = rt();
+        let lc = client(&s);
+        let waiter = runtime.spawn(async move {
+            lc.acquire("job", Duration::from_secs(10), Block::For(Duration::from_secs(10))).await
+        });
+        let first = blocked_acquirer(&s);
+        ok(&mut c, &["CLIENT", "KILL", "ID", &first.to_string()]);
+        let mut second = first;
+        assert!(wait_until(Duration::from_secs(5), || {
+            second = blocked_acquirer(&s);
+            second != first
+        }));
+        assert_eq!(waiters(&mut c, "job"), 1);
+        ok(&mut c, &["LEASE.RELEASE", "job", "holder"]);
+        let lease = runtime.block_on(waiter).unwrap().unwrap().expect("the retry gets the lease");
+        assert_eq!(token_of(&mut c, "job"), Some(lease.token() as i64));
+        assert_eq!(info_int(&mut c, "lease_acquired"), 2);
+        assert!(runtime.block_on(lease.release()).unwrap());
+    }
+
+    fn with_lease_releases_on_error_panic_and_drop(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let runtime = rt();
+        let lc = client(&s);
+        let ttl = Duration::from_secs(10);
+        runtime.block_on(async {
+            let r: Result<Option<()>, Error> = lc
+                .with_lease("job", ttl, Block::NoWait, |lease| async move {
+                    let _: i64 = lease.fence(redis::cmd("INCR").arg("n")).await?;
+                    let _: i64 = lease.fence(redis::cmd("HSET").arg("n").arg("f").arg(1)).await?;
+                    Ok(())
+                })
+                .await;
+            assert!(matches!(r, Err(Error::Redis(ref e)) if e.code() == Some("WRONGTYPE")), "{r:?}");
+        });
+        assert_eq!(token_of(&mut c, "job"), None, "released after the error");
+        // A job that panics, in a task of its own: the guard's drop spawns
+        // the release.
+        let lc2 = lc.clone();
+        let task = runtime.spawn(async move {
+            let _: Result<Option<()>, Error> = lc2
+                .with_lease("job", ttl, Block::NoWait, |_| async { panic!("boom") })
+                .await;
+        });
+        assert!(runtime.block_on(task).unwrap_err().is_panic());
+        assert!(wait_until(Duration::from_secs(5), || token_of(&mut c, "job").is_none()), "released after the panic");
+        // A guard simply dropped.
+        let lease = runtime.block_on(lc.acquire("job", ttl, Block::NoWait)).unwrap().unwrap();
+        assert!(token_of(&mut c, "job").is_some());
+        runtime.block_on(async move { drop(lease) });
+        assert!(wait_until(Duration::from_secs(5), || token_of(&mut c, "job").is_none()), "released at the drop");
+        assert_eq!(info_int(&mut c, "lease_released"), 3);
+    }
+
+    fn block_waits_and_hands_over(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let runtime = rt();
+        let lc = client(&s);
+        let ttl = Duration::from_secs(10);
+        let a = runtime.block_on(lc.acquire("job", ttl, Block::NoWait)).unwrap().unwrap();
+        let start = Instant::now();
+        assert!(runtime.block_on(lc.acquire("job", ttl, Block::For(MS(300)))).unwrap().is_none());
+        assert!(start.elapsed() >= MS(300));
+        let lc2 = lc.clone();
+        let b = runtime.spawn(async move { lc2.acquire("job", ttl, Block::Forever).await });
+        assert!(wait_until(Duration::from_secs(5), || waiters(&mut c, "job") == 1));
+        let first = a.token();
+        assert!(runtime.block_on(a.release()).unwrap());
+        let b = runtime.block_on(b).unwrap().unwrap().expect("handed over");
+        assert!(b.token() > first);
+        assert!(runtime.block_on(b.release()).unwrap());
+    }
+
+    fn the_readme_example_runs(kind) {
+        let s = Server::start(kind);
+        rt().block_on(quickstart_async::run(&s.url(false))).unwrap();
+        let mut c = s.conn();
+        assert_eq!(ok_text(&mut c, &["HGET", "{acct:7}", "steps"]), "3");
+        assert_eq!(token_of(&mut c, "{acct:7}:lock"), None);
+    }
+}
+
+#[test]
+fn the_readme_shows_the_async_example_that_runs() {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let example = std::fs::read_to_string(format!("{dir}/examples/quickstart_async.rs")).unwrap();
+    let readme = std::fs::read_to_string(format!("{dir}/README.md")).unwrap();
+    let body: String = example
+        .lines()
+        .skip_while(|l| l.starts_with("//!") || l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(
+        readme.contains(&body),
+        "client/README.md does not show examples/quickstart_async.rs as it is"
+    );
+}

@@ -1,0 +1,155 @@
+//! The helpers on a real Redis Cluster (3 masters, started by the module's
+//! harness): every lease call goes to the master of the lease key's slot,
+//! and to no other node; fenced writes land there; the watchdog renews
+//! there. Sync and async.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Cluster, Master, Value, int, ok};
+use redis::cluster::ClusterClient;
+use redis_lease_client::{Block, LeaseClient};
+
+/// Three hash tags whose slots are served by three different masters.
+fn tags_on_every_master(cluster: &Cluster) -> Vec<(String, Master)> {
+    let masters = cluster.masters();
+    let mut found: Vec<(String, Master)> = Vec::new();
+    for i in 0..1000 {
+        if found.len() == masters.len() {
+            break;
+        }
+        let tag = format!("acct{i}");
+        let m = cluster.master_of(cluster.slot_of(&tag));
+        if !found.iter().any(|(_, f)| f.port == m.port) {
+            found.push((tag, m));
+        }
+    }
+    assert_eq!(found.len(), 3, "a tag for every master");
+    found
+}
+
+/// `calls` of `cmdstat_<cmd>` on a node (0 when it never ran), rejected
+/// calls (a MOVED) included.
+fn calls(cluster: &Cluster, port: u16, cmd: &str) -> i64 {
+    let mut c = cluster.node_by_port(port).conn();
+    let text: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut c)
+        .unwrap();
+    let prefix = format!("cmdstat_{cmd}:");
+    text.lines()
+        .find(|l| l.to_lowercase().starts_with(&prefix))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, rest)| rest)
+        .map(|rest| {
+            rest.split(',')
+                .filter_map(|kv| kv.split_once('='))
+                .filter(|(k, _)| *k == "calls" || *k == "rejected_calls" || *k == "failed_calls")
+                .map(|(_, v)| v.parse::<i64>().unwrap())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn reset_stats(cluster: &Cluster) {
+    for n in &cluster.nodes {
+        let mut c = n.conn();
+        ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    }
+}
+
+/// Every `LEASE.*` call went to `owner`, none to another master.
+fn assert_routed(cluster: &Cluster, owner: &Master, tag: &str) {
+    for m in cluster.masters() {
+        for cmd in [
+            "lease.acquire",
+            "lease.fence",
+            "lease.renew",
+            "lease.release",
+        ] {
+            let n = calls(cluster, m.port, cmd);
+            if m.port == owner.port {
+                assert!(
+                    n >= 1,
+                    "{cmd} for {tag} never reached its master {}",
+                    m.port
+                );
+            } else {
+                assert_eq!(n, 0, "{cmd} for {tag} reached {} (not its master)", m.port);
+            }
+        }
+    }
+}
+
+both! {
+    fn lease_calls_are_routed_by_the_lease_key_slot(kind) {
+        let cluster = Cluster::start(kind, 3, 0);
+        let nodes = vec![format!("redis://127.0.0.1:{}/", cluster.nodes[0].port)];
+        let ttl = Duration::from_millis(300);
+        let tags = tags_on_every_master(&cluster);
+
+        // The check sees a call that went to the wrong node: it is answered
+        // MOVED and counted there as a rejected call.
+        let (tag, owner) = &tags[0];
+        let other = tags.iter().map(|(_, m)| m).find(|m| m.port != owner.port).unwrap();
+        let mut wrong = cluster.node_by_port(other.port).conn();
+        let lock = format!("{{{tag}}}:lock");
+        let e = common::call(&mut wrong, &[b"LEASE.ACQUIRE", lock.as_bytes(), b"me", b"1000"]).unwrap_err();
+        assert!(common::error_text(&e).starts_with("MOVED"), "{e}");
+        assert_eq!(calls(&cluster, other.port, "lease.acquire"), 1);
+
+        // Sync.
+        let lc = LeaseClient::cluster(ClusterClient::new(nodes.clone()).unwrap());
+        for (tag, master) in &tags {
+            reset_stats(&cluster);
+            let lock = format!("{{{tag}}}:lock");
+            let mut lease = lc.acquire(&lock, ttl, Block::NoWait).unwrap().expect("free");
+            let _: i64 = lease.fence(redis::cmd("HSET").arg(format!("{{{tag}}}")).arg("by").arg("sync")).unwrap();
+            // The watchdog renews it on its master for several ttls.
+            let start = Instant::now();
+            std::thread::sleep(ttl * 4);
+            assert!(!lease.is_lost(), "lost after {:?}", start.elapsed());
+            let mut direct = cluster.node_by_port(master.port).conn();
+            let info = ok(&mut direct, &["LEASE.INFO", &lock]);
+            assert_eq!(int(&common::field(&info, "token").unwrap()), lease.token() as i64);
+            assert_eq!(
+                ok(&mut direct, &["HGET", &format!("{{{tag}}}"), "by"]),
+                Value::BulkString(b"sync".to_vec())
+            );
+            assert!(lease.release().unwrap());
+            assert_routed(&cluster, master, tag);
+            assert_eq!(cluster.token(&lock), None);
+        }
+
+        // Async.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let alc = redis_lease_client::aio::LeaseClient::cluster(ClusterClient::new(nodes).unwrap());
+        for (tag, master) in &tags {
+            reset_stats(&cluster);
+            let lock = format!("{{{tag}}}:lock");
+            rt.block_on(async {
+                let lease = alc.acquire(&lock, ttl, Block::NoWait).await.unwrap().expect("free");
+                let _: i64 = lease
+                    .fence(redis::cmd("HSET").arg(format!("{{{tag}}}")).arg("by").arg("async"))
+                    .await
+                    .unwrap();
+                tokio::time::sleep(ttl * 4).await;
+                assert!(!lease.is_lost());
+                assert_eq!(cluster.token(&lock), Some(lease.token() as i64));
+                assert!(lease.release().await.unwrap());
+            });
+            let mut direct = cluster.node_by_port(master.port).conn();
+            assert_eq!(
+                ok(&mut direct, &["HGET", &format!("{{{tag}}}"), "by"]),
+                Value::BulkString(b"async".to_vec())
+            );
+            assert_routed(&cluster, master, tag);
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The sync helpers against real servers (Redis 7.0, Valkey 8.1 and 9.1,
+//! through the module's own harness): the watchdog, the loss signal under a
+//! paused server, lost acquire replies, the fence after a loss, and release
+//! on every way out.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+#[path = "../examples/quickstart.rs"]
+#[allow(dead_code)]
+mod quickstart;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{Frozen, Server, info_int, ok, ok_text, token_of, wait_until, waiters};
+use redis_lease_client::{Block, Error, LeaseClient, Loss, Options};
+use support::{LossyProxy, blocked_acquirer, competitor, try_acquire};
+
+fn client(s: &Server) -> LeaseClient {
+    LeaseClient::open(&s.url(false)).unwrap()
+}
+
+const MS: fn(u64) -> Duration = Duration::from_millis;
+
+both! {
+    fn watchdog_keeps_the_lease_over_several_ttls(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let ttl = MS(300);
+        let lease = client(&s).acquire("job", ttl, Block::NoWait).unwrap().expect("free key");
+        let token = lease.token() as i64;
+        // Six ttls, checked every 50 ms: still ours, same token, nobody else
+        // gets it.
+        let start = Instant::now();
+        for _ in 0..40 {
+            if start.elapsed() >= ttl * 6 {
+                break;
+            }
+            assert!(!lease.is_lost(), "lost after {:?}: {:?}", start.elapsed(), lease.loss());
+            assert_eq!(token_of(&mut c, "job"), Some(token));
+            assert_eq!(try_acquire(&mut c, "job", "other", "1000"), None);
+            thread::sleep(MS(50));
+        }
+        assert!(start.elapsed() >= ttl * 6, "the loop ended early");
+        assert!(info_int(&mut c, "lease_renewed") >= 10, "about three renewals per ttl");
+        assert!(lease.release().unwrap());
+        assert_eq!(token_of(&mut c, "job"), None);
+    }
+
+    fn loss_is_signalled_before_anyone_else_can_get_the_lease(kind) {
+        let s = Server::start(kind);
+        let ttl = MS(400);
+        let lease = client(&s).acquire("job", ttl, Block::NoWait).unwrap().unwrap();
+        let deadline = lease.signal().deadline();
+        // Note when the signal fires, from a thread of its own.
+        let signal = lease.signal();
+        let noticed = thread::spawn(move || (signal.wait(Some(Duration::from_secs(10))), Instant::now()));
+        // The competitor asks all along; its calls hang while the server is
+        // stopped, and get the lease once it runs again past the deadline.
+        let rival = competitor(&s, "job", Duration::from_secs(10));
+        let frozen = Frozen::stop(&s);
+        // The server stays stopped for the ttl and 300 ms more, whatever the
+        // client does.
+        let thaw = thread::spawn(move || {
+            thread::sleep(ttl + MS(300));
+            drop(frozen);
+            Instant::now()
+        });
+        let (loss, lost_at) = noticed.join().unwrap();
+        let thawed_at = thaw.join().unwrap();
+        let rival_at = rival.join().unwrap().expect("the competitor gets the lease after SIGCONT");
+        assert_eq!(loss, Some(Loss::Expired));
+        assert!(lost_at < thawed_at, "signalled only after the server ran again");
+        assert!(lost_at < rival_at, "the competitor got the lease before the loss was signalled");
+        assert!(lost_at >= deadline, "signalled before the deadline");
+        assert!(lost_at - deadline < MS(250), "signalled {:?} after the deadline", lost_at - deadline);
+        // The competitor's token is current: fenced writes of the old holder
+        // are refused, and nothing is written.
+        let mut lease = lease;
+        let r: Result<i64, _> = lease.fence(redis::cmd("SET").arg("data").arg("stale"));
+        assert!(matches!(r, Err(Error::Stale)), "{r:?}");
+        let mut c = s.conn();
+        assert_eq!(ok(&mut c, &["EXISTS", "data"]), common::Value::Int(0));
+        assert!(!lease.release().unwrap(), "released someone else's lease");
+        assert!(token_of(&mut c, "job").is_some(), "the competitor still holds it");
+    }
+
+    fn refused_renewal_signals_the_loss_and_the_fence_refuses(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let ttl = MS(600);
+        let mut lease = client(&s).acquire("job", ttl, Block::NoWait).unwrap().unwrap();
+        let _: i64 = lease.fence(redis::cmd("HSET").arg("data").arg("v").arg(1)).unwrap();
+        // Someone deletes the lease and takes it: the next renewal answers 0.
+        ok(&mut c, &["DEL", "job"]);
+        assert!(try_acquire(&mut c, "job", "thief", "10000").is_some());
+        let start = Instant::now();
+        assert_eq!(lease.wait_lost(Some(Duration::from_secs(3))), Some(Loss::Refused));
+        assert!(start.elapsed() < ttl, "noticed at the next renewal, before the deadline");
+        let r: Result<i64, _> = lease.fence(redis::cmd("HSET").arg("data").arg("v").arg(2));
+        assert!(matches!(r, Err(Error::Stale)), "{r:?}");
+        assert_eq!(ok_text(&mut c, &["HGET", "data", "v"]), "1");
+        assert!(!lease.renew().unwrap());
+    }
+
+    fn a_lost_acquire_reply_is_retried_with_the_same_owner(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let proxy = LossyProxy::start(s.port);
+        let lc = LeaseClient::open(&proxy.url()).unwrap();
+        proxy.arm();
+        let lease = lc.acquire("job", Duration::from_secs(10), Block::NoWait).unwrap().unwrap();
+        assert_eq!(proxy.dropped(), 1, "the first reply was lost");
+        // The lost call took the lease; the retry re-acquired it (same
+        // owner): one acquisition, one idempotent retry, the same token.
+        assert_eq!(info_int(&mut c, "lease_acquired"), 1);
+        assert_eq!(info_int(&mut c, "lease_reacquired"), 1);
+        assert_eq!(token_of(&mut c, "job"), Some(lease.token() as i64));
+        assert!(lease.release().unwrap(), "the retry's owner is the holder");
+        assert_eq!(token_of(&mut c, "job"), None, "no orphan left");
+    }
+
+    fn a_lost_reply_of_a_blocking_acquire_is_retried_with_the_same_owner(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let proxy = LossyProxy::start(s.port);
+        let lc = LeaseClient::open(&proxy.url()).unwrap();
+        assert!(try_acquire(&mut c, "job", "holder", "10000").is_some());
+        proxy.arm();
+        let waiter = thread::spawn(move || {
+            lc.acquire("job", Duration::from_secs(10), Block::For(Duration::from_secs(10)))
+        });
+        assert!(wait_until(Duration::from_secs(5), || waiters(&mut c, "job") == 1));
+        // The hand-off's reply is lost on its way; the client retries with
+        // the same owner and gets the token it was handed.
+        ok(&mut c, &["LEASE.RELEASE", "job", "holder"]);
+        let lease = waiter.join().unwrap().unwrap().expect("the waiter gets the lease");
+        assert_eq!(proxy.dropped(), 1);
+        assert_eq!(info_int(&mut c, "lease_acquired"), 2, "holder, then one hand-off");
+        assert_eq!(info_int(&mut c, "lease_reacquired"), 1, "the retry");
+        assert_eq!(token_of(&mut c, "job"), Some(lease.token() as i64));
+    }
+
+    fn client_kill_of_a_blocked_acquire_is_retried(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        assert!(try_acquire(&mut c, "job", "holder", "10000").is_some());
+        let lc = client(&s);
+        let waiter = thread::spawn(move || {
+            lc.acquire("job", Duration::from_secs(10), Block::For(Duration::from_secs(10)))
+        });
+        let first = blocked_acquirer(&s);
+        ok(&mut c, &["CLIENT", "KILL", "ID", &first.to_string()]);
+        // The retry queues again on a new connection (the killed waiter left
+        // the queue).
+        let mut second = first;
+        assert!(wait_until(Duration::from_secs(5), || {
+            second = blocked_acquirer(&s);
+            second != first
+        }));
+        assert_eq!(waiters(&mut c, "job"), 1);
+        ok(&mut c, &["LEASE.RELEASE", "job", "holder"]);
+        let lease = waiter.join().unwrap().unwrap().expect("the retry gets the lease");
+        assert_eq!(token_of(&mut c, "job"), Some(lease.token() as i64));
+        assert_eq!(info_int(&mut c, "lease_acquired"), 2, "the killed call never held it");
+        assert!(lease.release().unwrap());
+    }
+
+    fn with_lease_releases_on_error_and_panic(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let lc = client(&s);
+        let ttl = Duration::from_secs(10);
+        // An error.
+        let r: Result<Option<()>, Error> = lc.with_lease("job", ttl, Block::NoWait, |lease| {
+            let _: i64 = lease.fence(redis::cmd("INCR").arg("n"))?;
+            let _: i64 = lease.fence(redis::cmd("HSET").arg("n").arg("f").arg(1))?; // WRONGTYPE
+            Ok(())
+        });
+        assert!(matches!(r, Err(Error::Redis(ref e)) if e.code() == Some("WRONGTYPE")), "{r:?}");
+        assert_eq!(token_of(&mut c, "job"), None, "released after the error");
+        // A panic.
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            let _: Result<Option<()>, Error> = lc.with_lease("job", ttl, Block::NoWait, |_| panic!("boom"));
+        }));
+        assert!(r.is_err());
+        assert_eq!(token_of(&mut c, "job"), None, "released by the guard's drop");
+        // The happy path returns the work's value; a held lease is None.
+        assert_eq!(lc.with_lease("job", ttl, Block::NoWait, |l| Ok::<_, Error>(l.token())).unwrap().map(|_| ()), Some(()));
+        assert!(try_acquire(&mut c, "job", "holder", "10000").is_some());
+        assert_eq!(lc.with_lease("job", ttl, Block::For(MS(100)), |_| Ok::<_, Error>(())).unwrap(), None);
+        assert_eq!(info_int(&mut c, "lease_released"), 3);
+    }
+
+    fn drop_releases_and_block_waits(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let lc = client(&s);
+        let ttl = Duration::from_secs(10);
+        let a = lc.acquire("job", ttl, Block::NoWait).unwrap().unwrap();
+        assert!(lc.acquire("job", ttl, Block::NoWait).unwrap().is_none());
+        let start = Instant::now();
+        assert!(lc.acquire("job", ttl, Block::For(MS(300))).unwrap().is_none());
+        assert!(start.elapsed() >= MS(300), "waited the BLOCK time");
+        let lc2 = lc.clone();
+        let b = thread::spawn(move || lc2.acquire("job", ttl, Block::Forever).unwrap());
+        assert!(wait_until(Duration::from_secs(5), || waiters(&mut c, "job") == 1));
+        let first = a.token();
+        drop(a);
+        let b = b.join().unwrap().expect("handed over at the drop");
+        assert!(b.token() > first);
+        drop(b);
+        assert_eq!(token_of(&mut c, "job"), None);
+    }
+
+    fn a_long_wait_starts_with_a_fresh_deadline(kind) {
+        // The deadline counts from when the acquire was sent; after a wait
+        // longer than a third of the ttl, the helper renews at once.
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        assert!(try_acquire(&mut c, "job", "holder", "400").is_some());
+        let ttl = MS(300);
+        let sent = Instant::now();
+        let lease = client(&s).acquire("job", ttl, Block::For(Duration::from_secs(5))).unwrap().unwrap();
+        assert!(sent.elapsed() >= MS(350), "waited for the holder's expiry");
+        assert!(!lease.is_lost());
+        assert!(lease.signal().deadline() > sent + ttl, "renewed after the wait");
+        thread::sleep(ttl * 2);
+        assert!(!lease.is_lost(), "{:?}", lease.loss());
+        assert_eq!(token_of(&mut c, "job"), Some(lease.token() as i64));
+    }
+
+    fn without_the_watchdog_the_deadline_still_signals(kind) {
+        let s = Server::start(kind);
+        let opts = Options { watchdog: false, ..Options::default() };
+        let mut lease = client(&s).with_options(opts)
+            .acquire("job", MS(300), Block::NoWait).unwrap().unwrap();
+        assert!(lease.renew().unwrap());
+        assert_eq!(lease.wait_lost(Some(Duration::from_secs(3))), Some(Loss::Expired));
+        assert!(!lease.renew().unwrap(), "expired on the server too");
+    }
+
+    fn the_readme_example_runs(kind) {
+        let s = Server::start(kind);
+        quickstart::run(&s.url(false)).unwrap();
+        let mut c = s.conn();
+        assert_eq!(ok_text(&mut c, &["HGET", "{acct:7}", "balance"]), "90");
+        assert_eq!(ok_text(&mut c, &["HGET", "{acct:7}", "steps"]), "3");
+        assert_eq!(token_of(&mut c, "{acct:7}:lock"), None);
+    }
+}
+
+#[test]
+fn the_readme_shows_the_example_that_runs() {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let example = std::fs::read_to_string(format!("{dir}/examples/quickstart.rs")).unwrap();
+    let readme = std::fs::read_to_string(format!("{dir}/README.md")).unwrap();
+    let body: String = example
+        .lines()
+        .skip_while(|l| l.starts_with("//!") || l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(
+        readme.contains(&body),
+        "client/README.md does not show examples/quickstart.rs as it is"
+    );
+}

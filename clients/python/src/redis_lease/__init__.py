@@ -1,0 +1,37 @@
+"""Client helpers for the redis-lease module, for redis-py (sync and asyncio).
+
+- :class:`LeaseClient` (sync) and :class:`redis_lease.aio.AsyncLeaseClient`
+  take leases with a fresh random owner id, retry a lost acquire reply with
+  the same owner (so no grant is orphaned), and give every lease a watchdog
+  that renews it at a third of its ttl.
+- ``with client.lease(key, ttl_ms, block_ms=...) as lease:`` acquires and
+  releases on exit; ``lease.token``, ``lease.fence(*command)``,
+  ``lease.renew()``, and ``lease.lost``, an Event-like signal set the moment
+  the lease is lost: when a renewal answers 0, or when its client-side
+  deadline (ttl after the last successful acquire or renewal was *sent*)
+  passes.
+"""
+
+from ._common import (
+    FOREVER,
+    LeaseBusy,
+    LeaseError,
+    LeaseLost,
+    Loss,
+    StaleToken,
+    new_owner,
+)
+from ._sync import Lease, LeaseClient, LossSignal
+
+__all__ = [
+    "FOREVER",
+    "Lease",
+    "LeaseBusy",
+    "LeaseClient",
+    "LeaseError",
+    "LeaseLost",
+    "Loss",
+    "LossSignal",
+    "StaleToken",
+    "new_owner",
+]

@@ -1,0 +1,122 @@
+"""What the sync and the asyncio helpers share: errors, loss reasons, owner ids,
+command arguments and timing rules."""
+
+from __future__ import annotations
+
+import enum
+import math
+import secrets
+import socket
+import time
+from typing import Any, Dict, Optional, Tuple
+
+import redis
+from redis import exceptions
+
+#: ``block_ms=FOREVER`` waits until the lease is ours (``BLOCK 0``).
+FOREVER = 0
+
+
+class Loss(str, enum.Enum):
+    """Why a lease is no longer held."""
+
+    #: A renewal answered 0: the server says the lease is not ours.
+    REFUSED = "refused"
+    #: The client-side deadline passed with no successful renewal.
+    EXPIRED = "expired"
+    #: The holder released it.
+    RELEASED = "released"
+
+
+class LeaseError(redis.RedisError):
+    """Base class of this package's errors."""
+
+
+class LeaseBusy(LeaseError):
+    """``client.lease(...)`` could not take the lease: another owner holds it
+    (and the ``block_ms`` wait, if any, ran out)."""
+
+
+class StaleToken(LeaseError, exceptions.ResponseError):
+    """``LEASE.FENCE`` answered ``STALE``: the token is not the one of the lease
+    held now, and the fenced command was not run."""
+
+
+class LeaseLost(LeaseError):
+    """The lease is lost; raise it from work that saw ``lease.lost`` set."""
+
+    def __init__(self, loss: Optional[Loss]) -> None:
+        super().__init__(f"lease lost: {loss.value if loss else 'unknown'}")
+        self.loss = loss
+
+
+def new_owner() -> str:
+    """A fresh owner id: 16 random bytes as 32 hex digits."""
+    return secrets.token_hex(16)
+
+
+def lost_reply(e: BaseException) -> bool:
+    """May the command have run without us hearing the answer? (I/O error,
+    closed connection, timeout.)"""
+    return isinstance(
+        e, (exceptions.ConnectionError, exceptions.TimeoutError, socket.timeout, OSError)
+    )
+
+
+def check_stale(e: exceptions.ResponseError) -> BaseException:
+    """``STALE ...`` as :class:`StaleToken`, anything else unchanged."""
+    if str(e).startswith("STALE"):
+        return StaleToken(str(e))
+    return e
+
+
+def acquire_args(
+    key: Any,
+    owner: str,
+    ttl_ms: int,
+    block_ms: Optional[int],
+    wait_until: Optional[float],
+    io_timeout: float,
+    block_margin: float,
+) -> Tuple[Tuple[Any, ...], Optional[float]]:
+    """The ``LEASE.ACQUIRE`` of one attempt and its read timeout in seconds
+    (``None``: no limit). ``wait_until``: monotonic end of a ``block_ms > 0``
+    wait."""
+    args: Tuple[Any, ...] = ("LEASE.ACQUIRE", key, owner, int(ttl_ms))
+    if block_ms is None:
+        return args, io_timeout
+    if block_ms == FOREVER:
+        return args + ("BLOCK", 0), None
+    assert wait_until is not None
+    # Rounded up: a wait asked a few microseconds later is never shorter.
+    left = math.ceil((wait_until - time.monotonic()) * 1000)
+    if left <= 0:
+        # Nothing left of the wait (a retry at its end): ask once without
+        # BLOCK, never BLOCK 0, which would wait forever.
+        return args, io_timeout
+    return args + ("BLOCK", left), left / 1000 + block_margin
+
+
+def renew_every(ttl_ms: int) -> float:
+    """The renewal interval in seconds: a third of the ttl."""
+    return max(ttl_ms / 3000, 0.001)
+
+
+def retry_pause(ttl_ms: int) -> float:
+    """The pause before a failed (not refused) renewal is tried again."""
+    return min(max(ttl_ms / 20000, 0.005), 0.25)
+
+
+def check_ttl(ttl_ms: int, block_ms: Optional[int]) -> None:
+    if not isinstance(ttl_ms, int) or ttl_ms < 1:
+        raise ValueError("ttl_ms must be a positive integer (milliseconds)")
+    if block_ms is not None and (not isinstance(block_ms, int) or block_ms < 0):
+        raise ValueError("block_ms must be None (no wait), 0 (FOREVER) or a positive integer")
+
+
+def connection_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """A pool's connection arguments for a connection of our own: no socket
+    timeout of its own (every read here passes its own)."""
+    out = dict(kwargs)
+    out["socket_timeout"] = None
+    return out

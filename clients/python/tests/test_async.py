@@ -1,0 +1,235 @@
+"""The asyncio helpers against real servers (every kind in conftest.KINDS).
+Each test runs its own event loop (asyncio.run): no pytest plugin needed."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import pathlib
+import threading
+import time
+
+import pytest
+import redis.asyncio as aredis
+
+from conftest import (
+    Frozen,
+    LossyProxy,
+    blocked_acquirer,
+    competitor,
+    info_int,
+    token_of,
+    wait_until,
+    waiters,
+)
+from redis_lease import LeaseBusy, Loss, StaleToken
+from redis_lease.aio import AsyncLeaseClient
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def aclient(server, **kw) -> AsyncLeaseClient:
+    return AsyncLeaseClient(aredis.Redis(host="127.0.0.1", port=server.port), **kw)
+
+
+def test_watchdog_keeps_the_lease_over_several_ttls(server):
+    r = server.client()
+
+    async def main():
+        lease = await aclient(server).acquire("job", 300)
+        start = time.monotonic()
+        for _ in range(40):
+            if time.monotonic() - start >= 1.8:
+                break
+            assert not lease.lost.is_set()
+            assert token_of(r, "job") == lease.token
+            await asyncio.sleep(0.05)
+        assert time.monotonic() - start >= 1.8
+        assert await lease.release()
+
+    asyncio.run(main())
+    assert info_int(r, "renewed") >= 10
+    assert token_of(r, "job") is None
+
+
+def test_loss_is_signalled_before_anyone_else_can_get_the_lease(server):
+    ttl = 0.4
+    thawed = {}
+
+    async def main():
+        lease = await aclient(server).acquire("job", int(ttl * 1000))
+        deadline = lease.lost.deadline
+        rival = competitor(server, "job", 10)
+        frozen = Frozen(server)
+
+        def thaw():
+            time.sleep(ttl + 0.3)
+            frozen.thaw()
+            thawed["at"] = time.monotonic()
+
+        t = threading.Thread(target=thaw)
+        t.start()
+        # The watchdog's renewal hangs on the stopped server; the signal
+        # must not wait for it.
+        assert await asyncio.wait_for(lease.lost.wait(), 10)
+        lost_at = time.monotonic()
+        await asyncio.get_running_loop().run_in_executor(None, t.join, 15)
+        await asyncio.get_running_loop().run_in_executor(None, rival.join, 15)
+        assert lease.lost.reason == Loss.EXPIRED
+        assert deadline <= lost_at < deadline + 0.25  # at once: well before the thaw (deadline + 0.3)
+        assert lost_at < thawed["at"], "signalled only after the server ran again"
+        assert rival.result is not None and lost_at < rival.result
+        with pytest.raises(StaleToken):
+            await lease.fence("SET", "data", "stale")
+        assert await lease.release() is False
+
+    asyncio.run(main())
+    assert server.client().exists("data") == 0
+
+
+def test_a_refused_renewal_signals_the_loss_and_the_fence_refuses(server):
+    r = server.client()
+
+    async def main():
+        lease = await aclient(server).acquire("job", 600)
+        await lease.fence("HSET", "data", "v", 1)
+        r.delete("job")
+        assert r.execute_command("LEASE.ACQUIRE", "job", "thief", 10000) is not None
+        start = time.monotonic()
+        await asyncio.wait_for(lease.lost.wait(), 3)
+        assert lease.lost.reason == Loss.REFUSED
+        assert time.monotonic() - start < 0.6
+        with pytest.raises(StaleToken):
+            await lease.fence("HSET", "data", "v", 2)
+        assert await lease.renew() is False
+
+    asyncio.run(main())
+    assert r.hget("data", "v") == b"1"
+
+
+def test_a_lost_acquire_reply_is_retried_with_the_same_owner(server):
+    r = server.client()
+    proxy = LossyProxy(server.port)
+
+    async def main():
+        client = AsyncLeaseClient(aredis.Redis(host="127.0.0.1", port=proxy.port))
+        proxy.arm()
+        lease = await client.acquire("job", 10000)
+        assert lease is not None and proxy.dropped == 1
+        assert info_int(r, "acquired") == 1
+        assert info_int(r, "reacquired") == 1
+        assert token_of(r, "job") == lease.token
+        assert await lease.release()
+
+    try:
+        asyncio.run(main())
+    finally:
+        proxy.close()
+    assert token_of(r, "job") is None
+
+
+def test_client_kill_of_a_blocked_acquire_is_retried(server):
+    r = server.client()
+    assert r.execute_command("LEASE.ACQUIRE", "job", "holder", 10000) is not None
+
+    async def main():
+        task = asyncio.ensure_future(aclient(server).acquire("job", 10000, 10000))
+        loop = asyncio.get_running_loop()
+        first = await loop.run_in_executor(None, blocked_acquirer, r)
+        r.client_kill_filter(_id=first)
+        ok = await loop.run_in_executor(None, wait_until, 5, lambda: blocked_acquirer(r) != first)
+        assert ok, "the retry waits again"
+        r.execute_command("LEASE.RELEASE", "job", "holder")
+        lease = await asyncio.wait_for(task, 15)
+        assert lease is not None and token_of(r, "job") == lease.token
+        assert info_int(r, "acquired") == 2
+        assert await lease.release()
+
+    asyncio.run(main())
+
+
+def test_the_lease_is_released_when_the_work_raises_or_is_cancelled(server):
+    r = server.client()
+
+    async def main():
+        client = aclient(server)
+        with pytest.raises(ZeroDivisionError):
+            async with client.lease("job", 10000) as lease:
+                await lease.fence("SET", "x", 1)
+                1 / 0
+        assert token_of(r, "job") is None
+
+        async def work(lease):
+            raise KeyError("boom")
+
+        with pytest.raises(KeyError):
+            await client.run("job", 10000, work)
+        assert token_of(r, "job") is None
+
+        async def forever():
+            async with client.lease("job", 10000):
+                await asyncio.sleep(60)
+
+        task = asyncio.ensure_future(forever())
+        await asyncio.sleep(0.2)
+        assert token_of(r, "job") is not None
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert token_of(r, "job") is None, "released on cancellation"
+
+    asyncio.run(main())
+    assert info_int(r, "released") == 3
+
+
+def test_busy_and_blocking(server):
+    r = server.client()
+
+    async def main():
+        client = aclient(server)
+        a = await client.acquire("job", 10000)
+        assert await client.acquire("job", 10000) is None
+        with pytest.raises(LeaseBusy):
+            async with client.lease("job", 10000):
+                pass
+        start = time.monotonic()
+        assert await client.acquire("job", 10000, block_ms=300) is None
+        assert time.monotonic() - start >= 0.3
+        b = asyncio.ensure_future(client.acquire("job", 10000, 0))
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, wait_until, 5, lambda: waiters(r, "job") == 1)
+        assert await a.release()
+        b = await asyncio.wait_for(b, 10)
+        assert b.token > a.token
+        assert await b.release()
+
+    asyncio.run(main())
+
+
+def test_the_readme_example_runs(server):
+    spec = importlib.util.spec_from_file_location(
+        "quickstart_async", HERE.parent / "examples/quickstart_async.py"
+    )
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    asyncio.run(example.run(server.url()))
+    r = server.client()
+    assert r.hget("{acct:7}", "steps") == b"3"
+    assert token_of(r, "{acct:7}:lock") is None
+
+
+def test_a_lease_dropped_without_release_stops_renewing(server):
+    import gc
+
+    r = server.client()
+
+    async def main():
+        lease = await aclient(server).acquire("job", 300)
+        assert token_of(r, "job") == lease.token
+        del lease
+        gc.collect()
+        loop = asyncio.get_running_loop()
+        gone = await loop.run_in_executor(None, wait_until, 3, lambda: token_of(r, "job") is None)
+        assert gone, "the watchdog still renews a lease nobody holds"
+
+    asyncio.run(main())

@@ -1,0 +1,108 @@
+"""The helpers on a real cluster (3 masters; Redis 7.0, see conftest.cluster):
+every lease call goes to the master of the lease key's slot and to no other
+node; fenced writes land there; the watchdog renews there. Sync and
+asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+
+from conftest import lease_info
+from redis_lease import LeaseClient
+from redis_lease.aio import AsyncLeaseClient
+
+CMDS = ["lease.acquire", "lease.fence", "lease.renew", "lease.release"]
+
+
+def node_of_slot(cluster, slot):
+    for n in cluster.nodes:
+        for start, end, *_ in n.client().execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return next(m for m in cluster.nodes if m.port == int(_[0][1]))
+    raise AssertionError(f"no node for slot {slot}")
+
+
+def tags_on_every_master(cluster):
+    """Three hash tags, each served by another master."""
+    r = cluster.nodes[0].client()
+    found = {}
+    for i in range(1000):
+        if len(found) == 3:
+            break
+        tag = f"acct{i}"
+        node = node_of_slot(cluster, int(r.execute_command("CLUSTER", "KEYSLOT", tag)))
+        found.setdefault(node.port, (tag, node))
+    assert len(found) == 3
+    return list(found.values())
+
+
+def calls(node, cmd):
+    """Calls of ``cmd`` on ``node``, rejected ones (a MOVED) included."""
+    stats = node.client().info("commandstats")
+    for name, v in stats.items():
+        if name.lower() == f"cmdstat_{cmd}":
+            return int(v.get("calls", 0)) + int(v.get("rejected_calls", 0)) + int(v.get("failed_calls", 0))
+    return 0
+
+
+def reset(cluster):
+    for n in cluster.nodes:
+        n.client().config_resetstat()
+
+
+def assert_routed(cluster, owner, tag):
+    for n in cluster.nodes:
+        for cmd in CMDS:
+            seen = calls(n, cmd)
+            if n.port == owner.port:
+                assert seen >= 1, f"{cmd} for {tag} never reached its master"
+            else:
+                assert seen == 0, f"{cmd} for {tag} reached another node ({n.port})"
+
+
+def test_lease_calls_are_routed_by_the_lease_key_slot(cluster):
+    tags = tags_on_every_master(cluster)
+    # The check sees a call sent to the wrong node (answered MOVED).
+    tag, owner = tags[0]
+    other = tags[1][1]
+    try:
+        other.client().execute_command("LEASE.ACQUIRE", f"{{{tag}}}:lock", "me", 1000)
+        raise AssertionError("expected MOVED")
+    except Exception as e:
+        assert "MOVED" in str(e) or type(e).__name__ == "MovedError", e
+    assert calls(other, "lease.acquire") == 1
+
+    client = LeaseClient(RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port))
+    for i, (tag, owner) in enumerate(tags):
+        reset(cluster)
+        lock = f"{{{tag}}}:lock"
+        with client.lease(lock, 300) as lease:
+            lease.fence("HSET", f"{{{tag}}}", "by", "sync")
+            # Four ttls on the first master (the watchdog renews there),
+            # one on the others.
+            time.sleep(1.2 if i == 0 else 0.3)
+            assert not lease.lost.is_set(), lease.lost.reason
+            direct = owner.client()
+            assert int(lease_info(direct, lock)["token"]) == lease.token
+            assert direct.hget(f"{{{tag}}}", "by") == b"sync"
+        assert lease_info(owner.client(), lock) is None
+        assert_routed(cluster, owner, tag)
+
+    async def main():
+        aclient = AsyncLeaseClient(AsyncRedisCluster(host="127.0.0.1", port=cluster.nodes[0].port))
+        for i, (tag, owner) in enumerate(tags):
+            reset(cluster)
+            lock = f"{{{tag}}}:lock"
+            async with aclient.lease(lock, 300) as lease:
+                await lease.fence("HSET", f"{{{tag}}}", "by", "async")
+                await asyncio.sleep(1.2 if i == 0 else 0.3)
+                assert not lease.lost.is_set(), lease.lost.reason
+                assert int(lease_info(owner.client(), lock)["token"]) == lease.token
+            assert owner.client().hget(f"{{{tag}}}", "by") == b"async"
+            assert_routed(cluster, owner, tag)
+
+    asyncio.run(main())

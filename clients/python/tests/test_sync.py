@@ -1,0 +1,252 @@
+"""The sync helpers against real servers (every kind in conftest.KINDS)."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import threading
+import time
+
+import pytest
+
+from conftest import (
+    Frozen,
+    LossyProxy,
+    blocked_acquirer,
+    competitor,
+    info_int,
+    token_of,
+    wait_until,
+    waiters,
+)
+from redis_lease import FOREVER, LeaseBusy, LeaseClient, Loss, StaleToken
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def test_watchdog_keeps_the_lease_over_several_ttls(server):
+    r = server.client()
+    lease = LeaseClient(server.client()).acquire("job", 300)
+    assert lease is not None
+    start = time.monotonic()
+    for _ in range(40):
+        if time.monotonic() - start >= 1.8:
+            break
+        assert not lease.lost.is_set(), f"lost after {time.monotonic() - start:.3f}s"
+        assert token_of(r, "job") == lease.token
+        assert r.execute_command("LEASE.ACQUIRE", "job", "other", 1000) is None
+        time.sleep(0.05)
+    assert time.monotonic() - start >= 1.8, "the loop ended early"
+    assert info_int(r, "renewed") >= 10, "about three renewals per ttl"
+    assert lease.release()
+    assert token_of(r, "job") is None
+
+
+def test_loss_is_signalled_before_anyone_else_can_get_the_lease(server):
+    ttl = 0.4
+    lease = LeaseClient(server.client()).acquire("job", int(ttl * 1000))
+    assert lease is not None
+    deadline = lease.lost.deadline
+    noticed = {}
+
+    def notice():
+        noticed["set"] = lease.lost.wait(10)
+        noticed["at"] = time.monotonic()
+
+    watcher = threading.Thread(target=notice)
+    watcher.start()
+    rival = competitor(server, "job", 10)
+    frozen = Frozen(server)
+    thawed = {}
+
+    def thaw():
+        # Stopped for the ttl and 300 ms more, whatever the client does.
+        time.sleep(ttl + 0.3)
+        frozen.thaw()
+        thawed["at"] = time.monotonic()
+
+    t = threading.Thread(target=thaw)
+    t.start()
+    watcher.join(15)
+    t.join(15)
+    rival.join(15)
+    assert noticed["set"] and lease.lost.reason == Loss.EXPIRED
+    assert rival.result is not None, "the competitor gets the lease after SIGCONT"
+    assert noticed["at"] < thawed["at"], "signalled only after the server ran again"
+    assert noticed["at"] < rival.result, "the competitor got the lease first"
+    assert deadline <= noticed["at"] < deadline + 0.25  # at once: well before the thaw (deadline + 0.3)
+    # The old holder's fenced writes are refused and write nothing.
+    with pytest.raises(StaleToken):
+        lease.fence("SET", "data", "stale")
+    r = server.client()
+    assert r.exists("data") == 0
+    assert lease.release() is False
+    assert token_of(r, "job") is not None, "the competitor still holds it"
+
+
+def test_a_refused_renewal_signals_the_loss_and_the_fence_refuses(server):
+    r = server.client()
+    lease = LeaseClient(server.client()).acquire("job", 600)
+    lease.fence("HSET", "data", "v", 1)
+    r.delete("job")
+    assert r.execute_command("LEASE.ACQUIRE", "job", "thief", 10000) is not None
+    start = time.monotonic()
+    assert lease.lost.wait(3)
+    assert lease.lost.reason == Loss.REFUSED
+    assert time.monotonic() - start < 0.6, "noticed at the next renewal, before the deadline"
+    with pytest.raises(StaleToken):
+        lease.fence("HSET", "data", "v", 2)
+    assert r.hget("data", "v") == b"1"
+    assert lease.renew() is False
+
+
+def test_a_lost_acquire_reply_is_retried_with_the_same_owner(server):
+    r = server.client()
+    proxy = LossyProxy(server.port)
+    try:
+        import redis
+
+        client = LeaseClient(redis.Redis(host="127.0.0.1", port=proxy.port))
+        proxy.arm()
+        lease = client.acquire("job", 10000)
+        assert lease is not None
+        assert proxy.dropped == 1, "the first reply was lost"
+        # The lost call took the lease; the retry re-acquired it.
+        assert info_int(r, "acquired") == 1
+        assert info_int(r, "reacquired") == 1
+        assert token_of(r, "job") == lease.token
+        assert lease.release(), "the retry's owner is the holder"
+        assert token_of(r, "job") is None, "no orphan left"
+    finally:
+        proxy.close()
+
+
+def test_a_lost_reply_of_a_blocking_acquire_is_retried_with_the_same_owner(server):
+    import redis
+
+    r = server.client()
+    proxy = LossyProxy(server.port)
+    try:
+        client = LeaseClient(redis.Redis(host="127.0.0.1", port=proxy.port))
+        assert r.execute_command("LEASE.ACQUIRE", "job", "holder", 10000) is not None
+        proxy.arm()
+        got = {}
+        t = threading.Thread(target=lambda: got.update(lease=client.acquire("job", 10000, 10000)))
+        t.start()
+        assert wait_until(5, lambda: waiters(r, "job") == 1)
+        r.execute_command("LEASE.RELEASE", "job", "holder")
+        t.join(15)
+        lease = got["lease"]
+        assert lease is not None and proxy.dropped == 1
+        assert info_int(r, "acquired") == 2, "holder, then one hand-off"
+        assert info_int(r, "reacquired") == 1, "the retry"
+        assert token_of(r, "job") == lease.token
+    finally:
+        proxy.close()
+
+
+def test_client_kill_of_a_blocked_acquire_is_retried(server):
+    r = server.client()
+    assert r.execute_command("LEASE.ACQUIRE", "job", "holder", 10000) is not None
+    client = LeaseClient(server.client())
+    got = {}
+    t = threading.Thread(target=lambda: got.update(lease=client.acquire("job", 10000, 10000)))
+    t.start()
+    first = blocked_acquirer(r)
+    r.client_kill_filter(_id=first)
+    assert wait_until(5, lambda: blocked_acquirer(r) != first), "the retry waits again"
+    r.execute_command("LEASE.RELEASE", "job", "holder")
+    t.join(15)
+    lease = got["lease"]
+    assert lease is not None
+    assert token_of(r, "job") == lease.token
+    assert info_int(r, "acquired") == 2, "the killed call never held it"
+    assert lease.release()
+
+
+def test_the_lease_is_released_when_the_work_raises(server):
+    r = server.client()
+    client = LeaseClient(server.client())
+    with pytest.raises(ZeroDivisionError):
+        with client.lease("job", 10000) as lease:
+            lease.fence("SET", "x", 1)
+            1 / 0
+    assert token_of(r, "job") is None
+    with pytest.raises(KeyError):
+        client.run("job", 10000, lambda lease: {}["missing"])
+    assert token_of(r, "job") is None
+    assert client.run("job", 10000, lambda lease: lease.token) > 0
+    assert info_int(r, "released") == 3
+
+
+def test_busy_blocking_and_forever(server):
+    r = server.client()
+    client = LeaseClient(server.client())
+    a = client.acquire("job", 10000)
+    assert client.acquire("job", 10000) is None
+    with pytest.raises(LeaseBusy):
+        client.lease("job", 10000)
+    start = time.monotonic()
+    assert client.acquire("job", 10000, block_ms=300) is None
+    assert time.monotonic() - start >= 0.3
+    got = {}
+    t = threading.Thread(target=lambda: got.update(lease=client.acquire("job", 10000, FOREVER)))
+    t.start()
+    assert wait_until(5, lambda: waiters(r, "job") == 1)
+    first = a.token
+    with a:
+        pass  # the with block releases
+    t.join(15)
+    assert got["lease"].token > first
+    assert got["lease"].release()
+
+
+def test_a_long_wait_starts_with_a_fresh_deadline(server):
+    r = server.client()
+    assert r.execute_command("LEASE.ACQUIRE", "job", "holder", 400) is not None
+    sent = time.monotonic()
+    lease = LeaseClient(server.client()).acquire("job", 300, block_ms=5000)
+    assert time.monotonic() - sent >= 0.35
+    assert not lease.lost.is_set()
+    assert lease.lost.deadline > sent + 0.3, "renewed after the wait"
+    time.sleep(0.6)
+    assert not lease.lost.is_set(), lease.lost.reason
+    assert token_of(r, "job") == lease.token
+
+
+def test_without_the_watchdog_the_deadline_still_signals(server):
+    lease = LeaseClient(server.client(), watchdog=False).acquire("job", 300)
+    assert lease.renew()
+    assert lease.lost.wait(3) and lease.lost.reason == Loss.EXPIRED
+    assert lease.renew() is False
+
+
+def test_the_readme_example_runs(server):
+    spec = importlib.util.spec_from_file_location("quickstart", HERE.parent / "examples/quickstart.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    example.run(server.url())
+    r = server.client()
+    assert r.hget("{acct:7}", "balance") == b"90"
+    assert r.hget("{acct:7}", "steps") == b"3"
+    assert token_of(r, "{acct:7}:lock") is None
+
+
+@pytest.mark.parametrize("name", ["quickstart.py", "quickstart_async.py"])
+def test_the_readme_shows_the_examples_that_run(name):
+    readme = (HERE.parent / "README.md").read_text()
+    source = (HERE.parent / "examples" / name).read_text()
+    body = source.split('"""', 2)[2].lstrip("\n")
+    assert body in readme, f"README.md does not show examples/{name} as it is"
+
+
+def test_a_lease_dropped_without_release_stops_renewing(server):
+    import gc
+
+    r = server.client()
+    lease = LeaseClient(server.client()).acquire("job", 300)
+    assert token_of(r, "job") == lease.token
+    del lease
+    gc.collect()
+    # No one renews it any more: it ends at its ttl.
+    assert wait_until(3, lambda: token_of(r, "job") is None)
