@@ -398,7 +398,10 @@ pub fn subscribe_events(ctx: &Context) {
     type Callback = raw::RedisModuleEventCallback;
     let events: [(u64, Callback); 6] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(flush_cb)),
-        (raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, Some(role_cb)),
+        (
+            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+            Some(role_cb),
+        ),
         (raw::REDISMODULE_EVENT_SHUTDOWN, Some(shutdown_cb)),
         (raw::REDISMODULE_EVENT_SWAPDB, Some(swapdb_cb)),
         (raw::REDISMODULE_EVENT_FORK_CHILD, Some(fork_cb)),
