@@ -151,3 +151,47 @@ both! {
         assert!(s.log().contains("lease"), "the refusal is logged");
     }
 }
+
+both! {
+    // The module writes the token clock (LEASE.CLOCK) after every fork. Forks
+    // happen inside commands (PSYNC of a full sync, BGSAVE, BGREWRITEAOF):
+    // propagating from within the fork event made the server propagate the
+    // command too, wrapped in MULTI (`MULTI, LEASE.CLOCK, PSYNC, EXEC` in the
+    // AOF, which crashed the next start; the replica answered EXECABORT).
+    fn forks_inside_commands_leave_only_the_clock_in_the_aof(kind) {
+        let aof = Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]);
+        let master = Server::start_with(kind, aof.clone());
+        let mut m = master.conn();
+        let t = acquire(&mut m, "k", "me", "60000");
+        let replica = replica_of(kind, &master);
+        let idle = |m: &mut redis::Connection| {
+            wait_until(Duration::from_secs(10), || {
+                info_value(m, "persistence", "rdb_bgsave_in_progress").as_deref() == Some("0")
+                    && info_value(m, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
+                    && info_value(m, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
+            })
+        };
+        assert!(idle(&mut m), "the full sync's save never ended");
+        ok(&mut m, &["BGSAVE"]);
+        assert!(idle(&mut m));
+        ok(&mut m, &["BGREWRITEAOF"]);
+        assert!(idle(&mut m));
+        ok(&mut m, &["WAIT", "1", "2000"]);
+        let mut r = replica.conn();
+        assert_eq!(token_of(&mut r, "k"), Some(t));
+        assert!(!replica.log().contains("EXECABORT"), "{}", replica.log_tail(20));
+        let mut text = String::new();
+        for entry in std::fs::read_dir(master.data_dir().join("appendonlydir")).unwrap() {
+            text.push_str(&String::from_utf8_lossy(&std::fs::read(entry.unwrap().path()).unwrap()));
+        }
+        for cmd in ["PSYNC", "BGSAVE", "BGREWRITEAOF", "MULTI"] {
+            assert!(!text.contains(cmd), "the AOF has {cmd}:\n{text}");
+        }
+        drop(replica);
+        let mut master = master.restart_with(aof);
+        master.assert_alive("restart from the AOF", true);
+        let mut m = master.conn();
+        assert_eq!(token_of(&mut m, "k"), Some(t));
+        assert!(acquire(&mut m, "k2", "me", "60000") > t);
+    }
+}

@@ -415,15 +415,19 @@ pub unsafe extern "C" fn swapdb_cb(
 }
 
 pub unsafe extern "C" fn fork_cb(
-    ctx: *mut raw::RedisModuleCtx,
+    _ctx: *mut raw::RedisModuleCtx,
     _eid: raw::RedisModuleEvent,
     subevent: u64,
     _data: *mut c_void,
 ) {
     guard("the fork event", (), || {
+        // Not from here: the fork may happen inside a command (PSYNC,
+        // BGSAVE, BGREWRITEAOF), and propagating from within it makes the
+        // server propagate that command too (PSYNC in the AOF crashes the
+        // next start). A 0 ms timer writes the clock right after, still into
+        // the AOF file the rewrite opened before it forked.
         if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
-            // SAFETY: the event's context, live while it runs.
-            emit_clock(unsafe { Ctx::new(ctx) });
+            state::start_timer(0, TimerJob::Clock);
         }
     })
 }

@@ -256,9 +256,9 @@ pub fn replicate_verbatim(ctx: Ctx) {
 
 /// Writes `LEASE.CLOCK <last>` into the replication stream and the AOF, so
 /// an AOF rewritten without the RDB preamble (which keeps one APPLY per live
-/// key and no aux data) still carries the token clock: called right after
-/// the server forks, when an AOF rewrite has just opened its new
-/// incremental file. Refused while writes are paused (propagating then
+/// key and no aux data) still carries the token clock: called from a timer
+/// right after the server forks (outside any command), once an AOF rewrite
+/// has opened its new incremental file. Refused while writes are paused (propagating then
 /// aborts Valkey); the caller tries again later.
 pub fn emit_clock(ctx: Ctx) -> Result<(), Closed> {
     // SAFETY: a function-pointer read filled in by RedisModule_Init.
