@@ -376,6 +376,7 @@ pub fn hooks() -> state::Hooks {
         timeout: Some(timeout_cb),
         free_privdata: Some(free_cb),
         disconnect: Some(disconnect_cb),
+        command_filter: Some(command_filter_cb),
     }
 }
 
@@ -498,9 +499,6 @@ pub unsafe extern "C" fn expired_cb(
 }
 
 pub unsafe extern "C" fn command_filter_cb(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    if !datatype::watching_expiry_commands() {
-        return; // the hot path: nobody waits anywhere
-    }
     guard("the command filter", (), || {
         // SAFETY: the filter context of the command about to run; its
         // arguments live while the filter runs and are only read here.

@@ -72,16 +72,11 @@ pub fn on_expired(key: Str) {
     }
 }
 
-/// Does the command filter need to look at commands? Only while someone
-/// waits.
-pub fn watching_expiry_commands() -> bool {
-    waiters::total() > 0
-}
-
-/// A command is about to run (the command filter): an expiry command on a
-/// key that clients wait on re-checks their queues right after it, so a
-/// shorter `PEXPIRE` hands the lease over when the key goes, not at the
-/// lease's old deadline.
+/// A command is about to run (the command filter, registered only while
+/// someone waits, and not NOSELF: a PEXPIRE run through LEASE.FENCE counts
+/// too): an expiry command on a key that clients wait on re-checks their
+/// queues right after it, so a shorter `PEXPIRE` hands the lease over when
+/// the key goes, not at the lease's old deadline.
 pub fn before_command(name: &[u8], key: Option<&[u8]>) {
     let expiry = [&b"expire"[..], b"pexpire", b"expireat", b"pexpireat"];
     if let Some(key) = key

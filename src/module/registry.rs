@@ -392,8 +392,9 @@ pub fn register_configs(ctx: &Context, settings: Settings) -> Result<(), String>
 /// Subscribes to the server events and keyspace events the module follows:
 /// FLUSHDB and SWAPDB (keys freed or moved without unlinking), forks (the
 /// token clock is written to a rewritten AOF), config changes
-/// (maxmemory-policy), `expired` keyspace events (the expiry counter), and
-/// a command filter that sees expiry commands (see `datatype`).
+/// (maxmemory-policy), role changes and shutdown (the grace period), and
+/// `expired` keyspace events (the expiry counter). The command filter that
+/// sees expiry commands is registered only while someone waits (waiters.rs).
 pub fn subscribe_events(ctx: &Context) {
     type Callback = raw::RedisModuleEventCallback;
     let events: [(u64, Callback); 6] = [
@@ -421,10 +422,6 @@ pub fn subscribe_events(ctx: &Context) {
                 raw::REDISMODULE_NOTIFY_EXPIRED as c_int,
                 Some(expired_cb),
             );
-        }
-        if let Some(register) = raw::RedisModule_RegisterCommandFilter {
-            // Not NOSELF: a PEXPIRE run through LEASE.FENCE counts too.
-            register(ctx.ctx, Some(command_filter_cb), 0);
         }
     }
 }

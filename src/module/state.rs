@@ -244,6 +244,7 @@ pub struct Hooks {
     pub timeout: raw::RedisModuleCmdFunc,
     pub free_privdata: Option<unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void)>,
     pub disconnect: raw::RedisModuleDisconnectFunc,
+    pub command_filter: raw::RedisModuleCommandFilterFunc,
 }
 
 static HOOKS: OnceLock<Hooks> = OnceLock::new();
@@ -254,6 +255,36 @@ pub fn install_hooks(hooks: Hooks) {
 
 pub fn hooks() -> &'static Hooks {
     HOOKS.get().expect("hooks are installed at load")
+}
+
+/// The command filter while it is registered (an address: the static must
+/// be `Sync`).
+static FILTER: Mutex<Option<usize>> = Mutex::new(None);
+
+/// Registers (`on`) or unregisters the module's command filter.
+pub fn set_command_filter(on: bool) {
+    let Some(ctx) = detached() else { return };
+    let mut filter = FILTER.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: function-pointer reads filled in by RedisModule_Init; the
+    // filter handle is the one RegisterCommandFilter returned, unregistered
+    // once; both run on the main thread with the module's context.
+    unsafe {
+        match (on, *filter) {
+            (true, None) => {
+                if let Some(register) = raw::RedisModule_RegisterCommandFilter {
+                    let f = register(ctx.raw(), hooks().command_filter, 0);
+                    *filter = (!f.is_null()).then_some(f as usize);
+                }
+            }
+            (false, Some(f)) => {
+                if let Some(unregister) = raw::RedisModule_UnregisterCommandFilter {
+                    unregister(ctx.raw(), f as *mut raw::RedisModuleCommandFilter);
+                }
+                *filter = None;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Starts a module timer that runs `job` in `delay_ms`; `None` before load.

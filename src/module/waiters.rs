@@ -58,7 +58,14 @@ fn with<R>(f: impl FnOnce(&mut Waiters) -> R) -> R {
         timeout_timer: None,
     });
     let out = f(w);
-    TOTAL.store(w.reg.total(), Relaxed);
+    let (before, after) = (TOTAL.load(Relaxed), w.reg.total());
+    TOTAL.store(after, Relaxed);
+    drop(guard);
+    // The command filter that sees expiry commands on waited-for keys runs
+    // only while someone waits: it costs every command of the server.
+    if (before == 0) != (after == 0) {
+        state::set_command_filter(after > 0);
+    }
     out
 }
 
