@@ -37,9 +37,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     {
         waiters::serve(&slot, &mut w);
     }
-    let expire = w.expire_at();
     let current = w.lease()?;
-    let recheck_at = current.map_or(now, |l| decide::ends_at(l, expire) + 1);
     // During a grace period (SPEC S7) nothing new is created: the caller is
     // answered as if another owner held the key (someone may), or waits.
     let grace_end = state::grace_ends_at(now).filter(|_| decide::live(current, now).is_none());
@@ -66,6 +64,10 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         }
         Acquire::Contended => match opts.block_ms {
             Some(timeout) if waiters::may_block(ctx) => {
+                // Re-check just after the holder's lease ends (its key's
+                // expiry, when a PEXPIRE made that earlier).
+                let expire = w.expire_at();
+                let recheck_at = w.lease()?.map_or(now, |l| decide::ends_at(l, expire) + 1);
                 let slot = (ctx.selected_db(), a.bytes(1).to_vec());
                 Ok(waiters::block(ctx, slot, owner, ttl, timeout, recheck_at))
             }

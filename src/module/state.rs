@@ -6,7 +6,7 @@
 //! callback ever runs on a background thread (lazy free).
 
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -122,13 +122,19 @@ pub fn grace_length_ms() -> i64 {
 
 /// The running grace period (SPEC S7), if any; its end follows the settings.
 static GRACE: Mutex<Option<grace::Period>> = Mutex::new(None);
+/// Whether `GRACE` holds a period: the hot paths read this alone.
+static GRACE_SET: AtomicBool = AtomicBool::new(false);
 
 pub fn grace_period() -> Option<grace::Period> {
+    if !GRACE_SET.load(Relaxed) {
+        return None;
+    }
     *GRACE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub fn set_grace_period(period: Option<grace::Period>) {
     *GRACE.lock().unwrap_or_else(|e| e.into_inner()) = period;
+    GRACE_SET.store(period.is_some(), Relaxed);
 }
 
 /// Time left of the grace period at `now_ms` (0: none, or over).
@@ -138,7 +144,8 @@ pub fn grace_remaining_ms(now_ms: i64) -> i64 {
 
 /// When the running grace period ends, if one runs at `now_ms`.
 pub fn grace_ends_at(now_ms: i64) -> Option<i64> {
-    (grace_remaining_ms(now_ms) > 0).then(|| now_ms + grace_remaining_ms(now_ms))
+    let left = grace_remaining_ms(now_ms);
+    (left > 0).then_some(now_ms + left)
 }
 
 /// Wall-clock time in unix milliseconds, the same clock the server's key
