@@ -80,6 +80,12 @@ pub fn free_port() -> u16 {
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
+/// A new empty directory for a server's data (to start it on files a test
+/// puts there first).
+pub fn fresh_dir() -> PathBuf {
+    scratch_dir()
+}
+
 fn scratch_dir() -> PathBuf {
     let n = COUNTER.fetch_add(1, Ordering::SeqCst);
     let dir = std::env::temp_dir().join(format!("lease-test-{}-{n}", std::process::id()));
