@@ -122,7 +122,12 @@ mod tests {
         );
         let s = parse_module_args(&[b"grace-ms", b"0", b"MAX-TTL-MS", b"9"]).unwrap();
         assert_eq!((s.grace_ms, s.max_ttl_ms), (0, 9));
-        assert_eq!(parse_module_args(&[b"lease.grace-ms", b"-1"]).unwrap().grace_ms, -1);
+        assert_eq!(
+            parse_module_args(&[b"lease.grace-ms", b"-1"])
+                .unwrap()
+                .grace_ms,
+            -1
+        );
     }
 
     #[test]

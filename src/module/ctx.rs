@@ -87,8 +87,11 @@ impl Ctx {
                 return None;
             }
             let value = field(data, name.as_ptr());
-            let out = (!value.is_null())
-                .then(|| std::ffi::CStr::from_ptr(value).to_string_lossy().into_owned());
+            let out = (!value.is_null()).then(|| {
+                std::ffi::CStr::from_ptr(value)
+                    .to_string_lossy()
+                    .into_owned()
+            });
             free(self.0, data);
             out
         }

@@ -72,7 +72,10 @@ pub fn retime() {
 fn arm() {
     let delay = state::grace_remaining_ms(state::now_ms());
     let timer = state::start_timer(delay, TimerJob::GraceEnd);
-    let old = std::mem::replace(&mut *END_TIMER.lock().unwrap_or_else(|e| e.into_inner()), timer);
+    let old = std::mem::replace(
+        &mut *END_TIMER.lock().unwrap_or_else(|e| e.into_inner()),
+        timer,
+    );
     if let Some(old) = old {
         state::stop_timer(old);
     }
@@ -107,7 +110,9 @@ fn at_server_start(ctx: Ctx) -> bool {
     if ctx.flags() & raw::REDISMODULE_CTX_FLAGS_SERVER_STARTUP != 0 {
         return true;
     }
-    ctx.server_info(c"stats", c"total_connections_received").as_deref() == Some("0")
+    ctx.server_info(c"stats", c"total_connections_received")
+        .as_deref()
+        == Some("0")
 }
 
 /// At load: a server start whose data may be older than what it

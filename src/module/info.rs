@@ -54,9 +54,15 @@ pub fn fields() -> Vec<Field> {
     out.push(Field::Unsigned("waiters", waiters::total() as u64));
     out.push(Field::Unsigned("last_token", state::last_token()));
     out.push(Field::Signed("max_ttl_ms", state::max_ttl_ms()));
-    out.push(Field::Signed("grace_ms", state::GRACE_MS.load(std::sync::atomic::Ordering::Relaxed)));
+    out.push(Field::Signed(
+        "grace_ms",
+        state::GRACE_MS.load(std::sync::atomic::Ordering::Relaxed),
+    ));
     let now = state::now_ms();
-    out.push(Field::Signed("grace_remaining_ms", state::grace_remaining_ms(now)));
+    out.push(Field::Signed(
+        "grace_remaining_ms",
+        state::grace_remaining_ms(now),
+    ));
     let reason = state::grace_period()
         .filter(|_| state::grace_remaining_ms(now) > 0)
         .map_or("none", |p| p.reason.name());

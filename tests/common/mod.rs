@@ -918,15 +918,20 @@ pub fn assert_replica_token(replica: &Server, key: &str, t: i64) {
 // ---------------------------------------------------------------------------
 // DUMP payloads with a future encoding.
 
-/// A DUMP payload of a lease held by `owner` whose record version (the
-/// first byte of the stored string holding the encoded record, found by the
-/// owner bytes that follow it) is raised from 1 to 2.
+/// The first record version this build does not read (1 is an exclusive
+/// lease, 2 a counting or shared one).
+pub const FUTURE_RECORD_VERSION: u8 = 3;
+
+/// A DUMP payload of an exclusive lease held by `owner` whose record
+/// version (the first byte of the stored string holding the encoded record,
+/// found by the owner bytes that follow it) is raised from 1 to a version
+/// from the future.
 pub fn future_record(payload: &[u8], owner: &[u8]) -> Vec<u8> {
     edit_payload(payload, |b| {
         let owner_at = b.windows(owner.len()).position(|w| w == owner).unwrap();
         let version_at = owner_at - 2 - 8 - 8 - 1;
         assert_eq!(b[version_at], 1);
-        b[version_at] = 2;
+        b[version_at] = FUTURE_RECORD_VERSION;
     })
 }
 
