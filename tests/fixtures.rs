@@ -34,7 +34,10 @@ struct Held {
 fn expected(dir: &Path) -> (Vec<Held>, Vec<(String, String)>) {
     let text = std::fs::read_to_string(dir.join("expected.txt")).unwrap();
     let (mut held, mut gone) = (Vec::new(), Vec::new());
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
         let f: Vec<&str> = line.split(' ').collect();
         if f[0] == "gone" {
             gone.push((f[1].to_string(), f[2].to_string()));
@@ -65,16 +68,43 @@ fn copy_dir(from: &Path, to: &Path) {
 fn check_lease(c: &mut redis::Connection, h: &Held, what: &str) {
     ok(c, &["SELECT", &h.db]);
     let info = ok(c, &["LEASE.INFO", &h.key]);
-    assert_eq!(field(&info, "token"), Some(Value::Int(h.token)), "{what}: {} token", h.key);
+    assert_eq!(
+        field(&info, "token"),
+        Some(Value::Int(h.token)),
+        "{what}: {} token",
+        h.key
+    );
     let want = h.deadline - now_ms();
     let ttl = int(&field(&info, "ttl").unwrap());
-    assert!((ttl - want).abs() < 10_000, "{what}: {} ttl {ttl}, deadline says {want}", h.key);
+    assert!(
+        (ttl - want).abs() < 10_000,
+        "{what}: {} ttl {ttl}, deadline says {want}",
+        h.key
+    );
     let key_ttl = pttl(c, &h.key);
-    assert!((key_ttl - want).abs() < 10_000, "{what}: {} PTTL {key_ttl}, deadline says {want}", h.key);
-    assert_eq!(ok(c, &["LEASE.ACQUIRE", &h.key, "intruder", "1000"]), Value::Nil, "{what}: {}", h.key);
+    assert!(
+        (key_ttl - want).abs() < 10_000,
+        "{what}: {} PTTL {key_ttl}, deadline says {want}",
+        h.key
+    );
+    assert_eq!(
+        ok(c, &["LEASE.ACQUIRE", &h.key, "intruder", "1000"]),
+        Value::Nil,
+        "{what}: {}",
+        h.key
+    );
     let renewed = call(c, &[b"LEASE.RENEW", h.key.as_bytes(), &h.owner, b"60000"]).unwrap();
-    assert_eq!(renewed, Value::Int(1), "{what}: {}: the owner renews", h.key);
-    assert_eq!(token_of(c, &h.key), Some(h.token), "{what}: renewing keeps the token");
+    assert_eq!(
+        renewed,
+        Value::Int(1),
+        "{what}: {}: the owner renews",
+        h.key
+    );
+    assert_eq!(
+        token_of(c, &h.key),
+        Some(h.token),
+        "{what}: renewing keeps the token"
+    );
 }
 
 fn check_all(s: &Server, dir: &Path, what: &str) {
@@ -85,11 +115,18 @@ fn check_all(s: &Server, dir: &Path, what: &str) {
     }
     for (db, key) in &gone {
         ok(&mut c, &["SELECT", db]);
-        assert_eq!(int(&ok(&mut c, &["EXISTS", key])), 0, "{what}: {key} was released");
+        assert_eq!(
+            int(&ok(&mut c, &["EXISTS", key])),
+            0,
+            "{what}: {key} was released"
+        );
     }
     ok(&mut c, &["SELECT", "0"]);
     let max = held.iter().map(|h| h.token).max().unwrap();
-    assert!(info_int(&mut c, "lease_last_token") >= max, "{what}: the clock saw every token");
+    assert!(
+        info_int(&mut c, "lease_last_token") >= max,
+        "{what}: the clock saw every token"
+    );
     assert!(acquire(&mut c, "fx:after", "new", "1000") > max, "{what}");
 }
 
