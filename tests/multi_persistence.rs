@@ -22,11 +22,11 @@ fn digest(c: &mut redis::Connection, key: &str) -> Value {
     ok(c, &["DEBUG", "DIGEST-VALUE", key])
 }
 
+/// LEASE.INFO without the ttls: mode, limit, token, the holders' tokens.
+type Shape = (Option<Value>, Option<Value>, i64, Vec<i64>);
+
 /// What LEASE.INFO says of a key, with the ttls left out (they tick).
-fn shape(
-    c: &mut redis::Connection,
-    key: &str,
-) -> Option<(Option<Value>, Option<Value>, i64, Vec<i64>)> {
+fn shape(c: &mut redis::Connection, key: &str) -> Option<Shape> {
     match ok(c, &["LEASE.INFO", key]) {
         Value::Nil => None,
         v => Some((
