@@ -116,7 +116,7 @@ fn call_retrying(
 }
 
 fn worker(run: Arc<Run>, id: usize, role: Role) {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1) * 0x2545_f491);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) * 0x2545_f491));
     let mut c = connect(&run);
     let mode: &[&str] = match role {
         Role::Permit => &["LIMIT", "3"],
