@@ -232,6 +232,22 @@ both! {
         assert!(err(&mut c, &["LEASE.ACQUIRE", "plain", "z", "1000", "SHARED"]).starts_with("WRONGTYPE"));
     }
 
+    fn an_error_leaves_even_ended_holders_in_place(kind) {
+        let s = Server::start_with(kind, Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]));
+        let mut c = s.conn();
+        acquire_opts(&mut c, "sem", "a", "100", &["LIMIT", "2"]).unwrap();
+        acquire_opts(&mut c, "sem", "b", "30000", &["LIMIT", "2"]).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let (d, expired, aof) = (digest(&mut c, "sem"), counter(&mut c, "expired"), aof_bytes(&s));
+        assert!(err(&mut c, &["LEASE.ACQUIRE", "sem", "c", "1000", "LIMIT", "5"]).contains("LIMIT 2"));
+        assert!(err(&mut c, &["LEASE.ACQUIRE", "sem", "c", "1000", "SHARED"]).contains("LIMIT 2"));
+        assert_eq!((digest(&mut c, "sem"), counter(&mut c, "expired"), aof_bytes(&s)), (d, expired, aof));
+        // a's place is free: a newcomer takes it, and a leaves then.
+        assert!(limit(&mut c, "sem", "c", "2").is_some());
+        assert_eq!(counter(&mut c, "expired"), expired + 1);
+        assert_eq!(holders(&info(&mut c, "sem")).len(), 2);
+    }
+
     fn renew_and_release_act_on_the_callers_own_holding(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

@@ -51,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
                     let readers = Multi::with(MultiMode::Shared, holder);
                     for held in [Held::Free, Held::Exclusive(&current), Held::Multi(&full), Held::Multi(&readers)] {
                         for ahead in [false, true] {
-                            match multi::acquire(held, opts.mode, owner, ahead) {
+                            match multi::acquire(held, opts.mode, owner, ahead, now) {
                                 Ok(Decision::New) => assert!(!ahead),
                                 Ok(_) => {}
                                 Err(e) => check_error(&e),

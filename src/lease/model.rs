@@ -359,7 +359,7 @@ impl Core {
         }
         self.prune(key);
         let ahead = self.waiting(key) > 0;
-        match multi::acquire(self.held(key), mode, OWNERS[owner], ahead) {
+        match multi::acquire(self.held(key), mode, OWNERS[owner], ahead, self.now) {
             Err(e) => Answer::Error(e.to_string()),
             Ok(Decision::New) => {
                 let t = self.clock.issue(self.now).expect("tokens left");

@@ -233,6 +233,12 @@ impl Multi {
         out
     }
 
+    /// Holders still within their time at `now_ms`. O(k) in the k holders
+    /// whose time has ended (they leave at the next write).
+    pub fn live_len(&self, now_ms: i64) -> usize {
+        self.len() - self.by_deadline.range(..(now_ms, 0)).count()
+    }
+
     /// Does any holder's deadline lie before `now_ms`?
     pub fn has_ended(&self, now_ms: i64) -> bool {
         self.earliest_deadline().is_some_and(|d| now_ms > d)
@@ -377,9 +383,9 @@ impl Multi {
 pub enum Held<'a> {
     Free,
     Exclusive(&'a Lease),
-    /// Held with `LIMIT n` or `SHARED`. For an acquire the record has been
-    /// pruned (no holder past its deadline); `fence` and `info` look at
-    /// each holder's deadline themselves.
+    /// Held with `LIMIT n` or `SHARED` by at least one live holder; holders
+    /// past their deadline may still be stored (they leave at the next
+    /// write), and every decision here looks at each holder's deadline.
     Multi(&'a Multi),
 }
 
@@ -431,17 +437,19 @@ pub fn conflict(held: Mode, asked: Mode) -> LeaseError {
     }
 }
 
-/// LEASE.ACQUIRE in `mode` by `owner` on a key in state `held`.
-/// `waiters_ahead`: someone waits on the key, so a newcomer that is not a
-/// holder must not overtake (strict arrival order, no writer starvation).
-/// Errors change nothing: a `LIMIT` that does not match the key's, a
-/// `LIMIT` on a key held exclusively or shared and the reverse, and a
-/// holder asking in another mode.
+/// LEASE.ACQUIRE in `mode` by `owner` on a key in state `held` at
+/// `now_ms`. `waiters_ahead`: someone waits on the key, so a newcomer that
+/// is not a holder must not overtake (strict arrival order, no writer
+/// starvation). Errors change nothing: a `LIMIT` that does not match the
+/// key's, a `LIMIT` on a key held exclusively or shared and the reverse,
+/// and a holder asking in another mode. Holders past their deadline count
+/// for nothing, so the caller may decide before it removes them.
 pub fn acquire(
     held: Held,
     mode: Mode,
     owner: &[u8],
     waiters_ahead: bool,
+    now_ms: i64,
 ) -> Result<Decision, LeaseError> {
     let queued = |room: bool| {
         if waiters_ahead || !room {
@@ -460,11 +468,11 @@ pub fn acquire(
         },
         Held::Multi(m) => {
             let held_mode = m.mode().mode();
-            let mine = m.holder(owner);
+            let mine = m.holder(owner).filter(|h| h.is_live(now_ms));
             match (m.mode(), mode) {
                 (MultiMode::Limit(k), Mode::Limit(n)) if k == n => match mine {
                     Some(h) => Decision::Reacquired { token: h.token },
-                    None => queued(m.mode().has_room(m.len())),
+                    None => queued(m.mode().has_room(m.live_len(now_ms))),
                 },
                 (MultiMode::Limit(_), _) | (MultiMode::Shared, Mode::Limit(_)) => {
                     return Err(conflict(held_mode, mode));
@@ -718,9 +726,12 @@ mod tests {
     #[test]
     fn acquire_on_a_free_key_and_strict_order() {
         for mode in [Mode::Exclusive, Mode::Limit(3), Mode::Shared] {
-            assert_eq!(acquire(Held::Free, mode, b"a", false), Ok(Decision::New));
             assert_eq!(
-                acquire(Held::Free, mode, b"a", true),
+                acquire(Held::Free, mode, b"a", false, NOW),
+                Ok(Decision::New)
+            );
+            assert_eq!(
+                acquire(Held::Free, mode, b"a", true, NOW),
                 Ok(Decision::Contended),
                 "a newcomer never overtakes a waiter"
             );
@@ -732,23 +743,23 @@ mod tests {
         let l = excl("a");
         let held = Held::Exclusive(&l);
         assert_eq!(
-            acquire(held, Mode::Exclusive, b"a", true),
+            acquire(held, Mode::Exclusive, b"a", true, NOW),
             Ok(Decision::Reacquired { token: 5 })
         );
         assert_eq!(
-            acquire(held, Mode::Exclusive, b"b", false),
+            acquire(held, Mode::Exclusive, b"b", false, NOW),
             Ok(Decision::Contended)
         );
         assert_eq!(
-            acquire(held, Mode::Shared, b"b", false),
+            acquire(held, Mode::Shared, b"b", false, NOW),
             Ok(Decision::Contended)
         );
-        let e = acquire(held, Mode::Shared, b"a", false).unwrap_err();
+        let e = acquire(held, Mode::Shared, b"a", false, NOW).unwrap_err();
         assert_eq!(
             e.to_string(),
             "ERR this owner holds the key with an exclusive lease and asks for SHARED: release it first"
         );
-        let e = acquire(held, Mode::Limit(4), b"b", false).unwrap_err();
+        let e = acquire(held, Mode::Limit(4), b"b", false, NOW).unwrap_err();
         assert_eq!(
             e.to_string(),
             "ERR the key is held with an exclusive lease, this acquire asks for LIMIT 4"
@@ -760,24 +771,24 @@ mod tests {
         let m = sample(); // LIMIT 3, holders a and b
         let held = Held::Multi(&m);
         assert_eq!(
-            acquire(held, Mode::Limit(3), b"a", true),
+            acquire(held, Mode::Limit(3), b"a", true, NOW),
             Ok(Decision::Reacquired { token: 10 })
         );
         assert_eq!(
-            acquire(held, Mode::Limit(3), b"c", false),
+            acquire(held, Mode::Limit(3), b"c", false, NOW),
             Ok(Decision::New)
         );
         assert_eq!(
-            acquire(held, Mode::Limit(3), b"c", true),
+            acquire(held, Mode::Limit(3), b"c", true, NOW),
             Ok(Decision::Contended)
         );
         let mut full = m.clone();
         full.put(h("c", 20, NOW + 5));
         assert_eq!(
-            acquire(Held::Multi(&full), Mode::Limit(3), b"d", false),
+            acquire(Held::Multi(&full), Mode::Limit(3), b"d", false, NOW),
             Ok(Decision::Contended)
         );
-        let e = acquire(held, Mode::Limit(5), b"c", false).unwrap_err();
+        let e = acquire(held, Mode::Limit(5), b"c", false, NOW).unwrap_err();
         assert_eq!(
             e.to_string(),
             "ERR the key is held with LIMIT 3, this acquire asks for LIMIT 5"
@@ -785,7 +796,7 @@ mod tests {
         for mode in [Mode::Exclusive, Mode::Shared] {
             for owner in [&b"a"[..], b"c"] {
                 assert!(matches!(
-                    acquire(held, mode, owner, false),
+                    acquire(held, mode, owner, false, NOW),
                     Err(LeaseError::ModeMismatch { .. })
                 ));
             }
@@ -793,27 +804,59 @@ mod tests {
     }
 
     #[test]
+    fn holders_past_their_deadline_count_for_nothing() {
+        let mut m = sample(); // LIMIT 3: a until NOW + 100, b until NOW + 50
+        m.put(h("c", 20, NOW + 50));
+        let later = NOW + 60;
+        assert_eq!(m.live_len(later), 1);
+        assert_eq!(
+            acquire(Held::Multi(&m), Mode::Limit(3), b"d", false, NOW),
+            Ok(Decision::Contended),
+            "full"
+        );
+        assert_eq!(
+            acquire(Held::Multi(&m), Mode::Limit(3), b"d", false, later),
+            Ok(Decision::New),
+            "b's and c's places are free"
+        );
+        assert_eq!(
+            acquire(Held::Multi(&m), Mode::Limit(3), b"c", false, later),
+            Ok(Decision::New),
+            "c's holding ended: it is a newcomer"
+        );
+        let s = Multi::with(MultiMode::Shared, h("r", 9, NOW + 10));
+        assert_eq!(
+            acquire(Held::Multi(&s), Mode::Exclusive, b"r", false, NOW + 11),
+            Ok(Decision::Contended),
+            "an ended reader is no holder: its exclusive ask is no error"
+        );
+    }
+
+    #[test]
     fn acquire_on_a_shared_key() {
         let m = Multi::with(MultiMode::Shared, h("r", 9, NOW + 10));
         let held = Held::Multi(&m);
         assert_eq!(
-            acquire(held, Mode::Shared, b"r", true),
+            acquire(held, Mode::Shared, b"r", true, NOW),
             Ok(Decision::Reacquired { token: 9 })
         );
-        assert_eq!(acquire(held, Mode::Shared, b"s", false), Ok(Decision::New));
         assert_eq!(
-            acquire(held, Mode::Shared, b"s", true),
+            acquire(held, Mode::Shared, b"s", false, NOW),
+            Ok(Decision::New)
+        );
+        assert_eq!(
+            acquire(held, Mode::Shared, b"s", true, NOW),
             Ok(Decision::Contended)
         );
         assert_eq!(
-            acquire(held, Mode::Exclusive, b"w", false),
+            acquire(held, Mode::Exclusive, b"w", false, NOW),
             Ok(Decision::Contended)
         );
         assert!(matches!(
-            acquire(held, Mode::Exclusive, b"r", false),
+            acquire(held, Mode::Exclusive, b"r", false, NOW),
             Err(LeaseError::HolderMode { .. })
         ));
-        let e = acquire(held, Mode::Limit(2), b"w", false).unwrap_err();
+        let e = acquire(held, Mode::Limit(2), b"w", false, NOW).unwrap_err();
         assert_eq!(
             e.to_string(),
             "ERR the key is held with SHARED, this acquire asks for LIMIT 2"

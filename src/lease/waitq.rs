@@ -171,7 +171,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
     }
 
     /// Serves the oldest waiter of `slot`, whose key is in state `held` at
-    /// `now_ms` (a multi record pruned of ended holders), as its acquire
+    /// `now_ms`, as its acquire
     /// would be decided now with nobody ahead of it (`multi::acquire`).
     /// `None` when nobody waits or the oldest must keep waiting: a later
     /// waiter is never served before it. The caller applies the step to the
@@ -187,7 +187,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         let q = self.queues.get(slot)?;
         let head = q.waiters.values().next()?;
         let (head_id, mode, owner) = (head.id, head.mode, head.owner.clone());
-        let token = match multi::acquire(held, mode, &owner, false) {
+        let token = match multi::acquire(held, mode, &owner, false, now_ms) {
             Ok(Decision::Contended) => return None,
             Err(error) => {
                 let waiter = self.take(slot, head_id)?;

@@ -123,8 +123,9 @@ fn grace_refusal(
 }
 
 /// LEASE.ACQUIRE with `LIMIT n` or `SHARED`, or on a key held that way
-/// (SPEC S8). Holders past their deadline leave first (each one a
-/// `LEASE.DROP`); then the decision (`multi::acquire`) and one effect.
+/// (SPEC S8): the decision (`multi::acquire`) first, so that an error
+/// changes nothing; then holders past their deadline leave (each one a
+/// `LEASE.DROP`), and one effect.
 fn acquire_multi(
     ctx: Ctx,
     a: &Args,
@@ -135,14 +136,14 @@ fn acquire_multi(
     now: i64,
 ) -> Result<Reply, LeaseError> {
     let name = a.str(1);
-    w.prune(now);
     let ahead = waiters::waiting_on(ctx, name) > 0;
+    let decision = multi::acquire(w.held(now)?, opts.mode, owner, ahead, now)?;
+    w.prune(now);
     let expire = w.expire_at();
     let held = w.held(now)?;
     let recheck_at = held.next_end(expire).map_or(now, |end| end + 1);
     let free = held.is_free();
     let is_multi = matches!(held, multi::Held::Multi(_));
-    let decision = multi::acquire(held, opts.mode, owner, ahead)?;
     if let Some(end) = state::grace_ends_at(now).filter(|_| free || decision == Decision::New) {
         return Ok(grace_refusal(ctx, a, owner, opts, ttl, end));
     }
