@@ -73,6 +73,18 @@ fn answered(h: Answer, who: &str) -> (i64, Instant) {
     }
 }
 
+/// Runs `cmds` in one MULTI/EXEC on `c`; returns EXEC's replies.
+fn transaction(c: &mut redis::Connection, cmds: &[&[&str]]) -> Vec<Value> {
+    assert_eq!(ok(c, &["MULTI"]), Value::Okay);
+    for cmd in cmds {
+        assert_eq!(ok(c, cmd), Value::SimpleString("QUEUED".into()), "{cmd:?}");
+    }
+    match ok(c, &["EXEC"]) {
+        Value::Array(replies) => replies,
+        other => panic!("EXEC: {other:?}"),
+    }
+}
+
 fn aof_bytes(s: &Server) -> u64 {
     std::fs::read_dir(s.data_dir().join("appendonlydir"))
         .unwrap()
@@ -379,6 +391,32 @@ both! {
         let w4 = spawn_waiter_with(&s, "sem", "w4", "30000", &["LIMIT", "2", "BLOCK", "100"]);
         let (reply, _) = w4.join().unwrap();
         assert_eq!(reply.unwrap(), Value::Nil);
+        assert_eq!(waiters(&mut c, "sem"), 0);
+    }
+
+    fn a_place_handed_to_a_waiter_that_vanished_goes_to_the_next(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let ta = limit(&mut c, "sem", "a", "2").unwrap();
+        let tb = limit(&mut c, "sem", "b", "2").unwrap();
+        // w1 waits on a raw connection whose client id we know.
+        let mut w1 = s.raw();
+        let id = String::from_utf8(w1.call(&[b"CLIENT", b"ID"])).unwrap();
+        let id = id.trim_start_matches(':').trim().to_string();
+        w1.send(&[b"LEASE.ACQUIRE", b"sem", b"w1", b"30000", b"LIMIT", b"2", b"BLOCK", b"0"]);
+        assert!(wait_until(Duration::from_secs(5), || waiters(&mut c, "sem") == 1));
+        let w2 = spawn_waiter_with(&s, "sem", "w2", "30000", &["LIMIT", "2", "BLOCK", "0"]);
+        // In one transaction: a's place goes to w1, then w1 is gone before
+        // its reply could be written. Nobody learnt w1's token: the place
+        // is given back and goes to w2.
+        let replies = transaction(&mut c, &[&["LEASE.RELEASE", "sem", "a"], &["CLIENT", "KILL", "ID", &id]]);
+        assert_eq!(replies[0], Value::Int(1));
+        let (t2, _) = answered(w2, "w2");
+        assert!(t2 > tb);
+        let h: Vec<i64> = holders(&info(&mut c, "sem")).iter().map(|h| h.0).collect();
+        assert_eq!(h.len(), 2, "{h:?}");
+        assert!(h.contains(&tb) && h.contains(&t2) && !h.contains(&ta));
+        assert_eq!(int(&ok(&mut c, &["LEASE.RENEW", "sem", "w1", "1000"])), 0, "w1 holds nothing");
         assert_eq!(waiters(&mut c, "sem"), 0);
     }
 
