@@ -420,6 +420,27 @@ both! {
         assert_eq!(waiters(&mut c, "sem"), 0);
     }
 
+    fn del_and_a_shorter_pexpire_hand_the_places_over(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        for o in ["a", "b"] {
+            limit(&mut c, "sem", o, "2").unwrap();
+        }
+        let w = spawn_waiter_with(&s, "sem", "w", "30000", &["LIMIT", "2", "BLOCK", "0"]);
+        assert_eq!(int(&ok(&mut c, &["DEL", "sem"])), 1);
+        let (t, _) = answered(w, "the waiter after DEL");
+        assert_eq!(holders(&info(&mut c, "sem")).iter().map(|h| h.0).collect::<Vec<_>>(), vec![t]);
+        // A shorter key expiry ends every holding with the key.
+        shared(&mut c, "rd", "r").unwrap();
+        let w = spawn_waiter_with(&s, "rd", "x", "30000", &["BLOCK", "0"]);
+        let since = Instant::now();
+        assert_eq!(int(&ok(&mut c, &["PEXPIRE", "rd", "150"])), 1);
+        near(int(&field(&info(&mut c, "rd"), "ttl").unwrap()), 150, "INFO follows the key's expiry");
+        let (tx, at) = answered(w, "the writer after PEXPIRE");
+        assert!(at - since < Duration::from_millis(1500), "{:?}", at - since);
+        assert_eq!(token_of(&mut c, "rd"), Some(tx));
+    }
+
     fn readers_never_overtake_a_waiting_writer(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
