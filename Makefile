@@ -122,7 +122,7 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install cargo-fuzz
 	cd fuzz && for t in args record; do \
-	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; done
+	  mkdir -p corpus/$$t && { [ ! -d seeds/$$t ] || cp -n seeds/$$t/* corpus/$$t/; } && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; done
 
 # valgrind memcheck of a short scenario on valkey-server (libc malloc).
 valgrind: deps valkey

@@ -17,7 +17,9 @@
 # key range of the release test, half of it held), BENCH_MEM_BARE (100000:
 # leases vs bare SET NX PX locks), BENCH_FENCE_N (200000), BENCH_MAXCLIENTS
 # (the server's maxclients, 10100), plus the CYCLE_*, HANDOFF_*, EXPIRY_*,
-# HERD*, MASS_* and CPU_WINDOW_MS knobs of bench/handoff.rs.
+# HERD*, MASS_* and CPU_WINDOW_MS knobs of bench/handoff.rs, and for part D
+# (counting and shared leases) BENCH_MULTI_KEYS (50000), BENCH_MULTI_REPS (3),
+# BENCH_MULTI_REL_KEYS (100000), BENCH_MULTI_REL_N (20000).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -421,6 +423,162 @@ flush
 # --- C. full lock cycles from real clients (bench/handoff.rs cycles) -----------
 log "C lock cycles (bench/handoff.rs cycles)"
 PART_C=$(HANDOFF_KV=$KV "$HANDOFF" cycles "$PORT")
+
+# --- D. counting and shared leases against Redisson-style scripts ---------------
+# Written here from the documented algorithms of Redisson's
+# RPermitExpirableSemaphore (a counter of free permits, and a sorted set of
+# permit ids scored by their expiry: expired permits are returned first, an
+# acquire takes one and adds its id, a release removes the id and returns
+# the permit, both PUBLISH to the semaphore's channel) and of RReadWriteLock's
+# read side (a hash with `mode` and a hold count per reader, one key per
+# reader hold for its timeout; a release scans every reader's timeout keys
+# for the longest one). Two differences, both in the recipes' favour or
+# neutral: the scripts read the time with TIME (Redisson passes the client's
+# clock), and they derive their other key names from KEYS[1]
+# (redis-benchmark draws each __rand_int__ separately, so keys cannot be
+# passed together).
+LUA_NOW="local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)"
+LUA_SEM_ACQUIRE="$LUA_NOW
+local zset, chan = KEYS[1] .. ':timeout', KEYS[1] .. ':channel'
+local expired = redis.call('ZRANGEBYSCORE', zset, 0, now, 'LIMIT', 0, 1)
+if #expired > 0 then
+  redis.call('ZREM', zset, unpack(expired))
+  local free = redis.call('INCRBY', KEYS[1], #expired)
+  if free > 0 then redis.call('PUBLISH', chan, free) end
+end
+local free = tonumber(redis.call('GET', KEYS[1]) or '0')
+if free >= 1 then
+  redis.call('DECRBY', KEYS[1], 1)
+  redis.call('ZADD', zset, now + tonumber(ARGV[2]), ARGV[1])
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl > 0 then redis.call('PEXPIRE', zset, ttl) end
+  return ARGV[1]
+end
+local first = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+if first[1] then return ':' .. first[2] end
+return false"
+LUA_SEM_RELEASE="local zset, chan = KEYS[1] .. ':timeout', KEYS[1] .. ':channel'
+local expires = redis.call('ZSCORE', zset, ARGV[1])
+if redis.call('ZREM', zset, ARGV[1]) ~= 1 then return 0 end
+local free = redis.call('INCRBY', KEYS[1], 1)
+redis.call('PUBLISH', chan, free)
+$LUA_NOW
+if tonumber(expires) <= now then return 0 end
+return 1"
+LUA_READ_ACQUIRE="local mode = redis.call('HGET', KEYS[1], 'mode')
+local timeout = KEYS[1] .. ':' .. ARGV[2] .. ':rwlock_timeout:'
+if mode == false then
+  redis.call('HSET', KEYS[1], 'mode', 'read')
+  redis.call('HSET', KEYS[1], ARGV[2], 1)
+  redis.call('SET', timeout .. '1', 1)
+  redis.call('PEXPIRE', timeout .. '1', ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  return false
+end
+if mode == 'read' or (mode == 'write' and redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1) then
+  local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+  redis.call('SET', timeout .. n, 1)
+  redis.call('PEXPIRE', timeout .. n, ARGV[1])
+  local left = redis.call('PTTL', KEYS[1])
+  redis.call('PEXPIRE', KEYS[1], math.max(left, tonumber(ARGV[1])))
+  return false
+end
+return redis.call('PTTL', KEYS[1])"
+LUA_READ_RELEASE="local mode = redis.call('HGET', KEYS[1], 'mode')
+local chan = 'rwlock:' .. KEYS[1]
+if mode == false then redis.call('PUBLISH', chan, 0) return 1 end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return false end
+local n = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+if n == 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
+redis.call('DEL', KEYS[1] .. ':' .. ARGV[1] .. ':rwlock_timeout:' .. (n + 1))
+if redis.call('HLEN', KEYS[1]) > 1 then
+  local longest = -3
+  for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+    local count = tonumber(redis.call('HGET', KEYS[1], field))
+    if count then
+      for i = count, 1, -1 do
+        longest = math.max(longest, redis.call('PTTL', KEYS[1] .. ':' .. field .. ':rwlock_timeout:' .. i))
+      end
+    end
+  end
+  if longest > 0 then redis.call('PEXPIRE', KEYS[1], longest) return 0 end
+  if mode == 'write' then return 0 end
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', chan, 0)
+return 1"
+SHA_SEM_ACQ=$(cli script load "$LUA_SEM_ACQUIRE")
+SHA_SEM_REL=$(cli script load "$LUA_SEM_RELEASE")
+SHA_READ_ACQ=$(cli script load "$LUA_READ_ACQUIRE")
+SHA_READ_REL=$(cli script load "$LUA_READ_RELEASE")
+
+MULTI_KEYS=${BENCH_MULTI_KEYS:-50000}
+MULTI_REPS=${BENCH_MULTI_REPS:-3}
+MULTI_REL_KEYS=${BENCH_MULTI_REL_KEYS:-100000}
+MULTI_REL_N=${BENCH_MULTI_REL_N:-20000}
+MULTI_LIMIT=100
+FAR=9999999999999   # a permit expiry far in the future (unix ms)
+lease_ctr() { cli info lease | tr -d '\r' | awk -F: -v n="lease_$1" '$1 == n { print $2 }'; }
+snap() { ACQ0=$(lease_ctr acquired); REL0=$(lease_ctr released); }
+eff_acquired() { echo $(( $(lease_ctr acquired) - ACQ0 )); }
+eff_released() { echo $(( $(lease_ctr released) - REL0 )); }
+eff_calls() { read -r c _ < <(cmdstat "$1"); echo "$c"; }
+eff_zadd() { eff_calls zadd; }      # semaphore acquires that took a permit
+eff_incrby() { eff_calls incrby; }  # semaphore releases that returned one
+eff_set() { eff_calls set; }        # read-lock acquires that took the lock
+eff_hincrby() { eff_calls hincrby; }  # read-lock releases of a held read lock
+# The keys of one kind hold `holders` holders already (h1, h2, ...; then
+# `owner` when given): LIMIT keys ml:N, SHARED keys ms:N, semaphores rs:N
+# (the counter of free permits) with rs:N:timeout, read locks rw:N.
+prefill_kind() { # kind, keys, holders, [owner]
+  local kind=$1 keys=$2 all o
+  all=$(seq -f 'h%g' 1 "$3")
+  [ -n "${4:-}" ] && all="$all $4"
+  [ "$kind" = sem ] && prefill "SET rs:%012d $((MULTI_LIMIT - $(wc -w <<<"$all")))" 0 "$keys"
+  for o in $all; do
+    case $kind in
+      limit) prefill "LEASE.ACQUIRE ml:%012d $o $LONG_TTL LIMIT $MULTI_LIMIT" 0 "$keys" ;;
+      shared) prefill "LEASE.ACQUIRE ms:%012d $o $LONG_TTL SHARED" 0 "$keys" ;;
+      sem) prefill "ZADD rs:%012d:timeout $FAR $o" 0 "$keys" ;;
+      read) prefill "EVALSHA $SHA_READ_ACQ 1 rw:%012d $LONG_TTL $o rw-writer" 0 "$keys" ;;
+    esac
+  done
+}
+held_limit() { flush; prefill_kind limit "$MULTI_REL_KEYS" 3 "$OWNER"; snap; }
+held_shared() { flush; prefill_kind shared "$MULTI_REL_KEYS" 3 "$OWNER"; snap; }
+held_sem() { flush; prefill_kind sem "$MULTI_REL_KEYS" 3 "$OWNER"; }
+held_read() { flush; prefill_kind read "$MULTI_REL_KEYS" 3 "$OWNER"; }
+
+log "C1 acquire of counting and shared leases: $MULTI_KEYS keys with 3 holders each"
+flush
+for kind in limit sem shared read; do prefill_kind "$kind" "$MULTI_KEYS" 3; done
+LAST_N=$N
+for rep in $(seq "$MULTI_REPS"); do
+  one_run macq_limit LEASE.ACQUIRE snap eff_acquired -- -n "$N" -r "$MULTI_KEYS" \
+    LEASE.ACQUIRE ml:__rand_int__ o:__rand_int__ "$LONG_TTL" LIMIT "$MULTI_LIMIT"
+  one_run macq_sem evalsha nothing eff_zadd -- -n "$N" -r "$MULTI_KEYS" \
+    EVALSHA "$SHA_SEM_ACQ" 1 rs:__rand_int__ o:__rand_int__ "$LONG_TTL"
+  one_run macq_shared LEASE.ACQUIRE snap eff_acquired -- -n "$N" -r "$MULTI_KEYS" \
+    LEASE.ACQUIRE ms:__rand_int__ o:__rand_int__ "$LONG_TTL" SHARED
+  one_run macq_read evalsha nothing eff_set -- -n "$N" -r "$MULTI_KEYS" \
+    EVALSHA "$SHA_READ_ACQ" 1 rw:__rand_int__ "$LONG_TTL" o:__rand_int__ rw-writer
+done
+HOLDERS_AFTER=$(( $(cli LEASE.INFO ml:000000000007 | grep -c '^token$') - 1 ))
+MEMUSAGE_LIMIT=$(cli memory usage ml:000000000007)
+MEMUSAGE_SEM=$(( $(cli memory usage rs:000000000007) + $(cli memory usage rs:000000000007:timeout) ))
+
+LAST_N=$MULTI_REL_N
+for rep in $(seq "$REL_REPS"); do
+  log "C2 release of counting and shared leases, run $rep of $REL_REPS: $MULTI_REL_KEYS keys with 4 holders each"
+  one_run mrel_limit LEASE.RELEASE held_limit eff_released -- -n "$MULTI_REL_N" -r "$MULTI_REL_KEYS" \
+    LEASE.RELEASE ml:__rand_int__ "$OWNER"
+  one_run mrel_sem evalsha held_sem eff_incrby -- -n "$MULTI_REL_N" -r "$MULTI_REL_KEYS" \
+    EVALSHA "$SHA_SEM_REL" 1 rs:__rand_int__ "$OWNER"
+  one_run mrel_shared LEASE.RELEASE held_shared eff_released -- -n "$MULTI_REL_N" -r "$MULTI_REL_KEYS" \
+    LEASE.RELEASE ms:__rand_int__ "$OWNER"
+  one_run mrel_read evalsha held_read eff_hincrby -- -n "$MULTI_REL_N" -r "$MULTI_REL_KEYS" \
+    EVALSHA "$SHA_READ_REL" 1 rw:__rand_int__ "$OWNER"
+done
 flush
 
 # --- B. hand-off latency, 1,000 waiters, mass timeout --------------------------
@@ -566,6 +724,32 @@ row() { # label, operation, command
     [ -n "${SCALE_LEASE[$s]:-}" ] || continue
     echo "| $s (dbsize after: ${SCALE_LIVE[$s]}) | ${SCALE_LEASE[$s]} | ${SCALE_SET[$s]} | $(ratio "${SCALE_LEASE[$s]}" "${SCALE_SET[$s]}") |"
   done
+  echo
+  echo "## D. Counting and shared leases against Redisson-style scripts"
+  echo
+  echo "Same columns as part A. Acquire: $MULTI_REPS interleaved runs of \`-n $N -r $MULTI_KEYS\` on $MULTI_KEYS keys of each kind that held 3 holders each before the first run (a random new owner or permit id per call, so each call adds a holder; about $((N / MULTI_KEYS)) more per key per run). Release: $REL_REPS runs of \`-n $MULTI_REL_N -r $MULTI_REL_KEYS\`, each on $MULTI_REL_KEYS freshly prefilled keys with 4 holders, one of them \`$OWNER\`, whose holding the call gives back (the rest of the calls hit a key where it was already given back)."
+  echo "The scripts are written from the documented algorithms of Redisson's RPermitExpirableSemaphore and RReadWriteLock (read side); see bench/README.md."
+  echo
+  echo "| operation | command | usec/call | ops/s | did the work |"
+  echo "|---|---|---:|---:|---:|"
+  row macq_limit "acquire: LIMIT lease" "LEASE.ACQUIRE ml:R o:R $LONG_TTL LIMIT $MULTI_LIMIT"
+  row macq_sem "acquire: Redisson-style expirable semaphore" "EVALSHA sem-acquire 1 rs:R o:R $LONG_TTL"
+  row macq_shared "acquire: SHARED lease" "LEASE.ACQUIRE ms:R o:R $LONG_TTL SHARED"
+  row macq_read "acquire: Redisson-style read lock" "EVALSHA read-acquire 1 rw:R $LONG_TTL o:R rw-writer"
+  row mrel_limit "release: LIMIT lease" "LEASE.RELEASE ml:R $OWNER"
+  row mrel_sem "release: Redisson-style expirable semaphore" "EVALSHA sem-release 1 rs:R $OWNER"
+  row mrel_shared "release: SHARED lease" "LEASE.RELEASE ms:R $OWNER"
+  row mrel_read "release: Redisson-style read lock" "EVALSHA read-release 1 rw:R $OWNER"
+  echo
+  echo "| ratio (server time per call) | value |"
+  echo "|---|---:|"
+  echo "| LIMIT acquire / semaphore script acquire | $(ratio "$(usec_per_call macq_limit)" "$(usec_per_call macq_sem)") |"
+  echo "| LIMIT release / semaphore script release | $(ratio "$(usec_per_call mrel_limit)" "$(usec_per_call mrel_sem)") |"
+  echo "| SHARED acquire / read-lock script acquire | $(ratio "$(usec_per_call macq_shared)" "$(usec_per_call macq_read)") |"
+  echo "| SHARED release / read-lock script release | $(ratio "$(usec_per_call mrel_shared)" "$(usec_per_call mrel_read)") |"
+  echo "| SHARED acquire / exclusive LEASE.ACQUIRE (part A) | $(ratio "$(usec_per_call macq_shared)" "$(usec_per_call acq_lease)") |"
+  echo
+  echo "After the acquire runs, \`ml:000000000007\` had $HOLDERS_AFTER holders: \`MEMORY USAGE\` $MEMUSAGE_LIMIT bytes, against $MEMUSAGE_SEM for the semaphore's counter and sorted set \`rs:000000000007\` (which hold the same number of permits only on average)."
   echo
   echo "## B. Blocking hand-off (bench/handoff.rs, same server)"
   echo

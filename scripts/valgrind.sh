@@ -34,6 +34,32 @@ for i in $(seq 1 200); do
   cli LEASE.INFO "k$i" >/dev/null
   if (( i % 2 )); then cli LEASE.RELEASE "k$i" "owner$i" >/dev/null; fi
 done
+# Counting and shared leases: holders, errors, fences, ended holders.
+for i in $(seq 1 50); do
+  for o in a b c; do cli LEASE.ACQUIRE "s$i" "$o" 60000 LIMIT 3 >/dev/null; done
+  cli LEASE.ACQUIRE "s$i" d 60000 LIMIT 3 >/dev/null
+  cli LEASE.ACQUIRE "s$i" d 60000 LIMIT 4 >/dev/null || true
+  cli LEASE.ACQUIRE "s$i" a 60000 LIMIT 3 >/dev/null
+  cli LEASE.RENEW "s$i" b 30000 >/dev/null
+  cli LEASE.INFO "s$i" >/dev/null
+  cli LEASE.RELEASE "s$i" b >/dev/null
+  r=$(cli LEASE.ACQUIRE "r$i" r1 60000 SHARED)
+  cli LEASE.ACQUIRE "r$i" r2 60000 SHARED >/dev/null
+  cli LEASE.ACQUIRE "r$i" w 60000 >/dev/null
+  cli LEASE.FENCE "r$i" "$r" GET "v$i" >/dev/null
+  cli LEASE.FENCE "r$i" "$r" SET "v$i" z >/dev/null || true
+  cli LEASE.ACQUIRE "e$i" x 1 LIMIT 2 >/dev/null
+done
+sleep 0.05
+for i in $(seq 1 50); do cli LEASE.ACQUIRE "e$i" y 60000 LIMIT 2 >/dev/null; done
+cli LEASE.ACQUIRE rw r 60000 SHARED >/dev/null
+cli LEASE.ACQUIRE rw w 1000 BLOCK 0 >/dev/null & W3=$!
+sleep 0.3
+cli LEASE.ACQUIRE rw r2 1000 SHARED BLOCK 50 >/dev/null
+cli LEASE.RELEASE rw r >/dev/null
+wait $W3
+cli COPY s2 s2copy >/dev/null
+cli --no-raw DUMP r2 >/dev/null
 cli LEASE.ACQUIRE bad "" 10 >/dev/null || true
 cli LEASE.ACQUIRE bad o 10 BLOCK x >/dev/null || true
 cli LEASE.FENCE k2 1 BLPOP x 0 >/dev/null || true

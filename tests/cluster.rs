@@ -128,4 +128,59 @@ both! {
         assert!(error_text(&e).starts_with("CROSSSLOT"), "{e}");
         assert_eq!(cluster.call(key, &["EXISTS", "x:{acct7}"]).unwrap(), Value::Int(0));
     }
+
+    fn counting_and_shared_leases_in_a_cluster(kind) {
+        let cluster = Cluster::start(kind, 3, 1);
+        let (sem, rd) = ("sem:{jobs}", "rd:{jobs}");
+        let slot = cluster.slot_of(sem);
+        let owner_port = cluster.master_of(slot).port;
+        let other = cluster.masters().into_iter().find(|m| m.port != owner_port).unwrap();
+        let mut wrong = cluster.node_by_port(other.port).conn();
+        let e = err(&mut wrong, &["LEASE.ACQUIRE", sem, "a", "60000", "LIMIT", "2"]);
+        assert!(e.starts_with("MOVED"), "{e}");
+        let ta = int(&cluster.ok(sem, &["LEASE.ACQUIRE", sem, "a", "60000", "LIMIT", "2"]));
+        let tb = int(&cluster.ok(sem, &["LEASE.ACQUIRE", sem, "b", "60000", "LIMIT", "2"]));
+        assert_eq!(cluster.ok(sem, &["LEASE.ACQUIRE", sem, "c", "60000", "LIMIT", "2"]), Value::Nil);
+        let tr = int(&cluster.ok(rd, &["LEASE.ACQUIRE", rd, "r", "60000", "SHARED"])).to_string();
+        // A reader's token: reads in the slot, CROSSSLOT outside it, no writes.
+        assert_eq!(cluster.ok(rd, &["LEASE.FENCE", rd, &tr, "GET", "x:{jobs}"]), Value::Nil);
+        let e = cluster.call(rd, &["LEASE.FENCE", rd, &tr, "GET", "x:other"]).expect_err("CROSSSLOT");
+        assert!(error_text(&e).starts_with("CROSSSLOT"), "{e}");
+        let e = cluster.call(rd, &["LEASE.FENCE", rd, &tr, "SET", "x:{jobs}", "1"]).expect_err("shared write");
+        assert!(error_text(&e).contains("SHARED holder"), "{e}");
+        // The slot's replica holds the same holders; after a failover the
+        // new master keeps them, and the next holder's token is larger.
+        let replica = cluster
+            .nodes
+            .iter()
+            .find(|n| {
+                let mut c = n.conn();
+                ok_text(&mut c, &["INFO", "replication"]).contains(&format!("master_port:{owner_port}"))
+            })
+            .expect("a replica of the slot's master");
+        let mut r = replica.conn();
+        let mut m = cluster.node_by_port(owner_port).conn();
+        assert!(wait_until(Duration::from_secs(10), || ok_text(&mut r, &["INFO", "replication"]).contains("master_link_status:up")));
+        assert_eq!(int(&ok(&mut m, &["WAIT", "1", "5000"])), 1);
+        ok(&mut r, &["READONLY"]);
+        let mut seen = Value::Nil;
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                seen = ok(&mut r, &["LEASE.INFO", sem]);
+                holders(&seen).iter().map(|h| h.0).collect::<Vec<_>>() == vec![ta, tb]
+            }),
+            "the replica shows {seen:?}"
+        );
+        ok(&mut r, &["CLUSTER", "FAILOVER"]);
+        assert!(
+            wait_until(Duration::from_secs(20), || cluster.master_of(slot).port == replica.port),
+            "the failover did not happen"
+        );
+        let v = cluster.ok(sem, &["LEASE.INFO", sem]);
+        assert_eq!(holders(&v).iter().map(|h| h.0).collect::<Vec<_>>(), vec![ta, tb]);
+        assert_eq!(int(&cluster.ok(sem, &["LEASE.RELEASE", sem, "a"])), 1);
+        let tc = int(&cluster.ok(sem, &["LEASE.ACQUIRE", sem, "c", "60000", "LIMIT", "2"]));
+        assert!(tc > tb, "{tc} after {tb}");
+        assert_eq!(int(&cluster.ok(rd, &["LEASE.RENEW", rd, "r", "60000"])), 1);
+    }
 }

@@ -58,7 +58,52 @@ fn monitored(s: &Server, f: impl FnOnce()) -> String {
     seen
 }
 
+/// LIMIT and SHARED holdings of `OWNER`: acquire, re-acquire, renew,
+/// release, and one holder that ends and is dropped by the master.
+fn holder_calls(c: &mut redis::Connection) {
+    for (key, opts) in [("sem", &["LIMIT", "3"][..]), ("rd", &["SHARED"])] {
+        let t = acquire_opts(c, key, OWNER, "60000", opts).unwrap();
+        assert_eq!(acquire_opts(c, key, OWNER, "60000", opts), Some(t));
+        assert_eq!(int(&ok(c, &["LEASE.RENEW", key, OWNER, "30000"])), 1);
+        assert_eq!(int(&ok(c, &["LEASE.RELEASE", key, OWNER])), 1);
+        acquire_opts(c, key, OWNER, "60000", opts).unwrap();
+    }
+    let brief = format!("{OWNER}-brief");
+    acquire_opts(c, "sem", &brief, "1", &["LIMIT", "3"]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    acquire_opts(c, "sem", "other", "60000", &["LIMIT", "3"]).unwrap(); // drops brief
+}
+
 both! {
+    fn the_owner_of_a_holding_stays_out_of_slowlog_and_monitor(kind) {
+        let master = Server::start(kind);
+        let replica = replica_of(kind, &master);
+        let mut m = master.conn();
+        let mut r = replica.conn();
+        ok(&mut r, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+        ok(&mut m, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+        let shown = monitored(&replica, || {
+            holder_calls(&mut m);
+            ok(&mut m, &["WAIT", "1", "5000"]);
+            ok(&mut r, &["PING"]);
+        });
+        assert!(shown.to_lowercase().contains("lease.hold"), "the replica applied LEASE.HOLD:\n{shown}");
+        assert!(shown.to_lowercase().contains("lease.drop"), "and LEASE.DROP:\n{shown}");
+        assert!(!shown.contains(OWNER), "the replica's MONITOR shows the owner:\n{shown}");
+        for (who, c) in [("master", &mut m), ("replica", &mut r)] {
+            let log = slowlog_text(c);
+            assert!(!log.contains(OWNER), "{who}'s SLOWLOG shows the owner: {log}");
+        }
+        assert!(slowlog_text(&mut r).to_lowercase().contains("lease.hold"));
+        // The owner reached the replica intact: promoted, it renews.
+        ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+        for key in ["sem", "rd"] {
+            assert_eq!(int(&ok(&mut r, &["LEASE.RENEW", key, OWNER, "60000"])), 1, "{key}");
+        }
+        let brief = format!("{OWNER}-brief");
+        assert_eq!(int(&ok(&mut r, &["LEASE.RENEW", "sem", &brief, "60000"])), 0, "dropped");
+    }
+
     fn slowlog_and_monitor_show_no_owner(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

@@ -1,7 +1,9 @@
 //! Robustness (SPEC S4): RESTORE of thousands of mutated DUMP payloads (with
-//! a correct checksum, so the module's own loader sees them) never crashes
-//! or corrupts the server; memory returns to its baseline after 100k
-//! acquire/release/fence cycles, 100k timed-out waits and 100k renewals.
+//! a correct checksum, so the module's own loader sees them), of exclusive
+//! leases (record version 1) and of counting and shared ones (version 2),
+//! never crashes or corrupts the server; memory returns to its baseline
+//! after 100k acquire/release/fence cycles, 100k timed-out waits and 100k
+//! renewals, and after 50k cycles of holders coming and going.
 mod common;
 use common::*;
 
@@ -57,7 +59,117 @@ fn mutate(body: &mut Vec<u8>, rng: &mut Rng) {
     }
 }
 
+/// RESTOREs 3000 mutations of `payload` as key `m`: none may crash the
+/// server, what loads is a usable lease, most are refused. Returns how
+/// many loaded.
+fn restore_mutations(
+    s: &mut Server,
+    c: &mut redis::Connection,
+    payload: &[u8],
+    seed: u64,
+) -> usize {
+    let mut rng = Rng(seed);
+    let (mut loaded, mut refused) = (0, 0);
+    for round in 0..3000 {
+        let bad = edit_payload(payload, |b| {
+            for _ in 0..1 + rng.below(3) {
+                mutate(b, &mut rng);
+            }
+        });
+        match call(c, &[b"RESTORE", b"m", b"600000", &bad, b"REPLACE"]) {
+            Ok(_) => {
+                loaded += 1;
+                // Whatever was accepted is a usable lease.
+                match call(c, &[b"LEASE.INFO", b"m"]) {
+                    Ok(Value::Array(_)) | Ok(Value::Nil) => {}
+                    other => panic!("round {round}: restored value unusable: {other:?}"),
+                }
+                let _ = call(c, &[b"LEASE.ACQUIRE", b"m", b"probe", b"1000", b"SHARED"]);
+                let _ = call(
+                    c,
+                    &[b"LEASE.ACQUIRE", b"m", b"probe", b"1000", b"LIMIT", b"3"],
+                );
+                let _ = call(c, &[b"LEASE.RELEASE", b"m", b"probe"]);
+                ok(c, &["DEL", "m"]);
+            }
+            Err(e) => {
+                refused += 1;
+                assert!(!error_text(&e).is_empty());
+            }
+        }
+        if round % 500 == 0 {
+            assert_eq!(ok(c, &["PING"]), Value::SimpleString("PONG".into()));
+        }
+    }
+    assert!(s.is_alive(), "the server died");
+    assert!(
+        refused > 2000,
+        "mutations were mostly refused: {refused} refused, {loaded} loaded"
+    );
+    loaded
+}
+
 both! {
+    fn mutated_multi_record_payloads_never_crash_or_corrupt(kind) {
+        let mut s = Server::start(kind);
+        let mut c = s.conn();
+        int(&ok(&mut c, &["LEASE.ACQUIRE", "template", "t", "60000"]));
+        let template = dump_payload(&mut c, "template");
+        let now = now_ms();
+        let t = info_int(&mut c, "lease_last_token") as u64;
+        // Uncompressed records, so the mutations hit their fields.
+        let limit = module_payload(&template, &multi_record(3, &[(b"a", t + 1, now + 60_000), (b"b\0", t + 2, now + 50_000), (b"c", t + 5, now + 40_000)]));
+        let readers = module_payload(&template, &multi_record(0, &[(b"r1", t + 7, now + 60_000), (b"r2", t + 9, now + 30_000)]));
+        for (i, payload) in [limit, readers].iter().enumerate() {
+            assert_eq!(call(&mut c, &[b"RESTORE", b"good", b"0", payload, b"REPLACE"]).unwrap(), Value::Okay);
+            restore_mutations(&mut s, &mut c, payload, 0x51ed_270b_2719_9a3d + i as u64);
+        }
+        // A real DUMP of a multi key (the server may compress it) too.
+        for o in ["x", "y"] {
+            ok(&mut c, &["LEASE.ACQUIRE", "sem", o, "60000", "LIMIT", "4"]);
+        }
+        let real = dump_payload(&mut c, "sem");
+        restore_mutations(&mut s, &mut c, &real, 0x2545_f491_4f6c_dd1d);
+        assert!(field(&ok(&mut c, &["LEASE.INFO", "sem"]), "holders").is_some());
+        ok(&mut c, &["DEBUG", "RELOAD"]);
+        assert_eq!(int(&ok(&mut c, &["DBSIZE"])), 3);
+    }
+
+    fn memory_returns_to_its_baseline_with_holders_coming_and_going(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let cycles = |c: &mut redis::Connection, n: usize| {
+            for round in 0..n / 1000 {
+                let mut p = redis::pipe();
+                for i in 0..1000 {
+                    let (key, mode): (String, &[&str]) = if i % 2 == 0 { (format!("sem{}", i % 100), &["LIMIT", "500"]) } else { (format!("rd{}", i % 100), &["SHARED"]) };
+                    p.cmd("LEASE.ACQUIRE").arg(&key).arg(format!("o{round}-{i}")).arg(60000).arg(mode);
+                }
+                let tokens: Vec<Option<i64>> = p.query(c).unwrap();
+                let mut p = redis::pipe();
+                for (i, t) in tokens.iter().enumerate() {
+                    let key = if i % 2 == 0 { format!("sem{}", i % 100) } else { format!("rd{}", i % 100) };
+                    let owner = format!("o{round}-{i}");
+                    let t = t.expect("a place");
+                    p.cmd("LEASE.FENCE").arg(&key).arg(t).ignore();
+                    p.cmd("LEASE.FENCE").arg(&key).arg(t).arg("GET").arg("nothing").ignore();
+                    p.cmd("LEASE.RENEW").arg(&key).arg(&owner).arg(60000).ignore();
+                    if i % 10 == 0 {
+                        p.cmd("LEASE.INFO").arg(&key).ignore();
+                    }
+                    p.cmd("LEASE.RELEASE").arg(&key).arg(&owner).ignore();
+                }
+                p.query::<()>(c).unwrap();
+            }
+        };
+        cycles(&mut c, 5_000);
+        let baseline = used_memory(&mut c);
+        cycles(&mut c, 50_000);
+        let after = used_memory(&mut c);
+        assert_eq!(int(&ok(&mut c, &["DBSIZE"])), 0, "every holder left");
+        assert!(after - baseline < 256 * 1024, "memory grew by {} bytes (baseline {baseline}, after {after})", after - baseline);
+    }
+
     fn mutated_restore_payloads_never_crash_or_corrupt(kind) {
         let mut s = Server::start(kind);
         let mut c = s.conn();

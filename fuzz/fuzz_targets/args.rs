@@ -10,7 +10,8 @@ use redis_lease::lease::args::{
 };
 use redis_lease::lease::clock::{MAX_TOKEN, TokenClock};
 use redis_lease::lease::config::parse_module_args;
-use redis_lease::lease::{Lease, LeaseError, decide, fence};
+use redis_lease::lease::multi::{self, Decision, Held, MAX_LIMIT, MIN_LIMIT, Multi, MultiMode};
+use redis_lease::lease::{Holder, Lease, LeaseError, Mode, decide, fence};
 
 /// An error reply must be one line starting with an upper-case code.
 fn check_error(e: &LeaseError) {
@@ -37,9 +38,26 @@ fuzz_target!(|data: &[u8]| {
                     if let Some(t) = opts.block_ms {
                         assert!(t >= 0);
                     }
+                    if let Mode::Limit(n) = opts.mode {
+                        assert!((MIN_LIMIT..=MAX_LIMIT).contains(&n));
+                    }
                     let mut clock = TokenClock::new();
                     let now = 1_800_000_000_000;
                     let current = Lease { owner: b"holder".as_slice().into(), token: 5, deadline_ms: now + 10 };
+                    // The mode against every kind of key: a decision or an
+                    // error; a new holder only where there is room.
+                    let holder = Holder { owner: b"holder".as_slice().into(), token: 5, deadline_ms: now + 10 };
+                    let full = Multi::with(MultiMode::Limit(2), holder.clone());
+                    let readers = Multi::with(MultiMode::Shared, holder);
+                    for held in [Held::Free, Held::Exclusive(&current), Held::Multi(&full), Held::Multi(&readers)] {
+                        for ahead in [false, true] {
+                            match multi::acquire(held, opts.mode, owner, ahead, now) {
+                                Ok(Decision::New) => assert!(!ahead),
+                                Ok(_) => {}
+                                Err(e) => check_error(&e),
+                            }
+                        }
+                    }
                     let _ = decide::acquire(Some(&current), owner, ttl, now, &mut clock);
                     let _ = decide::acquire(None, owner, ttl, now, &mut clock).map(|a| {
                         if let decide::Acquire::Created(l) = a {
@@ -70,8 +88,13 @@ fuzz_target!(|data: &[u8]| {
         }
         4 => {
             let flags: Vec<String> = args[1..].iter().map(|f| String::from_utf8_lossy(f).into_owned()).collect();
-            if let Err(e) = fence::check_inner(arg(0), &flags) {
+            let inner: Vec<&[u8]> = args[1..].to_vec();
+            if let Err(e) = fence::check_inner(arg(0), &flags, &inner) {
                 check_error(&e);
+            }
+            match fence::check_shared(arg(0), &flags) {
+                Ok(()) => assert!(!flags.iter().any(|f| f.eq_ignore_ascii_case("write"))),
+                Err(e) => check_error(&e),
             }
             let _ = fence::key_slot(arg(0));
             assert!(fence::key_slot(arg(0)) < 16384);

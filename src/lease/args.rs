@@ -3,6 +3,7 @@
 
 use super::clock::MAX_TOKEN;
 use super::error::LeaseError;
+use super::multi::{MAX_LIMIT, MIN_LIMIT, Mode, MultiMode};
 
 /// Longest owner id, in bytes.
 pub const MAX_OWNER_LEN: usize = 256;
@@ -62,15 +63,27 @@ pub fn parse_unix_ms(arg: &[u8], what: &'static str) -> Result<i64, LeaseError> 
     parse_in_range(arg, what, 1, i64::MAX / 2)
 }
 
+/// `LIMIT n`: 2..=100000 (`LIMIT 1` is an exclusive lease, written
+/// without `LIMIT`).
+pub fn parse_limit(arg: &[u8]) -> Result<u32, LeaseError> {
+    let n = parse_i64(arg).ok_or(LeaseError::NotInteger("LIMIT"))?;
+    if n == 1 {
+        return Err(LeaseError::LimitOne);
+    }
+    parse_in_range(arg, "LIMIT", MIN_LIMIT as i64, MAX_LIMIT as i64).map(|n| n as u32)
+}
+
 /// The options after `LEASE.ACQUIRE key owner ttl-ms`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct AcquireOptions {
     /// `BLOCK timeout-ms`: `Some(0)` waits forever.
     pub block_ms: Option<i64>,
+    /// `LIMIT n`, `SHARED`, or neither (exclusive).
+    pub mode: Mode,
 }
 
 /// Parses the options of LEASE.ACQUIRE (case-insensitive names, each at
-/// most once).
+/// most once; `LIMIT` and `SHARED` exclude each other).
 pub fn parse_acquire_options(opts: &[&[u8]]) -> Result<AcquireOptions, LeaseError> {
     let mut out = AcquireOptions::default();
     let mut i = 0;
@@ -83,11 +96,40 @@ pub fn parse_acquire_options(opts: &[&[u8]]) -> Result<AcquireOptions, LeaseErro
             let value = opts.get(i + 1).ok_or(LeaseError::MissingValue("BLOCK"))?;
             out.block_ms = Some(parse_timeout(value)?);
             i += 2;
+        } else if name.eq_ignore_ascii_case(b"LIMIT") {
+            match out.mode {
+                Mode::Limit(_) => return Err(LeaseError::RepeatedOption("LIMIT")),
+                Mode::Shared => return Err(LeaseError::ExclusiveOptions("LIMIT", "SHARED")),
+                Mode::Exclusive => {}
+            }
+            let value = opts.get(i + 1).ok_or(LeaseError::MissingValue("LIMIT"))?;
+            out.mode = Mode::Limit(parse_limit(value)?);
+            i += 2;
+        } else if name.eq_ignore_ascii_case(b"SHARED") {
+            match out.mode {
+                Mode::Shared => return Err(LeaseError::RepeatedOption("SHARED")),
+                Mode::Limit(_) => return Err(LeaseError::ExclusiveOptions("LIMIT", "SHARED")),
+                Mode::Exclusive => {}
+            }
+            out.mode = Mode::Shared;
+            i += 1;
         } else {
             return Err(LeaseError::UnknownOption(printable(name)));
         }
     }
     Ok(out)
+}
+
+/// The mode words of `LEASE.HOLD`: `LIMIT n` or `SHARED`.
+pub fn parse_hold_mode(words: &[&[u8]]) -> Result<MultiMode, LeaseError> {
+    match words {
+        [w] if w.eq_ignore_ascii_case(b"SHARED") => Ok(MultiMode::Shared),
+        [w, n] if w.eq_ignore_ascii_case(b"LIMIT") => Ok(MultiMode::Limit(parse_limit(n)?)),
+        [w, ..] if !w.eq_ignore_ascii_case(b"LIMIT") && !w.eq_ignore_ascii_case(b"SHARED") => {
+            Err(LeaseError::UnknownOption(printable(w)))
+        }
+        _ => Err(LeaseError::Arity("lease.hold")),
+    }
 }
 
 /// A client-supplied name made safe to echo in an error line: printable
@@ -180,7 +222,8 @@ mod tests {
         assert_eq!(
             parse_acquire_options(&[b"block", b"100"]),
             Ok(AcquireOptions {
-                block_ms: Some(100)
+                block_ms: Some(100),
+                mode: Mode::Exclusive,
             })
         );
         assert_eq!(
@@ -199,6 +242,72 @@ mod tests {
             parse_acquire_options(&[b"BLOCK", b"soon"]),
             Err(LeaseError::NotInteger("timeout-ms"))
         );
+    }
+
+    #[test]
+    fn limit_and_shared_options() {
+        let mode = |opts: &[&[u8]]| parse_acquire_options(opts).map(|o| o.mode);
+        assert_eq!(mode(&[b"LIMIT", b"3"]), Ok(Mode::Limit(3)));
+        assert_eq!(mode(&[b"limit", b"100000"]), Ok(Mode::Limit(100_000)));
+        assert_eq!(mode(&[b"shared"]), Ok(Mode::Shared));
+        assert_eq!(
+            parse_acquire_options(&[b"SHARED", b"BLOCK", b"5"]),
+            Ok(AcquireOptions {
+                block_ms: Some(5),
+                mode: Mode::Shared
+            })
+        );
+        assert_eq!(
+            parse_acquire_options(&[b"BLOCK", b"0", b"LIMIT", b"2"]).map(|o| o.mode),
+            Ok(Mode::Limit(2))
+        );
+        assert_eq!(mode(&[b"LIMIT", b"1"]), Err(LeaseError::LimitOne));
+        for bad in [&b"0"[..], b"-3", b"100001"] {
+            assert_eq!(
+                mode(&[b"LIMIT", bad]),
+                Err(LeaseError::OutOfRange {
+                    what: "LIMIT",
+                    min: 2,
+                    max: 100_000
+                })
+            );
+        }
+        assert_eq!(
+            mode(&[b"LIMIT", b"two"]),
+            Err(LeaseError::NotInteger("LIMIT"))
+        );
+        assert_eq!(mode(&[b"LIMIT"]), Err(LeaseError::MissingValue("LIMIT")));
+        assert_eq!(
+            mode(&[b"LIMIT", b"2", b"LIMIT", b"2"]),
+            Err(LeaseError::RepeatedOption("LIMIT"))
+        );
+        assert_eq!(
+            mode(&[b"SHARED", b"SHARED"]),
+            Err(LeaseError::RepeatedOption("SHARED"))
+        );
+        assert_eq!(
+            mode(&[b"LIMIT", b"2", b"SHARED"]),
+            Err(LeaseError::ExclusiveOptions("LIMIT", "SHARED"))
+        );
+        assert_eq!(
+            mode(&[b"SHARED", b"LIMIT", b"2"]),
+            Err(LeaseError::ExclusiveOptions("LIMIT", "SHARED"))
+        );
+        assert!(LeaseError::LimitOne.to_string().contains("leave LIMIT out"));
+    }
+
+    #[test]
+    fn hold_modes() {
+        assert_eq!(parse_hold_mode(&[b"SHARED"]), Ok(MultiMode::Shared));
+        assert_eq!(parse_hold_mode(&[b"LIMIT", b"7"]), Ok(MultiMode::Limit(7)));
+        assert!(parse_hold_mode(&[b"LIMIT", b"1"]).is_err());
+        assert!(parse_hold_mode(&[b"LIMIT"]).is_err());
+        assert!(parse_hold_mode(&[b"SHARED", b"x"]).is_err());
+        assert!(matches!(
+            parse_hold_mode(&[b"NX"]),
+            Err(LeaseError::UnknownOption(_))
+        ));
+        assert!(parse_hold_mode(&[]).is_err());
     }
 
     #[test]

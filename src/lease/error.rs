@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use super::multi::Mode;
+
 /// What a malformed or refused call gets back. Each variant names the problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseError {
@@ -27,6 +29,16 @@ pub enum LeaseError {
     RepeatedOption(&'static str),
     /// An option that needs a value came last.
     MissingValue(&'static str),
+    /// Two options that exclude each other (`LIMIT` and `SHARED`).
+    ExclusiveOptions(&'static str, &'static str),
+    /// `LIMIT 1`: an exclusive lease is asked for without `LIMIT`.
+    LimitOne,
+    /// An acquire whose mode does not fit how the key is held: a `LIMIT`
+    /// other than the key's, or `LIMIT` against exclusive or shared and
+    /// the reverse.
+    ModeMismatch { held: Mode, asked: Mode },
+    /// A holder asking again in another mode (exclusive vs `SHARED`).
+    HolderMode { held: Mode, asked: Mode },
     /// The key holds a value of another type.
     WrongType,
     /// The fencing token is not the token of the lease held right now.
@@ -72,6 +84,22 @@ impl fmt::Display for LeaseError {
             LeaseError::UnknownOption(opt) => write!(f, "ERR unknown option '{opt}'"),
             LeaseError::RepeatedOption(opt) => write!(f, "ERR option {opt} given more than once"),
             LeaseError::MissingValue(opt) => write!(f, "ERR option {opt} needs a value"),
+            LeaseError::ExclusiveOptions(a, b) => {
+                write!(f, "ERR options {a} and {b} cannot be given together")
+            }
+            LeaseError::LimitOne => write!(
+                f,
+                "ERR LIMIT 1 is an exclusive lease: leave LIMIT out (LIMIT must be 2..{})",
+                crate::lease::multi::MAX_LIMIT
+            ),
+            LeaseError::ModeMismatch { held, asked } => write!(
+                f,
+                "ERR the key is held with {held}, this acquire asks for {asked}"
+            ),
+            LeaseError::HolderMode { held, asked } => write!(
+                f,
+                "ERR this owner holds the key with {held} and asks for {asked}: release it first"
+            ),
             LeaseError::WrongType => write!(
                 f,
                 "WRONGTYPE Operation against a key holding the wrong kind of value"
@@ -128,6 +156,16 @@ mod tests {
             LeaseError::UnknownOption("FOO".into()),
             LeaseError::RepeatedOption("BLOCK"),
             LeaseError::MissingValue("BLOCK"),
+            LeaseError::ExclusiveOptions("LIMIT", "SHARED"),
+            LeaseError::LimitOne,
+            LeaseError::ModeMismatch {
+                held: Mode::Limit(3),
+                asked: Mode::Shared,
+            },
+            LeaseError::HolderMode {
+                held: Mode::Shared,
+                asked: Mode::Exclusive,
+            },
             LeaseError::WrongType,
             LeaseError::Stale,
             LeaseError::TokensExhausted,

@@ -61,6 +61,18 @@ pub fn check_inner(name: &[u8], flags: &[String], args: &[&[u8]]) -> Result<(), 
     Ok(())
 }
 
+/// A `SHARED` holder's valid token fences reads only: an inner command
+/// flagged `write` is refused (nothing runs).
+pub fn check_shared(name: &[u8], flags: &[String]) -> Result<(), LeaseError> {
+    if flags.iter().any(|f| f.eq_ignore_ascii_case("write")) {
+        return Err(LeaseError::FenceRefused(
+            printable(name).to_ascii_lowercase(),
+            "a SHARED holder's token cannot fence a write command",
+        ));
+    }
+    Ok(())
+}
+
 /// CRC16 (XMODEM), as Redis Cluster uses for key slots.
 fn crc16(bytes: &[u8]) -> u16 {
     let mut crc: u16 = 0;
@@ -151,6 +163,16 @@ mod tests {
         assert!(e.to_string().contains("blocking"), "{e}");
         let e = check_inner(b"subscribe", &["pubsub".into(), "noscript".into()], &[]).unwrap_err();
         assert!(e.to_string().contains("scripts"), "{e}");
+    }
+
+    #[test]
+    fn a_shared_token_fences_reads_only() {
+        let e = check_shared(b"HSET", &["write".into(), "denyoom".into()]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "ERR LEASE.FENCE cannot run 'hset': a SHARED holder's token cannot fence a write command"
+        );
+        assert!(check_shared(b"HGET", &["readonly".into(), "fast".into()]).is_ok());
     }
 
     #[test]

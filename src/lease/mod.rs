@@ -9,6 +9,7 @@ pub mod decide;
 pub mod error;
 pub mod fence;
 pub mod grace;
+pub mod multi;
 pub mod record;
 pub mod waitq;
 
@@ -16,4 +17,5 @@ pub mod waitq;
 mod model;
 
 pub use error::LeaseError;
-pub use record::Lease;
+pub use multi::{Holder, Mode, Multi, MultiMode};
+pub use record::{Lease, Record, RecordMut, RecordRef};

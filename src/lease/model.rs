@@ -1,11 +1,14 @@
 //! A randomized model test of the pure core. Random sequences of acquire
-//! (with and without BLOCK), renew, release, fence, info and the passing of
-//! time (expiries, hand-offs, BLOCK timeouts) run against two things:
+//! (exclusive, `LIMIT 2`, `LIMIT 3` and `SHARED`, with and without BLOCK),
+//! renew, release, fence, info and the passing of time (expiries,
+//! hand-offs, BLOCK timeouts) run against two things:
 //!
-//! - the core as the module composes it (`decide`, `TokenClock`,
-//!   `WaitRegistry::grant`/`take_timed_out`), and
-//! - a plain reference model written here from the contract (SPEC S1, S2),
-//!   with vectors and linear scans,
+//! - the core as the module composes it (`decide` for exclusive leases,
+//!   `multi` for counting and shared ones, `TokenClock`,
+//!   `WaitRegistry::grant_next`/`take_timed_out`, lazy pruning of ended
+//!   holders), and
+//! - a plain reference model written here from the contract (SPEC S1, S2,
+//!   S8), with vectors and linear scans,
 //!
 //! and every answer must agree. Each sequence has its own seed, printed on
 //! failure; `LEASE_MODEL_SEED=<seed>` replays one sequence.
@@ -17,17 +20,19 @@ use rand::{RngExt, SeedableRng};
 
 use super::clock::TokenClock;
 use super::decide::{self, Acquire};
-use super::record::Lease;
-use super::waitq::WaitRegistry;
+use super::multi::{self, Decision, Held, Holder, Mode, Multi};
+use super::record::{Lease, Record, RecordRef};
+use super::waitq::{Step, WaitRegistry};
 
-const KEYS: [&[u8]; 3] = [b"a", b"b", b"c"];
-const OWNERS: [&[u8]; 3] = [b"o1", b"o2", b"o3"];
+const KEYS: usize = 4;
+const OWNERS: [&[u8]; 5] = [b"o1", b"o2", b"o3", b"o4", b"o5"];
 
 #[derive(Debug, Clone)]
 enum Op {
     Acquire {
         key: usize,
         owner: usize,
+        mode: Mode,
         ttl: i64,
         /// `Some(0)` waits forever.
         block: Option<i64>,
@@ -41,9 +46,11 @@ enum Op {
         key: usize,
         owner: usize,
     },
-    /// A fence check with the key's current token, or that token minus `off`.
+    /// A fence check with one of the last tokens issued on the key (`pick`),
+    /// or that token minus `off`.
     Fence {
         key: usize,
+        pick: usize,
         off: u64,
     },
     Info {
@@ -55,25 +62,58 @@ enum Op {
     },
 }
 
+/// LEASE.INFO as compared: mode and limit (none for exclusive), token, ttl,
+/// waiters, and (token, ttl) per holder (multi only).
+type InfoAnswer = (
+    Option<(&'static str, u32)>,
+    u64,
+    i64,
+    usize,
+    Vec<(u64, i64)>,
+);
+
 /// What a call answers; a blocked acquire answers later, by its id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Answer {
     Token(Option<u64>),
+    Error(String),
     Blocked(u32),
     Int(i64),
-    Fence(bool),
-    Info(Option<(u64, i64, usize)>),
+    /// `Some(shared)` when the token is valid.
+    Fence(Option<bool>),
+    Info(Option<InfoAnswer>),
     None,
 }
 
+/// Each key leans to one way of use, so that holders pile up, with the
+/// other modes mixed in (contention and refusals).
+fn random_mode(rng: &mut StdRng, key: usize) -> Mode {
+    let r = rng.random_range(0..100);
+    let any = |r: i32| match r % 4 {
+        0 => Mode::Exclusive,
+        1 => Mode::Limit(2),
+        2 => Mode::Limit(3),
+        _ => Mode::Shared,
+    };
+    match key {
+        0 if r < 85 => Mode::Exclusive,
+        1 if r < 85 => Mode::Limit(3),
+        // A read/write lock: readers and writers.
+        2 if r < 55 => Mode::Shared,
+        2 if r < 95 => Mode::Exclusive,
+        _ => any(r),
+    }
+}
+
 fn random_op(rng: &mut StdRng) -> Op {
-    let key = rng.random_range(0..KEYS.len());
+    let key = rng.random_range(0..KEYS);
     let owner = rng.random_range(0..OWNERS.len());
     let ttl = rng.random_range(1..=20);
     match rng.random_range(0..100) {
-        0..=34 => Op::Acquire {
+        0..=39 => Op::Acquire {
             key,
             owner,
+            mode: random_mode(rng, key),
             ttl,
             block: match rng.random_range(0..3) {
                 0 => None,
@@ -81,13 +121,14 @@ fn random_op(rng: &mut StdRng) -> Op {
                 _ => Some(rng.random_range(1..=30)),
             },
         },
-        35..=49 => Op::Renew { key, owner, ttl },
-        50..=62 => Op::Release { key, owner },
-        63..=72 => Op::Fence {
+        40..=52 => Op::Renew { key, owner, ttl },
+        53..=66 => Op::Release { key, owner },
+        67..=74 => Op::Fence {
             key,
+            pick: rng.random_range(0..4),
             off: rng.random_range(0..2),
         },
-        73..=79 => Op::Info { key },
+        75..=81 => Op::Info { key },
         _ => Op::Advance {
             ms: rng.random_range(1..=8),
         },
@@ -95,19 +136,30 @@ fn random_op(rng: &mut StdRng) -> Op {
 }
 
 /// The answers each system gives to the blocked acquires, by id, in the
-/// order they came.
-type Late = Vec<(u32, Option<u64>)>;
+/// order they came: a token, or an error's text.
+type Late = Vec<(u32, Result<u64, String>)>;
 
-/// The core, composed as the module composes it.
+/// The token a fence op checks: one of the last four tokens issued on the
+/// key (the same in both systems: their clocks agree), or 1.
+fn fence_token(issued: &[u64], pick: usize, off: u64) -> u64 {
+    if issued.is_empty() {
+        return 1;
+    }
+    let back = pick % issued.len().min(4);
+    issued[issued.len() - 1 - back].saturating_sub(off).max(1)
+}
+
+/// The core, composed as the module composes it (src/module/commands.rs
+/// and waiters.rs).
 struct Core {
     now: i64,
-    keys: HashMap<usize, Lease>,
+    keys: HashMap<usize, Record>,
     clock: TokenClock,
     reg: WaitRegistry<u32, ()>,
     next_id: u32,
     late: Late,
     /// Every token issued per key, to check they strictly increase.
-    issued: HashMap<usize, u64>,
+    issued: HashMap<usize, Vec<u64>>,
 }
 
 impl Core {
@@ -124,27 +176,202 @@ impl Core {
     }
 
     fn slot(key: usize) -> (i32, Vec<u8>) {
-        (0, KEYS[key].to_vec())
+        (0, vec![b'a' + key as u8])
     }
 
     fn note_issued(&mut self, key: usize, token: u64) {
-        let prev = self.issued.insert(key, token).unwrap_or(0);
+        let all = self.issued.entry(key).or_default();
+        let prev = all.last().copied().unwrap_or(0);
         assert!(token > prev, "token {token} on key {key} after {prev}");
+        all.push(token);
     }
 
-    /// The module's `waiters::serve` on a key found free.
-    fn serve(&mut self, key: usize) {
-        if let Some(Ok(g)) = self.reg.grant(&Self::slot(key), self.now, &mut self.clock) {
-            self.note_issued(key, g.lease.token);
-            for w in &g.waiters {
-                self.late.push((w.handle, Some(g.lease.token)));
+    fn held(&self, key: usize) -> Held<'_> {
+        Held::of(self.keys.get(&key).map(|r| r.as_ref()), self.now)
+    }
+
+    /// The effects layer's `prune`: drops the holders of a multi record
+    /// whose deadline has passed (the key goes with the last one).
+    fn prune(&mut self, key: usize) {
+        if let Some(Record::Multi(m)) = self.keys.get_mut(&key) {
+            m.take_ended(self.now);
+            if m.is_empty() {
+                self.keys.remove(&key);
             }
-            self.keys.insert(key, g.lease);
         }
     }
 
-    fn free(&self, key: usize) -> bool {
-        decide::live(self.keys.get(&key), self.now).is_none()
+    /// Stores a new holder in `mode` (the effects layer's `create` for an
+    /// exclusive lease, `add_holder` for a multi record).
+    fn store_new(&mut self, key: usize, mode: Mode, owner: &[u8], token: u64, deadline_ms: i64) {
+        self.note_issued(key, token);
+        let owner: Box<[u8]> = owner.into();
+        let holder = Holder {
+            owner: owner.clone(),
+            token,
+            deadline_ms,
+        };
+        match (mode.multi(), self.keys.get_mut(&key)) {
+            (None, _) => {
+                self.keys.insert(
+                    key,
+                    Record::Exclusive(Lease {
+                        owner,
+                        token,
+                        deadline_ms,
+                    }),
+                );
+            }
+            (Some(mm), Some(Record::Multi(m))) if m.mode() == mm => {
+                m.put(holder);
+            }
+            (Some(mm), _) => {
+                self.keys
+                    .insert(key, Record::Multi(Multi::with(mm, holder)));
+            }
+        }
+    }
+
+    fn extend(&mut self, key: usize, owner: &[u8], deadline_ms: i64) {
+        match self.keys.get_mut(&key) {
+            Some(Record::Exclusive(l)) => l.deadline_ms = deadline_ms,
+            Some(Record::Multi(m)) => assert!(m.set_deadline(owner, deadline_ms)),
+            None => panic!("nothing to extend on key {key}"),
+        }
+    }
+
+    /// The module's `waiters::serve`: prune, then one step at a time.
+    fn serve(&mut self, key: usize) {
+        self.prune(key);
+        for _ in 0..100 {
+            let held = Held::of(self.keys.get(&key).map(|r| r.as_ref()), self.now);
+            let Some(step) = self
+                .reg
+                .grant_next(&Self::slot(key), held, self.now, &mut self.clock)
+            else {
+                return;
+            };
+            match step {
+                Step::Grant {
+                    mode,
+                    owner,
+                    token,
+                    deadline_ms,
+                    waiters,
+                    refused,
+                } => {
+                    self.store_new(key, mode, &owner, token, deadline_ms);
+                    self.late
+                        .extend(waiters.iter().map(|w| (w.handle, Ok(token))));
+                    self.late.extend(
+                        refused
+                            .into_iter()
+                            .map(|(w, e)| (w.handle, Err(e.to_string()))),
+                    );
+                }
+                Step::Reacquired {
+                    owner,
+                    token,
+                    deadline_ms,
+                    waiters,
+                    refused,
+                } => {
+                    self.extend(key, &owner, deadline_ms);
+                    self.late
+                        .extend(waiters.iter().map(|w| (w.handle, Ok(token))));
+                    self.late.extend(
+                        refused
+                            .into_iter()
+                            .map(|(w, e)| (w.handle, Err(e.to_string()))),
+                    );
+                }
+                Step::Refused { waiter, error } => {
+                    self.late.push((waiter.handle, Err(error.to_string())));
+                }
+            }
+        }
+        panic!("serve did not settle");
+    }
+
+    fn waiting(&self, key: usize) -> usize {
+        self.reg.len(&Self::slot(key))
+    }
+
+    fn block_or_null(
+        &mut self,
+        key: usize,
+        owner: usize,
+        mode: Mode,
+        ttl: i64,
+        block: Option<i64>,
+    ) -> Answer {
+        match block {
+            Some(timeout) => {
+                let id = self.next_id;
+                self.next_id += 1;
+                let at = (timeout > 0).then(|| self.now + timeout);
+                self.reg
+                    .push(Self::slot(key), id, OWNERS[owner], mode, ttl, at);
+                Answer::Blocked(id)
+            }
+            None => Answer::Token(None),
+        }
+    }
+
+    fn acquire(
+        &mut self,
+        key: usize,
+        owner: usize,
+        mode: Mode,
+        ttl: i64,
+        block: Option<i64>,
+    ) -> Answer {
+        let serve_first = self.waiting(key) > 0
+            && match self.keys.get(&key) {
+                Some(Record::Exclusive(l)) => !l.is_live(self.now),
+                _ => true,
+            };
+        if serve_first {
+            self.serve(key);
+        }
+        let exclusive_path =
+            mode == Mode::Exclusive && !matches!(self.keys.get(&key), Some(Record::Multi(_)));
+        if exclusive_path {
+            let current = match self.keys.get(&key) {
+                Some(Record::Exclusive(l)) => Some(l),
+                _ => None,
+            };
+            let d = decide::acquire(current, OWNERS[owner], ttl, self.now, &mut self.clock)
+                .expect("tokens left");
+            return match d {
+                Acquire::Created(lease) => {
+                    let t = lease.token;
+                    self.note_issued(key, t);
+                    self.keys.insert(key, Record::Exclusive(lease));
+                    Answer::Token(Some(t))
+                }
+                Acquire::Reacquired { token, deadline_ms } => {
+                    self.extend(key, OWNERS[owner], deadline_ms);
+                    Answer::Token(Some(token))
+                }
+                Acquire::Contended => self.block_or_null(key, owner, mode, ttl, block),
+            };
+        }
+        self.prune(key);
+        let ahead = self.waiting(key) > 0;
+        match multi::acquire(self.held(key), mode, OWNERS[owner], ahead, self.now) {
+            Err(e) => Answer::Error(e.to_string()),
+            Ok(Decision::New) => {
+                let t = self.clock.issue(self.now).expect("tokens left");
+                self.store_new(key, mode, OWNERS[owner], t, self.now + ttl);
+                Answer::Token(Some(t))
+            }
+            Ok(Decision::Reacquired { token }) => {
+                self.extend(key, OWNERS[owner], self.now + ttl);
+                Answer::Token(Some(token))
+            }
+            Ok(Decision::Contended) => self.block_or_null(key, owner, mode, ttl, block),
+        }
     }
 
     fn apply(&mut self, op: &Op) -> Answer {
@@ -152,81 +379,95 @@ impl Core {
             Op::Acquire {
                 key,
                 owner,
+                mode,
                 ttl,
                 block,
-            } => {
-                if self.reg.len(&Self::slot(key)) > 0 && self.free(key) {
-                    self.serve(key);
-                }
-                let d = decide::acquire(
-                    self.keys.get(&key),
-                    OWNERS[owner],
-                    ttl,
-                    self.now,
-                    &mut self.clock,
-                )
-                .expect("tokens left");
-                match d {
-                    Acquire::Created(lease) => {
-                        let t = lease.token;
-                        self.note_issued(key, t);
-                        self.keys.insert(key, lease);
-                        Answer::Token(Some(t))
-                    }
-                    Acquire::Reacquired { token, deadline_ms } => {
-                        self.keys.get_mut(&key).unwrap().deadline_ms = deadline_ms;
-                        Answer::Token(Some(token))
-                    }
-                    Acquire::Contended => match block {
-                        Some(timeout) => {
-                            let id = self.next_id;
-                            self.next_id += 1;
-                            let at = (timeout > 0).then(|| self.now + timeout);
-                            self.reg.push(Self::slot(key), id, OWNERS[owner], ttl, at);
-                            Answer::Blocked(id)
-                        }
-                        None => Answer::Token(None),
-                    },
-                }
-            }
+            } => self.acquire(key, owner, mode, ttl, block),
             Op::Renew { key, owner, ttl } => {
-                match decide::renew(self.keys.get(&key), OWNERS[owner], ttl, self.now) {
-                    Some(deadline) => {
-                        self.keys.get_mut(&key).unwrap().deadline_ms = deadline;
+                let o = OWNERS[owner];
+                let deadline = match self.keys.get(&key) {
+                    Some(Record::Exclusive(l)) => decide::renew(Some(l), o, ttl, self.now),
+                    Some(Record::Multi(_)) => {
+                        self.prune(key);
+                        if self.waiting(key) > 0 {
+                            self.serve(key);
+                        }
+                        match self.keys.get(&key) {
+                            Some(Record::Multi(m)) => multi::renew(m, o, ttl, self.now),
+                            _ => None,
+                        }
+                    }
+                    None => None,
+                };
+                match deadline {
+                    Some(d) => {
+                        self.extend(key, o, d);
                         Answer::Int(1)
                     }
                     None => Answer::Int(0),
                 }
             }
             Op::Release { key, owner } => {
-                if decide::release(self.keys.get(&key), OWNERS[owner], self.now) {
-                    self.keys.remove(&key);
+                let o = OWNERS[owner];
+                let released = match self.keys.get_mut(&key) {
+                    Some(Record::Exclusive(l)) => {
+                        let yes = decide::release(Some(l), o, self.now);
+                        if yes {
+                            self.keys.remove(&key);
+                        }
+                        yes
+                    }
+                    Some(Record::Multi(_)) => {
+                        self.prune(key);
+                        match self.keys.get_mut(&key) {
+                            Some(Record::Multi(m)) if multi::release(m, o, self.now) => {
+                                m.remove(o);
+                                if m.is_empty() {
+                                    self.keys.remove(&key);
+                                }
+                                true
+                            }
+                            _ => false,
+                        }
+                    }
+                    None => false,
+                };
+                if released || self.waiting(key) > 0 {
                     self.serve(key);
-                    Answer::Int(1)
-                } else {
-                    Answer::Int(0)
                 }
+                Answer::Int(released as i64)
             }
-            Op::Fence { key, off } => {
-                let token = self
-                    .keys
-                    .get(&key)
-                    .map_or(1, |l| l.token.saturating_sub(off).max(1));
-                Answer::Fence(decide::fence(self.keys.get(&key), token, self.now).is_ok())
+            Op::Fence { key, pick, off } => {
+                let token = fence_token(self.issued.get(&key).map_or(&[], |v| v), pick, off);
+                let record = self.keys.get(&key).map(|r| r.as_ref());
+                Answer::Fence(multi::fence(record, token, self.now).ok().map(|f| f.shared))
             }
-            Op::Info { key } => Answer::Info(
-                decide::info(self.keys.get(&key), self.now, None)
-                    .map(|v| (v.token, v.ttl_ms, self.reg.len(&Self::slot(key)))),
-            ),
+            Op::Info { key } => {
+                let waiters = self.waiting(key);
+                Answer::Info(match self.keys.get(&key).map(|r| r.as_ref()) {
+                    Some(RecordRef::Multi(m)) => multi::info(m, self.now, None).map(|v| {
+                        (
+                            Some((v.mode.name(), v.mode.limit())),
+                            v.token,
+                            v.ttl_ms,
+                            waiters,
+                            v.holders,
+                        )
+                    }),
+                    Some(RecordRef::Exclusive(l)) => decide::info(Some(l), self.now, None)
+                        .map(|v| (None, v.token, v.ttl_ms, waiters, vec![])),
+                    None => None,
+                })
+            }
             Op::Advance { ms } => {
                 for _ in 0..ms {
                     self.now += 1;
                     for (_, w) in self.reg.take_timed_out(self.now) {
-                        self.late.push((w.handle, None));
+                        self.late.push((w.handle, Err("null".into())));
                     }
-                    for key in 0..KEYS.len() {
-                        if self.free(key) {
-                            self.keys.remove(&key);
+                    // The re-check timers: only keys with waiters.
+                    for key in 0..KEYS {
+                        if self.waiting(key) > 0 {
                             self.serve(key);
                         }
                     }
@@ -238,65 +479,173 @@ impl Core {
 }
 
 /// The reference model: the contract, written plainly.
+#[derive(Default)]
+struct KeyState {
+    /// How it is held (`None`: free).
+    kind: Option<Mode>,
+    /// (owner, token, deadline), in the order they came.
+    holders: Vec<(usize, u64, i64)>,
+    /// Waiters: (id, owner, mode, ttl, timeout_at or 0), oldest first.
+    queue: Vec<(u32, usize, Mode, i64, i64)>,
+}
+
 struct Model {
     now: i64,
-    /// key -> (owner, token, deadline)
-    held: HashMap<usize, (usize, u64, i64)>,
+    keys: Vec<KeyState>,
     last: u64,
-    /// key -> waiters (id, owner, ttl, timeout_at or 0), oldest first
-    queues: HashMap<usize, Vec<(u32, usize, i64, i64)>>,
     next_id: u32,
     late: Late,
+    issued: HashMap<usize, Vec<u64>>,
+}
+
+/// How a mode reads in the contract's error texts.
+fn mode_text(m: Mode) -> String {
+    match m {
+        Mode::Exclusive => "an exclusive lease".into(),
+        Mode::Limit(n) => format!("LIMIT {n}"),
+        Mode::Shared => "SHARED".into(),
+    }
+}
+
+fn mismatch(held: Mode, asked: Mode) -> String {
+    format!(
+        "ERR the key is held with {}, this acquire asks for {}",
+        mode_text(held),
+        mode_text(asked)
+    )
+}
+
+fn other_mode(held: Mode, asked: Mode) -> String {
+    if matches!(held, Mode::Limit(_)) || matches!(asked, Mode::Limit(_)) {
+        return mismatch(held, asked);
+    }
+    format!(
+        "ERR this owner holds the key with {} and asks for {}: release it first",
+        mode_text(held),
+        mode_text(asked)
+    )
+}
+
+enum RefDecision {
+    New,
+    Re(u64),
+    Wait,
 }
 
 impl Model {
     fn new(now: i64) -> Self {
         Model {
             now,
-            held: HashMap::new(),
+            keys: (0..KEYS).map(|_| KeyState::default()).collect(),
             last: 0,
-            queues: HashMap::new(),
             next_id: 1,
             late: Vec::new(),
+            issued: HashMap::new(),
         }
     }
 
-    fn token(&mut self) -> u64 {
+    fn token(&mut self, key: usize) -> u64 {
         self.last = (self.last + 1).max(self.now as u64 * 1024);
+        self.issued.entry(key).or_default().push(self.last);
         self.last
     }
 
-    fn live(&self, key: usize) -> Option<(usize, u64, i64)> {
-        self.held
-            .get(&key)
-            .copied()
-            .filter(|&(_, _, d)| self.now <= d)
+    /// Holders whose deadline passed are gone; a key without holders is free.
+    fn expire(&mut self, key: usize) {
+        let now = self.now;
+        let k = &mut self.keys[key];
+        k.holders.retain(|&(_, _, d)| now <= d);
+        if k.holders.is_empty() {
+            k.kind = None;
+        }
     }
 
-    /// The oldest waiter takes the free lease; its owner's other waiters get
-    /// the same token, the deadline following the last of them.
-    fn serve(&mut self, key: usize) {
-        let q = self.queues.entry(key).or_default();
-        if q.is_empty() {
-            return;
-        }
-        let (id, owner, ttl, _) = q.remove(0);
-        let mut answered = vec![id];
-        let mut deadline_ttl = ttl;
-        q.retain(|&(id2, o2, ttl2, _)| {
-            if o2 == owner {
-                answered.push(id2);
-                deadline_ttl = ttl2;
-                false
+    fn decide(
+        &self,
+        key: usize,
+        mode: Mode,
+        owner: usize,
+        ahead: bool,
+    ) -> Result<RefDecision, String> {
+        let k = &self.keys[key];
+        let mine = k.holders.iter().find(|h| h.0 == owner).map(|h| h.1);
+        let wait_or_new = |room: bool| {
+            if ahead || !room {
+                RefDecision::Wait
             } else {
-                true
+                RefDecision::New
             }
-        });
-        let token = self.token();
-        self.held
-            .insert(key, (owner, token, self.now + deadline_ttl));
-        for id in answered {
-            self.late.push((id, Some(token)));
+        };
+        Ok(match (k.kind, mode) {
+            (None, _) => wait_or_new(true),
+            (Some(Mode::Exclusive), Mode::Limit(_)) => return Err(mismatch(Mode::Exclusive, mode)),
+            (Some(Mode::Exclusive), Mode::Exclusive) => match mine {
+                Some(t) => RefDecision::Re(t),
+                None => RefDecision::Wait,
+            },
+            (Some(Mode::Exclusive), Mode::Shared) => match mine {
+                Some(_) => return Err(other_mode(Mode::Exclusive, Mode::Shared)),
+                None => RefDecision::Wait,
+            },
+            (Some(Mode::Limit(n)), asked) => {
+                if asked != Mode::Limit(n) {
+                    return Err(mismatch(Mode::Limit(n), asked));
+                }
+                match mine {
+                    Some(t) => RefDecision::Re(t),
+                    None => wait_or_new(k.holders.len() < n as usize),
+                }
+            }
+            (Some(Mode::Shared), Mode::Limit(_)) => return Err(mismatch(Mode::Shared, mode)),
+            (Some(Mode::Shared), Mode::Shared) => match mine {
+                Some(t) => RefDecision::Re(t),
+                None => wait_or_new(true),
+            },
+            (Some(Mode::Shared), Mode::Exclusive) => match mine {
+                Some(_) => return Err(other_mode(Mode::Shared, Mode::Exclusive)),
+                None => RefDecision::Wait,
+            },
+        })
+    }
+
+    fn hold(&mut self, key: usize, mode: Mode, owner: usize, token: u64, deadline: i64) {
+        let k = &mut self.keys[key];
+        k.kind = Some(mode);
+        match k.holders.iter_mut().find(|h| h.0 == owner) {
+            Some(h) => h.2 = deadline,
+            None => k.holders.push((owner, token, deadline)),
+        }
+    }
+
+    /// Serves the queue from its head, in strict order.
+    fn serve(&mut self, key: usize) {
+        self.expire(key);
+        loop {
+            let Some(&(id, owner, mode, _, _)) = self.keys[key].queue.first() else {
+                return;
+            };
+            let token = match self.decide(key, mode, owner, false) {
+                Err(e) => {
+                    self.keys[key].queue.remove(0);
+                    self.late.push((id, Err(e)));
+                    continue;
+                }
+                Ok(RefDecision::Wait) => return,
+                Ok(RefDecision::New) => self.token(key),
+                Ok(RefDecision::Re(t)) => t,
+            };
+            let q = &mut self.keys[key].queue;
+            let same: Vec<_> = q.iter().copied().filter(|w| w.1 == owner).collect();
+            q.retain(|w| w.1 != owner);
+            let (ok, bad): (Vec<_>, Vec<_>) = same.into_iter().partition(|w| w.2 == mode);
+            let deadline = self.now + ok.last().map_or(0, |w| w.3);
+            self.hold(key, mode, owner, token, deadline);
+            for w in ok {
+                self.late.push((w.0, Ok(token)));
+            }
+            for w in bad {
+                self.late.push((w.0, Err(other_mode(mode, w.2))));
+            }
         }
     }
 
@@ -305,74 +654,99 @@ impl Model {
             Op::Acquire {
                 key,
                 owner,
+                mode,
                 ttl,
                 block,
             } => {
-                if self.live(key).is_none() {
-                    self.serve(key);
-                }
-                match self.live(key) {
-                    None => {
-                        let t = self.token();
-                        self.held.insert(key, (owner, t, self.now + ttl));
+                self.serve(key);
+                let ahead = !self.keys[key].queue.is_empty();
+                match self.decide(key, mode, owner, ahead) {
+                    Err(e) => Answer::Error(e),
+                    Ok(RefDecision::New) => {
+                        let t = self.token(key);
+                        self.hold(key, mode, owner, t, self.now + ttl);
                         Answer::Token(Some(t))
                     }
-                    Some((o, t, _)) if o == owner => {
-                        self.held.insert(key, (o, t, self.now + ttl));
+                    Ok(RefDecision::Re(t)) => {
+                        self.hold(key, mode, owner, t, self.now + ttl);
                         Answer::Token(Some(t))
                     }
-                    Some(_) => match block {
+                    Ok(RefDecision::Wait) => match block {
                         Some(timeout) => {
                             let id = self.next_id;
                             self.next_id += 1;
                             let at = if timeout > 0 { self.now + timeout } else { 0 };
-                            self.queues
-                                .entry(key)
-                                .or_default()
-                                .push((id, owner, ttl, at));
+                            self.keys[key].queue.push((id, owner, mode, ttl, at));
                             Answer::Blocked(id)
                         }
                         None => Answer::Token(None),
                     },
                 }
             }
-            Op::Renew { key, owner, ttl } => match self.live(key) {
-                Some((o, t, _)) if o == owner => {
-                    self.held.insert(key, (o, t, self.now + ttl));
-                    Answer::Int(1)
+            Op::Renew { key, owner, ttl } => {
+                self.serve(key);
+                let now = self.now;
+                match self.keys[key].holders.iter_mut().find(|h| h.0 == owner) {
+                    Some(h) => {
+                        h.2 = now + ttl;
+                        Answer::Int(1)
+                    }
+                    None => Answer::Int(0),
                 }
-                _ => Answer::Int(0),
-            },
-            Op::Release { key, owner } => match self.live(key) {
-                Some((o, _, _)) if o == owner => {
-                    self.held.remove(&key);
-                    self.serve(key);
-                    Answer::Int(1)
-                }
-                _ => Answer::Int(0),
-            },
-            Op::Fence { key, off } => {
-                let token = self
-                    .held
-                    .get(&key)
-                    .map_or(1, |&(_, t, _)| t.saturating_sub(off).max(1));
-                Answer::Fence(self.live(key).is_some_and(|(_, t, _)| t == token))
             }
-            Op::Info { key } => Answer::Info(self.live(key).map(|(_, t, d)| {
-                (
-                    t,
-                    d - self.now,
-                    self.queues.get(&key).map_or(0, |q| q.len()),
-                )
-            })),
+            Op::Release { key, owner } => {
+                self.serve(key);
+                let k = &mut self.keys[key];
+                let before = k.holders.len();
+                k.holders.retain(|h| h.0 != owner);
+                let released = k.holders.len() < before;
+                if k.holders.is_empty() {
+                    k.kind = None;
+                }
+                self.serve(key);
+                Answer::Int(released as i64)
+            }
+            Op::Fence { key, pick, off } => {
+                let token = fence_token(self.issued.get(&key).map_or(&[], |v| v), pick, off);
+                let now = self.now;
+                let k = &self.keys[key];
+                let valid = k.holders.iter().any(|&(_, t, d)| t == token && now <= d);
+                Answer::Fence(valid.then_some(k.kind == Some(Mode::Shared)))
+            }
+            Op::Info { key } => {
+                let now = self.now;
+                let k = &self.keys[key];
+                let mut live: Vec<(u64, i64)> = k
+                    .holders
+                    .iter()
+                    .filter(|h| now <= h.2)
+                    .map(|h| (h.1, h.2 - now))
+                    .collect();
+                live.sort();
+                let waiters = k.queue.len();
+                Answer::Info(match (k.kind, live.last()) {
+                    (Some(kind), Some(&(newest, _))) => {
+                        let ttl = live.iter().map(|h| h.1).max().unwrap();
+                        let mode = match kind {
+                            Mode::Exclusive => None,
+                            Mode::Limit(n) => Some(("limit", n)),
+                            Mode::Shared => Some(("shared", 0)),
+                        };
+                        let holders = if mode.is_some() { live.clone() } else { vec![] };
+                        Some((mode, newest, ttl, waiters, holders))
+                    }
+                    _ => None,
+                })
+            }
             Op::Advance { ms } => {
                 for _ in 0..ms {
                     self.now += 1;
                     // BLOCK timeouts first, then hand-offs, oldest timeout first.
                     let mut due: Vec<(i64, u32)> = Vec::new();
-                    for q in self.queues.values_mut() {
-                        q.retain(|&(id, _, _, at)| {
-                            if at != 0 && at <= self.now {
+                    let now = self.now;
+                    for k in &mut self.keys {
+                        k.queue.retain(|&(id, _, _, _, at)| {
+                            if at != 0 && at <= now {
                                 due.push((at, id));
                                 false
                             } else {
@@ -382,13 +756,10 @@ impl Model {
                     }
                     due.sort();
                     for (_, id) in due {
-                        self.late.push((id, None));
+                        self.late.push((id, Err("null".into())));
                     }
-                    for key in 0..KEYS.len() {
-                        if self.live(key).is_none() {
-                            self.held.remove(&key);
-                            self.serve(key);
-                        }
+                    for key in 0..KEYS {
+                        self.serve(key);
                     }
                 }
                 Answer::None
@@ -410,7 +781,7 @@ fn run(seed: u64, steps: usize) {
             let tail: Vec<String> = ops
                 .iter()
                 .rev()
-                .take(12)
+                .take(16)
                 .rev()
                 .map(|o| format!("{o:?}"))
                 .collect();
@@ -425,6 +796,12 @@ fn run(seed: u64, steps: usize) {
             core.clock.last(),
             model.last,
             "token clocks differ\n{}",
+            context()
+        );
+        assert_eq!(
+            core.issued,
+            model.issued,
+            "tokens issued differ\n{}",
             context()
         );
     }
@@ -447,4 +824,38 @@ fn the_core_agrees_with_the_reference_model() {
     for seed in [1, 2, 3, 42, 2026] {
         run(seed, 2000);
     }
+}
+
+/// The model exercises what it is meant to: several holders at once in
+/// each multi mode, readers and writers taking turns, refusals, hand-offs.
+#[test]
+fn the_model_reaches_the_interesting_states() {
+    let (mut most_limit, mut most_shared, mut errors, mut handoffs) = (0, 0, 0, 0);
+    for seed in 0..50u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut core = Core::new(1_800_000_000_000);
+        for _ in 0..500 {
+            let op = random_op(&mut rng);
+            if matches!(core.apply(&op), Answer::Error(_)) {
+                errors += 1;
+            }
+            for r in core.keys.values() {
+                if let Record::Multi(m) = r {
+                    let live = m.holders().filter(|h| h.is_live(core.now)).count();
+                    match m.mode() {
+                        multi::MultiMode::Limit(_) => most_limit = most_limit.max(live),
+                        multi::MultiMode::Shared => most_shared = most_shared.max(live),
+                    }
+                }
+            }
+        }
+        handoffs += core.late.iter().filter(|l| l.1.is_ok()).count();
+    }
+    assert!(most_limit >= 3, "LIMIT keys reached {most_limit} holders");
+    assert!(
+        most_shared >= 3,
+        "SHARED keys reached {most_shared} holders"
+    );
+    assert!(errors > 50, "{errors} refusals");
+    assert!(handoffs > 100, "{handoffs} hand-offs");
 }

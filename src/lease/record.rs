@@ -4,9 +4,18 @@
 //! deadline (unix ms). The key's Redis TTL mirrors the deadline, but the
 //! record never depends on it, so a copy made by RDB, DUMP/RESTORE, COPY or
 //! MIGRATE is complete on its own.
+//!
+//! Two record kinds share the type: an exclusive [`Lease`] (record version
+//! 1, unchanged since the first release) and a counting or shared lease,
+//! [`Multi`] (record version 2, see `multi.rs`). The first byte of every
+//! encoded record says which.
 
-/// Encoding version written first in every encoded record.
+use super::multi::Multi;
+
+/// Record version of an exclusive lease, written first in its encoding.
 pub const ENCODING_VERSION: u8 = 1;
+/// The newest record version this build reads.
+pub const NEWEST_VERSION: u8 = super::multi::MULTI_VERSION;
 /// Fixed part of an encoded record: version, token, deadline, owner length.
 const HEADER_LEN: usize = 1 + 8 + 8 + 2;
 
@@ -44,7 +53,7 @@ impl std::fmt::Display for DecodeError {
             DecodeError::TrailingBytes => write!(f, "lease record has trailing bytes"),
             DecodeError::FutureVersion(v) => write!(
                 f,
-                "lease record has encoding version {v}, newer than the {ENCODING_VERSION} this module reads"
+                "lease record has encoding version {v}, newer than the {NEWEST_VERSION} this module reads"
             ),
             DecodeError::Invalid(what) => write!(f, "lease record has an invalid {what}"),
             DecodeError::TooFarAhead { token, max } => write!(
@@ -107,10 +116,10 @@ impl Lease {
     /// Decodes what `encode` wrote; any other input is refused, never trusted.
     pub fn decode(bytes: &[u8]) -> Result<Lease, DecodeError> {
         let (&version, rest) = bytes.split_first().ok_or(DecodeError::Truncated)?;
-        if version > ENCODING_VERSION {
+        if version > NEWEST_VERSION {
             return Err(DecodeError::FutureVersion(version));
         }
-        if version == 0 {
+        if version != ENCODING_VERSION {
             return Err(DecodeError::Invalid("encoding version"));
         }
         if rest.len() < HEADER_LEN - 1 {
@@ -141,6 +150,91 @@ impl Lease {
     }
 }
 
+/// A stored record of either kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    Exclusive(Lease),
+    Multi(Multi),
+}
+
+/// A stored record, borrowed.
+#[derive(Debug, Clone, Copy)]
+pub enum RecordRef<'a> {
+    Exclusive(&'a Lease),
+    Multi(&'a Multi),
+}
+
+/// A stored record, borrowed to change it.
+#[derive(Debug)]
+pub enum RecordMut<'a> {
+    Exclusive(&'a mut Lease),
+    Multi(&'a mut Multi),
+}
+
+impl Record {
+    pub fn as_ref(&self) -> RecordRef<'_> {
+        match self {
+            Record::Exclusive(l) => RecordRef::Exclusive(l),
+            Record::Multi(m) => RecordRef::Multi(m),
+        }
+    }
+
+    /// Decodes a record of any known version (1: exclusive, 2: multi).
+    pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
+        match bytes.first() {
+            Some(&super::multi::MULTI_VERSION) => Multi::decode(bytes).map(Record::Multi),
+            _ => Lease::decode(bytes).map(Record::Exclusive),
+        }
+    }
+}
+
+impl RecordRef<'_> {
+    pub fn encode(self) -> Vec<u8> {
+        match self {
+            RecordRef::Exclusive(l) => l.encode(),
+            RecordRef::Multi(m) => m.encode(),
+        }
+    }
+
+    /// See `Lease::check_not_ahead`: the largest token counts.
+    pub fn check_not_ahead(self, now_ms: i64) -> Result<(), DecodeError> {
+        match self {
+            RecordRef::Exclusive(l) => l.check_not_ahead(now_ms),
+            RecordRef::Multi(m) => m.check_not_ahead(now_ms),
+        }
+    }
+
+    /// The largest token stored (to raise the token clock).
+    pub fn max_token(self) -> u64 {
+        match self {
+            RecordRef::Exclusive(l) => l.token,
+            RecordRef::Multi(m) => m.max_token().unwrap_or(0),
+        }
+    }
+
+    pub fn mem_usage(self) -> usize {
+        match self {
+            RecordRef::Exclusive(l) => l.mem_usage(),
+            RecordRef::Multi(m) => m.mem_usage(),
+        }
+    }
+
+    /// How many holders (the `expired` counter counts each).
+    pub fn holders(self) -> usize {
+        match self {
+            RecordRef::Exclusive(_) => 1,
+            RecordRef::Multi(m) => m.len(),
+        }
+    }
+
+    pub fn to_owned(self) -> Record {
+        match self {
+            RecordRef::Exclusive(l) => Record::Exclusive(l.clone()),
+            RecordRef::Multi(m) => Record::Multi(m.clone()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,7 +250,43 @@ mod tests {
     #[test]
     fn encode_decode_round_trip() {
         let l = sample();
-        assert_eq!(Lease::decode(&l.encode()), Ok(l));
+        assert_eq!(Lease::decode(&l.encode()), Ok(l.clone()));
+        assert_eq!(Record::decode(&l.encode()), Ok(Record::Exclusive(l)));
+    }
+
+    #[test]
+    fn version_1_bytes_are_exactly_as_before() {
+        // The encoding of an exclusive lease, byte for byte as the first
+        // release wrote it (tests/fixtures hold records written by it).
+        let l = Lease {
+            owner: b"ab".as_slice().into(),
+            token: 0x0102_0304_0506_0708,
+            deadline_ms: 0x1112_1314_1516_1718,
+        };
+        assert_eq!(
+            l.encode(),
+            [
+                1, 8, 7, 6, 5, 4, 3, 2, 1, 0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11, 2, 0,
+                b'a', b'b'
+            ]
+        );
+    }
+
+    #[test]
+    fn multi_records_decode_by_their_version() {
+        use super::super::multi::{Holder, Multi, MultiMode};
+        let m = Multi::with(
+            MultiMode::Limit(4),
+            Holder {
+                owner: b"w".as_slice().into(),
+                token: 77,
+                deadline_ms: 1_800_000_000_000,
+            },
+        );
+        let r = Record::Multi(m);
+        assert_eq!(Record::decode(&r.as_ref().encode()), Ok(r.clone()));
+        assert_eq!(r.as_ref().max_token(), 77);
+        assert_eq!(r.as_ref().holders(), 1);
     }
 
     #[test]
@@ -205,11 +335,18 @@ mod tests {
     #[test]
     fn future_version_trailing_bytes_and_bad_fields_are_refused() {
         let mut bytes = sample().encode();
-        bytes[0] = ENCODING_VERSION + 1;
+        bytes[0] = NEWEST_VERSION + 1;
         assert_eq!(
             Lease::decode(&bytes),
-            Err(DecodeError::FutureVersion(ENCODING_VERSION + 1))
+            Err(DecodeError::FutureVersion(NEWEST_VERSION + 1))
         );
+        assert_eq!(
+            Record::decode(&bytes),
+            Err(DecodeError::FutureVersion(NEWEST_VERSION + 1))
+        );
+        bytes[0] = super::super::multi::MULTI_VERSION;
+        assert!(Lease::decode(&bytes).is_err(), "not an exclusive record");
+        assert!(Record::decode(&bytes).is_err(), "not a multi record");
         let mut bytes = sample().encode();
         bytes.push(0);
         assert_eq!(Lease::decode(&bytes), Err(DecodeError::TrailingBytes));

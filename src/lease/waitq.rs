@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 
 use super::clock::TokenClock;
-use super::record::Lease;
+use super::error::LeaseError;
+use super::multi::{self, Decision, Held, Mode};
 
 /// A client waiting for a lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,23 +22,48 @@ pub struct Waiter<H> {
     pub id: u64,
     /// The server's handle for the blocked client.
     pub handle: H,
-    /// The owner id and ttl it asked for.
+    /// The owner id, mode and ttl it asked for.
     pub owner: Box<[u8]>,
+    pub mode: Mode,
     pub ttl_ms: i64,
     /// When its `BLOCK` timeout passes (unix ms); `None` waits forever.
     pub timeout_at: Option<i64>,
 }
 
-/// A free lease handed to the oldest waiter of a queue.
+/// One step of serving a queue (`WaitRegistry::grant_next`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant<H> {
-    /// The new lease, with a new token from the clock.
-    pub lease: Lease,
-    /// The oldest waiter, then every later waiter with the same owner (a
-    /// client's retries after a lost reply): all are answered with the
-    /// lease's token, the later ones as re-acquires would be, so the
-    /// deadline is `now` plus the last one's ttl.
-    pub waiters: Vec<Waiter<H>>,
+pub enum Step<H> {
+    /// The oldest waiter becomes a holder in `mode`, with a new token:
+    /// store it (an exclusive lease, or one more holder of a `LIMIT` or
+    /// `SHARED` key) and answer `waiters` with the token. `waiters` is the
+    /// oldest waiter, then every later waiter with the same owner and mode
+    /// (a client's retries after a lost reply), answered as re-acquires
+    /// would be, so the deadline is `now` plus the last one's ttl.
+    /// `refused`: waiters of that owner in another mode, with their error.
+    Grant {
+        mode: Mode,
+        owner: Box<[u8]>,
+        token: u64,
+        deadline_ms: i64,
+        waiters: Vec<Waiter<H>>,
+        refused: Vec<(Waiter<H>, LeaseError)>,
+    },
+    /// The oldest waiter's owner holds the key already, in its mode: its
+    /// deadline moves to `deadline_ms` and `waiters` get its token.
+    Reacquired {
+        owner: Box<[u8]>,
+        token: u64,
+        deadline_ms: i64,
+        waiters: Vec<Waiter<H>>,
+        refused: Vec<(Waiter<H>, LeaseError)>,
+    },
+    /// The oldest waiter asks for what the key's state refuses (a mode that
+    /// does not match how it is held now, or no token is left): answer it
+    /// the error.
+    Refused {
+        waiter: Waiter<H>,
+        error: LeaseError,
+    },
 }
 
 /// Where a queue lives: database index and key name.
@@ -86,6 +112,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         slot: Slot,
         handle: H,
         owner: &[u8],
+        mode: Mode,
         ttl_ms: i64,
         timeout_at: Option<i64>,
     ) -> u64 {
@@ -107,6 +134,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
                 id,
                 handle: handle.clone(),
                 owner: owner.into(),
+                mode,
                 ttl_ms,
                 timeout_at,
             },
@@ -142,30 +170,68 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         self.take(slot, id)
     }
 
-    /// Hands the lease of `slot`, which the caller found free at `now_ms`,
-    /// to its oldest waiter. `None` when nobody waits; `Err` with that waiter
-    /// when the clock has no token left.
-    pub fn grant(
+    /// Serves the oldest waiter of `slot`, whose key is in state `held` at
+    /// `now_ms`, as its acquire
+    /// would be decided now with nobody ahead of it (`multi::acquire`).
+    /// `None` when nobody waits or the oldest must keep waiting: a later
+    /// waiter is never served before it. The caller applies the step to the
+    /// key and asks again, so an unbroken run of `SHARED` waiters, or
+    /// `LIMIT` waiters while permits remain, is served together.
+    pub fn grant_next(
         &mut self,
         slot: &Slot,
+        held: Held,
         now_ms: i64,
         clock: &mut TokenClock,
-    ) -> Option<Result<Grant<H>, Waiter<H>>> {
-        let first = self.pop_oldest(slot)?;
-        let Some(token) = clock.issue(now_ms) else {
-            return Some(Err(first));
-        };
-        let mut waiters = vec![first];
-        waiters.extend(self.take_owner(slot, &waiters[0].owner.clone()));
-        let ttl_ms = waiters.last().map_or(0, |w| w.ttl_ms);
-        Some(Ok(Grant {
-            lease: Lease {
-                owner: waiters[0].owner.clone(),
-                token,
-                deadline_ms: now_ms + ttl_ms,
+    ) -> Option<Step<H>> {
+        let q = self.queues.get(slot)?;
+        let head = q.waiters.values().next()?;
+        let (head_id, mode, owner) = (head.id, head.mode, head.owner.clone());
+        let token = match multi::acquire(held, mode, &owner, false, now_ms) {
+            Ok(Decision::Contended) => return None,
+            Err(error) => {
+                let waiter = self.take(slot, head_id)?;
+                return Some(Step::Refused { waiter, error });
+            }
+            Ok(Decision::Reacquired { token }) => Err(token),
+            Ok(Decision::New) => match clock.issue(now_ms) {
+                Some(token) => Ok(token),
+                None => {
+                    let waiter = self.take(slot, head_id)?;
+                    let error = LeaseError::TokensExhausted;
+                    return Some(Step::Refused { waiter, error });
+                }
             },
-            waiters,
-        }))
+        };
+        let (waiters, refused): (Vec<_>, Vec<_>) = self
+            .take_owner(slot, &owner)
+            .into_iter()
+            .partition(|w| w.mode == mode);
+        let refused = refused
+            .into_iter()
+            .map(|w| {
+                let e = multi::conflict(mode, w.mode);
+                (w, e)
+            })
+            .collect();
+        let deadline_ms = now_ms + waiters.last().map_or(0, |w| w.ttl_ms);
+        Some(match token {
+            Ok(token) => Step::Grant {
+                mode,
+                owner,
+                token,
+                deadline_ms,
+                waiters,
+                refused,
+            },
+            Err(token) => Step::Reacquired {
+                owner,
+                token,
+                deadline_ms,
+                waiters,
+                refused,
+            },
+        })
     }
 
     /// Takes every waiter of `slot` that asked with `owner`, oldest first
@@ -271,6 +337,10 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::multi::{Holder, Multi, MultiMode};
+    use crate::lease::record::Lease;
+
+    const X: Mode = Mode::Exclusive;
 
     fn slot(k: &str) -> Slot {
         (0, k.as_bytes().to_vec())
@@ -279,9 +349,9 @@ mod tests {
     #[test]
     fn first_come_first_served_per_key() {
         let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
-        r.push(slot("a"), 1, b"o1", 10, None);
-        r.push(slot("b"), 2, b"o2", 10, None);
-        r.push(slot("a"), 3, b"o3", 10, None);
+        r.push(slot("a"), 1, b"o1", X, 10, None);
+        r.push(slot("b"), 2, b"o2", X, 10, None);
+        r.push(slot("a"), 3, b"o3", X, 10, None);
         assert_eq!(r.total(), 3);
         assert_eq!(r.len(&slot("a")), 2);
         assert_eq!(r.pop_oldest(&slot("a")).unwrap().handle, 1);
@@ -293,8 +363,8 @@ mod tests {
     #[test]
     fn a_removed_waiter_never_comes_out() {
         let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
-        r.push(slot("a"), 1, b"o1", 10, Some(50));
-        r.push(slot("a"), 2, b"o2", 10, None);
+        r.push(slot("a"), 1, b"o1", X, 10, Some(50));
+        r.push(slot("a"), 2, b"o2", X, 10, None);
         let (s, w) = r.remove(&1).unwrap();
         assert_eq!((s, w.handle), (slot("a"), 1));
         assert_eq!(r.remove(&1), None);
@@ -306,10 +376,10 @@ mod tests {
     #[test]
     fn timeouts_come_out_in_order_and_only_when_due() {
         let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
-        r.push(slot("a"), 1, b"o", 10, Some(300));
-        r.push(slot("b"), 2, b"o", 10, Some(100));
-        r.push(slot("a"), 3, b"o", 10, None);
-        r.push(slot("c"), 4, b"o", 10, Some(100));
+        r.push(slot("a"), 1, b"o", X, 10, Some(300));
+        r.push(slot("b"), 2, b"o", X, 10, Some(100));
+        r.push(slot("a"), 3, b"o", X, 10, None);
+        r.push(slot("c"), 4, b"o", X, 10, Some(100));
         assert_eq!(r.next_timeout(), Some(100));
         assert!(r.take_timed_out(99).is_empty());
         let due: Vec<u32> = r
@@ -331,10 +401,10 @@ mod tests {
     #[test]
     fn waiters_of_one_owner_are_taken_together() {
         let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
-        r.push(slot("a"), 1, b"w", 10, None);
-        r.push(slot("a"), 2, b"x", 10, None);
-        r.push(slot("a"), 3, b"w", 20, Some(9));
-        r.push(slot("b"), 4, b"w", 10, None);
+        r.push(slot("a"), 1, b"w", X, 10, None);
+        r.push(slot("a"), 2, b"x", X, 10, None);
+        r.push(slot("a"), 3, b"w", X, 20, Some(9));
+        r.push(slot("b"), 4, b"w", X, 10, None);
         let same: Vec<u32> = r
             .take_owner(&slot("a"), b"w")
             .into_iter()
@@ -350,8 +420,8 @@ mod tests {
     #[test]
     fn databases_are_separate_and_empty_queues_are_forgotten_with_their_timer() {
         let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
-        r.push((0, b"k".to_vec()), 1, b"o", 10, None);
-        r.push((1, b"k".to_vec()), 2, b"o", 10, None);
+        r.push((0, b"k".to_vec()), 1, b"o", X, 10, None);
+        r.push((1, b"k".to_vec()), 2, b"o", X, 10, None);
         assert_eq!(r.slots_named(b"k").len(), 2);
         assert_eq!(r.set_timer(&(0, b"k".to_vec()), Some(9)), None);
         assert_eq!(
@@ -369,26 +439,197 @@ mod tests {
         assert!(r.slots().is_empty());
     }
 
+    /// Serves `slot` as the module does: applies each step to `held`
+    /// (None, an exclusive lease, or a multi record) until nothing moves;
+    /// returns (handle, token or error text) per answered waiter.
+    fn serve(
+        r: &mut WaitRegistry<u32, u64>,
+        slot: &Slot,
+        key: &mut Option<crate::lease::Record>,
+        now: i64,
+        clock: &mut TokenClock,
+    ) -> Vec<(u32, Result<u64, String>)> {
+        use crate::lease::Record;
+        let mut out = Vec::new();
+        for _ in 0..1000 {
+            let held = Held::of(key.as_ref().map(|k| k.as_ref()), now);
+            let Some(step) = r.grant_next(slot, held, now, clock) else {
+                break;
+            };
+            match step {
+                Step::Grant {
+                    mode,
+                    owner,
+                    token,
+                    deadline_ms,
+                    waiters,
+                    refused,
+                } => {
+                    let holder = Holder {
+                        owner: owner.clone(),
+                        token,
+                        deadline_ms,
+                    };
+                    match (mode.multi(), key.as_mut()) {
+                        (None, _) => {
+                            *key = Some(Record::Exclusive(Lease {
+                                owner,
+                                token,
+                                deadline_ms,
+                            }))
+                        }
+                        (Some(_), Some(Record::Multi(m))) => {
+                            m.put(holder);
+                        }
+                        (Some(mm), _) => *key = Some(Record::Multi(Multi::with(mm, holder))),
+                    }
+                    out.extend(waiters.iter().map(|w| (w.handle, Ok(token))));
+                    out.extend(refused.iter().map(|(w, e)| (w.handle, Err(e.to_string()))));
+                }
+                Step::Reacquired { token, waiters, .. } => {
+                    out.extend(waiters.iter().map(|w| (w.handle, Ok(token))));
+                }
+                Step::Refused { waiter, error } => {
+                    out.push((waiter.handle, Err(error.to_string())))
+                }
+            }
+        }
+        out
+    }
+
     #[test]
     fn a_grant_goes_to_the_oldest_and_its_retries() {
         let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
         let mut clock = TokenClock::new();
-        assert!(r.grant(&slot("a"), 1000, &mut clock).is_none());
-        r.push(slot("a"), 1, b"w", 100, None);
-        r.push(slot("a"), 2, b"x", 100, None);
-        r.push(slot("a"), 3, b"w", 300, None);
-        let g = r.grant(&slot("a"), 1000, &mut clock).unwrap().unwrap();
+        let s = slot("a");
+        assert!(r.grant_next(&s, Held::Free, 1000, &mut clock).is_none());
+        r.push(s.clone(), 1, b"w", X, 100, None);
+        r.push(s.clone(), 2, b"x", X, 100, None);
+        r.push(s.clone(), 3, b"w", X, 300, None);
+        let Some(Step::Grant {
+            mode,
+            owner,
+            token,
+            deadline_ms,
+            waiters,
+            refused,
+        }) = r.grant_next(&s, Held::Free, 1000, &mut clock)
+        else {
+            panic!("a grant")
+        };
+        assert_eq!(mode, X);
         assert_eq!(
-            g.waiters.iter().map(|w| w.handle).collect::<Vec<_>>(),
+            waiters.iter().map(|w| w.handle).collect::<Vec<_>>(),
             vec![1, 3]
         );
-        assert_eq!(g.lease.owner.as_ref(), b"w");
-        assert_eq!(g.lease.token, clock.last());
-        assert_eq!(g.lease.deadline_ms, 1300, "the last retry's ttl");
-        assert_eq!(r.len(&slot("a")), 1);
+        assert!(refused.is_empty());
+        assert_eq!(owner.as_ref(), b"w");
+        assert_eq!(token, clock.last());
+        assert_eq!(deadline_ms, 1300, "the last retry's ttl");
+        assert_eq!(r.len(&s), 1);
+        let held = Lease {
+            owner,
+            token,
+            deadline_ms,
+        };
+        assert!(
+            r.grant_next(&s, Held::Exclusive(&held), 1000, &mut clock)
+                .is_none(),
+            "held: the next waits"
+        );
         clock.observe(super::super::clock::MAX_TOKEN);
-        let e = r.grant(&slot("a"), 1000, &mut clock).unwrap().unwrap_err();
-        assert_eq!(e.handle, 2, "the waiter to answer with the error");
+        let Some(Step::Refused { waiter, error }) = r.grant_next(&s, Held::Free, 1000, &mut clock)
+        else {
+            panic!("refused")
+        };
+        assert_eq!(waiter.handle, 2, "the waiter to answer with the error");
+        assert_eq!(error, LeaseError::TokensExhausted);
+    }
+
+    #[test]
+    fn a_run_of_shared_heads_is_served_together_and_never_overtakes_a_writer() {
+        let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
+        let mut clock = TokenClock::new();
+        let s = slot("rw");
+        r.push(s.clone(), 1, b"r1", Mode::Shared, 100, None);
+        r.push(s.clone(), 2, b"r2", Mode::Shared, 100, None);
+        r.push(s.clone(), 3, b"w", X, 100, None);
+        r.push(s.clone(), 4, b"r3", Mode::Shared, 100, None);
+        let mut key = None;
+        let got = serve(&mut r, &s, &mut key, 1000, &mut clock);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![1, 2]);
+        let Some(crate::lease::Record::Multi(m)) = &key else {
+            panic!("{key:?}")
+        };
+        assert_eq!((m.mode(), m.len()), (MultiMode::Shared, 2));
+        assert_eq!(r.len(&s), 2, "the writer and the reader behind it wait");
+        // The readers leave: the writer comes first, then the last reader.
+        key = None;
+        let got = serve(&mut r, &s, &mut key, 1000, &mut clock);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![3]);
+        assert!(matches!(key, Some(crate::lease::Record::Exclusive(_))));
+        key = None;
+        let got = serve(&mut r, &s, &mut key, 1000, &mut clock);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![4]);
+    }
+
+    #[test]
+    fn limit_heads_are_served_while_permits_remain_and_mismatches_are_refused() {
+        let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
+        let mut clock = TokenClock::new();
+        let s = slot("sem");
+        r.push(s.clone(), 1, b"a", Mode::Limit(2), 100, None);
+        r.push(s.clone(), 2, b"b", Mode::Limit(5), 100, None);
+        r.push(s.clone(), 3, b"c", Mode::Limit(2), 100, None);
+        r.push(s.clone(), 4, b"a", Mode::Shared, 100, None);
+        r.push(s.clone(), 5, b"d", Mode::Limit(2), 100, None);
+        r.push(s.clone(), 6, b"e", Mode::Limit(2), 100, None);
+        let mut key = None;
+        let got = serve(&mut r, &s, &mut key, 1000, &mut clock);
+        let handles: Vec<u32> = got.iter().map(|g| g.0).collect();
+        assert_eq!(handles, vec![1, 4, 2, 3], "a, a's other mode, b refused, c");
+        assert!(got[0].1.is_ok() && got[3].1.is_ok());
+        assert!(got[1].1.as_ref().unwrap_err().contains("asks for SHARED"));
+        assert!(
+            got[2]
+                .1
+                .as_ref()
+                .unwrap_err()
+                .contains("held with LIMIT 2, this acquire asks for LIMIT 5")
+        );
+        assert_eq!(r.len(&s), 2, "d and e wait: both permits are taken");
+        let Some(crate::lease::Record::Multi(m)) = &mut key else {
+            panic!()
+        };
+        m.remove(b"a");
+        let got = serve(&mut r, &s, &mut key, 1000, &mut clock);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![5]);
+    }
+
+    #[test]
+    fn a_waiting_holder_is_answered_its_own_token() {
+        let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
+        let mut clock = TokenClock::new();
+        let s = slot("k");
+        r.push(s.clone(), 1, b"a", Mode::Shared, 100, None);
+        let m = Multi::with(
+            MultiMode::Shared,
+            Holder {
+                owner: b"a".as_slice().into(),
+                token: 42,
+                deadline_ms: 2000,
+            },
+        );
+        let step = r.grant_next(&s, Held::Multi(&m), 1000, &mut clock);
+        assert!(matches!(
+            step,
+            Some(Step::Reacquired {
+                token: 42,
+                deadline_ms: 1100,
+                ..
+            })
+        ));
+        assert_eq!(clock.last(), 0, "no token issued");
     }
 
     #[test]
@@ -399,6 +640,7 @@ mod tests {
                 (0, format!("k{}", i % 100).into_bytes()),
                 i,
                 b"o",
+                X,
                 10,
                 Some(5),
             );

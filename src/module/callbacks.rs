@@ -11,14 +11,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::lease::{Lease, LeaseError};
+use crate::lease::{LeaseError, MultiMode, RecordRef};
 
 use super::ctx::{Args, Ctx, Str};
 use super::datatype::{self, AUX_ENCVER, ENCVER, TYPE_NAME};
-use super::effects::APPLY_CMD;
+use super::effects::{APPLY_CMD, HOLD_CMD};
 use super::reply::{self, Reply};
 use super::state::{self, TimerJob};
-use super::{commands, grace, info, waiters};
+use super::{commands, grace, info, value, waiters};
 
 // --- Guards ----------------------------------------------------------------
 
@@ -118,6 +118,8 @@ command_entry!(release_entry => commands::release, redact commands::OWNER_ARG);
 command_entry!(fence_entry => fence_or_keys);
 command_entry!(info_entry => commands::info);
 command_entry!(apply_entry => commands::apply, redact commands::OWNER_ARG);
+command_entry!(hold_entry => commands::hold, redact commands::OWNER_ARG);
+command_entry!(drop_entry => commands::drop, redact commands::OWNER_ARG);
 command_entry!(clock_entry => commands::clock);
 command_entry!(gate_entry => commands::gate);
 
@@ -147,7 +149,7 @@ pub static LEASE_TYPE: RedisType = RedisType::new(
         aux_load: Some(aux_load),
         aux_save: Some(aux_save),
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as i32,
-        free_effort: None,
+        free_effort: Some(free_effort),
         unlink: Some(unlink),
         copy: Some(copy),
         defrag: None,
@@ -159,12 +161,9 @@ pub static LEASE_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// # Safety
-/// `value` must be a pointer this module stored for the lease type.
-unsafe fn lease<'a>(value: *const c_void) -> &'a Lease {
-    // SAFETY: the server hands back exactly the Box<Lease> pointer we stored.
-    unsafe { &*(value as *const Lease) }
-}
+// Every value pointer below is one this module stored (value.rs): the
+// server hands back exactly the pointers the load callback returned or
+// RedisModule_ModuleTypeSetValue was given, until it calls `free`.
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard("rdb_load", std::ptr::null_mut(), || {
@@ -173,7 +172,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         } else {
             raw::load_string_buffer(rdb).ok()
         };
-        let Some(lease) = datatype::loaded(encver, buf.as_ref().map(|b| b.as_ref())) else {
+        let Some(record) = datatype::loaded(encver, buf.as_ref().map(|b| b.as_ref())) else {
             return std::ptr::null_mut();
         };
         let loading =
@@ -189,76 +188,142 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 }
             }
         }
-        Box::into_raw(Box::new(lease)) as *mut c_void
+        value::into_raw(record)
     })
 }
 
-unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, v: *mut c_void) {
     guard("rdb_save", (), || {
-        // SAFETY: value is one of our records.
-        raw::save_slice(rdb, &unsafe { lease(value) }.encode());
+        // SAFETY: v is one of our records (see above).
+        raw::save_slice(rdb, &unsafe { value::record_ref(v) }.encode());
     })
 }
 
 unsafe extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
-    value: *mut c_void,
+    v: *mut c_void,
 ) {
     guard("aof_rewrite", (), || {
-        // SAFETY: value is one of our records.
-        let l = unsafe { lease(value) };
-        // SAFETY: EmitAOF with format "sbll": a RedisModuleString, a buffer
-        // with its length, and two long longs, matching the arguments.
-        unsafe {
-            raw::RedisModule_EmitAOF.unwrap()(
-                aof,
-                APPLY_CMD.as_ptr(),
-                c"sbll".as_ptr(),
-                key,
-                l.owner.as_ptr(),
-                l.owner.len(),
-                l.token as i64,
-                l.deadline_ms,
-            );
+        // SAFETY: v is one of our records (see above).
+        match unsafe { value::record_ref(v) } {
+            // SAFETY: EmitAOF with format "sbll": a RedisModuleString, a
+            // buffer with its length, and two long longs, matching the
+            // arguments.
+            RecordRef::Exclusive(l) => unsafe {
+                raw::RedisModule_EmitAOF.unwrap()(
+                    aof,
+                    APPLY_CMD.as_ptr(),
+                    c"sbll".as_ptr(),
+                    key,
+                    l.owner.as_ptr(),
+                    l.owner.len(),
+                    l.token as i64,
+                    l.deadline_ms,
+                );
+            },
+            // One LEASE.HOLD per live holder.
+            RecordRef::Multi(m) => {
+                let now = state::now_ms();
+                for h in m.holders().filter(|h| h.is_live(now)) {
+                    // SAFETY: as above, then "c" a C string and "l" a long
+                    // long for the mode words.
+                    unsafe {
+                        let emit = raw::RedisModule_EmitAOF.unwrap();
+                        let (owner, len) = (h.owner.as_ptr(), h.owner.len());
+                        let (token, deadline) = (h.token as i64, h.deadline_ms);
+                        match m.mode() {
+                            MultiMode::Limit(n) => emit(
+                                aof,
+                                HOLD_CMD.as_ptr(),
+                                c"sbllcl".as_ptr(),
+                                key,
+                                owner,
+                                len,
+                                token,
+                                deadline,
+                                c"LIMIT".as_ptr(),
+                                n as i64,
+                            ),
+                            MultiMode::Shared => emit(
+                                aof,
+                                HOLD_CMD.as_ptr(),
+                                c"sbllc".as_ptr(),
+                                key,
+                                owner,
+                                len,
+                                token,
+                                deadline,
+                                c"SHARED".as_ptr(),
+                            ),
+                        };
+                    }
+                }
+            }
         }
     })
 }
 
-unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
-    // SAFETY: value is one of our records.
-    guard("mem_usage", 0, || unsafe { lease(value) }.mem_usage())
+unsafe extern "C" fn mem_usage(v: *const c_void) -> usize {
+    // SAFETY: v is one of our records (see above).
+    guard("mem_usage", 0, || {
+        unsafe { value::record_ref(v) }.mem_usage()
+    })
 }
 
-unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, v: *mut c_void) {
     guard("digest", (), || {
-        // SAFETY: value is one of our records; md is the digest context.
-        let l = unsafe { lease(value) };
+        // SAFETY: v is one of our records (see above); md is the digest
+        // context, given buffers with their lengths and integers.
         unsafe {
-            raw::RedisModule_DigestAddStringBuffer.unwrap()(
-                md,
-                l.owner.as_ptr() as *const _,
-                l.owner.len(),
-            );
-            raw::RedisModule_DigestAddLongLong.unwrap()(md, l.token as i64);
-            raw::RedisModule_DigestAddLongLong.unwrap()(md, l.deadline_ms);
+            let add_str = raw::RedisModule_DigestAddStringBuffer.unwrap();
+            let add_int = raw::RedisModule_DigestAddLongLong.unwrap();
+            match value::record_ref(v) {
+                RecordRef::Exclusive(l) => {
+                    add_str(md, l.owner.as_ptr() as *const _, l.owner.len());
+                    add_int(md, l.token as i64);
+                    add_int(md, l.deadline_ms);
+                }
+                RecordRef::Multi(m) => {
+                    let name = m.mode().name();
+                    add_str(md, name.as_ptr() as *const _, name.len());
+                    add_int(md, m.mode().limit() as i64);
+                    for h in m.holders() {
+                        add_str(md, h.owner.as_ptr() as *const _, h.owner.len());
+                        add_int(md, h.token as i64);
+                        add_int(md, h.deadline_ms);
+                    }
+                }
+            }
             raw::RedisModule_DigestEndSequence.unwrap()(md);
         }
     })
 }
 
-unsafe extern "C" fn free(value: *mut c_void) {
+unsafe extern "C" fn free(v: *mut c_void) {
     guard("free", (), || {
-        // SAFETY: the server gives back ownership of the Box<Lease> we stored.
-        drop(unsafe { Box::from_raw(value as *mut Lease) });
+        // SAFETY: the server gives back ownership of a value we stored.
+        unsafe { value::drop_raw(v) };
     })
 }
 
-unsafe extern "C" fn unlink(key: *mut raw::RedisModuleString, _value: *const c_void) {
+/// How much work freeing a value is (its holders): the server frees a
+/// large counting or shared lease in the background when lazy freeing is
+/// on, as it does a large hash.
+unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, v: *const c_void) -> usize {
+    // SAFETY: v is one of our records (see above).
+    guard("free_effort", 1, || {
+        unsafe { value::record_ref(v) }.holders()
+    })
+}
+
+unsafe extern "C" fn unlink(key: *mut raw::RedisModuleString, v: *const c_void) {
     guard("unlink", (), || {
         if !key.is_null() {
-            // SAFETY: the name of the key being unlinked, alive during this call.
-            datatype::unlinked(unsafe { Str::new(key) }.bytes());
+            // SAFETY: the name of the key being unlinked, alive during this
+            // call, and its value, one of our records (see above).
+            let holders = unsafe { value::record_ref(v) }.holders();
+            datatype::unlinked(unsafe { Str::new(key) }.bytes(), holders);
         }
     })
 }
@@ -266,11 +331,11 @@ unsafe extern "C" fn unlink(key: *mut raw::RedisModuleString, _value: *const c_v
 unsafe extern "C" fn copy(
     _from: *mut raw::RedisModuleString,
     _to: *mut raw::RedisModuleString,
-    value: *const c_void,
+    v: *const c_void,
 ) -> *mut c_void {
     guard("copy", std::ptr::null_mut(), || {
-        // SAFETY: value is one of our records.
-        Box::into_raw(Box::new(unsafe { lease(value) }.clone())) as *mut c_void
+        // SAFETY: v is one of our records (see above).
+        value::into_raw(unsafe { value::record_ref(v) }.to_owned())
     })
 }
 

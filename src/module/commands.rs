@@ -1,14 +1,18 @@
 //! The LEASE.* command handlers: parse (crate::lease::args), read the key,
-//! decide (crate::lease::decide), then change it through the effects layer
+//! decide (crate::lease::decide for exclusive leases, crate::lease::multi
+//! for counting and shared ones), then change it through the effects layer
 //! and serve waiters.
 
-use crate::lease::args::{self, check_owner, parse_acquire_options, parse_token, parse_ttl};
+use crate::lease::args::{
+    self, check_owner, parse_acquire_options, parse_hold_mode, parse_token, parse_ttl,
+};
 use crate::lease::decide::{self, Acquire};
-use crate::lease::{Lease, LeaseError};
+use crate::lease::multi::{self, Decision};
+use crate::lease::{Holder, Lease, LeaseError, Mode, RecordRef};
 
 use super::ctx::{Args, Ctx};
-use super::effects::{self, APPLY, CLOCK, Reader, Writer};
-use super::reply::Reply;
+use super::effects::{self, APPLY, CLOCK, DROP, HOLD, Reader, Writer};
+use super::reply::{Field, Reply};
 use super::state::{self, STATS};
 use super::waiters;
 
@@ -18,7 +22,15 @@ use super::waiters;
 /// redaction replaces the argument itself).
 pub const OWNER_ARG: usize = 2;
 
-/// LEASE.ACQUIRE key owner ttl-ms [BLOCK timeout-ms]
+/// The exclusive lease stored in a record, if that is what it is.
+fn exclusive(record: Option<RecordRef<'_>>) -> Option<&Lease> {
+    match record {
+        Some(RecordRef::Exclusive(l)) => Some(l),
+        _ => None,
+    }
+}
+
+/// LEASE.ACQUIRE key owner ttl-ms [LIMIT n | SHARED] [BLOCK timeout-ms]
 pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() < 4 {
         return Err(LeaseError::Arity("lease.acquire"));
@@ -29,29 +41,35 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let name = a.str(1);
     let mut w = Writer::open(ctx, name);
     let now = state::now_ms();
-    // A free lease with clients queued goes to the oldest of them first: a
-    // newcomer never overtakes a waiter.
+    // A free lease (or a free place of a counting or shared lease) with
+    // clients queued goes to the oldest of them first: a newcomer never
+    // overtakes a waiter.
     if let Some(slot) = waiters::slot_if_waiting(ctx, name)
-        && decide::live(w.lease()?, now).is_none()
+        && match w.record()? {
+            Some(RecordRef::Multi(_)) => true,
+            current => decide::live(exclusive(current), now).is_none(),
+        }
         && waiters::waiting(&slot) > 0
     {
         waiters::serve(&slot, &mut w);
     }
-    let current = w.lease()?;
+    // The key's expiry matters only to a wait (when to re-check).
+    let expire = if opts.block_ms.is_some() {
+        w.expire_at()
+    } else {
+        None
+    };
+    let record = w.record()?;
+    if opts.mode != Mode::Exclusive || matches!(record, Some(RecordRef::Multi(_))) {
+        return acquire_multi(ctx, a, &mut w, owner, ttl, opts, now);
+    }
+    let current = exclusive(record);
+    let recheck_at = current.map_or(now, |l| decide::ends_at(l, expire) + 1);
     // During a grace period (SPEC S7) nothing new is created: the caller is
     // answered as if another owner held the key (someone may), or waits.
     let grace_end = state::grace_ends_at(now).filter(|_| decide::live(current, now).is_none());
     if let Some(end) = grace_end {
-        return match opts.block_ms {
-            Some(timeout) if waiters::may_block(ctx) => {
-                let slot = (ctx.selected_db(), a.bytes(1).to_vec());
-                Ok(waiters::block(ctx, slot, owner, ttl, timeout, end))
-            }
-            _ => {
-                STATS.grace_refused.incr();
-                Ok(Reply::Null)
-            }
-        };
+        return Ok(grace_refusal(ctx, a, owner, opts, ttl, end));
     }
     let decision = state::with_clock(|clock| decide::acquire(current, owner, ttl, now, clock))?;
     match decision {
@@ -62,20 +80,133 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             waiters::lease_ends_at(ctx, name, deadline_ms);
             Ok(Reply::Int(token as i64))
         }
-        Acquire::Contended => match opts.block_ms {
-            Some(timeout) if waiters::may_block(ctx) => {
-                // Re-check just after the holder's lease ends (its key's
-                // expiry, when a PEXPIRE made that earlier).
-                let expire = w.expire_at();
-                let recheck_at = w.lease()?.map_or(now, |l| decide::ends_at(l, expire) + 1);
-                let slot = (ctx.selected_db(), a.bytes(1).to_vec());
-                Ok(waiters::block(ctx, slot, owner, ttl, timeout, recheck_at))
+        Acquire::Contended => Ok(contended(ctx, a, owner, opts, ttl, recheck_at)),
+    }
+}
+
+/// A refused acquire: null, or with BLOCK a wait re-checked at `recheck_at`.
+fn contended(
+    ctx: Ctx,
+    a: &Args,
+    owner: &[u8],
+    opts: args::AcquireOptions,
+    ttl: i64,
+    recheck_at: i64,
+) -> Reply {
+    match opts.block_ms {
+        Some(timeout) if waiters::may_block(ctx) => {
+            let slot = (ctx.selected_db(), a.bytes(1).to_vec());
+            waiters::block(ctx, slot, owner, opts.mode, ttl, timeout, recheck_at)
+        }
+        _ => {
+            STATS.contended.incr();
+            Reply::Null
+        }
+    }
+}
+
+/// An acquire refused by the grace period: null, or with BLOCK a wait
+/// until the period ends at `end`.
+fn grace_refusal(
+    ctx: Ctx,
+    a: &Args,
+    owner: &[u8],
+    opts: args::AcquireOptions,
+    ttl: i64,
+    end: i64,
+) -> Reply {
+    match opts.block_ms {
+        Some(timeout) if waiters::may_block(ctx) => {
+            let slot = (ctx.selected_db(), a.bytes(1).to_vec());
+            waiters::block(ctx, slot, owner, opts.mode, ttl, timeout, end)
+        }
+        _ => {
+            STATS.grace_refused.incr();
+            Reply::Null
+        }
+    }
+}
+
+/// LEASE.ACQUIRE with `LIMIT n` or `SHARED`, or on a key held that way
+/// (SPEC S8): the decision (`multi::acquire`) first, so that an error
+/// changes nothing; then holders past their deadline leave (each one a
+/// `LEASE.DROP`), and one effect.
+fn acquire_multi(
+    ctx: Ctx,
+    a: &Args,
+    w: &mut Writer,
+    owner: &[u8],
+    ttl: i64,
+    opts: args::AcquireOptions,
+    now: i64,
+) -> Result<Reply, LeaseError> {
+    let name = a.str(1);
+    let ahead = waiters::waiting_on(ctx, name) > 0;
+    let decision = multi::acquire(w.held(now)?, opts.mode, owner, ahead, now)?;
+    w.prune(now);
+    let expire = w.expire_at();
+    let held = w.held(now)?;
+    let recheck_at = held.next_end(expire).map_or(now, |end| end + 1);
+    let free = held.is_free();
+    let is_multi = matches!(held, multi::Held::Multi(_));
+    if let Some(end) = state::grace_ends_at(now).filter(|_| free || decision == Decision::New) {
+        return Ok(grace_refusal(ctx, a, owner, opts, ttl, end));
+    }
+    let deadline_ms = now + ttl;
+    match decision {
+        Decision::New => {
+            let token = state::with_clock(|c| c.issue(now)).ok_or(LeaseError::TokensExhausted)?;
+            let owner_box: Box<[u8]> = owner.into();
+            let token = match opts.mode.multi() {
+                None => w.create(
+                    Lease {
+                        owner: owner_box,
+                        token,
+                        deadline_ms,
+                    },
+                    Some(a.str(2)),
+                ),
+                Some(mode) => w.add_holder(
+                    mode,
+                    Holder {
+                        owner: owner_box,
+                        token,
+                        deadline_ms,
+                    },
+                    Some(a.str(2)),
+                ),
+            };
+            Ok(Reply::Int(token as i64))
+        }
+        Decision::Reacquired { token } => {
+            if is_multi {
+                w.extend_holder(owner, deadline_ms, Some(a.str(2)))?;
+            } else {
+                w.extend(deadline_ms, Some(a.str(2)))?;
             }
-            _ => {
-                STATS.contended.incr();
-                Ok(Reply::Null)
-            }
-        },
+            STATS.reacquired.incr();
+            rearm(ctx, a, w, now)?;
+            Ok(Reply::Int(token as i64))
+        }
+        Decision::Contended => Ok(contended(ctx, a, owner, opts, ttl, recheck_at)),
+    }
+}
+
+/// A holder's deadline moved: the key's waiters are re-checked at the
+/// next end of a holding, not at the old one.
+fn rearm(ctx: Ctx, a: &Args, w: &mut Writer, now: i64) -> Result<(), LeaseError> {
+    let expire = w.expire_at();
+    if let Some(end) = w.held(now)?.next_end(expire) {
+        waiters::lease_ends_at(ctx, a.str(1), end);
+    }
+    Ok(())
+}
+
+/// Serves the waiters of the key after a holding left (released or
+/// ended), if anyone waits on it.
+fn serve_waiters(ctx: Ctx, a: &Args, w: &mut Writer) {
+    if let Some(slot) = waiters::slot_if_waiting(ctx, a.str(1)) {
+        waiters::serve(&slot, w);
     }
 }
 
@@ -89,25 +220,45 @@ pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let name = a.str(1);
     let mut w = Writer::open(ctx, name);
     let now = state::now_ms();
-    match decide::renew(w.lease()?, owner, ttl, now) {
-        Some(deadline_ms) => {
-            w.extend(deadline_ms, Some(a.str(2)))?;
-            STATS.renewed.incr();
-            waiters::lease_ends_at(ctx, name, deadline_ms);
-            Ok(Reply::Int(1))
+    let renewed = match w.record()? {
+        Some(RecordRef::Multi(_)) => {
+            if w.prune(now) > 0 {
+                serve_waiters(ctx, a, &mut w);
+            }
+            match w.record()? {
+                Some(RecordRef::Multi(m)) => multi::renew(m, owner, ttl, now),
+                _ => None,
+            }
+            .map(|deadline| w.extend_holder(owner, deadline, Some(a.str(2))))
+            .transpose()?
+            .is_some()
         }
-        None => {
-            STATS.renew_failed.incr();
-            Ok(Reply::Int(0))
-        }
+        current => match decide::renew(exclusive(current), owner, ttl, now) {
+            Some(deadline_ms) => {
+                w.extend(deadline_ms, Some(a.str(2)))?;
+                STATS.renewed.incr();
+                waiters::lease_ends_at(ctx, name, deadline_ms);
+                return Ok(Reply::Int(1));
+            }
+            None => false,
+        },
+    };
+    if renewed {
+        STATS.renewed.incr();
+        rearm(ctx, a, &mut w, now)?;
+        Ok(Reply::Int(1))
+    } else {
+        STATS.renew_failed.incr();
+        Ok(Reply::Int(0))
     }
 }
 
 /// LEASE.RELEASE key owner
 ///
-/// Replicated verbatim: on a replica and in AOF replay (where the clock must
-/// not decide) it deletes the lease when `owner` holds it, live or not, as
-/// the master did.
+/// An exclusive lease's release is replicated verbatim: on a replica and in
+/// AOF replay (where the clock must not decide) it deletes the lease when
+/// `owner` holds it, live or not, as the master did. A holding of a
+/// counting or shared lease is replicated as `LEASE.DROP key owner`.
 pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() != 3 {
         return Err(LeaseError::Arity("lease.release"));
@@ -116,22 +267,34 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let name = a.str(1);
     let mut w = Writer::open(ctx, name);
     if ctx.is_effect() {
-        return Ok(Reply::Int(if decide::release_effect(w.lease()?, owner) {
-            w.release_effect();
-            1
-        } else {
-            0
-        }));
+        w.record()?;
+        return Ok(Reply::Int(w.release_effect(owner) as i64));
     }
-    if decide::release(w.lease()?, owner, state::now_ms()) {
-        w.release();
-        if let Some(slot) = waiters::slot_if_waiting(ctx, name) {
-            waiters::serve(&slot, &mut w);
+    let now = state::now_ms();
+    match w.record()? {
+        Some(RecordRef::Multi(_)) => {
+            let pruned = w.prune(now);
+            let mine =
+                matches!(w.record()?, Some(RecordRef::Multi(m)) if multi::release(m, owner, now));
+            let released = mine && w.release_holder(owner, Some(a.str(2)));
+            if !released {
+                STATS.release_failed.incr();
+            }
+            if released || pruned > 0 {
+                serve_waiters(ctx, a, &mut w);
+            }
+            Ok(Reply::Int(released as i64))
         }
-        Ok(Reply::Int(1))
-    } else {
-        STATS.release_failed.incr();
-        Ok(Reply::Int(0))
+        current => {
+            if decide::release(exclusive(current), owner, now) {
+                w.release();
+                serve_waiters(ctx, a, &mut w);
+                Ok(Reply::Int(1))
+            } else {
+                STATS.release_failed.incr();
+                Ok(Reply::Int(0))
+            }
+        }
     }
 }
 
@@ -145,8 +308,8 @@ pub fn fence(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return super::fence::fence_with_command(ctx, a, token);
     }
     let mut key = Reader::open(ctx, a.str(1));
-    match decide::fence(key.lease()?, token, state::now_ms()) {
-        Ok(()) => {
+    match multi::fence(key.record()?, token, state::now_ms()) {
+        Ok(_) => {
             STATS.fence_ok.incr();
             Ok(Reply::Ok)
         }
@@ -164,18 +327,44 @@ pub fn info(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     }
     let mut key = Reader::open(ctx, a.str(1));
     let expire = key.expire_at();
-    Ok(match decide::info(key.lease()?, state::now_ms(), expire) {
-        Some(view) => Reply::IntMap(vec![
-            ("token", view.token as i64),
-            ("ttl", view.ttl_ms),
-            ("waiters", waiters::waiting_on(ctx, a.str(1)) as i64),
-        ]),
-        None => Reply::Null,
+    let now = state::now_ms();
+    Ok(match key.record()? {
+        Some(RecordRef::Multi(m)) => match multi::info(m, now, expire) {
+            Some(view) => Reply::Fields(vec![
+                ("mode", Field::Str(view.mode.name())),
+                ("limit", Field::Int(view.mode.limit() as i64)),
+                ("token", Field::Int(view.token as i64)),
+                ("ttl", Field::Int(view.ttl_ms)),
+                (
+                    "waiters",
+                    Field::Int(waiters::waiting_on(ctx, a.str(1)) as i64),
+                ),
+                (
+                    "holders",
+                    Field::Maps(
+                        view.holders
+                            .into_iter()
+                            .map(|(token, ttl)| [("token", token as i64), ("ttl", ttl)])
+                            .collect(),
+                    ),
+                ),
+            ]),
+            None => Reply::Null,
+        },
+        current => match decide::info(exclusive(current), now, expire) {
+            Some(view) => Reply::IntMap(vec![
+                ("token", view.token as i64),
+                ("ttl", view.ttl_ms),
+                ("waiters", waiters::waiting_on(ctx, a.str(1)) as i64),
+            ]),
+            None => Reply::Null,
+        },
     })
 }
 
 /// LEASE.APPLY key owner token deadline-ms (internal): sets the full state
-/// of a lease, as replicated by the master and written to the AOF.
+/// of an exclusive lease, as replicated by the master and written to the
+/// AOF.
 pub fn apply(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if !ctx.is_effect() {
         return Err(LeaseError::InternalOnly(APPLY));
@@ -192,6 +381,46 @@ pub fn apply(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         deadline_ms,
     });
     Ok(Reply::Ok)
+}
+
+/// LEASE.HOLD key owner token deadline-ms LIMIT n|SHARED (internal): adds
+/// or updates one holder of a counting or shared lease, with its exact
+/// token and deadline, as replicated by the master and written to the AOF.
+pub fn hold(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if !ctx.is_effect() {
+        return Err(LeaseError::InternalOnly(HOLD));
+    }
+    if a.len() != 6 && a.len() != 7 {
+        return Err(LeaseError::Arity("lease.hold"));
+    }
+    let owner = check_owner(a.bytes(2))?;
+    let token = parse_token(a.bytes(3))?;
+    let deadline_ms = args::parse_unix_ms(a.bytes(4), "deadline-ms")?;
+    let mode = parse_hold_mode(&a.rest(5))?;
+    Writer::open(ctx, a.str(1)).hold_effect(
+        mode,
+        Holder {
+            owner: owner.into(),
+            token,
+            deadline_ms,
+        },
+    );
+    Ok(Reply::Ok)
+}
+
+/// LEASE.DROP key owner (internal): removes one holder of a counting or
+/// shared lease (the key goes with the last), as the master decided.
+pub fn drop(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if !ctx.is_effect() {
+        return Err(LeaseError::InternalOnly(DROP));
+    }
+    if a.len() != 3 {
+        return Err(LeaseError::Arity("lease.drop"));
+    }
+    let owner = check_owner(a.bytes(2))?;
+    let mut w = Writer::open(ctx, a.str(1));
+    w.record()?;
+    Ok(Reply::Int(w.drop_effect(owner) as i64))
 }
 
 /// LEASE.CLOCK last (internal): raises the token clock, as written into

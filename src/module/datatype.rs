@@ -9,8 +9,7 @@
 //! expiry commands with a command filter instead, and RESTORE from the
 //! type's load callback.
 
-use crate::lease::decide;
-use crate::lease::record::Lease;
+use crate::lease::{Record, RecordRef, decide, multi};
 
 use super::ctx::{Ctx, Str};
 use super::effects::{Reader, Writer};
@@ -25,22 +24,23 @@ pub const AUX_ENCVER: i32 = 1;
 pub const TYPE_NAME: &str = "leasetype";
 
 /// A value read from an RDB, a RESTORE or a MIGRATE, if it may be taken:
-/// well formed, and with a token no further ahead of the clock than
+/// well formed (record version 1, an exclusive lease, or 2, a counting or
+/// shared one), and with no token further ahead of the clock than
 /// `clock::MAX_AHEAD_MS`, so one RESTORE cannot exhaust the token clock.
-/// Raises the clock to its token.
-pub fn loaded(encver: i32, bytes: Option<&[u8]>) -> Option<Lease> {
+/// Raises the clock to its largest token.
+pub fn loaded(encver: i32, bytes: Option<&[u8]>) -> Option<Record> {
     if encver > ENCVER {
         state::log_warning(&format!(
             "cannot load a lease value of encoding version {encver}: this module reads up to {ENCVER}"
         ));
         return None;
     }
-    let checked =
-        Lease::decode(bytes?).and_then(|l| l.check_not_ahead(state::now_ms()).map(|()| l));
+    let checked = Record::decode(bytes?)
+        .and_then(|r| r.as_ref().check_not_ahead(state::now_ms()).map(|()| r));
     match checked {
-        Ok(lease) => {
-            state::observe_token(lease.token);
-            Some(lease)
+        Ok(record) => {
+            state::observe_token(record.as_ref().max_token());
+            Some(record)
         }
         Err(e) => {
             state::log_warning(&format!("refusing a stored lease value: {e}"));
@@ -49,11 +49,11 @@ pub fn loaded(encver: i32, bytes: Option<&[u8]>) -> Option<Lease> {
     }
 }
 
-/// A lease key named `name` leaves the keyspace (DEL, expiry, overwrite):
-/// its waiters are re-checked right after, and an `expired` event that
-/// follows counts it.
-pub fn unlinked(name: &[u8]) {
-    state::note_unlinked(name);
+/// A lease key named `name`, whose record has `holders` holders, leaves
+/// the keyspace (DEL, expiry, overwrite): its waiters are re-checked right
+/// after, and an `expired` event that follows counts each holder.
+pub fn unlinked(name: &[u8], holders: usize) {
+    state::note_unlinked(name, holders);
     waiters::key_changed(name);
 }
 
@@ -67,7 +67,7 @@ pub fn restored(db: i32, name: &[u8]) {
 /// An `expired` keyspace event: counts the expiry of a lease key (its type
 /// is gone by now; the unlink just before noted its name).
 pub fn on_expired(key: Str) {
-    if state::take_unlinked(key.bytes()) {
+    for _ in 0..state::take_unlinked(key.bytes()).unwrap_or(0) {
         STATS.expired.incr();
     }
 }
@@ -86,11 +86,15 @@ pub fn before_command(name: &[u8], key: Option<&[u8]>) {
     }
 }
 
-/// Does lease key `key` outlive its lease?
+/// Does lease key `key` outlive its lease (its latest holder)?
 fn needs_alignment(ctx: Ctx, key: Str) -> bool {
     let mut r = Reader::open(ctx, key);
     let expire = r.expire_at();
-    matches!(r.lease(), Ok(Some(l)) if decide::expiry_to_align(l, expire).is_some())
+    match r.record() {
+        Ok(Some(RecordRef::Exclusive(l))) => decide::expiry_to_align(l, expire).is_some(),
+        Ok(Some(RecordRef::Multi(m))) => multi::expiry_to_align(m, expire).is_some(),
+        _ => false,
+    }
 }
 
 /// The alignment timer fired: sets the key's expiry back to its lease's
@@ -109,7 +113,12 @@ pub fn on_align(ctx: Ctx, db: i32, key: &[u8]) {
     let Ok(mut w) = Writer::open_gated(ctx, name.as_str()) else {
         return;
     };
-    let live = matches!(w.lease(), Ok(Some(l)) if l.is_live(state::now_ms()));
+    let now = state::now_ms();
+    let live = match w.record() {
+        Ok(Some(RecordRef::Exclusive(l))) => l.is_live(now),
+        Ok(Some(RecordRef::Multi(m))) => m.is_live(now),
+        _ => false,
+    };
     if live {
         let _ = w.align_expiry();
     } else {

@@ -13,8 +13,8 @@ use std::sync::Mutex;
 use redis_module::raw;
 
 use crate::lease::args::printable;
-use crate::lease::fence::{check_inner, check_same_slot};
-use crate::lease::{LeaseError, decide};
+use crate::lease::fence::{check_inner, check_same_slot, check_shared};
+use crate::lease::{LeaseError, multi};
 
 use super::ctx::{Args, Ctx};
 use super::effects::Reader;
@@ -162,15 +162,23 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, Lease
     let name = a.bytes(3);
     let shown = printable(name).to_ascii_lowercase();
     let inner_args = a.rest(4);
-    check_inner(name, &command_flags(ctx, name, &inner_args)?, &inner_args)?;
+    let flags = command_flags(ctx, name, &inner_args)?;
+    check_inner(name, &flags, &inner_args)?;
     check_slots(ctx, a)?;
     let mut inner = a.strs(4);
-    {
+    let fenced = {
         let mut key = Reader::open(ctx, a.str(1));
-        if let Err(e) = decide::fence(key.lease()?, token, state::now_ms()) {
-            STATS.fence_stale.incr();
-            return Err(e);
+        match multi::fence(key.record()?, token, state::now_ms()) {
+            Ok(f) => f,
+            Err(e) => {
+                STATS.fence_stale.incr();
+                return Err(e);
+            }
         }
+    };
+    // A reader's token (SHARED) fences no write; the STALE check came first.
+    if fenced.shared {
+        check_shared(name, &flags)?;
     }
     STATS.fence_ok.incr();
     let cname = CString::new(name).map_err(|_| LeaseError::UnknownCommand(shown.clone()))?;

@@ -1,7 +1,8 @@
 //! The thin layer that binds the pure `crate::lease` core to the server.
 //! All `unsafe` lives here. Dependencies run one way:
 //!
-//! - `ctx`, `state`, `reply`: handles, server-wide state, replies;
+//! - `ctx`, `value`, `state`, `reply`: handles, the lease type's value
+//!   pointer (exclusive or multi-holder record), server-wide state, replies;
 //! - `effects`: the one place that changes lease keys, and the gates that
 //!   every write the module starts by itself passes;
 //! - `waiters`, `fence`, `datatype`, `info`: blocking acquire, the fenced
@@ -20,6 +21,7 @@ pub mod info;
 pub mod registry;
 pub mod reply;
 pub mod state;
+pub mod value;
 pub mod waiters;
 
 use redis_module::{Context, RedisString, Status, raw};

@@ -8,7 +8,7 @@ use std::os::raw::c_int;
 use redis_module::{Context, raw};
 
 use super::callbacks::*;
-use super::effects::{APPLY, CLOCK, GATE};
+use super::effects::{APPLY, CLOCK, DROP, GATE, HOLD};
 use super::state;
 use crate::lease::config::{MAX_GRACE_MS, MAX_MAX_TTL_MS, MIN_GRACE_MS, MIN_MAX_TTL_MS, Settings};
 
@@ -34,6 +34,8 @@ const STRING: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
 const INTEGER: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
+const PURE_TOKEN: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN;
 
 /// One command as registered.
 struct Spec {
@@ -67,12 +69,24 @@ fn specs() -> Vec<Spec> {
             flags: "write deny-oom blocking",
             arity: -4,
             key_flags: RW | ACCESS | UPDATE,
-            summary: c"Acquires a lease and returns its fencing token; null when another owner holds it",
-            complexity: c"O(1)",
+            summary: c"Acquires a lease (exclusive, one of n with LIMIT n, or shared with SHARED) and returns its fencing token; null when it is taken",
+            complexity: c"O(1) for an exclusive lease; O(log n) with n holders or waiters",
             args: vec![
                 arg(c"key", KEY),
                 arg(c"owner", STRING),
                 arg(c"ttl-ms", INTEGER),
+                Arg {
+                    name: c"limit",
+                    kind: INTEGER,
+                    token: Some(c"LIMIT"),
+                    flags: OPTIONAL,
+                },
+                Arg {
+                    name: c"shared",
+                    kind: PURE_TOKEN,
+                    token: Some(c"SHARED"),
+                    flags: OPTIONAL,
+                },
                 Arg {
                     name: c"timeout-ms",
                     kind: INTEGER,
@@ -89,7 +103,7 @@ fn specs() -> Vec<Spec> {
             arity: 4,
             key_flags: RW | UPDATE,
             summary: c"Resets the remaining time of a lease held by owner; 1 if renewed, else 0",
-            complexity: c"O(1)",
+            complexity: c"O(1) for an exclusive lease; O(log n) with n holders",
             args: vec![arg(c"key", KEY), arg(c"owner", STRING), arg(c"ttl-ms", INTEGER)],
         },
         Spec {
@@ -100,7 +114,7 @@ fn specs() -> Vec<Spec> {
             arity: 3,
             key_flags: RW | DELETE,
             summary: c"Releases a lease held by owner; 1 if released, else 0",
-            complexity: c"O(1)",
+            complexity: c"O(1) for an exclusive lease; O(log n) with n holders or waiters",
             args: vec![arg(c"key", KEY), arg(c"owner", STRING)],
         },
         Spec {
@@ -117,8 +131,8 @@ fn specs() -> Vec<Spec> {
             // VARIABLE_FLAGS: the server asks the getkeys-api callback, which
             // adds the inner command's keys, instead of this spec alone.
             key_flags: RO | ACCESS | VARIABLE_FLAGS,
-            summary: c"Checks that token is the token of the lease held now (else a STALE error) and, in the same step, runs the command if one is given",
-            complexity: c"O(1)",
+            summary: c"Checks that token is the token of a lease held now (else a STALE error) and, in the same step, runs the command if one is given",
+            complexity: c"O(1) for an exclusive lease; O(log n) with n holders",
             args: vec![
                 arg(c"key", KEY),
                 arg(c"token", INTEGER),
@@ -143,8 +157,8 @@ fn specs() -> Vec<Spec> {
             flags: "readonly fast",
             arity: 2,
             key_flags: RO | ACCESS,
-            summary: c"Token, remaining ttl and waiters of the lease held on key; null when free",
-            complexity: c"O(1)",
+            summary: c"Token, remaining ttl and waiters of the lease held on key (and mode, limit and holders of a counting or shared lease); null when free",
+            complexity: c"O(1) for an exclusive lease; O(n) with n holders",
             args: vec![arg(c"key", KEY)],
         },
         Spec {
@@ -162,6 +176,45 @@ fn specs() -> Vec<Spec> {
                 arg(c"token", INTEGER),
                 arg(c"deadline-ms", INTEGER),
             ],
+        },
+        Spec {
+            name: HOLD,
+            entry: Some(hold_entry),
+            acl: c"write lease",
+            flags: "write",
+            arity: -6,
+            key_flags: RW | UPDATE,
+            summary: c"Internal: adds or updates one holder of a counting or shared lease; accepted only from the master link and the AOF",
+            complexity: c"O(log n) with n holders",
+            args: vec![
+                arg(c"key", KEY),
+                arg(c"owner", STRING),
+                arg(c"token", INTEGER),
+                arg(c"deadline-ms", INTEGER),
+                Arg {
+                    name: c"limit",
+                    kind: INTEGER,
+                    token: Some(c"LIMIT"),
+                    flags: OPTIONAL,
+                },
+                Arg {
+                    name: c"shared",
+                    kind: PURE_TOKEN,
+                    token: Some(c"SHARED"),
+                    flags: OPTIONAL,
+                },
+            ],
+        },
+        Spec {
+            name: DROP,
+            entry: Some(drop_entry),
+            acl: c"write lease",
+            flags: "write",
+            arity: 3,
+            key_flags: RW | DELETE,
+            summary: c"Internal: removes one holder of a counting or shared lease; accepted only from the master link and the AOF",
+            complexity: c"O(log n) with n holders",
+            args: vec![arg(c"key", KEY), arg(c"owner", STRING)],
         },
         Spec {
             name: CLOCK,

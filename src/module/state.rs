@@ -331,26 +331,27 @@ pub unsafe fn take_timer_job(data: *mut c_void) -> TimerJob {
     *unsafe { Box::from_raw(data as *mut TimerJob) }
 }
 
-/// The name of the lease key last unlinked and when, so the `expired` event
-/// that follows an expiry's unlink at once can tell a lease key from any
-/// other (its type is gone by then). Reused, so no allocation per unlink
-/// once warm.
-static LAST_UNLINKED: Mutex<(Vec<u8>, Option<Instant>)> = Mutex::new((Vec::new(), None));
+/// The name of the lease key last unlinked, how many holders its record
+/// had, and when, so the `expired` event that follows an expiry's unlink at
+/// once can tell a lease key from any other (its type is gone by then) and
+/// count each holder. Reused, so no allocation per unlink once warm.
+static LAST_UNLINKED: Mutex<(Vec<u8>, usize, Option<Instant>)> = Mutex::new((Vec::new(), 0, None));
 
-pub fn note_unlinked(name: &[u8]) {
+pub fn note_unlinked(name: &[u8], holders: usize) {
     let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
     last.0.clear();
     last.0.extend_from_slice(name);
-    last.1 = Some(Instant::now());
+    last.1 = holders;
+    last.2 = Some(Instant::now());
 }
 
-/// Was `name` the lease key unlinked just now (within a millisecond)?
-/// Clears the mark.
-pub fn take_unlinked(name: &[u8]) -> bool {
+/// If `name` was the lease key unlinked just now (within a millisecond),
+/// how many holders it had. Clears the mark.
+pub fn take_unlinked(name: &[u8]) -> Option<usize> {
     let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
     let recent = last
-        .1
+        .2
         .take()
         .is_some_and(|at| at.elapsed().as_micros() < 1000);
-    recent && last.0.as_slice() == name
+    (recent && last.0.as_slice() == name).then_some(last.1)
 }

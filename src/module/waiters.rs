@@ -21,9 +21,9 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use crate::lease::LeaseError;
-use crate::lease::decide;
-use crate::lease::waitq::{Slot, WaitRegistry, Waiter};
+use crate::lease::multi::Held;
+use crate::lease::waitq::{Slot, Step, WaitRegistry, Waiter};
+use crate::lease::{Holder, Lease, LeaseError, Mode, RecordRef};
 
 use super::ctx::{Ctx, Str};
 use super::effects::{Closed, Reader, Writer};
@@ -119,13 +119,14 @@ pub fn may_block(ctx: Ctx) -> bool {
         == 0
 }
 
-/// Blocks the calling client until it gets the lease of `slot` or
-/// `timeout_ms` passes (0: forever). `recheck_at` is when the current
-/// lease's key will have expired, to re-check the key then.
+/// Blocks the calling client until it gets the lease of `slot` in `mode`
+/// or `timeout_ms` passes (0: forever). `recheck_at` is when the current
+/// holder's time will have ended, to re-check the key then.
 pub fn block(
     ctx: Ctx,
     slot: Slot,
     owner: &[u8],
+    mode: Mode,
     ttl_ms: i64,
     timeout_ms: i64,
     recheck_at: i64,
@@ -153,7 +154,7 @@ pub fn block(
         }
     }
     let timeout_at = (timeout_ms > 0).then(|| state::now_ms() + timeout_ms);
-    reg(|r| r.push(slot.clone(), bc as Handle, owner, ttl_ms, timeout_at));
+    reg(|r| r.push(slot.clone(), bc as Handle, owner, mode, ttl_ms, timeout_at));
     arm(&slot, recheck_at);
     arm_timeouts();
     Reply::Sent
@@ -210,8 +211,17 @@ fn tidy(slot: &Slot) {
     }
 }
 
-/// A re-check timer fired: looks at the key of `slot` and serves its oldest
-/// waiter if the lease is free, or re-arms the timer at the lease's end.
+/// What a re-check timer finds on a key.
+enum Found {
+    /// Held until then (nothing can be served before).
+    HeldUntil(i64),
+    /// Something may be served: ended holders leave, waiters are served.
+    Serve,
+}
+
+/// A re-check timer fired: looks at the key of `slot` and serves its
+/// waiters if the lease is free (or a place of a counting or shared lease
+/// may be), or re-arms the timer at the next end of a holding.
 pub fn on_recheck(ctx: Ctx, slot: Slot) {
     reg(|r| r.set_timer(&slot, None));
     if !ctx.select_db(slot.0) {
@@ -221,19 +231,27 @@ pub fn on_recheck(ctx: Ctx, slot: Slot) {
     }
     let name = ctx.string(&slot.1);
     let now = state::now_ms();
-    let held_until = {
+    let found = {
         let mut r = Reader::open(ctx, name.as_str());
         let expire = r.expire_at();
-        match r.lease() {
-            Err(e) => Err(e),
-            Ok(cur) => Ok(decide::live(cur, now).map(|l| decide::ends_at(l, expire))),
-        }
+        r.record().map(|record| match record {
+            // A full LIMIT key whose holders are all within their time.
+            Some(RecordRef::Multi(m)) if !m.has_ended(now) && !m.mode().has_room(m.len()) => {
+                Held::Multi(m)
+                    .next_end(expire)
+                    .map_or(Found::Serve, Found::HeldUntil)
+            }
+            Some(RecordRef::Multi(_)) => Found::Serve,
+            record => Held::of(record, now)
+                .next_end(expire)
+                .map_or(Found::Serve, Found::HeldUntil),
+        })
     };
-    match held_until {
+    match found {
         Err(e) => fail_all(&slot, e),
         // The key expires once the clock passes its deadline.
-        Ok(Some(end)) => arm(&slot, end + 1),
-        Ok(None) => match Writer::open_gated(ctx, name.as_str()) {
+        Ok(Found::HeldUntil(end)) => arm(&slot, end + 1),
+        Ok(Found::Serve) => match Writer::open_gated(ctx, name.as_str()) {
             Ok(mut w) => serve(&slot, &mut w),
             Err(closed) => gate_closed(&slot, closed, now),
         },
@@ -276,34 +294,110 @@ fn unblock(w: &Waiter<Handle>, slot: &Slot, answer: Answer) {
     }
 }
 
-/// Hands the free lease on the key `w` has open to the oldest waiter of
-/// `slot`, if any: a new lease with a new token, stored, replicated and
-/// notified like any acquisition. Waiters with the same owner (a client's
-/// retries) get the same lease, as a re-acquire would.
+/// Serves the waiters of `slot` on the key `w` has open, oldest first:
+/// holders past their deadline leave (each a `LEASE.DROP`), then each step
+/// of `WaitRegistry::grant_next` is stored, replicated and notified like
+/// any acquisition (a new lease, or one more holder of a counting or shared
+/// lease, with a new token), until the oldest waiter must wait. Waiters
+/// with the same owner (a client's retries) get the same token, as a
+/// re-acquire would.
 pub fn serve(slot: &Slot, w: &mut Writer) {
     let now = state::now_ms();
+    w.prune(now);
     // No new lease during a grace period (SPEC S7): the queue waits for its
     // end, when every queue is re-checked.
     if let Some(end) = state::grace_ends_at(now) {
         arm(slot, end);
         return;
     }
-    let Some(granted) = state::with_clock(|clock| reg(|r| r.grant(slot, now, clock))) else {
-        return;
-    };
-    match granted {
-        Err(first) => unblock(&first, slot, Answer::Error(LeaseError::TokensExhausted)),
-        Ok(g) => {
-            let (token, deadline) = (g.lease.token, g.lease.deadline_ms);
-            w.create(g.lease, None);
-            for (i, waiter) in g.waiters.iter().enumerate() {
+    // Each step answers at least one waiter, so this ends after at most
+    // as many steps as there are waiters.
+    for _ in 0..=waiting(slot) {
+        let Ok(held) = w.held(now) else { break };
+        let Some(step) = state::with_clock(|clock| reg(|r| r.grant_next(slot, held, now, clock)))
+        else {
+            break;
+        };
+        apply_step(slot, w, step);
+    }
+    let expire = w.expire_at();
+    if let Ok(held) = w.held(now)
+        && let Some(end) = held.next_end(expire)
+    {
+        arm(slot, end + 1);
+    }
+}
+
+/// Stores one step of serving a queue and answers its waiters.
+fn apply_step(slot: &Slot, w: &mut Writer, step: Step<Handle>) {
+    match step {
+        Step::Grant {
+            mode,
+            owner,
+            token,
+            deadline_ms,
+            waiters,
+            refused,
+        } => {
+            match mode.multi() {
+                None => {
+                    w.create(
+                        Lease {
+                            owner,
+                            token,
+                            deadline_ms,
+                        },
+                        None,
+                    );
+                }
+                Some(m) => {
+                    w.add_holder(
+                        m,
+                        Holder {
+                            owner,
+                            token,
+                            deadline_ms,
+                        },
+                        None,
+                    );
+                }
+            }
+            for (i, waiter) in waiters.iter().enumerate() {
                 if i > 0 {
                     STATS.reacquired.incr();
                 }
                 unblock(waiter, slot, Answer::Token(token));
             }
-            arm(slot, deadline + 1);
+            for (waiter, e) in refused {
+                unblock(&waiter, slot, Answer::Error(e));
+            }
         }
+        Step::Reacquired {
+            owner,
+            token,
+            deadline_ms,
+            waiters,
+            refused,
+        } => {
+            let moved = match w.record() {
+                Ok(Some(RecordRef::Multi(_))) => w.extend_holder(&owner, deadline_ms, None),
+                _ => w.extend(deadline_ms, None),
+            };
+            for waiter in &waiters {
+                let answer = match &moved {
+                    Ok(()) => {
+                        STATS.reacquired.incr();
+                        Answer::Token(token)
+                    }
+                    Err(e) => Answer::Error(e.clone()),
+                };
+                unblock(waiter, slot, answer);
+            }
+            for (waiter, e) in refused {
+                unblock(&waiter, slot, Answer::Error(e));
+            }
+        }
+        Step::Refused { waiter, error } => unblock(&waiter, slot, Answer::Error(error)),
     }
 }
 
@@ -389,17 +483,26 @@ pub fn on_revoke(ctx: Ctx, slot: Slot, owner: Box<[u8]>, token: u64) {
         return;
     }
     let name = ctx.string(&slot.1);
-    let still_there = matches!(
-        Reader::open(ctx, name.as_str()).lease(),
-        Ok(Some(l)) if l.token == token && l.is_held_by(&owner)
-    );
-    if !still_there {
+    let still_there = match Reader::open(ctx, name.as_str()).record() {
+        Ok(Some(RecordRef::Exclusive(l))) if l.token == token && l.is_held_by(&owner) => {
+            Some(false)
+        }
+        Ok(Some(RecordRef::Multi(m))) if m.holder(&owner).is_some_and(|h| h.token == token) => {
+            Some(true)
+        }
+        _ => None,
+    };
+    let Some(multi) = still_there else {
         tidy(&slot);
         return;
-    }
+    };
     match Writer::open_gated(ctx, name.as_str()) {
         Ok(mut w) => {
-            w.revoke();
+            if multi {
+                w.revoke_holder(&owner);
+            } else {
+                w.revoke();
+            }
             serve(&slot, &mut w);
         }
         Err(Closed::Moved(_)) => {}

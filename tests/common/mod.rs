@@ -86,6 +86,12 @@ pub fn free_port() -> u16 {
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
+/// A new empty directory for a server's data (to start it on files a test
+/// puts there first).
+pub fn fresh_dir() -> PathBuf {
+    scratch_dir()
+}
+
 fn scratch_dir() -> PathBuf {
     let n = COUNTER.fetch_add(1, Ordering::SeqCst);
     let dir = std::env::temp_dir().join(format!("lease-test-{}-{n}", std::process::id()));
@@ -623,6 +629,52 @@ pub fn with_token(payload: &[u8], old: i64, new: i64) -> Vec<u8> {
     })
 }
 
+/// A DUMP payload holding the lease record `record` (its encoded bytes,
+/// stored uncompressed), built on `template`, a DUMP payload of any lease
+/// key of the same server: its type byte and module id, the module's
+/// string opcode, the record, the module's EOF opcode, then the template's
+/// RDB version and a fresh checksum.
+pub fn module_payload(template: &[u8], record: &[u8]) -> Vec<u8> {
+    assert_eq!(template[0], 7, "RDB_TYPE_MODULE_2");
+    assert_eq!(template[1], 0x81, "64-bit module id");
+    let n = template.len();
+    let mut body = template[..10].to_vec();
+    body.push(5); // RDB_MODULE_OPCODE_STRING
+    let len = record.len();
+    if len < 64 {
+        body.push(len as u8);
+    } else if len < 16384 {
+        body.extend_from_slice(&[0x40 | (len >> 8) as u8, len as u8]);
+    } else {
+        body.push(0x80);
+        body.extend_from_slice(&(len as u32).to_be_bytes());
+    }
+    body.extend_from_slice(record);
+    body.push(0); // RDB_MODULE_OPCODE_EOF
+    body.extend_from_slice(&template[n - 10..n - 8]);
+    let crc = crc64(&body);
+    body.extend_from_slice(&crc.to_le_bytes());
+    body
+}
+
+/// The record version 2 encoding (a counting or shared lease), written
+/// here from its documented layout: version 2, mode (1 LIMIT, 2 SHARED),
+/// limit (u32, 0 for SHARED), holder count (u32), then per holder sorted by
+/// token: token (u64), deadline (i64, unix ms), owner length (u16), owner.
+/// All integers little-endian.
+pub fn multi_record(limit: u32, holders: &[(&[u8], u64, i64)]) -> Vec<u8> {
+    let mut out = vec![2, if limit == 0 { 2 } else { 1 }];
+    out.extend_from_slice(&limit.to_le_bytes());
+    out.extend_from_slice(&(holders.len() as u32).to_le_bytes());
+    for (owner, token, deadline) in holders {
+        out.extend_from_slice(&token.to_le_bytes());
+        out.extend_from_slice(&deadline.to_le_bytes());
+        out.extend_from_slice(&(owner.len() as u16).to_le_bytes());
+        out.extend_from_slice(owner);
+    }
+    out
+}
+
 /// `used_memory` from `INFO memory`.
 pub fn used_memory(c: &mut redis::Connection) -> i64 {
     let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
@@ -863,6 +915,65 @@ pub fn spawn_waiter(s: &Server, key: &str, owner: &str, ttl: &str, timeout: &str
     h
 }
 
+/// Starts `LEASE.ACQUIRE key owner ttl <opts...>` (which include `BLOCK
+/// timeout`, and `LIMIT n` or `SHARED`) on its own connection and thread,
+/// and waits (up to 5 s) until the server counts it as a waiter.
+pub fn spawn_waiter_with(s: &Server, key: &str, owner: &str, ttl: &str, opts: &[&str]) -> Answer {
+    let mut probe = s.conn();
+    let before = waiters(&mut probe, key);
+    let mut c = s.conn();
+    let mut args: Vec<String> = ["LEASE.ACQUIRE", key, owner, ttl]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    args.extend(opts.iter().map(|a| a.to_string()));
+    let h = thread::spawn(move || {
+        let reply = call_args(&mut c, &args);
+        (reply, Instant::now())
+    });
+    assert!(
+        wait_until(Duration::from_secs(5), || waiters(&mut probe, key) > before),
+        "{owner} never started waiting on {key}"
+    );
+    h
+}
+
+/// The `holders` of a LEASE.INFO reply of a counting or shared lease:
+/// (token, ttl) per holder, in the order given (RESP2 flat arrays or RESP3
+/// maps); empty for an exclusive lease (no such field).
+pub fn holders(info: &Value) -> Vec<(i64, i64)> {
+    match field(info, "holders") {
+        Some(Value::Array(list)) => list
+            .iter()
+            .map(|h| {
+                (
+                    int(&field(h, "token").expect("holder token")),
+                    int(&field(h, "ttl").expect("holder ttl")),
+                )
+            })
+            .collect(),
+        None => Vec::new(),
+        other => panic!("no holders in {info:?}: {other:?}"),
+    }
+}
+
+/// `LEASE.ACQUIRE key owner ttl <opts...>`: the token, or `None` for null
+/// (panics on an error reply).
+pub fn acquire_opts(
+    c: &mut redis::Connection,
+    key: &str,
+    owner: &str,
+    ttl: &str,
+    opts: &[&str],
+) -> Option<i64> {
+    let mut args = vec!["LEASE.ACQUIRE", key, owner, ttl];
+    args.extend_from_slice(opts);
+    match ok(c, &args) {
+        Value::Nil => None,
+        v => Some(int(&v)),
+    }
+}
+
 /// The token a waiter was answered (it must be one).
 pub fn got_token(h: Answer) -> i64 {
     int(&h.join().unwrap().0.expect("waiter reply"))
@@ -918,15 +1029,20 @@ pub fn assert_replica_token(replica: &Server, key: &str, t: i64) {
 // ---------------------------------------------------------------------------
 // DUMP payloads with a future encoding.
 
-/// A DUMP payload of a lease held by `owner` whose record version (the
-/// first byte of the stored string holding the encoded record, found by the
-/// owner bytes that follow it) is raised from 1 to 2.
+/// The first record version this build does not read (1 is an exclusive
+/// lease, 2 a counting or shared one).
+pub const FUTURE_RECORD_VERSION: u8 = 3;
+
+/// A DUMP payload of an exclusive lease held by `owner` whose record
+/// version (the first byte of the stored string holding the encoded record,
+/// found by the owner bytes that follow it) is raised from 1 to a version
+/// from the future.
 pub fn future_record(payload: &[u8], owner: &[u8]) -> Vec<u8> {
     edit_payload(payload, |b| {
         let owner_at = b.windows(owner.len()).position(|w| w == owner).unwrap();
         let version_at = owner_at - 2 - 8 - 8 - 1;
         assert_eq!(b[version_at], 1);
-        b[version_at] = 2;
+        b[version_at] = FUTURE_RECORD_VERSION;
     })
 }
 

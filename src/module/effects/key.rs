@@ -6,10 +6,11 @@ use std::os::raw::c_void;
 
 use redis_module::raw;
 
-use crate::lease::{Lease, LeaseError};
+use crate::lease::{Lease, LeaseError, Multi, RecordMut};
 
 use super::super::ctx::{Ctx, Str};
 use super::super::state;
+use super::super::value;
 
 /// An open key of the context's selected database.
 pub struct LeaseKey {
@@ -37,15 +38,16 @@ impl LeaseKey {
         LeaseKey { key: key.cast() }
     }
 
-    /// The stored lease record (live or not), `None` for an empty key, or
+    /// The stored record (live or not), `None` for an empty key, or
     /// WRONGTYPE for a key of another type.
-    pub fn get(&mut self) -> Result<Option<&mut Lease>, LeaseError> {
+    pub fn get(&mut self) -> Result<Option<RecordMut<'_>>, LeaseError> {
         let key = self.key;
         if key.is_null() {
             return Ok(None);
         }
         // SAFETY: key is an open key handle; KeyType/ModuleTypeGetType only
-        // read it. The value pointer of our type is a Box<Lease> we stored.
+        // read it. The value pointer of our type is one this module stored
+        // (value.rs), borrowed through `&mut self` so one borrow at a time.
         unsafe {
             let t = raw::RedisModule_KeyType.unwrap()(key);
             if t == raw::REDISMODULE_KEYTYPE_EMPTY as i32 {
@@ -56,8 +58,8 @@ impl LeaseKey {
             {
                 return Err(LeaseError::WrongType);
             }
-            let value = raw::RedisModule_ModuleTypeGetValue.unwrap()(key) as *mut Lease;
-            Ok(value.as_mut())
+            let v = raw::RedisModule_ModuleTypeGetValue.unwrap()(key);
+            Ok((!v.is_null()).then(|| value::record_mut(v)))
         }
     }
 
@@ -84,18 +86,34 @@ impl LeaseKey {
     /// key's expiry to the lease's deadline.
     pub fn set(&self, lease: Lease) {
         let deadline = lease.deadline_ms;
-        let value = Box::into_raw(Box::new(lease)) as *mut c_void;
+        if self.set_value(value::lease_into_raw(lease)) {
+            self.set_expire(deadline);
+        }
+    }
+
+    /// Stores a counting or shared record (replacing what is there) and
+    /// sets the key's expiry to its latest deadline.
+    pub fn set_multi(&self, multi: Multi) {
+        let deadline = multi.latest_deadline();
+        if self.set_value(value::multi_into_raw(multi))
+            && let Some(deadline) = deadline
+        {
+            self.set_expire(deadline);
+        }
+    }
+
+    fn set_value(&self, v: *mut c_void) -> bool {
         // SAFETY: the key is open for writing; on success the server owns
-        // `value` and frees it through the type's free callback.
+        // `v` and frees it through the type's free callback.
         let status = unsafe {
-            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, state::lease_type(), value)
+            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, state::lease_type(), v)
         };
         if status != raw::REDISMODULE_OK as i32 {
             // SAFETY: the server did not take ownership; reclaim and drop it.
-            drop(unsafe { Box::from_raw(value as *mut Lease) });
-            return;
+            unsafe { value::drop_raw(v) };
+            return false;
         }
-        self.set_expire(deadline);
+        true
     }
 
     /// Sets the key's expiry to the absolute unix time `deadline_ms`.

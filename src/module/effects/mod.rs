@@ -18,7 +18,8 @@ use std::ffi::CStr;
 
 use redis_module::raw;
 
-use crate::lease::{Lease, LeaseError};
+use crate::lease::multi::Held;
+use crate::lease::{Holder, Lease, LeaseError, Multi, MultiMode, RecordMut, RecordRef};
 
 use super::ctx::{Ctx, Str};
 use super::state::{self, STATS};
@@ -33,6 +34,14 @@ pub const APPLY_CMD: &CStr = c"LEASE.APPLY";
 /// The internal command that carries the token clock (`last`) into the
 /// replication stream and the AOF.
 pub const CLOCK: &str = "LEASE.CLOCK";
+/// The internal effect that adds or updates one holder of a counting or
+/// shared lease: `LEASE.HOLD key owner token deadline-ms LIMIT n|SHARED`.
+pub const HOLD: &str = "LEASE.HOLD";
+pub const HOLD_CMD: &CStr = c"LEASE.HOLD";
+/// The internal effect that removes one holder (the key goes with the
+/// last): `LEASE.DROP key owner`.
+pub const DROP: &str = "LEASE.DROP";
+const DROP_CMD: &CStr = c"LEASE.DROP";
 
 /// A lease key opened to read.
 pub struct Reader {
@@ -47,13 +56,20 @@ impl Reader {
     }
 
     /// The stored record (live or not), `None` when empty, or WRONGTYPE.
-    pub fn lease(&mut self) -> Result<Option<&Lease>, LeaseError> {
-        self.key.get().map(|l| l.map(|l| &*l))
+    pub fn record(&mut self) -> Result<Option<RecordRef<'_>>, LeaseError> {
+        self.key.get().map(|r| r.map(as_ref))
     }
 
     /// The key's absolute expiry, if it has one.
     pub fn expire_at(&self) -> Option<i64> {
         self.key.expire_at()
+    }
+}
+
+fn as_ref(r: RecordMut<'_>) -> RecordRef<'_> {
+    match r {
+        RecordMut::Exclusive(l) => RecordRef::Exclusive(l),
+        RecordMut::Multi(m) => RecordRef::Multi(m),
     }
 }
 
@@ -82,8 +98,21 @@ impl Writer {
     }
 
     /// The stored record (live or not), `None` when empty, or WRONGTYPE.
-    pub fn lease(&mut self) -> Result<Option<&Lease>, LeaseError> {
-        self.key.get().map(|l| l.map(|l| &*l))
+    pub fn record(&mut self) -> Result<Option<RecordRef<'_>>, LeaseError> {
+        self.key.get().map(|r| r.map(as_ref))
+    }
+
+    /// The key's state at `now_ms` (for a decision), or WRONGTYPE.
+    pub fn held(&mut self, now_ms: i64) -> Result<Held<'_>, LeaseError> {
+        Ok(Held::of(self.record()?, now_ms))
+    }
+
+    /// The stored multi-holder record, if that is what the key holds.
+    fn multi(&mut self) -> Option<&mut Multi> {
+        match self.key.get() {
+            Ok(Some(RecordMut::Multi(m))) => Some(m),
+            _ => None,
+        }
     }
 
     /// The key's absolute expiry, if it has one.
@@ -118,10 +147,9 @@ impl Writer {
     /// re-acquire): record, key expiry, replication, notification.
     pub fn extend(&mut self, deadline_ms: i64, owner_arg: Option<Str>) -> Result<(), LeaseError> {
         let (ctx, name) = (self.ctx, self.name);
-        let lease = self
-            .key
-            .get()?
-            .ok_or_else(|| LeaseError::Internal("the lease to extend is gone".into()))?;
+        let Some(RecordMut::Exclusive(lease)) = self.key.get()? else {
+            return Err(LeaseError::Internal("the lease to extend is gone".into()));
+        };
         lease.deadline_ms = deadline_ms;
         replicate_state(ctx, name, owner_arg, lease);
         self.key.set_expire(deadline_ms);
@@ -152,26 +180,211 @@ impl Writer {
     }
 
     /// Deletes a record whose lease has ended but whose key lingered (no
-    /// expiry): counted as an expiry.
+    /// expiry): counted as an expiry, one per holder.
     pub fn delete_ended(&mut self) {
+        let holders = self.record().ok().flatten().map_or(1, |r| r.holders());
         self.key.delete();
         replicate_del(self.ctx, self.name);
         self.signal();
-        STATS.expired.incr();
+        for _ in 0..holders {
+            STATS.expired.incr();
+        }
     }
 
-    /// Sets the key's expiry to its lease's deadline (after a `RESTORE k 0`,
-    /// `PERSIST` or a longer `EXPIRE` left it outliving the lease).
+    /// Sets the key's expiry to its lease's deadline, the latest holder's
+    /// for a multi record (after a `RESTORE k 0`, `PERSIST` or a longer
+    /// `EXPIRE` left it outliving the lease). An exclusive lease is
+    /// replicated as its `LEASE.APPLY`; a multi record as `PEXPIREAT`
+    /// (its holders are on the replica already; their count must not
+    /// matter).
     pub fn align_expiry(&mut self) -> Result<(), LeaseError> {
         let (ctx, name) = (self.ctx, self.name);
-        let Some(lease) = self.key.get()? else {
-            return Ok(());
+        let deadline = match self.key.get()? {
+            None => return Ok(()),
+            Some(RecordMut::Exclusive(lease)) => {
+                replicate_state(ctx, name, None, lease);
+                lease.deadline_ms
+            }
+            Some(RecordMut::Multi(m)) => {
+                let Some(latest) = m.latest_deadline() else {
+                    return Ok(());
+                };
+                replicate_pexpireat(ctx, name, latest);
+                latest
+            }
         };
-        replicate_state(ctx, name, None, lease);
-        let deadline = lease.deadline_ms;
         self.key.set_expire(deadline);
         self.signal();
         Ok(())
+    }
+
+    // --- Counting and shared leases (one effect per holder) ---------------
+
+    /// Adds a new holder in `mode`: to the key's record when it is held in
+    /// that mode, else as the first holder of a new record (the key was
+    /// free, or held only by an ended lease). Replicated as its
+    /// `LEASE.HOLD`, notified and counted like every acquisition. Returns
+    /// its token.
+    pub fn add_holder(&mut self, mode: MultiMode, holder: Holder, owner_arg: Option<Str>) -> u64 {
+        let token = holder.token;
+        replicate_hold(self.ctx, self.name, owner_arg, mode, &holder);
+        let latest = match self.multi() {
+            Some(m) if m.mode() == mode => {
+                m.put(holder);
+                m.latest_deadline()
+            }
+            _ => {
+                self.key.set_multi(Multi::with(mode, holder));
+                None
+            }
+        };
+        if let Some(latest) = latest {
+            self.key.set_expire(latest);
+        }
+        self.signal();
+        STATS.acquired.incr();
+        self.notify(c"lease.acquire");
+        token
+    }
+
+    /// Moves the deadline of `owner`'s holding (a renewal or a re-acquire);
+    /// the key's expiry follows the latest deadline.
+    pub fn extend_holder(
+        &mut self,
+        owner: &[u8],
+        deadline_ms: i64,
+        owner_arg: Option<Str>,
+    ) -> Result<(), LeaseError> {
+        let (ctx, name) = (self.ctx, self.name);
+        let gone = || LeaseError::Internal("the holding to extend is gone".into());
+        let m = self.multi().ok_or_else(gone)?;
+        if !m.set_deadline(owner, deadline_ms) {
+            return Err(gone());
+        }
+        let mode = m.mode();
+        let latest = m.latest_deadline().ok_or_else(gone)?;
+        let h = m.holder(owner).ok_or_else(gone)?;
+        replicate_hold(ctx, name, owner_arg, mode, h);
+        self.key.set_expire(latest);
+        self.signal();
+        self.notify(c"lease.renew");
+        Ok(())
+    }
+
+    /// Takes `owner`'s holding out (the key goes with the last holder) and
+    /// replicates `LEASE.DROP`; true when there was one.
+    fn drop_holder(&mut self, owner: &[u8], owner_arg: Option<Str>) -> bool {
+        let (ctx, name) = (self.ctx, self.name);
+        let Some(m) = self.multi() else {
+            return false;
+        };
+        if m.remove(owner).is_none() {
+            return false;
+        }
+        let latest = m.latest_deadline();
+        replicate_drop(ctx, name, owner_arg, owner);
+        match latest {
+            Some(latest) => self.key.set_expire(latest),
+            None => self.key.delete(),
+        }
+        self.signal();
+        true
+    }
+
+    /// `owner` gives its holding back (LEASE.RELEASE).
+    pub fn release_holder(&mut self, owner: &[u8], owner_arg: Option<Str>) -> bool {
+        let dropped = self.drop_holder(owner, owner_arg);
+        if dropped {
+            STATS.released.incr();
+            self.notify(c"lease.release");
+        }
+        dropped
+    }
+
+    /// Gives back a holding handed to a waiter that disconnected before it
+    /// learnt its token: notified as a release, counted as nothing.
+    pub fn revoke_holder(&mut self, owner: &[u8]) {
+        if self.drop_holder(owner, None) {
+            self.notify(c"lease.release");
+        }
+    }
+
+    /// Removes the holders whose deadline has passed at `now_ms` (the key
+    /// goes with the last): one `LEASE.DROP` each, each counted in
+    /// `expired` and notified as `lease.expire`. Only a master prunes (its
+    /// write commands and gated timers); a replica waits for the drops.
+    /// Returns how many left.
+    pub fn prune(&mut self, now_ms: i64) -> usize {
+        let (ctx, name) = (self.ctx, self.name);
+        let Some(m) = self.multi() else {
+            return 0;
+        };
+        if !m.has_ended(now_ms) {
+            return 0;
+        }
+        let ended = m.take_ended(now_ms);
+        let latest = m.latest_deadline();
+        for h in &ended {
+            replicate_drop(ctx, name, None, &h.owner);
+        }
+        if latest.is_none() {
+            self.key.delete();
+        }
+        self.signal();
+        for _ in &ended {
+            STATS.expired.incr();
+            self.notify(c"lease.expire");
+        }
+        ended.len()
+    }
+
+    /// Applies `LEASE.HOLD` from the master or the AOF: one holder's exact
+    /// state. A key of another type, an exclusive lease or a record of
+    /// another mode is replaced (the master's state wins).
+    pub fn hold_effect(&mut self, mode: MultiMode, holder: Holder) {
+        state::observe_token(holder.token);
+        match self.key.get() {
+            Ok(Some(RecordMut::Multi(m))) if m.mode() == mode => {
+                m.put(holder);
+                if let Some(latest) = m.latest_deadline() {
+                    self.key.set_expire(latest);
+                }
+            }
+            Ok(_) => self.key.set_multi(Multi::with(mode, holder)),
+            Err(_) => {
+                self.key.delete();
+                self.key.set_multi(Multi::with(mode, holder));
+            }
+        }
+        replicate_verbatim(self.ctx);
+        self.signal();
+    }
+
+    /// Applies `LEASE.DROP` from the master or the AOF: removes `owner`'s
+    /// holding whatever the clock says (the master decided).
+    pub fn drop_effect(&mut self, owner: &[u8]) -> bool {
+        let done = match self.key.get() {
+            Ok(Some(RecordMut::Multi(m))) => match m.remove(owner) {
+                Some(_) => {
+                    match m.latest_deadline() {
+                        Some(latest) => self.key.set_expire(latest),
+                        None => self.key.delete(),
+                    }
+                    true
+                }
+                None => false,
+            },
+            Ok(Some(RecordMut::Exclusive(l))) if l.is_held_by(owner) => {
+                self.key.delete();
+                true
+            }
+            _ => false,
+        };
+        replicate_verbatim(self.ctx);
+        if done {
+            self.signal();
+        }
+        done
     }
 
     /// Applies `LEASE.APPLY` from the master or the AOF: the full state.
@@ -186,11 +399,19 @@ impl Writer {
     }
 
     /// Applies `LEASE.RELEASE` from the master or the AOF: the master
-    /// decided, so the owner alone counts.
-    pub fn release_effect(&mut self) {
-        self.key.delete();
-        replicate_verbatim(self.ctx);
-        self.signal();
+    /// decided, so the owner alone counts. True when `owner` held the key
+    /// (an exclusive lease, or a holding of a multi record).
+    pub fn release_effect(&mut self, owner: &[u8]) -> bool {
+        match self.key.get() {
+            Ok(Some(RecordMut::Exclusive(l))) if l.is_held_by(owner) => {
+                self.key.delete();
+                replicate_verbatim(self.ctx);
+                self.signal();
+                true
+            }
+            Ok(Some(RecordMut::Multi(_))) => self.drop_effect(owner),
+            _ => false,
+        }
     }
 }
 
@@ -238,6 +459,104 @@ fn replicate_state(ctx: Ctx, key: Str, owner_arg: Option<Str>, lease: &Lease) {
                 deadline,
             ),
         };
+    }
+}
+
+/// Replicates one holder of a counting or shared lease:
+/// `LEASE.HOLD key owner token deadline-ms LIMIT n` or `... SHARED`. Its
+/// size does not depend on how many holders the key has.
+fn replicate_hold(ctx: Ctx, key: Str, owner_arg: Option<Str>, mode: MultiMode, h: &Holder) {
+    let (token, deadline) = (h.token as i64, h.deadline_ms);
+    let (ctx, cmd, key) = (ctx.raw(), HOLD_CMD.as_ptr(), key.raw());
+    // SAFETY: each format matches its arguments: "s" a RedisModuleString,
+    // "b" a buffer and its length, "l" a long long, "c" a C string.
+    unsafe {
+        let replicate = raw::RedisModule_Replicate.unwrap();
+        match (owner_arg, mode) {
+            (Some(o), MultiMode::Limit(n)) => replicate(
+                ctx,
+                cmd,
+                c"ssllcl".as_ptr(),
+                key,
+                o.raw(),
+                token,
+                deadline,
+                c"LIMIT".as_ptr(),
+                n as i64,
+            ),
+            (Some(o), MultiMode::Shared) => replicate(
+                ctx,
+                cmd,
+                c"ssllc".as_ptr(),
+                key,
+                o.raw(),
+                token,
+                deadline,
+                c"SHARED".as_ptr(),
+            ),
+            (None, MultiMode::Limit(n)) => replicate(
+                ctx,
+                cmd,
+                c"sbllcl".as_ptr(),
+                key,
+                h.owner.as_ptr(),
+                h.owner.len(),
+                token,
+                deadline,
+                c"LIMIT".as_ptr(),
+                n as i64,
+            ),
+            (None, MultiMode::Shared) => replicate(
+                ctx,
+                cmd,
+                c"sbllc".as_ptr(),
+                key,
+                h.owner.as_ptr(),
+                h.owner.len(),
+                token,
+                deadline,
+                c"SHARED".as_ptr(),
+            ),
+        };
+    }
+}
+
+/// Replicates the removal of one holder: `LEASE.DROP key owner`.
+fn replicate_drop(ctx: Ctx, key: Str, owner_arg: Option<Str>, owner: &[u8]) {
+    // SAFETY: "ss" two RedisModuleStrings; "sb" one and a buffer with its
+    // length.
+    unsafe {
+        let replicate = raw::RedisModule_Replicate.unwrap();
+        match owner_arg {
+            Some(o) => replicate(
+                ctx.raw(),
+                DROP_CMD.as_ptr(),
+                c"ss".as_ptr(),
+                key.raw(),
+                o.raw(),
+            ),
+            None => replicate(
+                ctx.raw(),
+                DROP_CMD.as_ptr(),
+                c"sb".as_ptr(),
+                key.raw(),
+                owner.as_ptr(),
+                owner.len(),
+            ),
+        };
+    }
+}
+
+fn replicate_pexpireat(ctx: Ctx, key: Str, at_ms: i64) {
+    // SAFETY: format "sl": one RedisModuleString and a long long.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.raw(),
+            c"PEXPIREAT".as_ptr(),
+            c"sl".as_ptr(),
+            key.raw(),
+            at_ms,
+        );
     }
 }
 
