@@ -549,7 +549,7 @@ held_shared() { flush; prefill_kind shared "$MULTI_REL_KEYS" 3 "$OWNER"; snap; }
 held_sem() { flush; prefill_kind sem "$MULTI_REL_KEYS" 3 "$OWNER"; }
 held_read() { flush; prefill_kind read "$MULTI_REL_KEYS" 3 "$OWNER"; }
 
-log "C1 acquire of counting and shared leases: $MULTI_KEYS keys with 3 holders each"
+log "D1 acquire of counting and shared leases: $MULTI_KEYS keys with 3 holders each"
 flush
 for kind in limit sem shared read; do prefill_kind "$kind" "$MULTI_KEYS" 3; done
 LAST_N=$N
@@ -569,7 +569,7 @@ MEMUSAGE_SEM=$(( $(cli memory usage rs:000000000007) + $(cli memory usage rs:000
 
 LAST_N=$MULTI_REL_N
 for rep in $(seq "$REL_REPS"); do
-  log "C2 release of counting and shared leases, run $rep of $REL_REPS: $MULTI_REL_KEYS keys with 4 holders each"
+  log "D2 release of counting and shared leases, run $rep of $REL_REPS: $MULTI_REL_KEYS keys with 4 holders each"
   one_run mrel_limit LEASE.RELEASE held_limit eff_released -- -n "$MULTI_REL_N" -r "$MULTI_REL_KEYS" \
     LEASE.RELEASE ml:__rand_int__ "$OWNER"
   one_run mrel_sem evalsha held_sem eff_incrby -- -n "$MULTI_REL_N" -r "$MULTI_REL_KEYS" \
