@@ -87,62 +87,6 @@ fn ms(d: Duration) -> u128 {
 // ---------------------------------------------------------------------------
 // 1. Redis Cluster.
 
-/// `Cluster::start` with module arguments for every node (the harness's
-/// helper has none), so every node runs with `module_args`.
-fn start_cluster(kind: Kind, masters: usize, replicas: usize, module_args: &[&str]) -> Cluster {
-    let total = masters * (1 + replicas);
-    let nodes: Vec<Server> = (0..total)
-        .map(|i| {
-            Server::start_with(
-                kind,
-                Opts::default().module_args(module_args).extra(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    &format!("nodes-{i}.conf"),
-                    "--cluster-node-timeout",
-                    "2000",
-                ]),
-            )
-        })
-        .collect();
-    let mut args = vec!["--cluster".to_string(), "create".to_string()];
-    args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
-    args.extend(["--cluster-replicas".to_string(), replicas.to_string()]);
-    args.push("--cluster-yes".to_string());
-    let out = Command::new("redis-cli")
-        .args(&args)
-        .output()
-        .expect("redis-cli");
-    assert!(
-        out.status.success(),
-        "cluster create failed: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let known = format!("cluster_known_nodes:{total}");
-    for n in &nodes {
-        let mut c = n.conn();
-        assert!(
-            wait_until(Duration::from_secs(20), || {
-                let info = ok_text(&mut c, &["CLUSTER", "INFO"]);
-                info.contains("cluster_state:ok") && info.contains(&known)
-            }),
-            "cluster never became ok"
-        );
-        assert!(
-            wait_until(Duration::from_secs(20), || ok_text(
-                &mut c,
-                &["CLUSTER", "NODES"]
-            )
-            .matches("slave")
-            .count()
-                == masters * replicas),
-            "replicas never attached"
-        );
-    }
-    Cluster { nodes }
-}
-
 /// Does `node` see itself as the master serving `slot` (its own CLUSTER
 /// NODES line)?
 fn serves_itself(node: &Server, slot: i64) -> bool {
@@ -170,7 +114,7 @@ fn serves_itself(node: &Server, slot: i64) -> bool {
 both! {
     fn cluster_failover_starts_a_grace_on_the_promoted_master(kind) {
         let began = Instant::now();
-        let mut cluster = start_cluster(kind, 3, 1, &["grace-ms", "2000"]);
+        let mut cluster = Cluster::start_with(kind, 3, 1, &["grace-ms", "2000"], 2000);
         // Every node started with a grace (a first start cannot be told
         // from a restart that lost everything): wait it out.
         for n in &cluster.nodes {

@@ -1115,18 +1115,30 @@ impl Cluster {
     /// cluster ok, knows every node and sees every replica attached (up to
     /// 20 s each).
     pub fn start(kind: Kind, masters: usize, replicas: usize) -> Cluster {
+        Cluster::start_with(kind, masters, replicas, &[], 3000)
+    }
+
+    /// `start` with `module_args` for every node and its
+    /// `cluster-node-timeout`.
+    pub fn start_with(
+        kind: Kind,
+        masters: usize,
+        replicas: usize,
+        module_args: &[&str],
+        node_timeout_ms: u64,
+    ) -> Cluster {
         let total = masters * (1 + replicas);
         let nodes: Vec<Server> = (0..total)
             .map(|i| {
                 Server::start_with(
                     kind,
-                    Opts::default().extra(&[
+                    Opts::default().module_args(module_args).extra(&[
                         "--cluster-enabled",
                         "yes",
                         "--cluster-config-file",
                         &format!("nodes-{i}.conf"),
                         "--cluster-node-timeout",
-                        "3000",
+                        &node_timeout_ms.to_string(),
                     ]),
                 )
             })
