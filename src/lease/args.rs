@@ -14,16 +14,26 @@ pub const MAX_MS: i64 = 1_000_000_000_000;
 /// Parses an integer the way Redis does (`string2ll`): optional `-`, digits,
 /// no `+`, no spaces, no leading zeros, no `-0`.
 pub fn parse_i64(arg: &[u8]) -> Option<i64> {
-    let digits = arg.strip_prefix(b"-").unwrap_or(arg);
-    if digits.is_empty()
-        || arg == b"-0"
-        || digits.len() > 19
-        || !digits.iter().all(u8::is_ascii_digit)
-        || (digits.len() > 1 && digits[0] == b'0')
-    {
-        return None;
+    let (negative, digits) = match arg.strip_prefix(b"-") {
+        Some(rest) => (true, rest),
+        None => (false, arg),
+    };
+    match digits {
+        [] => return None,
+        [b'0'] if negative => return None,
+        [b'0', _, ..] => return None,
+        _ => {}
     }
-    std::str::from_utf8(arg).ok()?.parse().ok()
+    // One pass, accumulated as a negative number so that i64::MIN fits;
+    // every step is checked, so an overflow is a refusal.
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?;
+    }
+    if negative { Some(n) } else { n.checked_neg() }
 }
 
 fn parse_in_range(arg: &[u8], what: &'static str, min: i64, max: i64) -> Result<i64, LeaseError> {
@@ -178,6 +188,50 @@ mod tests {
             b"-0",
         ] {
             assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    /// The one-pass parser against the plain definition (the rules
+    /// above, then the standard library's parse), on edge values and on
+    /// random strings over the characters that matter.
+    #[test]
+    fn integers_parse_as_the_reference_does() {
+        fn reference(arg: &[u8]) -> Option<i64> {
+            let digits = arg.strip_prefix(b"-").unwrap_or(arg);
+            if digits.is_empty()
+                || arg == b"-0"
+                || !digits.iter().all(u8::is_ascii_digit)
+                || (digits.len() > 1 && digits[0] == b'0')
+            {
+                return None;
+            }
+            std::str::from_utf8(arg).ok()?.parse().ok()
+        }
+        let mut cases: Vec<Vec<u8>> =
+            [i64::MIN, i64::MIN + 1, -1, 1, 9, 10, i64::MAX - 1, i64::MAX]
+                .iter()
+                .map(|n| n.to_string().into_bytes())
+                .collect();
+        cases.push(b"-9223372036854775809".to_vec());
+        cases.push(b"18446744073709551616".to_vec());
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 22) as usize;
+            let s: Vec<u8> = (0..len)
+                .map(|i| b"-0123456789x"[((x >> (i * 3)) % 12) as usize])
+                .collect();
+            cases.push(s);
+        }
+        for c in &cases {
+            assert_eq!(
+                parse_i64(c),
+                reference(c),
+                "{:?}",
+                String::from_utf8_lossy(c)
+            );
         }
     }
 

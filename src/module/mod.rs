@@ -86,6 +86,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     raw::register_info_function(ctx.ctx, Some(callbacks::info_cb));
     registry::subscribe_events(ctx);
     info::refresh_policy(lctx);
+    reply::prepare(lctx);
     grace::at_load(lctx);
     if let Some(warning) = info::eviction_warning() {
         ctx.log_warning(&warning);

@@ -1,6 +1,7 @@
 //! The one place that turns command results, errors included, into replies.
 
 use std::ffi::CString;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
@@ -30,6 +31,44 @@ pub enum Field {
     Str(&'static str),
     /// An array of integer maps (RESP3) / of flat field-value arrays (RESP2).
     Maps(Vec<[(&'static str, i64); 2]>),
+}
+
+/// `+OK`, as the server's own reply, made once at load (`prepare`):
+/// sending it is one copy of its five bytes (RedisModule_ReplyWithCallReply),
+/// where RedisModule_ReplyWithSimpleString takes three copies, or on Redis
+/// 7.0 as Debian builds it, a temporary string and a scan for line breaks.
+/// Null when it could not be made; `OK` is then sent as a simple string.
+static OK_REPLY: AtomicPtr<raw::RedisModuleCallReply> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes the `+OK` reply: `UNWATCH` through RedisModule_Call answers OK and
+/// changes nothing but the (empty) watch list of the call's own temporary
+/// client. The server counts that one call in `INFO commandstats`. Kept for
+/// the module's lifetime; called at load.
+pub fn prepare(ctx: Ctx) {
+    // SAFETY: RM_Call with an empty format (no arguments) on the load
+    // context; the reply is read with CallReplyProto and either kept (never
+    // freed: the module cannot be unloaded once it registered its data
+    // type) or freed at once.
+    unsafe {
+        let (Some(call), Some(proto), Some(free)) = (
+            raw::RedisModule_Call,
+            raw::RedisModule_CallReplyProto,
+            raw::RedisModule_FreeCallReply,
+        ) else {
+            return;
+        };
+        let reply = call(ctx.raw(), c"UNWATCH".as_ptr(), c"".as_ptr());
+        if reply.is_null() {
+            return;
+        }
+        let mut len = 0usize;
+        let p = proto(reply, &mut len);
+        if !p.is_null() && std::slice::from_raw_parts(p.cast::<u8>(), len) == b"+OK\r\n" {
+            OK_REPLY.store(reply, Ordering::Relaxed);
+        } else {
+            free(reply);
+        }
+    }
 }
 
 /// Opens a map of `n` pairs: a RESP3 map, or a flat array of 2n in RESP2.
@@ -67,7 +106,13 @@ pub fn send(ctx: Ctx, result: Result<Reply, LeaseError>) {
                 raw::RedisModule_ReplyWithNull.unwrap()(ctx);
             }
             Ok(Reply::Ok) => {
-                raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, c"OK".as_ptr());
+                let ok = OK_REPLY.load(Ordering::Relaxed);
+                let sent = !ok.is_null()
+                    && raw::RedisModule_ReplyWithCallReply
+                        .is_some_and(|reply| reply(ctx, ok) == raw::REDISMODULE_OK as libc::c_int);
+                if !sent {
+                    raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, c"OK".as_ptr());
+                }
             }
             Ok(Reply::IntMap(fields)) => {
                 match raw::RedisModule_ReplyWithMap {

@@ -429,34 +429,62 @@ fn notify(ctx: Ctx, event: &'static CStr, key: Str) {
     }
 }
 
+/// `n` in decimal, written into `buf`: the numbers an effect carries are
+/// passed to RedisModule_Replicate as buffers ("b"), which the server keeps
+/// in one allocation each, where a "l" costs it two (the string, then the
+/// object around it).
+fn decimal(n: i64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut v = n.unsigned_abs();
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        i -= 1;
+        buf[i] = b'-';
+    }
+    &buf[i..]
+}
+
 /// Replicates the full state of a lease as an effect: replicas and the AOF
 /// get the exact token and absolute deadline, never a clock-dependent command.
 fn replicate_state(ctx: Ctx, key: Str, owner_arg: Option<Str>, lease: &Lease) {
-    let (token, deadline) = (lease.token as i64, lease.deadline_ms);
-    // SAFETY: the formats match the arguments: "ssll" two
-    // RedisModuleStrings and two long longs; "sbll" a RedisModuleString, a
-    // buffer with its length, two long longs.
+    let (mut tb, mut db) = ([0u8; 20], [0u8; 20]);
+    let token = decimal(lease.token as i64, &mut tb);
+    let deadline = decimal(lease.deadline_ms, &mut db);
+    // SAFETY: the formats match the arguments: "ssbb" two
+    // RedisModuleStrings and two buffers with their lengths; "sbbb" one
+    // RedisModuleString and three buffers.
     unsafe {
         let replicate = raw::RedisModule_Replicate.unwrap();
         match owner_arg {
             Some(owner) => replicate(
                 ctx.raw(),
                 APPLY_CMD.as_ptr(),
-                c"ssll".as_ptr(),
+                c"ssbb".as_ptr(),
                 key.raw(),
                 owner.raw(),
-                token,
-                deadline,
+                token.as_ptr(),
+                token.len(),
+                deadline.as_ptr(),
+                deadline.len(),
             ),
             None => replicate(
                 ctx.raw(),
                 APPLY_CMD.as_ptr(),
-                c"sbll".as_ptr(),
+                c"sbbb".as_ptr(),
                 key.raw(),
                 lease.owner.as_ptr(),
                 lease.owner.len(),
-                token,
-                deadline,
+                token.as_ptr(),
+                token.len(),
+                deadline.as_ptr(),
+                deadline.len(),
             ),
         };
     }
@@ -466,7 +494,9 @@ fn replicate_state(ctx: Ctx, key: Str, owner_arg: Option<Str>, lease: &Lease) {
 /// `LEASE.HOLD key owner token deadline-ms LIMIT n` or `... SHARED`. Its
 /// size does not depend on how many holders the key has.
 fn replicate_hold(ctx: Ctx, key: Str, owner_arg: Option<Str>, mode: MultiMode, h: &Holder) {
-    let (token, deadline) = (h.token as i64, h.deadline_ms);
+    let (mut tb, mut db) = ([0u8; 20], [0u8; 20]);
+    let token = decimal(h.token as i64, &mut tb);
+    let deadline = decimal(h.deadline_ms, &mut db);
     let (ctx, cmd, key) = (ctx.raw(), HOLD_CMD.as_ptr(), key.raw());
     // SAFETY: each format matches its arguments: "s" a RedisModuleString,
     // "b" a buffer and its length, "l" a long long, "c" a C string.
@@ -476,45 +506,53 @@ fn replicate_hold(ctx: Ctx, key: Str, owner_arg: Option<Str>, mode: MultiMode, h
             (Some(o), MultiMode::Limit(n)) => replicate(
                 ctx,
                 cmd,
-                c"ssllcl".as_ptr(),
+                c"ssbbcl".as_ptr(),
                 key,
                 o.raw(),
-                token,
-                deadline,
+                token.as_ptr(),
+                token.len(),
+                deadline.as_ptr(),
+                deadline.len(),
                 c"LIMIT".as_ptr(),
                 n as i64,
             ),
             (Some(o), MultiMode::Shared) => replicate(
                 ctx,
                 cmd,
-                c"ssllc".as_ptr(),
+                c"ssbbc".as_ptr(),
                 key,
                 o.raw(),
-                token,
-                deadline,
+                token.as_ptr(),
+                token.len(),
+                deadline.as_ptr(),
+                deadline.len(),
                 c"SHARED".as_ptr(),
             ),
             (None, MultiMode::Limit(n)) => replicate(
                 ctx,
                 cmd,
-                c"sbllcl".as_ptr(),
+                c"sbbbcl".as_ptr(),
                 key,
                 h.owner.as_ptr(),
                 h.owner.len(),
-                token,
-                deadline,
+                token.as_ptr(),
+                token.len(),
+                deadline.as_ptr(),
+                deadline.len(),
                 c"LIMIT".as_ptr(),
                 n as i64,
             ),
             (None, MultiMode::Shared) => replicate(
                 ctx,
                 cmd,
-                c"sbllc".as_ptr(),
+                c"sbbbc".as_ptr(),
                 key,
                 h.owner.as_ptr(),
                 h.owner.len(),
-                token,
-                deadline,
+                token.as_ptr(),
+                token.len(),
+                deadline.as_ptr(),
+                deadline.len(),
                 c"SHARED".as_ptr(),
             ),
         };
@@ -600,4 +638,27 @@ pub fn emit_clock(ctx: Ctx) -> Result<(), Closed> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decimal;
+
+    #[test]
+    fn decimal_writes_what_display_does() {
+        let mut buf = [0u8; 20];
+        for n in [
+            0,
+            7,
+            10,
+            99,
+            1_839_225_399_109_632,
+            i64::MAX,
+            -1,
+            -10,
+            i64::MIN,
+        ] {
+            assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
+        }
+    }
 }
