@@ -122,6 +122,37 @@ both! {
         assert_eq!(info_field(&mut c, "lease_expired").as_deref(), Some("1"));
     }
 
+    fn an_expiry_hand_off_never_comes_before_the_deadline(kind) {
+        // The last moments before a lease's end are timed to the
+        // microsecond (src/module/waker.rs): the waiter must still never
+        // get the lease while the old one could be held, i.e. before the
+        // wall clock passed the deadline's millisecond.
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let mut w = s.conn();
+        let wall_us = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_micros() as i64
+        };
+        for round in 0..40 {
+            let holder = format!("h{round}");
+            let t0 = int(&ok(&mut c, &["LEASE.ACQUIRE", "k", &holder, "15"]));
+            let deadline_ms = int(&ok(&mut c, &["PEXPIRETIME", "k"]));
+            let t = int(&ok(&mut w, &["LEASE.ACQUIRE", "k", "w", "30000", "BLOCK", "5000"]));
+            let got_us = wall_us();
+            assert!(t > t0, "round {round}: a new token");
+            assert!(
+                got_us >= (deadline_ms + 1) * 1000,
+                "round {round}: handed over {} us before the deadline passed",
+                (deadline_ms + 1) * 1000 - got_us
+            );
+            assert_eq!(int(&ok(&mut c, &["LEASE.RENEW", "k", &holder, "1000"])), 0);
+            assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "w"])), 1);
+        }
+    }
+
     fn del_unlink_and_flushall_free_the_lease_for_the_oldest_waiter(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

@@ -18,7 +18,7 @@ use super::datatype::{self, AUX_ENCVER, ENCVER, TYPE_NAME};
 use super::effects::{APPLY_CMD, HOLD_CMD};
 use super::reply::{self, Reply};
 use super::state::{self, TimerJob};
-use super::{commands, grace, info, value, waiters};
+use super::{commands, grace, info, value, waiters, waker};
 
 // --- Guards ----------------------------------------------------------------
 
@@ -442,7 +442,16 @@ pub fn hooks() -> state::Hooks {
         free_privdata: Some(free_cb),
         disconnect: Some(disconnect_cb),
         command_filter: Some(command_filter_cb),
+        wake: Some(wake_cb),
     }
+}
+
+/// The waker thread's one-shot call, on the main thread: the key of the
+/// slot it carries is due for a re-check now.
+pub unsafe extern "C" fn wake_cb(data: *mut c_void) {
+    // SAFETY: `data` is the slot the waker thread posted, taken back once.
+    let slot = unsafe { waker::take_slot(data) };
+    guard("a wake-up", (), || waiters::on_wake(slot));
 }
 
 // --- Server and keyspace events --------------------------------------------

@@ -23,6 +23,7 @@ pub mod reply;
 pub mod state;
 pub mod value;
 pub mod waiters;
+pub mod waker;
 
 use redis_module::{Context, RedisString, Status, raw};
 

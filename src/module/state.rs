@@ -252,6 +252,8 @@ pub struct Hooks {
     pub free_privdata: Option<unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void)>,
     pub disconnect: raw::RedisModuleDisconnectFunc,
     pub command_filter: raw::RedisModuleCommandFilterFunc,
+    /// The one-shot call the waker thread posts to the main thread.
+    pub wake: raw::RedisModuleEventLoopOneShotFunc,
 }
 
 static HOOKS: OnceLock<Hooks> = OnceLock::new();

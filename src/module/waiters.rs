@@ -29,6 +29,7 @@ use super::ctx::{Ctx, Str};
 use super::effects::{Closed, Reader, Writer};
 use super::reply::{self, Reply};
 use super::state::{self, STATS, TimerJob};
+use super::waker;
 
 /// A blocked client's handle, as an address (the registry is `Sync`).
 type Handle = usize;
@@ -161,17 +162,50 @@ pub fn block(
 }
 
 /// (Re)schedules the re-check of `slot` at `at_ms`, replacing its timer.
+/// The last `waker::LEAD_MS` before the moment go to the waker thread, to
+/// the microsecond; a module timer for a later moment is set that much
+/// early, and hands the rest over when it fires (`on_recheck` re-arms).
 fn arm(slot: &Slot, at_ms: i64) {
     if waiting(slot) == 0 {
         return;
     }
-    let Some(id) = state::start_timer(at_ms - state::now_ms(), TimerJob::Recheck(slot.clone()))
-    else {
+    arm_with(slot, at_ms, waker::available());
+}
+
+/// (Re)schedules the re-check of `slot` at `at_ms` on a module timer alone
+/// (a retry after a closed gate: no moment to meet).
+fn arm_plain(slot: &Slot, at_ms: i64) {
+    if waiting(slot) == 0 {
+        return;
+    }
+    arm_with(slot, at_ms, false);
+}
+
+fn arm_with(slot: &Slot, at_ms: i64, precise: bool) {
+    let lead = at_ms - state::now_ms();
+    if precise && lead > 0 && lead <= waker::LEAD_MS && waker::wake_at(at_ms, slot) {
+        if let Some(old) = reg(|r| r.set_timer(slot, None)) {
+            state::stop_timer(old);
+        }
+        return;
+    }
+    let delay = if precise && lead > waker::LEAD_MS {
+        lead - waker::LEAD_MS
+    } else {
+        lead
+    };
+    let Some(id) = state::start_timer(delay, TimerJob::Recheck(slot.clone())) else {
         return;
     };
     if let Some(old) = reg(|r| r.set_timer(slot, Some(id))) {
         state::stop_timer(old);
     }
+}
+
+/// The waker thread says a re-check of `slot` is due: it runs now, from a
+/// 0 ms timer (with a context of its own).
+pub fn on_wake(slot: Slot) {
+    arm(&slot, state::now_ms());
 }
 
 /// Keeps one timer at the earliest BLOCK timeout of any waiter. Called when
@@ -262,8 +296,8 @@ pub fn on_recheck(ctx: Ctx, slot: Slot) {
 /// What a closed gate does to the waiters of `slot`.
 fn gate_closed(slot: &Slot, closed: Closed, now: i64) {
     match closed {
-        Closed::Paused => arm(slot, now + RETRY_PAUSED_MS),
-        Closed::Refused => arm(slot, now + RETRY_REFUSED_MS),
+        Closed::Paused => arm_plain(slot, now + RETRY_PAUSED_MS),
+        Closed::Refused => arm_plain(slot, now + RETRY_REFUSED_MS),
         Closed::Moved(to) => fail_all(slot, LeaseError::Redirect(to)),
     }
 }
