@@ -17,7 +17,7 @@ pub fn live(current: Option<&Lease>, now_ms: i64) -> Option<&Lease> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquire {
     /// The key was free: store this new lease and answer its token.
-    Created(Lease),
+    Created(Box<Lease>),
     /// The caller already holds it: keep the token, move the deadline.
     Reacquired { token: u64, deadline_ms: i64 },
     /// Someone else holds it: answer null, change nothing.
@@ -35,11 +35,7 @@ pub fn acquire(
     Ok(match live(current, now_ms) {
         None => {
             let token = clock.issue(now_ms).ok_or(LeaseError::TokensExhausted)?;
-            Acquire::Created(Lease {
-                owner: owner.into(),
-                token,
-                deadline_ms,
-            })
+            Acquire::Created(Lease::new(owner, token, deadline_ms))
         }
         Some(l) if l.is_held_by(owner) => Acquire::Reacquired {
             token: l.token,
@@ -112,12 +108,8 @@ mod tests {
 
     const NOW: i64 = 1_800_000_000_000;
 
-    fn held(owner: &[u8], token: u64, deadline_ms: i64) -> Lease {
-        Lease {
-            owner: owner.into(),
-            token,
-            deadline_ms,
-        }
+    fn held(owner: &[u8], token: u64, deadline_ms: i64) -> Box<Lease> {
+        Lease::new(owner, token, deadline_ms)
     }
 
     #[test]

@@ -215,11 +215,7 @@ impl Core {
             (None, _) => {
                 self.keys.insert(
                     key,
-                    Record::Exclusive(Lease {
-                        owner,
-                        token,
-                        deadline_ms,
-                    }),
+                    Record::Exclusive(Lease::new(&owner, token, deadline_ms)),
                 );
             }
             (Some(mm), Some(Record::Multi(m))) if m.mode() == mm => {
@@ -338,7 +334,7 @@ impl Core {
             mode == Mode::Exclusive && !matches!(self.keys.get(&key), Some(Record::Multi(_)));
         if exclusive_path {
             let current = match self.keys.get(&key) {
-                Some(Record::Exclusive(l)) => Some(l),
+                Some(Record::Exclusive(l)) => Some(&**l),
                 _ => None,
             };
             let d = decide::acquire(current, OWNERS[owner], ttl, self.now, &mut self.clock)

@@ -715,12 +715,8 @@ mod tests {
         assert_eq!(sample().check_not_ahead(NOW), Ok(()));
     }
 
-    fn excl(owner: &str) -> Lease {
-        Lease {
-            owner: owner.as_bytes().into(),
-            token: 5,
-            deadline_ms: NOW + 10,
-        }
+    fn excl(owner: &str) -> Box<Lease> {
+        Lease::new(owner.as_bytes(), 5, NOW + 10)
     }
 
     #[test]

@@ -19,15 +19,82 @@ pub const NEWEST_VERSION: u8 = super::multi::MULTI_VERSION;
 /// Fixed part of an encoded record: version, token, deadline, owner length.
 const HEADER_LEN: usize = 1 + 8 + 8 + 2;
 
-/// One held lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One held lease, kept in one allocation: token, deadline and the owner's
+/// bytes inline (`Lease::new` makes a `Box<Lease>`). A lease key's value is
+/// this box, so a lease costs the server one allocation of the module's
+/// besides its own wrapper (18 + owner bytes, rounded up to 8).
+#[derive(Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct Lease {
-    /// The holder's opaque id (1..=256 bytes, binary-safe).
-    pub owner: Box<[u8]>,
     /// The fencing token issued when the lease was acquired.
     pub token: u64,
     /// Absolute expiry, unix time in milliseconds.
     pub deadline_ms: i64,
+    /// `owner.len()`, kept inline so that the box can travel as a thin
+    /// pointer (`into_thin`, `from_thin`).
+    owner_len: u16,
+    /// The holder's opaque id (1..=256 bytes, binary-safe).
+    pub owner: [u8],
+}
+
+/// Where the owner's bytes start in a `Lease` (`repr(C)`: two 8-byte
+/// fields, then the 2-byte length).
+const OWNER_AT: usize = 8 + 8 + 2;
+
+impl Lease {
+    /// A new lease, in one allocation.
+    ///
+    /// # Panics
+    /// On an owner longer than 65535 bytes (owners are at most 256).
+    pub fn new(owner: &[u8], token: u64, deadline_ms: i64) -> Box<Lease> {
+        let owner_len = u16::try_from(owner.len()).expect("an owner of at most 65535 bytes");
+        let layout = Self::layout(owner.len());
+        // SAFETY: `layout` has a non-zero size (at least OWNER_AT). Every
+        // field is written before the box exists; the pointer's metadata
+        // (the slice length) is the owner's length, so the box's layout
+        // (`Layout::for_value`: OWNER_AT + len rounded up to 8, align 8) is
+        // the one allocated here, and dropping the box frees it.
+        unsafe {
+            let p = std::alloc::alloc(layout);
+            if p.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            let fat = std::ptr::slice_from_raw_parts_mut(p, owner.len()) as *mut Lease;
+            std::ptr::addr_of_mut!((*fat).token).write(token);
+            std::ptr::addr_of_mut!((*fat).deadline_ms).write(deadline_ms);
+            std::ptr::addr_of_mut!((*fat).owner_len).write(owner_len);
+            std::ptr::addr_of_mut!((*fat).owner)
+                .cast::<u8>()
+                .copy_from_nonoverlapping(owner.as_ptr(), owner.len());
+            Box::from_raw(fat)
+        }
+    }
+
+    fn layout(owner_len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align((OWNER_AT + owner_len).next_multiple_of(8), 8)
+            .expect("a small layout")
+    }
+
+    /// The box as a thin pointer (what the server keeps as the key's value).
+    pub fn into_thin(lease: Box<Lease>) -> *mut u8 {
+        Box::into_raw(lease).cast::<u8>()
+    }
+
+    /// The lease behind a pointer made by `into_thin`.
+    ///
+    /// # Safety
+    /// `p` must come from `into_thin` and not have been freed.
+    pub unsafe fn from_thin(p: *mut u8) -> *mut Lease {
+        // SAFETY: by the contract `p` points at a live Lease, whose
+        // `owner_len` field is at offset 16.
+        let len = unsafe { p.add(16).cast::<u16>().read() };
+        std::ptr::slice_from_raw_parts_mut(p, len as usize) as *mut Lease
+    }
+
+    /// A copy in a new allocation.
+    pub fn to_boxed(&self) -> Box<Lease> {
+        Lease::new(&self.owner, self.token, self.deadline_ms)
+    }
 }
 
 /// Why a stored record could not be decoded.
@@ -80,12 +147,12 @@ impl Lease {
 
     /// Is `owner` the holder of this lease?
     pub fn is_held_by(&self, owner: &[u8]) -> bool {
-        *self.owner == *owner
+        self.owner == *owner
     }
 
     /// Bytes of memory this record takes, for MEMORY USAGE.
     pub fn mem_usage(&self) -> usize {
-        std::mem::size_of::<Self>() + self.owner.len()
+        Self::layout(self.owner.len()).size()
     }
 
     /// Refuses a stored record (RDB, RESTORE, MIGRATE) whose token is too far
@@ -114,7 +181,7 @@ impl Lease {
     }
 
     /// Decodes what `encode` wrote; any other input is refused, never trusted.
-    pub fn decode(bytes: &[u8]) -> Result<Lease, DecodeError> {
+    pub fn decode(bytes: &[u8]) -> Result<Box<Lease>, DecodeError> {
         let (&version, rest) = bytes.split_first().ok_or(DecodeError::Truncated)?;
         if version > NEWEST_VERSION {
             return Err(DecodeError::FutureVersion(version));
@@ -142,18 +209,20 @@ impl Lease {
         if deadline_ms <= 0 {
             return Err(DecodeError::Invalid("deadline"));
         }
-        Ok(Lease {
-            owner: owner.into(),
-            token,
-            deadline_ms,
-        })
+        Ok(Lease::new(owner, token, deadline_ms))
+    }
+}
+
+impl Clone for Box<Lease> {
+    fn clone(&self) -> Self {
+        self.to_boxed()
     }
 }
 
 /// A stored record of either kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
-    Exclusive(Lease),
+    Exclusive(Box<Lease>),
     Multi(Multi),
 }
 
@@ -229,7 +298,7 @@ impl RecordRef<'_> {
 
     pub fn to_owned(self) -> Record {
         match self {
-            RecordRef::Exclusive(l) => Record::Exclusive(l.clone()),
+            RecordRef::Exclusive(l) => Record::Exclusive(l.to_boxed()),
             RecordRef::Multi(m) => Record::Multi(m.clone()),
         }
     }
@@ -239,12 +308,8 @@ impl RecordRef<'_> {
 mod tests {
     use super::*;
 
-    fn sample() -> Lease {
-        Lease {
-            owner: b"me\0\xffyou".as_slice().into(),
-            token: 1_812_345_678_901_234,
-            deadline_ms: 1_800_000_000_000,
-        }
+    fn sample() -> Box<Lease> {
+        Lease::new(b"me\0\xffyou", 1_812_345_678_901_234, 1_800_000_000_000)
     }
 
     #[test]
@@ -258,11 +323,7 @@ mod tests {
     fn version_1_bytes_are_exactly_as_before() {
         // The encoding of an exclusive lease, byte for byte as the first
         // release wrote it (tests/fixtures hold records written by it).
-        let l = Lease {
-            owner: b"ab".as_slice().into(),
-            token: 0x0102_0304_0506_0708,
-            deadline_ms: 0x1112_1314_1516_1718,
-        };
+        let l = Lease::new(b"ab", 0x0102_0304_0506_0708, 0x1112_1314_1516_1718);
         assert_eq!(
             l.encode(),
             [
@@ -302,25 +363,45 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_is_one_allocation_that_travels_as_a_thin_pointer() {
+        for len in [1usize, 7, 18, 32, 255, 256] {
+            let owner: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let l = Lease::new(&owner, 42, 1_800_000_000_000);
+            assert_eq!(
+                (&l.owner[..], l.token, l.deadline_ms),
+                (&owner[..], 42, 1_800_000_000_000)
+            );
+            // The box's own layout is the one allocated (its drop frees it).
+            assert_eq!(std::mem::size_of_val(&*l), Lease::layout(len).size());
+            assert_eq!(std::mem::align_of_val(&*l), 8);
+            assert_eq!(
+                l.owner.as_ptr() as usize - (&*l as *const Lease).cast::<u8>() as usize,
+                OWNER_AT
+            );
+            assert_eq!(l.mem_usage(), (OWNER_AT + len).next_multiple_of(8));
+            let copy = l.clone();
+            let p = Lease::into_thin(l);
+            assert_eq!(p as usize % 8, 0);
+            // SAFETY: `p` was made by into_thin just above and is reclaimed once.
+            let back = unsafe { Box::from_raw(Lease::from_thin(p)) };
+            assert_eq!(back, copy);
+        }
+    }
+
+    #[test]
     fn a_token_too_far_ahead_of_the_clock_is_refused() {
         let now = 1_800_000_000_000;
         let day = 86_400_000;
-        let ok = Lease {
-            token: (now + day) as u64 * 1024,
-            ..sample()
-        };
+        let mut ok = sample();
+        ok.token = (now + day) as u64 * 1024;
         assert_eq!(ok.check_not_ahead(now), Ok(()));
-        let ahead = Lease {
-            token: (now + 400 * day) as u64 * 1024,
-            ..sample()
-        };
+        let mut ahead = sample();
+        ahead.token = (now + 400 * day) as u64 * 1024;
         let e = ahead.check_not_ahead(now).unwrap_err();
         assert!(matches!(e, DecodeError::TooFarAhead { .. }));
         assert!(e.to_string().contains("365 days ahead"), "{e}");
-        let capped = Lease {
-            token: crate::lease::clock::MAX_TOKEN,
-            ..sample()
-        };
+        let mut capped = sample();
+        capped.token = crate::lease::clock::MAX_TOKEN;
         assert!(capped.check_not_ahead(now).is_err());
     }
 
@@ -350,20 +431,13 @@ mod tests {
         let mut bytes = sample().encode();
         bytes.push(0);
         assert_eq!(Lease::decode(&bytes), Err(DecodeError::TrailingBytes));
-        let bad_token = Lease {
-            token: 0,
-            ..sample()
-        };
+        let mut bad_token = sample();
+        bad_token.token = 0;
         assert!(Lease::decode(&bad_token.encode()).is_err());
-        let empty_owner = Lease {
-            owner: Box::new([]),
-            ..sample()
-        };
+        let empty_owner = Lease::new(b"", sample().token, sample().deadline_ms);
         assert!(Lease::decode(&empty_owner.encode()).is_err());
-        let bad_deadline = Lease {
-            deadline_ms: -1,
-            ..sample()
-        };
+        let mut bad_deadline = sample();
+        bad_deadline.deadline_ms = -1;
         assert!(Lease::decode(&bad_deadline.encode()).is_err());
     }
 }

@@ -472,11 +472,7 @@ mod tests {
                     };
                     match (mode.multi(), key.as_mut()) {
                         (None, _) => {
-                            *key = Some(Record::Exclusive(Lease {
-                                owner,
-                                token,
-                                deadline_ms,
-                            }))
+                            *key = Some(Record::Exclusive(Lease::new(&owner, token, deadline_ms)))
                         }
                         (Some(_), Some(Record::Multi(m))) => {
                             m.put(holder);
@@ -527,11 +523,7 @@ mod tests {
         assert_eq!(token, clock.last());
         assert_eq!(deadline_ms, 1300, "the last retry's ttl");
         assert_eq!(r.len(&s), 1);
-        let held = Lease {
-            owner,
-            token,
-            deadline_ms,
-        };
+        let held = Lease::new(&owner, token, deadline_ms);
         assert!(
             r.grant_next(&s, Held::Exclusive(&held), 1000, &mut clock)
                 .is_none(),

@@ -158,14 +158,7 @@ fn acquire_multi(
             let token = state::with_clock(|c| c.issue(now)).ok_or(LeaseError::TokensExhausted)?;
             let owner_box: Box<[u8]> = owner.into();
             let token = match opts.mode.multi() {
-                None => w.create(
-                    Lease {
-                        owner: owner_box,
-                        token,
-                        deadline_ms,
-                    },
-                    Some(a.str(2)),
-                ),
+                None => w.create(Lease::new(&owner_box, token, deadline_ms), Some(a.str(2))),
                 Some(mode) => w.add_holder(
                     mode,
                     Holder {
@@ -375,11 +368,7 @@ pub fn apply(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(2))?;
     let token = parse_token(a.bytes(3))?;
     let deadline_ms = args::parse_unix_ms(a.bytes(4), "deadline-ms")?;
-    Writer::open(ctx, a.str(1)).apply(Lease {
-        owner: owner.into(),
-        token,
-        deadline_ms,
-    });
+    Writer::open(ctx, a.str(1)).apply(Lease::new(owner, token, deadline_ms));
     Ok(Reply::Ok)
 }
 

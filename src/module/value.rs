@@ -3,11 +3,12 @@
 //! key's value (effects/key.rs) and every type callback (callbacks.rs)
 //! goes through these functions.
 //!
-//! A value is one of two boxes: a `Box<Lease>` (an exclusive lease, as
-//! before counting and shared leases existed, so it costs exactly what it
-//! did) or a `Box<Multi>` (`LIMIT n` or `SHARED`). Which one is told by the
-//! pointer's low bit: both types are 8-byte aligned, so a box's address
-//! has its low three bits clear, and a `Multi` is stored with bit 0 set.
+//! A value is one of two boxes: a `Box<Lease>` (an exclusive lease: one
+//! allocation with the owner inline, passed as a thin pointer, see
+//! `Lease::into_thin`) or a `Box<Multi>` (`LIMIT n` or `SHARED`). Which one
+//! is told by the pointer's low bit: both types are 8-byte aligned, so a
+//! box's address has its low three bits clear, and a `Multi` is stored with
+//! bit 0 set.
 //! The server never dereferences a module value: it keeps the pointer and
 //! hands it back to the type's callbacks (rdb_save, aof_rewrite, free,
 //! copy, mem_usage, digest, unlink, free_effort; no defrag callback is
@@ -21,13 +22,13 @@ use crate::lease::{Lease, Multi, Record, RecordMut, RecordRef};
 const MULTI_TAG: usize = 1;
 
 // Both boxes leave the tag bit free.
-const _: () = assert!(std::mem::align_of::<Lease>() > MULTI_TAG);
+const _: () = assert!(std::mem::align_of::<u64>() > MULTI_TAG); // a Lease's first field
 const _: () = assert!(std::mem::align_of::<Multi>() > MULTI_TAG);
 
 /// An exclusive lease as a value pointer (the server owns it from
 /// RedisModule_ModuleTypeSetValue or the load callback's return on).
-pub fn lease_into_raw(lease: Lease) -> *mut c_void {
-    Box::into_raw(Box::new(lease)).cast()
+pub fn lease_into_raw(lease: Box<Lease>) -> *mut c_void {
+    Lease::into_thin(lease).cast()
 }
 
 /// A multi-holder record as a value pointer, tagged.
@@ -61,7 +62,7 @@ pub unsafe fn record_ref<'a>(value: *const c_void) -> RecordRef<'a> {
         if is_multi(value) {
             RecordRef::Multi(&*value.map_addr(|a| a & !MULTI_TAG).cast::<Multi>())
         } else {
-            RecordRef::Exclusive(&*value.cast::<Lease>())
+            RecordRef::Exclusive(&*Lease::from_thin(value.cast_mut().cast()))
         }
     }
 }
@@ -76,7 +77,7 @@ pub unsafe fn record_mut<'a>(value: *mut c_void) -> RecordMut<'a> {
         if is_multi(value) {
             RecordMut::Multi(&mut *value.map_addr(|a| a & !MULTI_TAG).cast::<Multi>())
         } else {
-            RecordMut::Exclusive(&mut *value.cast::<Lease>())
+            RecordMut::Exclusive(&mut *Lease::from_thin(value.cast()))
         }
     }
 }
@@ -95,7 +96,7 @@ pub unsafe fn drop_raw(value: *mut c_void) {
                 value.map_addr(|a| a & !MULTI_TAG).cast::<Multi>(),
             ));
         } else {
-            drop(Box::from_raw(value.cast::<Lease>()));
+            drop(Box::from_raw(Lease::from_thin(value.cast())));
         }
     }
 }
@@ -107,11 +108,7 @@ mod tests {
 
     #[test]
     fn both_kinds_round_trip_through_a_tagged_pointer() {
-        let l = Lease {
-            owner: b"x".as_slice().into(),
-            token: 3,
-            deadline_ms: 9,
-        };
+        let l = Lease::new(b"x", 3, 9);
         let m = Multi::with(
             MultiMode::Shared,
             Holder {
@@ -124,7 +121,7 @@ mod tests {
         assert!(!is_multi(pl) && is_multi(pm));
         // SAFETY: both were just made here and are freed once below.
         unsafe {
-            assert!(matches!(record_ref(pl), RecordRef::Exclusive(x) if *x == l));
+            assert!(matches!(record_ref(pl), RecordRef::Exclusive(x) if *x == *l));
             assert!(matches!(record_ref(pm), RecordRef::Multi(x) if *x == m));
             if let RecordMut::Multi(x) = record_mut(pm) {
                 x.set_deadline(b"y", 10);

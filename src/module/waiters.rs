@@ -375,14 +375,7 @@ fn apply_step(slot: &Slot, w: &mut Writer, step: Step<Handle>) {
         } => {
             match mode.multi() {
                 None => {
-                    w.create(
-                        Lease {
-                            owner,
-                            token,
-                            deadline_ms,
-                        },
-                        None,
-                    );
+                    w.create(Lease::new(&owner, token, deadline_ms), None);
                 }
                 Some(m) => {
                     w.add_holder(

@@ -84,7 +84,7 @@ impl LeaseKey {
 
     /// Stores `lease` in the key (replacing what is there) and sets the
     /// key's expiry to the lease's deadline.
-    pub fn set(&self, lease: Lease) {
+    pub fn set(&self, lease: Box<Lease>) {
         let deadline = lease.deadline_ms;
         if self.set_value(value::lease_into_raw(lease)) {
             self.set_expire(deadline);

@@ -133,7 +133,7 @@ impl Writer {
     /// like every acquisition. `owner_arg` is the owner as a command
     /// argument, when there is one (replicated without a copy). Returns
     /// its token.
-    pub fn create(&mut self, lease: Lease, owner_arg: Option<Str>) -> u64 {
+    pub fn create(&mut self, lease: Box<Lease>, owner_arg: Option<Str>) -> u64 {
         let token = lease.token;
         replicate_state(self.ctx, self.name, owner_arg, &lease);
         self.key.set(lease);
@@ -388,7 +388,7 @@ impl Writer {
     }
 
     /// Applies `LEASE.APPLY` from the master or the AOF: the full state.
-    pub fn apply(&mut self, lease: Lease) {
+    pub fn apply(&mut self, lease: Box<Lease>) {
         if self.key.get().is_err() {
             self.key.delete();
         }
