@@ -14,7 +14,7 @@
 # arguments; default: "grace-ms 0" if the module takes it, else none), ONLY (a comma-separated list of measurements
 # to run besides the PING baseline: acquire, set_nx, renew, renew_lua,
 # set_ifeq, release, del, delifeq, fence, get), TSV (a file to append one line
-# per measurement to: server, module, name, N, Ir/call, net, spread), KEEP=1
+# per measurement to: server, module, name, N, Ir/call, net, spread, in call()), KEEP=1
 # (keep the temp dir: the callgrind dumps of every run, the RESP files).
 set -euo pipefail
 
@@ -266,7 +266,15 @@ ir_of() {
   echo $((total - cron)) "$cron"
 }
 
-declare -A RUNS NET LABEL
+# in_call DUMP: the inclusive Ir of the server's call() (the command's
+# execution: what INFO commandstats times, without reading and parsing the
+# request or writing the reply out).
+in_call() {
+  callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
+    awk 'index($0, ":call [") { gsub(",", "", $1); s += $1 } END { print s + 0 }'
+}
+
+declare -A RUNS CALLS NET INCALL LABEL
 declare -A SHORT=([acquire]=LEASE.ACQUIRE [set_nx]="SET NX PX" [renew]=LEASE.RENEW
   [renew_lua]="Lua compare-and-PEXPIRE" [set_ifeq]="SET IFEQ PX" [release]=LEASE.RELEASE
   [del]=DEL [delifeq]=DELIFEQ [fence]=LEASE.FENCE [get]=GET)
@@ -289,13 +297,16 @@ measure() { # NAME PREP CHECK ARGS REP
   rm -f "$WORK/cg.$name.$rep" "$WORK/cg.$name.$rep".*
   read -r ir cron < <(ir_of "$WORK/dump.$name.$rep")
   RUNS[$name]="${RUNS[$name]:-} $ir"
+  CALLS[$name]="${CALLS[$name]:-} $(in_call "$WORK/dump.$name.$rep")"
   [ "$rep" = "$REPS" ] || [ "${KEEP:-0}" = 1 ] || rm -f "$WORK/dump.$name.$rep"
 }
 
-# stats NAME: "MEDIAN SPREAD" of NAME's runs: the median Ir per call, and
-# (max - min) / median in percent.
+# stats NAME [CALLS]: "MEDIAN SPREAD" of NAME's runs: the median Ir per
+# call, and (max - min) / median in percent (with CALLS: of its call()).
 stats() {
-  tr ' ' '\n' <<<"${RUNS[$1]}" | grep . | sort -n |
+  local runs=${RUNS[$1]}
+  [ "${2:-}" != CALLS ] || runs=${CALLS[$1]}
+  tr ' ' '\n' <<<"$runs" | grep . | sort -n |
     awk -v n="$N" '{ v[NR] = $1 } END {
       m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
       printf "%.1f %.2f%%\n", m / n, (v[NR] - v[1]) / m * 100 }'
@@ -312,6 +323,51 @@ annotate_inclusive() { # DUMP -> "IR<TAB>file:function [object]" per function
     awk '/^ *[0-9,]+ +\( *[0-9.]+%\) / {
       v = $1; gsub(",", "", v); sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, ""); print v "\t" $0 }'
 }
+# split NAME: where a module command's work in the last run of NAME goes,
+# in Ir per call: "DISPATCH API OWN GETKEYS". DISPATCH: the server's module
+# command dispatcher, inclusive (the handler and the context made around
+# it); API: every call from the module's code into the server binary,
+# inclusive (opening keys, storing, replicating, redacting, replying; a
+# server callback into the module inside one, such as freeing a value,
+# counts here); OWN: the rest of the handler, the module's own code;
+# GETKEYS: the key-position callback the server runs outside call() (Valkey
+# 9.1 asks getkeys-api commands for their keys before running them).
+split_of() {
+  callgrind_annotate --tree=calling --inclusive=yes --threshold=100 "$WORK/dump.$1.$REPS" 2>/dev/null |
+    awk -v n="$N" -v so="$(basename "$(modpath "$REPS")")" '
+      function num(x) { gsub(",", "", x); return x + 0 }
+      function obj(l) { sub(/.*\[/, "", l); sub(/\].*/, "", l); return l }
+      /^ *[0-9,]+ +\( *[0-9.]+%\) +\* / {
+        in_mod = index(obj($0), so) > 0
+        isdisp = $0 ~ /(Redis|Valkey)ModuleCommandDispatcher/
+        if (isdisp) disp = num($1)
+        if ($0 ~ /moduleGetCommandKeysViaAPI/) getkeys = num($1)
+        next
+      }
+      /^ *[0-9,]+ +\( *[0-9.]+%\) +> / {
+        o = obj($0)
+        if (in_mod && index(o, so) == 0 && o !~ /libc|ld-linux|libm[.]|libgcc/) api += num($1)
+        if (isdisp && index(o, so) > 0) entry += num($1)
+      }
+      END { printf "%.0f %.0f %.0f %.0f\n", disp / n, api / n, (entry - api) / n, getkeys / n }'
+}
+split_report() {
+  local name disp api own getkeys
+  echo
+  echo "Where a module command's work goes (Ir/call, last run; see split_of in this script): in"
+  echo "call() (net of PING's) = the dispatcher (context + handler) + the rest of call() around it;"
+  echo "the handler = the server's module API (every call into the server, inclusive) + the module's"
+  echo "own code. The API, the context and the rest of call() are the floor a module cannot go"
+  echo "below through the public API; getkeys: the key-position callback run outside call()."
+  printf '  %-14s %10s %11s %11s %10s %9s %8s\n' "" "in call()" "dispatcher" "module API" "own code" "context" getkeys
+  for name in acquire renew release fence; do
+    [ -n "${RUNS[$name]:-}" ] || continue
+    read -r disp api own getkeys < <(split_of "$name")
+    printf '  %-14s %10.0f %11s %11s %10s %9s %8s\n' "${SHORT[$name]}" "${INCALL[$name]}" "$disp" "$api" "$own" \
+      "$((disp - api - own))" "$getkeys"
+  done
+}
+
 top() {
   annotate_inclusive "$WORK/dump.ping.$REPS" >"$WORK/top.ping"
   annotate_inclusive "$WORK/dump.$1.$REPS" |
@@ -390,7 +446,7 @@ bench_server() {
     done
     specs=("${kept[@]}")
   fi
-  RUNS=() NET=() LABEL=()
+  RUNS=() CALLS=() NET=() INCALL=() LABEL=()
   local rep name prep check label args
   # The calls, written before any server starts (a server idle for longer
   # before its measurement runs its cron more often, which moves its heap).
@@ -411,33 +467,39 @@ bench_server() {
     log "run $rep of $REPS done"
   done
 
-  local ping pc spread
+  local ping pc spread ping_call cc
   read -r ping _ < <(stats ping)
+  read -r ping_call _ < <(stats ping CALLS)
   echo
   echo "## $version ($BIN)"
   echo "module $MODULE (md5 $(md5sum "$(modpath 1)" | cut -c1-12), copied at the start), load arguments: ${LOAD_ARGS:-none}"
   echo "Ir/call: server instructions per call (serverCron left out), median of $REPS runs of N=$N calls,"
   echo "each on a fresh server with another memory layout; spread: (max - min) / median; net: Ir/call"
-  echo "minus PING's."
+  echo "minus PING's; in call(): the inclusive Ir/call of the server's call() (the command's"
+  echo "execution, what INFO commandstats times) minus PING's (median of the runs)."
   echo
-  printf '%-44s %10s %8s %10s\n' "" Ir/call spread net
+  printf '%-44s %10s %8s %10s %10s\n' "" Ir/call spread net "in call()"
   for s in "${specs[@]}"; do
     IFS='|' read -r name _ <<<"$s"
     read -r pc spread < <(stats "$name")
+    read -r cc _ < <(stats "$name" CALLS)
     NET[$name]=$(awk -v a="$pc" -v b="$ping" 'BEGIN { printf "%.1f", a - b }')
-    printf '%-44s %10s %8s %10s\n' "${LABEL[$name]}" "$pc" "$spread" "${NET[$name]}"
+    INCALL[$name]=$(awk -v a="$cc" -v b="$ping_call" 'BEGIN { printf "%.1f", a - b }')
+    printf '%-44s %10s %8s %10s %10s\n' "${LABEL[$name]}" "$pc" "$spread" "${NET[$name]}" "${INCALL[$name]}"
     [ -z "$TSV" ] || printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$version" "$MODULE" "$name" "$N" "$pc" \
-      "${NET[$name]}" "$spread" >>"$TSV"
+      "${NET[$name]}" "$spread" "${INCALL[$name]}" >>"$TSV"
   done
   echo
-  echo "module / native, net Ir/call:"
+  echo "module / native:                              net  in call()"
   local pair a b
   for pair in acquire:set_nx renew:renew_lua renew:set_ifeq release:del release:delifeq fence:get; do
     a=${pair%%:*} b=${pair##*:}
-    [ -n "${NET[$b]:-}" ] || continue
-    printf '  %-40s %6s\n' "${SHORT[$a]} / ${SHORT[$b]}" \
-      "$(awk -v a="${NET[$a]}" -v b="${NET[$b]}" 'BEGIN { printf "%.2f", a / b }')"
+    [ -n "${NET[$b]:-}" ] && [ -n "${NET[$a]:-}" ] || continue
+    printf '  %-40s %6s %10s\n' "${SHORT[$a]} / ${SHORT[$b]}" \
+      "$(awk -v a="${NET[$a]}" -v b="${NET[$b]}" 'BEGIN { printf "%.2f", a / b }')" \
+      "$(awk -v a="${INCALL[$a]}" -v b="${INCALL[$b]}" 'BEGIN { printf "%.2f", a / b }')"
   done
+  split_report
   if [ "$TOP" -gt 0 ]; then
     for name in acquire renew release fence; do
       [ -n "${RUNS[$name]:-}" ] || continue
