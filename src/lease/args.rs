@@ -24,8 +24,20 @@ pub fn parse_i64(arg: &[u8]) -> Option<i64> {
         [b'0', _, ..] => return None,
         _ => {}
     }
-    // One pass, accumulated as a negative number so that i64::MIN fits;
-    // every step is checked, so an overflow is a refusal.
+    // Up to 18 digits cannot overflow: one plain pass.
+    if digits.len() <= 18 {
+        let mut n: i64 = 0;
+        for &d in digits {
+            let v = d.wrapping_sub(b'0');
+            if v > 9 {
+                return None;
+            }
+            n = n * 10 + i64::from(v);
+        }
+        return Some(if negative { -n } else { n });
+    }
+    // Longer: accumulated as a negative number so that i64::MIN fits, every
+    // step checked, so an overflow is a refusal.
     let mut n: i64 = 0;
     for &d in digits {
         if !d.is_ascii_digit() {

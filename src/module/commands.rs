@@ -37,7 +37,11 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     }
     let owner = check_owner(a.bytes(2))?;
     let ttl = parse_ttl(a.bytes(3), state::max_ttl_ms())?;
-    let opts = parse_acquire_options(&a.rest(4))?;
+    let opts = if a.len() > 4 {
+        parse_acquire_options(&a.rest(4))?
+    } else {
+        args::AcquireOptions::default()
+    };
     let name = a.str(1);
     let mut w = Writer::open(ctx, name);
     let now = state::now_ms();

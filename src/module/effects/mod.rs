@@ -434,7 +434,7 @@ fn notify(ctx: Ctx, event: &'static CStr, key: Str) {
 /// in one allocation each, where a "l" costs it two (the string, then the
 /// object around it).
 fn decimal(n: i64, buf: &mut [u8; 20]) -> &[u8] {
-    // Two digits per step, from a table of "00" to "99".
+    // Digits by pairs, from a table of "00" to "99".
     const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
         2021222324252627282930313233343536373839\
         4041424344454647484950515253545556575859\
@@ -442,6 +442,15 @@ fn decimal(n: i64, buf: &mut [u8; 20]) -> &[u8] {
         8081828384858687888990919293949596979899";
     let mut v = n.unsigned_abs();
     let mut i = buf.len();
+    // Four digits per division while there are more than four.
+    while v >= 10_000 {
+        let four = (v % 10_000) as usize;
+        v /= 10_000;
+        let (hi, lo) = (four / 100 * 2, four % 100 * 2);
+        i -= 4;
+        buf[i..i + 2].copy_from_slice(&PAIRS[hi..hi + 2]);
+        buf[i + 2..i + 4].copy_from_slice(&PAIRS[lo..lo + 2]);
+    }
     while v >= 100 {
         let pair = (v % 100) as usize * 2;
         v /= 100;
