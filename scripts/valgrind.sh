@@ -15,7 +15,7 @@ LOG=$WORK/valgrind.%p.log
 trap 'rm -rf "$WORK"' EXIT
 
 valgrind --tool=memcheck --leak-check=full --show-leak-kinds=definite,indirect \
-  --num-callers=30 --log-file="$LOG" \
+  --num-callers=30 --suppressions="$PWD/scripts/valgrind.supp" --log-file="$LOG" \
   "$VALKEY" --port "$PORT" --bind 127.0.0.1 --dir "$WORK" --save '' --appendonly no \
   --enable-debug-command yes --loadmodule "$MODULE" grace-ms 0 &
 PID=$!

@@ -526,7 +526,8 @@ pub unsafe extern "C" fn shutdown_cb(
 ) {
     guard("the shutdown event", (), || {
         // SAFETY: the event's context, live while it runs.
-        grace::on_shutdown(unsafe { Ctx::new(ctx) })
+        grace::on_shutdown(unsafe { Ctx::new(ctx) });
+        waker::stop();
     })
 }
 

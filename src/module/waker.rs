@@ -21,7 +21,9 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis_module::raw;
@@ -40,6 +42,8 @@ type OneShot = unsafe extern "C" fn(raw::RedisModuleEventLoopOneShotFunc, *mut c
 struct Waker {
     due: Mutex<BinaryHeap<Reverse<(Instant, Slot)>>>,
     cv: Condvar,
+    /// Set (under `due`'s lock) when the server shuts down: the thread ends.
+    stop: AtomicBool,
 }
 
 impl Waker {
@@ -49,6 +53,8 @@ impl Waker {
 }
 
 static WAKER: OnceLock<Option<&'static Waker>> = OnceLock::new();
+/// The thread, joined at shutdown (`stop`).
+static THREAD: Mutex<Option<JoinHandle<()>>> = Mutex::new(None);
 
 fn waker() -> Option<&'static Waker> {
     *WAKER.get_or_init(|| {
@@ -58,12 +64,16 @@ fn waker() -> Option<&'static Waker> {
         let w: &'static Waker = Box::leak(Box::new(Waker {
             due: Mutex::new(BinaryHeap::new()),
             cv: Condvar::new(),
+            stop: AtomicBool::new(false),
         }));
         let started = std::thread::Builder::new()
             .name("lease-waker".into())
             .spawn(move || run(w, add, callback));
         match started {
-            Ok(_) => Some(w),
+            Ok(handle) => {
+                *THREAD.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+                Some(w)
+            }
             Err(e) => {
                 state::log_warning(&format!(
                     "no waker thread ({e}): expiry hand-offs run on module timers"
@@ -85,6 +95,9 @@ pub fn wake_at(at_ms: i64, slot: &Slot) -> bool {
     let Some(w) = waker() else {
         return false;
     };
+    if w.stop.load(Ordering::Relaxed) {
+        return false;
+    }
     let now_us = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64);
@@ -109,6 +122,9 @@ fn run(w: &'static Waker, add: OneShot, callback: unsafe extern "C" fn(*mut c_vo
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
     let mut due = w.lock();
     loop {
+        if w.stop.load(Ordering::Relaxed) {
+            return;
+        }
         let now = Instant::now();
         let next = due.peek().map(|Reverse((t, _))| *t);
         match next {
@@ -134,6 +150,22 @@ fn run(w: &'static Waker, add: OneShot, callback: unsafe extern "C" fn(*mut c_vo
                 due = w.lock();
             }
         }
+    }
+}
+
+/// Ends the thread, if it runs, and waits for it: called when the server
+/// shuts down (its one-shot calls would find no event loop).
+pub fn stop() {
+    let Some(Some(w)) = WAKER.get() else {
+        return;
+    };
+    {
+        let _due = w.lock();
+        w.stop.store(true, Ordering::Relaxed);
+        w.cv.notify_all();
+    }
+    if let Some(handle) = THREAD.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = handle.join();
     }
 }
 
