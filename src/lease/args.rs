@@ -24,10 +24,16 @@ pub fn parse_i64(arg: &[u8]) -> Option<i64> {
         [b'0', _, ..] => return None,
         _ => {}
     }
-    // Up to 18 digits cannot overflow: one plain pass.
+    // Up to 18 digits cannot overflow: eight digits at a time, then one by
+    // one.
     if digits.len() <= 18 {
         let mut n: i64 = 0;
-        for &d in digits {
+        let mut rest = digits;
+        while let Some((chunk, tail)) = rest.split_first_chunk::<8>() {
+            n = n * 100_000_000 + eight_digits(*chunk)? as i64;
+            rest = tail;
+        }
+        for &d in rest {
             let v = d.wrapping_sub(b'0');
             if v > 9 {
                 return None;
@@ -46,6 +52,28 @@ pub fn parse_i64(arg: &[u8]) -> Option<i64> {
         n = n.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?;
     }
     if negative { Some(n) } else { n.checked_neg() }
+}
+
+/// Eight ASCII digits as a number (the first one the most significant), or
+/// `None` when any byte is not a digit: the bytes as one little-endian word,
+/// checked and combined in a few word operations.
+fn eight_digits(chunk: [u8; 8]) -> Option<u64> {
+    let v = u64::from_le_bytes(chunk);
+    // Each byte is 0x30..=0x39: its high nibble is 3, and adding 6 to it
+    // does not carry into the high nibble.
+    let high = v & 0xF0F0_F0F0_F0F0_F0F0;
+    let carried = (v.wrapping_add(0x0606_0606_0606_0606) & 0xF0F0_F0F0_F0F0_F0F0) >> 4;
+    if high | carried != 0x3333_3333_3333_3333 {
+        return None;
+    }
+    let v = v - 0x3030_3030_3030_3030;
+    // Pairs of digits, then pairs of pairs, then the two halves.
+    let v = v.wrapping_mul(10).wrapping_add(v >> 8);
+    let v = ((v & 0x0000_00FF_0000_00FF)
+        .wrapping_mul(100 + (1_000_000 << 32))
+        .wrapping_add(((v >> 16) & 0x0000_00FF_0000_00FF).wrapping_mul(1 + (10_000 << 32))))
+        >> 32;
+    Some(v)
 }
 
 fn parse_in_range(arg: &[u8], what: &'static str, min: i64, max: i64) -> Result<i64, LeaseError> {
@@ -235,6 +263,25 @@ mod tests {
             let s: Vec<u8> = (0..len)
                 .map(|i| b"-0123456789x"[((x >> (i * 3)) % 12) as usize])
                 .collect();
+            cases.push(s);
+        }
+        // Digit strings of every length, some with one byte changed to a
+        // neighbour of the digits ('/', ':', a high-bit byte, a space).
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = 1 + (x % 20) as usize;
+            let mut s: Vec<u8> = (0..len)
+                .map(|i| b'0' + ((x >> (i * 3)) % 10) as u8)
+                .collect();
+            if x % 3 == 0 {
+                let at = ((x >> 7) as usize) % len;
+                s[at] = [b'/', b':', 0xB0, b' '][((x >> 11) % 4) as usize];
+            }
+            if x % 5 == 0 {
+                s.insert(0, b'-');
+            }
             cases.push(s);
         }
         for c in &cases {
