@@ -275,11 +275,11 @@ mod tests {
             let mut s: Vec<u8> = (0..len)
                 .map(|i| b'0' + ((x >> (i * 3)) % 10) as u8)
                 .collect();
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 let at = ((x >> 7) as usize) % len;
                 s[at] = [b'/', b':', 0xB0, b' '][((x >> 11) % 4) as usize];
             }
-            if x % 5 == 0 {
+            if x.is_multiple_of(5) {
                 s.insert(0, b'-');
             }
             cases.push(s);
