@@ -681,5 +681,15 @@ mod tests {
         ] {
             assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
         }
+        // Every length, every sign, from a seeded generator.
+        let mut x: i64 = 1;
+        for _ in 0..100_000 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            for n in [x, x >> 20, x >> 40, x >> 54, x % 1000, x % 100_000] {
+                assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
+            }
+        }
     }
 }
