@@ -37,9 +37,10 @@ pub struct Lease {
     pub owner: [u8],
 }
 
-/// Where the owner's bytes start in a `Lease` (`repr(C)`: two 8-byte
-/// fields, then the 2-byte length).
-const OWNER_AT: usize = 8 + 8 + 2;
+/// Where `owner_len` is in a `Lease` (`repr(C)`: after two 8-byte fields),
+/// and where the owner's bytes start (after the 2-byte length).
+const OWNER_LEN_AT: usize = 8 + 8;
+const OWNER_AT: usize = OWNER_LEN_AT + 2;
 
 impl Lease {
     /// A new lease, in one allocation.
@@ -86,8 +87,9 @@ impl Lease {
     /// `p` must come from `into_thin` and not have been freed.
     pub unsafe fn from_thin(p: *mut u8) -> *mut Lease {
         // SAFETY: by the contract `p` points at a live Lease, whose
-        // `owner_len` field is at offset 16.
-        let len = unsafe { p.add(16).cast::<u16>().read() };
+        // `owner_len` field is at OWNER_LEN_AT (2-byte aligned: the
+        // allocation is 8-byte aligned).
+        let len = unsafe { p.add(OWNER_LEN_AT).cast::<u16>().read() };
         std::ptr::slice_from_raw_parts_mut(p, len as usize) as *mut Lease
     }
 

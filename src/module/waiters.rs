@@ -166,22 +166,20 @@ pub fn block(
 /// the microsecond; a module timer for a later moment is set that much
 /// early, and hands the rest over when it fires (`on_recheck` re-arms).
 fn arm(slot: &Slot, at_ms: i64) {
-    if waiting(slot) == 0 {
-        return;
-    }
-    arm_with(slot, at_ms, waker::available());
+    arm_with(slot, at_ms, true);
 }
 
 /// (Re)schedules the re-check of `slot` at `at_ms` on a module timer alone
 /// (a retry after a closed gate: no moment to meet).
 fn arm_plain(slot: &Slot, at_ms: i64) {
-    if waiting(slot) == 0 {
-        return;
-    }
     arm_with(slot, at_ms, false);
 }
 
 fn arm_with(slot: &Slot, at_ms: i64, precise: bool) {
+    if waiting(slot) == 0 {
+        return;
+    }
+    let precise = precise && waker::available();
     let lead = at_ms - state::now_ms();
     if precise && lead > 0 && lead <= waker::LEAD_MS && waker::wake_at(at_ms, slot) {
         if let Some(old) = reg(|r| r.set_timer(slot, None)) {

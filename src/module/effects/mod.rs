@@ -451,7 +451,8 @@ fn decimal(n: i64, buf: &mut [u8; 20]) -> &[u8] {
         buf[i..i + 2].copy_from_slice(&PAIRS[hi..hi + 2]);
         buf[i + 2..i + 4].copy_from_slice(&PAIRS[lo..lo + 2]);
     }
-    while v >= 100 {
+    // At most four digits are left: at most one more pair before the last.
+    if v >= 100 {
         let pair = (v % 100) as usize * 2;
         v /= 100;
         i -= 2;
