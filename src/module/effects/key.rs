@@ -1,6 +1,13 @@
 //! A lease key opened for one call: typed access to the stored record, its
 //! expiry, storing and deleting. The key is closed on drop. Only the
 //! effects layer writes through it.
+//!
+//! The handle knows what the key holds from the moment it is opened (one
+//! `RedisModule_KeyType`), and keeps that knowledge as it stores and
+//! deletes. No call on a key that holds nothing reaches the server: Redis
+//! 8.2 dereferences the missing value in `RedisModule_GetAbsExpire` on a
+//! key opened for writing that holds nothing (up to 8.0 that answered "no
+//! expire"), so every such question is answered here instead.
 
 use std::os::raw::c_void;
 
@@ -12,10 +19,22 @@ use super::super::ctx::{Ctx, Str};
 use super::super::state;
 use super::super::value;
 
+/// What an open key holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Holds {
+    /// Nothing (a missing key, or one opened for writing that is empty).
+    Nothing,
+    /// A lease record: the value pointer the server keeps for it.
+    Lease(*mut c_void),
+    /// A value of another type.
+    Other,
+}
+
 /// An open key of the context's selected database.
 pub struct LeaseKey {
     /// NULL when a missing key was opened for reading.
     key: *mut raw::RedisModuleKey,
+    holds: Holds,
 }
 
 /// How to open a key.
@@ -32,44 +51,54 @@ impl LeaseKey {
             Mode::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
         };
         // SAFETY: ctx and name are live (their types' contracts); OpenKey
-        // returns NULL only for a missing key opened read-only, handled by
-        // `get` through the NULL check.
+        // returns NULL only for a missing key opened read-only.
         let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx.raw(), name.raw(), flags as i32) };
-        LeaseKey { key: key.cast() }
+        let key: *mut raw::RedisModuleKey = key.cast();
+        let holds = if key.is_null() {
+            Holds::Nothing
+        } else {
+            // SAFETY: key is an open handle; KeyType, ModuleTypeGetType and
+            // ModuleTypeGetValue only read it, and the last two run only on a
+            // key that holds a module value.
+            unsafe {
+                let t = raw::RedisModule_KeyType.unwrap()(key);
+                if t == raw::REDISMODULE_KEYTYPE_EMPTY as i32 {
+                    Holds::Nothing
+                } else if t != raw::REDISMODULE_KEYTYPE_MODULE as i32
+                    || raw::RedisModule_ModuleTypeGetType.unwrap()(key) != state::lease_type()
+                {
+                    Holds::Other
+                } else {
+                    match raw::RedisModule_ModuleTypeGetValue.unwrap()(key) {
+                        v if v.is_null() => Holds::Other,
+                        v => Holds::Lease(v),
+                    }
+                }
+            }
+        };
+        LeaseKey { key, holds }
     }
 
     /// The stored record (live or not), `None` for an empty key, or
     /// WRONGTYPE for a key of another type.
     pub fn get(&mut self) -> Result<Option<RecordMut<'_>>, LeaseError> {
-        let key = self.key;
-        if key.is_null() {
-            return Ok(None);
-        }
-        // SAFETY: key is an open key handle; KeyType/ModuleTypeGetType only
-        // read it. The value pointer of our type is one this module stored
-        // (value.rs), borrowed through `&mut self` so one borrow at a time.
-        unsafe {
-            let t = raw::RedisModule_KeyType.unwrap()(key);
-            if t == raw::REDISMODULE_KEYTYPE_EMPTY as i32 {
-                return Ok(None);
-            }
-            if t != raw::REDISMODULE_KEYTYPE_MODULE as i32
-                || raw::RedisModule_ModuleTypeGetType.unwrap()(key) != state::lease_type()
-            {
-                return Err(LeaseError::WrongType);
-            }
-            let v = raw::RedisModule_ModuleTypeGetValue.unwrap()(key);
-            Ok((!v.is_null()).then(|| value::record_mut(v)))
+        match self.holds {
+            Holds::Nothing => Ok(None),
+            Holds::Other => Err(LeaseError::WrongType),
+            // SAFETY: the value pointer of our type that the server keeps
+            // for this key (value.rs), borrowed through `&mut self`, so one
+            // borrow at a time.
+            Holds::Lease(v) => Ok(Some(unsafe { value::record_mut(v) })),
         }
     }
 
-    /// The key's absolute expiry (unix ms), `None` when it has none or is
-    /// missing.
+    /// The key's absolute expiry (unix ms), `None` when it has none or
+    /// holds nothing.
     pub fn expire_at(&self) -> Option<i64> {
-        if self.key.is_null() {
+        if self.holds == Holds::Nothing {
             return None;
         }
-        // SAFETY: reads an open key handle.
+        // SAFETY: reads an open key handle that holds a value.
         let at = unsafe {
             match raw::RedisModule_GetAbsExpire {
                 Some(abs) => abs(self.key),
@@ -84,7 +113,7 @@ impl LeaseKey {
 
     /// Stores `lease` in the key (replacing what is there) and sets the
     /// key's expiry to the lease's deadline.
-    pub fn set(&self, lease: Box<Lease>) {
+    pub fn set(&mut self, lease: Box<Lease>) {
         let deadline = lease.deadline_ms;
         if self.set_value(value::lease_into_raw(lease)) {
             self.set_expire(deadline);
@@ -93,7 +122,7 @@ impl LeaseKey {
 
     /// Stores a counting or shared record (replacing what is there) and
     /// sets the key's expiry to its latest deadline.
-    pub fn set_multi(&self, multi: Multi) {
+    pub fn set_multi(&mut self, multi: Multi) {
         let deadline = multi.latest_deadline();
         if self.set_value(value::multi_into_raw(multi))
             && let Some(deadline) = deadline
@@ -102,7 +131,7 @@ impl LeaseKey {
         }
     }
 
-    fn set_value(&self, v: *mut c_void) -> bool {
+    fn set_value(&mut self, v: *mut c_void) -> bool {
         // SAFETY: the key is open for writing; on success the server owns
         // `v` and frees it through the type's free callback.
         let status = unsafe {
@@ -113,11 +142,16 @@ impl LeaseKey {
             unsafe { value::drop_raw(v) };
             return false;
         }
+        self.holds = Holds::Lease(v);
         true
     }
 
-    /// Sets the key's expiry to the absolute unix time `deadline_ms`.
+    /// Sets the key's expiry to the absolute unix time `deadline_ms`, when
+    /// it holds a value (an empty key has no expiry to set).
     pub fn set_expire(&self, deadline_ms: i64) {
+        if self.holds == Holds::Nothing {
+            return;
+        }
         // SAFETY: the key is open for writing and holds a value.
         unsafe {
             match raw::RedisModule_SetAbsExpire {
@@ -132,12 +166,16 @@ impl LeaseKey {
         }
     }
 
-    /// Deletes the key.
-    pub fn delete(&self) {
-        // SAFETY: the key is open for writing.
+    /// Deletes the key (nothing to do when it holds nothing).
+    pub fn delete(&mut self) {
+        if self.holds == Holds::Nothing {
+            return;
+        }
+        // SAFETY: the key is open for writing and holds a value.
         unsafe {
             raw::RedisModule_DeleteKey.unwrap()(self.key);
         }
+        self.holds = Holds::Nothing;
     }
 }
 
