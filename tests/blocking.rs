@@ -9,53 +9,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 both! {
-    fn release_hands_off_to_the_oldest_waiter_only(kind) {
-        let s = Server::start(kind);
-        let mut c = s.conn();
-        let t0 = int(&ok(&mut c, &["LEASE.ACQUIRE", "k", "a", "30000"]));
-        let b = spawn_waiter(&s, "k", "b", "30000", "0");
-        let d = spawn_waiter(&s, "k", "d", "30000", "0");
-        let e = spawn_waiter(&s, "k", "e", "30000", "0");
-        assert_eq!(waiters(&mut c, "k"), 3);
-        assert_eq!(info_field(&mut c, "lease_waiters").as_deref(), Some("3"));
-
-        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "a"])), 1);
-        let tb = got_token(b);
-        assert!(tb > t0);
-        assert_eq!(token_of(&mut c, "k"), Some(tb));
-        assert_eq!(waiters(&mut c, "k"), 2, "the others keep waiting");
-        // b holds it now: only b can release it.
-        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "d"])), 0);
-        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "b"])), 1);
-        let td = got_token(d);
-        assert!(td > tb);
-        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "d"])), 1);
-        let te = got_token(e);
-        assert!(te > td);
-        assert_eq!(waiters(&mut c, "k"), 0);
-        assert_eq!(info_field(&mut c, "lease_waiters").as_deref(), Some("0"));
-    }
-
     fn a_free_key_is_taken_at_once_and_the_holder_reacquires_without_blocking(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
         let t = int(&ok(&mut c, &["LEASE.ACQUIRE", "k", "a", "30000", "BLOCK", "0"]));
         assert_eq!(int(&ok(&mut c, &["LEASE.ACQUIRE", "k", "a", "30000", "BLOCK", "0"])), t);
-    }
-
-    fn timeout_answers_null_counts_and_leaves_the_queue(kind) {
-        let s = Server::start(kind);
-        let mut c = s.conn();
-        ok(&mut c, &["LEASE.ACQUIRE", "k", "a", "30000"]);
-        let start = Instant::now();
-        let mut w = s.conn();
-        assert_eq!(ok(&mut w, &["LEASE.ACQUIRE", "k", "b", "30000", "BLOCK", "100"]), Value::Nil);
-        assert!(start.elapsed() >= Duration::from_millis(90));
-        assert_eq!(waiters(&mut c, "k"), 0);
-        assert_eq!(info_field(&mut c, "lease_wait_timeouts").as_deref(), Some("1"));
-        // The timed-out client never gets the lease later.
-        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "a"])), 1);
-        assert_eq!(ok(&mut c, &["LEASE.INFO", "k"]), Value::Nil);
     }
 
     fn a_disconnected_waiter_leaves_the_queue_and_never_holds(kind) {
@@ -193,6 +151,52 @@ both! {
         assert_eq!(waiters(&mut c, "k2"), 0);
         assert_eq!(info_field(&mut c, "lease_waiters").as_deref(), Some("0"));
         assert_eq!(ok(&mut c, &["GET", "k"]), Value::BulkString(b"x".to_vec()));
+    }
+
+}
+
+// The compatibility subset (also on Redis 7.4 and 8.0).
+compat! {
+    fn release_hands_off_to_the_oldest_waiter_only(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t0 = int(&ok(&mut c, &["LEASE.ACQUIRE", "k", "a", "30000"]));
+        let b = spawn_waiter(&s, "k", "b", "30000", "0");
+        let d = spawn_waiter(&s, "k", "d", "30000", "0");
+        let e = spawn_waiter(&s, "k", "e", "30000", "0");
+        assert_eq!(waiters(&mut c, "k"), 3);
+        assert_eq!(info_field(&mut c, "lease_waiters").as_deref(), Some("3"));
+
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "a"])), 1);
+        let tb = got_token(b);
+        assert!(tb > t0);
+        assert_eq!(token_of(&mut c, "k"), Some(tb));
+        assert_eq!(waiters(&mut c, "k"), 2, "the others keep waiting");
+        // b holds it now: only b can release it.
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "d"])), 0);
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "b"])), 1);
+        let td = got_token(d);
+        assert!(td > tb);
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "d"])), 1);
+        let te = got_token(e);
+        assert!(te > td);
+        assert_eq!(waiters(&mut c, "k"), 0);
+        assert_eq!(info_field(&mut c, "lease_waiters").as_deref(), Some("0"));
+    }
+
+    fn timeout_answers_null_counts_and_leaves_the_queue(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        ok(&mut c, &["LEASE.ACQUIRE", "k", "a", "30000"]);
+        let start = Instant::now();
+        let mut w = s.conn();
+        assert_eq!(ok(&mut w, &["LEASE.ACQUIRE", "k", "b", "30000", "BLOCK", "100"]), Value::Nil);
+        assert!(start.elapsed() >= Duration::from_millis(90));
+        assert_eq!(waiters(&mut c, "k"), 0);
+        assert_eq!(info_field(&mut c, "lease_wait_timeouts").as_deref(), Some("1"));
+        // The timed-out client never gets the lease later.
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "a"])), 1);
+        assert_eq!(ok(&mut c, &["LEASE.INFO", "k"]), Value::Nil);
     }
 
     fn block_does_not_block_inside_multi_or_scripts(kind) {

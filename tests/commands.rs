@@ -31,22 +31,6 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 }
 
 both! {
-    fn acquire_free_key_returns_an_integer_token(kind) {
-        let s = Server::start(kind);
-        each_protocol(&s, |c, resp3, p| {
-            let key = format!("{p}job");
-            let v = ok(c, &["LEASE.ACQUIRE", &key, "me", "30000"]);
-            let Value::Int(token) = v else {
-                panic!("resp3={resp3}: ACQUIRE on a free key must answer an integer, got {v:?}")
-            };
-            assert!((1..=MAX_TOKEN).contains(&token), "token {token} out of 1..2^53-1");
-            assert_eq!(int(&ok(c, &["EXISTS", &key])), 1);
-            assert_eq!(token_of(c, &key), Some(token));
-            let ttl = pttl(c, &key);
-            assert!(ttl > 0 && ttl <= 30000, "PTTL {ttl}");
-        });
-    }
-
     fn reacquire_by_the_same_owner_returns_the_same_token_and_resets_the_expiry(kind) {
         let s = Server::start(kind);
         each_protocol(&s, |c, resp3, p| {
@@ -86,24 +70,6 @@ both! {
         });
     }
 
-    fn renew_by_the_holder_returns_1_sets_the_expiry_and_keeps_the_token(kind) {
-        let s = Server::start(kind);
-        each_protocol(&s, |c, resp3, p| {
-            let key = format!("{p}job");
-            let t = int(&ok(c, &["LEASE.ACQUIRE", &key, "me", "5000"]));
-            assert_eq!(ok(c, &["LEASE.RENEW", &key, "me", "60000"]), Value::Int(1), "resp3={resp3}");
-            let ttl = pttl(c, &key);
-            assert!(ttl > 50_000 && ttl <= 60_000, "PTTL after RENEW: {ttl}");
-            assert_eq!(ok(c, &["LEASE.RENEW", &key, "me", "3000"]), Value::Int(1));
-            let ttl = pttl(c, &key);
-            assert!(ttl > 0 && ttl <= 3000, "PTTL after a shorter RENEW: {ttl}");
-            assert_eq!(token_of(c, &key), Some(t));
-            let info = ok(c, &["LEASE.INFO", &key]);
-            let info_ttl = int(&field(&info, "ttl").unwrap());
-            assert!(info_ttl > 0 && info_ttl <= 3000, "INFO ttl {info_ttl}");
-        });
-    }
-
     fn renew_by_another_owner_or_on_a_free_key_returns_0_and_changes_nothing(kind) {
         let s = Server::start(kind);
         each_protocol(&s, |c, resp3, p| {
@@ -122,20 +88,6 @@ both! {
         });
     }
 
-    fn release_by_the_holder_returns_1_and_deletes_the_key(kind) {
-        let s = Server::start(kind);
-        each_protocol(&s, |c, resp3, p| {
-            let key = format!("{p}job");
-            ok(c, &["LEASE.ACQUIRE", &key, "me", "60000"]);
-            assert_eq!(ok(c, &["LEASE.RELEASE", &key, "me"]), Value::Int(1), "resp3={resp3}");
-            assert_eq!(int(&ok(c, &["EXISTS", &key])), 0);
-            assert_eq!(ok(c, &["LEASE.INFO", &key]), Value::Nil);
-            assert_eq!(ok(c, &["LEASE.RELEASE", &key, "me"]), Value::Int(0), "second release");
-            // The key is free again: anyone can take it.
-            assert!(matches!(ok(c, &["LEASE.ACQUIRE", &key, "other", "1000"]), Value::Int(_)));
-        });
-    }
-
     fn release_by_another_owner_returns_0_and_keeps_the_lease(kind) {
         let s = Server::start(kind);
         each_protocol(&s, |c, resp3, p| {
@@ -151,33 +103,6 @@ both! {
             assert_eq!(token_of(c, &key), Some(t));
             assert_eq!(ok(c, &["DUMP", &key]), dump);
             assert_eq!(ok(c, &["LEASE.RENEW", &key, "alice", "60000"]), Value::Int(1));
-        });
-    }
-
-    fn fence_accepts_the_current_token_only(kind) {
-        let s = Server::start(kind);
-        each_protocol(&s, |c, resp3, p| {
-            let key = format!("{p}job");
-            let free = format!("{p}free");
-            let t = int(&ok(c, &["LEASE.ACQUIRE", &key, "me", "60000"]));
-            let ts = t.to_string();
-            assert_eq!(ok(c, &["LEASE.FENCE", &key, &ts]), Value::Okay, "resp3={resp3}");
-            for wrong in [t - 1, t + 1, 1] {
-                let e = err(c, &["LEASE.FENCE", &key, &wrong.to_string()]);
-                assert!(e.starts_with("STALE"), "wrong token {wrong}: {e}");
-            }
-            let e = err(c, &["LEASE.FENCE", &free, &ts]);
-            assert!(e.starts_with("STALE"), "free key: {e}");
-            assert_eq!(int(&ok(c, &["EXISTS", &free])), 0);
-            // After a release and a new acquisition the old token is stale.
-            assert_eq!(int(&ok(c, &["LEASE.RELEASE", &key, "me"])), 1);
-            let e = err(c, &["LEASE.FENCE", &key, &ts]);
-            assert!(e.starts_with("STALE"), "released: {e}");
-            let t2 = int(&ok(c, &["LEASE.ACQUIRE", &key, "you", "60000"]));
-            assert!(t2 > t);
-            let e = err(c, &["LEASE.FENCE", &key, &ts]);
-            assert!(e.starts_with("STALE"), "superseded token: {e}");
-            assert_eq!(ok(c, &["LEASE.FENCE", &key, &t2.to_string()]), Value::Okay);
         });
     }
 
@@ -227,28 +152,6 @@ both! {
             assert!(!contains(&bytes, owner.as_bytes()), "INFO reveals the owner: {info:?}");
             assert!(field(&info, "owner").is_none(), "INFO has an owner field: {info:?}");
         });
-    }
-
-    fn info_raw_reply_is_a_map_or_flat_array_without_the_owner(kind) {
-        let s = Server::start(kind);
-        let owner = b"owner-secret-5be1";
-        let mut raw = s.raw();
-        let t = raw.call(&[b"LEASE.ACQUIRE", b"job", owner, b"60000"]);
-        assert!(t.starts_with(b":"), "{t:?}");
-        let token = &t[1..t.len() - 2];
-
-        let r2 = raw.call(&[b"LEASE.INFO", b"job"]);
-        assert!(r2.starts_with(b"*6\r\n"), "RESP2 INFO: {:?}", String::from_utf8_lossy(&r2));
-        assert!(!contains(&r2, owner), "RESP2 INFO reveals the owner");
-        assert!(contains(&r2, b"$5\r\ntoken\r\n:"), "{:?}", String::from_utf8_lossy(&r2));
-        assert!(contains(&r2, token));
-
-        raw.call(&[b"HELLO", b"3"]);
-        let r3 = raw.call(&[b"LEASE.INFO", b"job"]);
-        assert!(r3.starts_with(b"%3\r\n"), "RESP3 INFO: {:?}", String::from_utf8_lossy(&r3));
-        assert!(!contains(&r3, owner), "RESP3 INFO reveals the owner");
-        assert!(contains(&r3, b"$7\r\nwaiters\r\n:0\r\n"), "{:?}", String::from_utf8_lossy(&r3));
-        assert!(contains(&r3, token));
     }
 
     fn null_replies_on_the_wire_are_resp2_nil_and_resp3_null(kind) {
@@ -329,5 +232,105 @@ both! {
         let info = call(&mut c, &[b"LEASE.INFO", key]).unwrap();
         assert_eq!(field(&info, "token"), Some(Value::Int(t)));
         assert_eq!(call(&mut c, &[b"LEASE.RELEASE", key, b"me"]).unwrap(), Value::Int(1));
+    }
+}
+
+// The compatibility subset (also on Redis 7.4 and 8.0).
+compat! {
+    fn acquire_free_key_returns_an_integer_token(kind) {
+        let s = Server::start(kind);
+        each_protocol(&s, |c, resp3, p| {
+            let key = format!("{p}job");
+            let v = ok(c, &["LEASE.ACQUIRE", &key, "me", "30000"]);
+            let Value::Int(token) = v else {
+                panic!("resp3={resp3}: ACQUIRE on a free key must answer an integer, got {v:?}")
+            };
+            assert!((1..=MAX_TOKEN).contains(&token), "token {token} out of 1..2^53-1");
+            assert_eq!(int(&ok(c, &["EXISTS", &key])), 1);
+            assert_eq!(token_of(c, &key), Some(token));
+            let ttl = pttl(c, &key);
+            assert!(ttl > 0 && ttl <= 30000, "PTTL {ttl}");
+        });
+    }
+
+    fn renew_by_the_holder_returns_1_sets_the_expiry_and_keeps_the_token(kind) {
+        let s = Server::start(kind);
+        each_protocol(&s, |c, resp3, p| {
+            let key = format!("{p}job");
+            let t = int(&ok(c, &["LEASE.ACQUIRE", &key, "me", "5000"]));
+            assert_eq!(ok(c, &["LEASE.RENEW", &key, "me", "60000"]), Value::Int(1), "resp3={resp3}");
+            let ttl = pttl(c, &key);
+            assert!(ttl > 50_000 && ttl <= 60_000, "PTTL after RENEW: {ttl}");
+            assert_eq!(ok(c, &["LEASE.RENEW", &key, "me", "3000"]), Value::Int(1));
+            let ttl = pttl(c, &key);
+            assert!(ttl > 0 && ttl <= 3000, "PTTL after a shorter RENEW: {ttl}");
+            assert_eq!(token_of(c, &key), Some(t));
+            let info = ok(c, &["LEASE.INFO", &key]);
+            let info_ttl = int(&field(&info, "ttl").unwrap());
+            assert!(info_ttl > 0 && info_ttl <= 3000, "INFO ttl {info_ttl}");
+        });
+    }
+
+    fn release_by_the_holder_returns_1_and_deletes_the_key(kind) {
+        let s = Server::start(kind);
+        each_protocol(&s, |c, resp3, p| {
+            let key = format!("{p}job");
+            ok(c, &["LEASE.ACQUIRE", &key, "me", "60000"]);
+            assert_eq!(ok(c, &["LEASE.RELEASE", &key, "me"]), Value::Int(1), "resp3={resp3}");
+            assert_eq!(int(&ok(c, &["EXISTS", &key])), 0);
+            assert_eq!(ok(c, &["LEASE.INFO", &key]), Value::Nil);
+            assert_eq!(ok(c, &["LEASE.RELEASE", &key, "me"]), Value::Int(0), "second release");
+            // The key is free again: anyone can take it.
+            assert!(matches!(ok(c, &["LEASE.ACQUIRE", &key, "other", "1000"]), Value::Int(_)));
+        });
+    }
+
+    fn fence_accepts_the_current_token_only(kind) {
+        let s = Server::start(kind);
+        each_protocol(&s, |c, resp3, p| {
+            let key = format!("{p}job");
+            let free = format!("{p}free");
+            let t = int(&ok(c, &["LEASE.ACQUIRE", &key, "me", "60000"]));
+            let ts = t.to_string();
+            assert_eq!(ok(c, &["LEASE.FENCE", &key, &ts]), Value::Okay, "resp3={resp3}");
+            for wrong in [t - 1, t + 1, 1] {
+                let e = err(c, &["LEASE.FENCE", &key, &wrong.to_string()]);
+                assert!(e.starts_with("STALE"), "wrong token {wrong}: {e}");
+            }
+            let e = err(c, &["LEASE.FENCE", &free, &ts]);
+            assert!(e.starts_with("STALE"), "free key: {e}");
+            assert_eq!(int(&ok(c, &["EXISTS", &free])), 0);
+            // After a release and a new acquisition the old token is stale.
+            assert_eq!(int(&ok(c, &["LEASE.RELEASE", &key, "me"])), 1);
+            let e = err(c, &["LEASE.FENCE", &key, &ts]);
+            assert!(e.starts_with("STALE"), "released: {e}");
+            let t2 = int(&ok(c, &["LEASE.ACQUIRE", &key, "you", "60000"]));
+            assert!(t2 > t);
+            let e = err(c, &["LEASE.FENCE", &key, &ts]);
+            assert!(e.starts_with("STALE"), "superseded token: {e}");
+            assert_eq!(ok(c, &["LEASE.FENCE", &key, &t2.to_string()]), Value::Okay);
+        });
+    }
+
+    fn info_raw_reply_is_a_map_or_flat_array_without_the_owner(kind) {
+        let s = Server::start(kind);
+        let owner = b"owner-secret-5be1";
+        let mut raw = s.raw();
+        let t = raw.call(&[b"LEASE.ACQUIRE", b"job", owner, b"60000"]);
+        assert!(t.starts_with(b":"), "{t:?}");
+        let token = &t[1..t.len() - 2];
+
+        let r2 = raw.call(&[b"LEASE.INFO", b"job"]);
+        assert!(r2.starts_with(b"*6\r\n"), "RESP2 INFO: {:?}", String::from_utf8_lossy(&r2));
+        assert!(!contains(&r2, owner), "RESP2 INFO reveals the owner");
+        assert!(contains(&r2, b"$5\r\ntoken\r\n:"), "{:?}", String::from_utf8_lossy(&r2));
+        assert!(contains(&r2, token));
+
+        raw.call(&[b"HELLO", b"3"]);
+        let r3 = raw.call(&[b"LEASE.INFO", b"job"]);
+        assert!(r3.starts_with(b"%3\r\n"), "RESP3 INFO: {:?}", String::from_utf8_lossy(&r3));
+        assert!(!contains(&r3, owner), "RESP3 INFO reveals the owner");
+        assert!(contains(&r3, b"$7\r\nwaiters\r\n:0\r\n"), "{:?}", String::from_utf8_lossy(&r3));
+        assert!(contains(&r3, token));
     }
 }

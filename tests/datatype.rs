@@ -157,68 +157,6 @@ both! {
         assert_eq!(token_of(&mut c, "b"), Some(t2));
     }
 
-    fn copy_gives_an_identical_lease(kind) {
-        let s = Server::start(kind);
-        let mut c = s.conn();
-        let t = int(&ok(&mut c, &["LEASE.ACQUIRE", "src", "me", "60000"]));
-        assert_eq!(int(&ok(&mut c, &["COPY", "src", "dst"])), 1);
-        assert_eq!(ok(&mut c, &["TYPE", "dst"]), Value::SimpleString("leasetype".into()));
-        assert_eq!(token_of(&mut c, "dst"), Some(t));
-        assert_remaining(&mut c, "dst", 60000);
-        let digests = strings(&ok(&mut c, &["DEBUG", "DIGEST-VALUE", "src", "dst"]));
-        assert_eq!(digests[0], digests[1], "a copy must digest like its source");
-        assert_eq!(ok(&mut c, &["DUMP", "src"]), ok(&mut c, &["DUMP", "dst"]));
-        // The copy is held by the same owner, and independent of the source.
-        assert_eq!(ok(&mut c, &["LEASE.ACQUIRE", "dst", "other", "1000"]), Value::Nil);
-        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "dst", "other"])), 0);
-        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "dst", "me"])), 1);
-        assert_eq!(int(&ok(&mut c, &["EXISTS", "dst"])), 0);
-        assert_eq!(token_of(&mut c, "src"), Some(t));
-        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "src", "me"])), 1);
-        // COPY onto an existing key needs REPLACE, like every type.
-        ok(&mut c, &["LEASE.ACQUIRE", "x", "me", "60000"]);
-        ok(&mut c, &["SET", "y", "v"]);
-        assert_eq!(int(&ok(&mut c, &["COPY", "x", "y"])), 0);
-        assert_eq!(int(&ok(&mut c, &["COPY", "x", "y", "REPLACE"])), 1);
-        assert_eq!(ok(&mut c, &["TYPE", "y"]), Value::SimpleString("leasetype".into()));
-    }
-
-    fn dump_restore_keeps_owner_and_token(kind) {
-        let s = Server::start(kind);
-        let mut c = s.conn();
-        let owner: &[u8] = b"own\0er\xff";
-        let t = int(&call(&mut c, &[b"LEASE.ACQUIRE", b"src", owner, b"60000"]).unwrap());
-        let payload = bulk(&ok(&mut c, &["DUMP", "src"]));
-        let ttl = pttl(&mut c, "src").to_string();
-        assert_eq!(
-            call(&mut c, &[b"RESTORE", b"dst", ttl.as_bytes(), &payload]).unwrap(),
-            Value::Okay
-        );
-        assert_eq!(token_of(&mut c, "dst"), Some(t));
-        assert_remaining(&mut c, "dst", 60000);
-        // The owner came along: the same bytes hold it, others do not.
-        assert_eq!(call(&mut c, &[b"LEASE.ACQUIRE", b"dst", owner, b"60000"]).unwrap(), Value::Int(t));
-        assert_eq!(call(&mut c, &[b"LEASE.ACQUIRE", b"dst", b"own", b"60000"]).unwrap(), Value::Nil);
-        assert_eq!(call(&mut c, &[b"LEASE.RELEASE", b"dst", owner]).unwrap(), Value::Int(1));
-
-        // RESTORE ... REPLACE over a released key, and ABSTTL.
-        let abs = int(&ok(&mut c, &["PEXPIRETIME", "src"])).to_string();
-        assert_eq!(call(&mut c, &[b"LEASE.RELEASE", b"src", owner]).unwrap(), Value::Int(1));
-        assert_eq!(
-            call(&mut c, &[b"RESTORE", b"src", abs.as_bytes(), &payload, b"ABSTTL"]).unwrap(),
-            Value::Okay
-        );
-        assert_eq!(token_of(&mut c, "src"), Some(t));
-        assert_eq!(int(&ok(&mut c, &["PEXPIRETIME", "src"])).to_string(), abs);
-        let e = call(&mut c, &[b"RESTORE", b"src", b"0", &payload]).unwrap_err();
-        assert!(error_text(&e).starts_with("BUSYKEY"), "{}", error_text(&e));
-        assert_eq!(
-            call(&mut c, &[b"RESTORE", b"src", ttl.as_bytes(), &payload, b"REPLACE"]).unwrap(),
-            Value::Okay
-        );
-        assert_eq!(call(&mut c, &[b"LEASE.RELEASE", b"src", owner]).unwrap(), Value::Int(1));
-    }
-
     fn restore_of_a_corrupt_payload_fails_cleanly(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -263,22 +201,6 @@ both! {
         ok(&mut c, &["LEASE.ACQUIRE", "y", "you", "60000"]);
         let d3 = strings(&ok(&mut c, &["DEBUG", "DIGEST-VALUE", "x", "y"]));
         assert_ne!(d3[0], d3[1]);
-    }
-
-    fn debug_reload_keeps_the_lease(kind) {
-        let s = Server::start(kind);
-        let mut c = s.conn();
-        let owner: &[u8] = b"reload\0\xff";
-        let t = int(&call(&mut c, &[b"LEASE.ACQUIRE", b"k", owner, b"60000"]).unwrap());
-        let digest = strings(&ok(&mut c, &["DEBUG", "DIGEST-VALUE", "k"]));
-        assert_eq!(ok(&mut c, &["DEBUG", "RELOAD"]), Value::Okay);
-        assert_eq!(ok(&mut c, &["TYPE", "k"]), Value::SimpleString("leasetype".into()));
-        assert_eq!(token_of(&mut c, "k"), Some(t));
-        assert_remaining(&mut c, "k", 60000);
-        assert_eq!(strings(&ok(&mut c, &["DEBUG", "DIGEST-VALUE", "k"])), digest);
-        assert_eq!(call(&mut c, &[b"LEASE.RELEASE", b"k", b"reload"]).unwrap(), Value::Int(0));
-        assert_eq!(call(&mut c, &[b"LEASE.ACQUIRE", b"k", owner, b"60000"]).unwrap(), Value::Int(t));
-        assert_eq!(call(&mut c, &[b"LEASE.RELEASE", b"k", owner]).unwrap(), Value::Int(1));
     }
 
     fn move_and_swapdb_keep_the_lease(kind) {
@@ -332,5 +254,86 @@ both! {
         let t2 = int(&ok(&mut c, &["LEASE.ACQUIRE", "k", "me", "60000"]));
         assert!(t2 > t, "a new lease gets a new token: {t2} after {t}");
         assert_remaining(&mut c, "k", 60000);
+    }
+}
+
+// The compatibility subset (also on Redis 7.4 and 8.0).
+compat! {
+    fn dump_restore_keeps_owner_and_token(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let owner: &[u8] = b"own\0er\xff";
+        let t = int(&call(&mut c, &[b"LEASE.ACQUIRE", b"src", owner, b"60000"]).unwrap());
+        let payload = bulk(&ok(&mut c, &["DUMP", "src"]));
+        let ttl = pttl(&mut c, "src").to_string();
+        assert_eq!(
+            call(&mut c, &[b"RESTORE", b"dst", ttl.as_bytes(), &payload]).unwrap(),
+            Value::Okay
+        );
+        assert_eq!(token_of(&mut c, "dst"), Some(t));
+        assert_remaining(&mut c, "dst", 60000);
+        // The owner came along: the same bytes hold it, others do not.
+        assert_eq!(call(&mut c, &[b"LEASE.ACQUIRE", b"dst", owner, b"60000"]).unwrap(), Value::Int(t));
+        assert_eq!(call(&mut c, &[b"LEASE.ACQUIRE", b"dst", b"own", b"60000"]).unwrap(), Value::Nil);
+        assert_eq!(call(&mut c, &[b"LEASE.RELEASE", b"dst", owner]).unwrap(), Value::Int(1));
+
+        // RESTORE ... REPLACE over a released key, and ABSTTL.
+        let abs = int(&ok(&mut c, &["PEXPIRETIME", "src"])).to_string();
+        assert_eq!(call(&mut c, &[b"LEASE.RELEASE", b"src", owner]).unwrap(), Value::Int(1));
+        assert_eq!(
+            call(&mut c, &[b"RESTORE", b"src", abs.as_bytes(), &payload, b"ABSTTL"]).unwrap(),
+            Value::Okay
+        );
+        assert_eq!(token_of(&mut c, "src"), Some(t));
+        assert_eq!(int(&ok(&mut c, &["PEXPIRETIME", "src"])).to_string(), abs);
+        let e = call(&mut c, &[b"RESTORE", b"src", b"0", &payload]).unwrap_err();
+        assert!(error_text(&e).starts_with("BUSYKEY"), "{}", error_text(&e));
+        assert_eq!(
+            call(&mut c, &[b"RESTORE", b"src", ttl.as_bytes(), &payload, b"REPLACE"]).unwrap(),
+            Value::Okay
+        );
+        assert_eq!(call(&mut c, &[b"LEASE.RELEASE", b"src", owner]).unwrap(), Value::Int(1));
+    }
+
+    fn debug_reload_keeps_the_lease(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let owner: &[u8] = b"reload\0\xff";
+        let t = int(&call(&mut c, &[b"LEASE.ACQUIRE", b"k", owner, b"60000"]).unwrap());
+        let digest = strings(&ok(&mut c, &["DEBUG", "DIGEST-VALUE", "k"]));
+        assert_eq!(ok(&mut c, &["DEBUG", "RELOAD"]), Value::Okay);
+        assert_eq!(ok(&mut c, &["TYPE", "k"]), Value::SimpleString("leasetype".into()));
+        assert_eq!(token_of(&mut c, "k"), Some(t));
+        assert_remaining(&mut c, "k", 60000);
+        assert_eq!(strings(&ok(&mut c, &["DEBUG", "DIGEST-VALUE", "k"])), digest);
+        assert_eq!(call(&mut c, &[b"LEASE.RELEASE", b"k", b"reload"]).unwrap(), Value::Int(0));
+        assert_eq!(call(&mut c, &[b"LEASE.ACQUIRE", b"k", owner, b"60000"]).unwrap(), Value::Int(t));
+        assert_eq!(call(&mut c, &[b"LEASE.RELEASE", b"k", owner]).unwrap(), Value::Int(1));
+    }
+
+    fn copy_gives_an_identical_lease(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = int(&ok(&mut c, &["LEASE.ACQUIRE", "src", "me", "60000"]));
+        assert_eq!(int(&ok(&mut c, &["COPY", "src", "dst"])), 1);
+        assert_eq!(ok(&mut c, &["TYPE", "dst"]), Value::SimpleString("leasetype".into()));
+        assert_eq!(token_of(&mut c, "dst"), Some(t));
+        assert_remaining(&mut c, "dst", 60000);
+        let digests = strings(&ok(&mut c, &["DEBUG", "DIGEST-VALUE", "src", "dst"]));
+        assert_eq!(digests[0], digests[1], "a copy must digest like its source");
+        assert_eq!(ok(&mut c, &["DUMP", "src"]), ok(&mut c, &["DUMP", "dst"]));
+        // The copy is held by the same owner, and independent of the source.
+        assert_eq!(ok(&mut c, &["LEASE.ACQUIRE", "dst", "other", "1000"]), Value::Nil);
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "dst", "other"])), 0);
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "dst", "me"])), 1);
+        assert_eq!(int(&ok(&mut c, &["EXISTS", "dst"])), 0);
+        assert_eq!(token_of(&mut c, "src"), Some(t));
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "src", "me"])), 1);
+        // COPY onto an existing key needs REPLACE, like every type.
+        ok(&mut c, &["LEASE.ACQUIRE", "x", "me", "60000"]);
+        ok(&mut c, &["SET", "y", "v"]);
+        assert_eq!(int(&ok(&mut c, &["COPY", "x", "y"])), 0);
+        assert_eq!(int(&ok(&mut c, &["COPY", "x", "y", "REPLACE"])), 1);
+        assert_eq!(ok(&mut c, &["TYPE", "y"]), Value::SimpleString("leasetype".into()));
     }
 }

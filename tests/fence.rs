@@ -29,31 +29,6 @@ fn bulk(v: &Value) -> Option<String> {
 }
 
 both! {
-    fn the_command_runs_only_with_the_current_token(kind) {
-        let s = Server::start(kind);
-        let mut c = s.conn();
-        let t = acquire(&mut c, "lock:acct", "me", "30000").to_string();
-        assert_eq!(int(&ok(&mut c, &["LEASE.FENCE", "lock:acct", &t, "HSET", "acct:7", "balance", "90"])), 1);
-        assert_eq!(bulk(&ok(&mut c, &["HGET", "acct:7", "balance"])).as_deref(), Some("90"));
-        // Reads pass the reply through, in the caller's protocol.
-        assert_eq!(bulk(&ok(&mut c, &["LEASE.FENCE", "lock:acct", &t, "HGET", "acct:7", "balance"])).as_deref(), Some("90"));
-        let mut c3 = s.conn3();
-        assert!(matches!(ok(&mut c3, &["LEASE.FENCE", "lock:acct", &t, "HGETALL", "acct:7"]), Value::Map(_)));
-        // Stale: an older token, a free key, an expired lease.
-        let old = (t.parse::<i64>().unwrap() - 1).to_string();
-        let e = err(&mut c, &["LEASE.FENCE", "lock:acct", &old, "HSET", "acct:7", "balance", "0"]);
-        assert!(e.starts_with("STALE"), "{e}");
-        ok(&mut c, &["LEASE.RELEASE", "lock:acct", "me"]);
-        let e = err(&mut c, &["LEASE.FENCE", "lock:acct", &t, "HSET", "acct:7", "balance", "0"]);
-        assert!(e.starts_with("STALE"), "{e}");
-        let t2 = acquire(&mut c, "lock:acct", "me", "50").to_string();
-        assert!(wait_until(Duration::from_secs(2), || ok(&mut c, &["LEASE.INFO", "lock:acct"]) == Value::Nil));
-        let e = err(&mut c, &["LEASE.FENCE", "lock:acct", &t2, "HSET", "acct:7", "balance", "0"]);
-        assert!(e.starts_with("STALE"), "{e}");
-        assert_eq!(bulk(&ok(&mut c, &["HGET", "acct:7", "balance"])).as_deref(), Some("90"), "no stale write landed");
-        assert_eq!(info_field(&mut c, "lease_fence_stale").as_deref(), Some("3"));
-    }
-
     fn refusals_name_the_problem_and_run_nothing(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -146,44 +121,6 @@ both! {
         assert_eq!(int(&ok(&mut c, &["EVAL", inner, "2", "lock", "acct:7", &t])), 95);
     }
 
-    fn the_inner_command_is_replicated_and_logged_once(kind) {
-        let master = Server::start_with(kind, Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", "no"]));
-        let replica = replica_of(kind, &master);
-        let mut m = master.conn();
-        let mut r = replica.conn();
-        let t = acquire(&mut m, "lock", "me", "30000").to_string();
-        ok(&mut m, &["LEASE.FENCE", "lock", &t, "RPUSH", "log", "a"]);
-        ok(&mut m, &["LEASE.FENCE", "lock", &t, "INCR", "n"]);
-        let stale = (t.parse::<i64>().unwrap() - 1).to_string();
-        err(&mut m, &["LEASE.FENCE", "lock", &stale, "RPUSH", "log", "stale"]);
-        assert!(wait_until(Duration::from_secs(5), || ok(&mut r, &["GET", "n"]) == Value::BulkString(b"1".to_vec())));
-        assert_eq!(ok(&mut r, &["LRANGE", "log", "0", "-1"]), Value::Array(vec![Value::BulkString(b"a".to_vec())]));
-        // LEASE.FENCE is a write command (it may run one): a read-only
-        // replica refuses both forms, as it refuses SET; its LEASE.INFO
-        // shows the master's token.
-        let e = err(&mut r, &["LEASE.FENCE", "lock", &t]);
-        assert!(e.starts_with("READONLY"), "{e}");
-        assert_eq!(field(&ok(&mut r, &["LEASE.INFO", "lock"]), "token"), Some(Value::Int(t.parse().unwrap())));
-        let e = err(&mut r, &["LEASE.FENCE", "lock", &t, "INCR", "n"]);
-        assert!(e.contains("READONLY") || e.contains("read only"), "{e}");
-        // The AOF has the inner commands once each and no LEASE.FENCE.
-        let mut aof = String::new();
-        for entry in std::fs::read_dir(master.data_dir().join("appendonlydir")).unwrap() {
-            let p = entry.unwrap().path();
-            if p.to_string_lossy().contains(".incr.aof") {
-                aof.push_str(&String::from_utf8_lossy(&std::fs::read(p).unwrap()));
-            }
-        }
-        let names = aof_command_names(&aof);
-        assert_eq!(names.iter().filter(|n| *n == "rpush").count(), 1, "{names:?}");
-        assert_eq!(names.iter().filter(|n| *n == "incr").count(), 1, "{names:?}");
-        assert!(!names.iter().any(|n| n == "lease.fence"), "{names:?}");
-        // Replaying the AOF ends in the same state.
-        ok(&mut m, &["DEBUG", "LOADAOF"]);
-        assert_eq!(ok(&mut m, &["GET", "n"]), Value::BulkString(b"1".to_vec()));
-        assert_eq!(ok(&mut m, &["LRANGE", "log", "0", "-1"]), Value::Array(vec![Value::BulkString(b"a".to_vec())]));
-        assert_eq!(ok(&mut m, &["LEASE.FENCE", "lock", &t]), Value::Okay);
-    }
 }
 
 /// The contention test: workers take a short lease, sometimes pause longer
@@ -278,5 +215,72 @@ both! {
         // check above would fail if the fence did nothing.
         let unfenced = contention(kind, false);
         assert!(!violations(&unfenced).is_empty(), "the unfenced run should show stale writes: {unfenced:?}");
+    }
+}
+
+// The compatibility subset (also on Redis 7.4 and 8.0).
+compat! {
+    fn the_command_runs_only_with_the_current_token(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "lock:acct", "me", "30000").to_string();
+        assert_eq!(int(&ok(&mut c, &["LEASE.FENCE", "lock:acct", &t, "HSET", "acct:7", "balance", "90"])), 1);
+        assert_eq!(bulk(&ok(&mut c, &["HGET", "acct:7", "balance"])).as_deref(), Some("90"));
+        // Reads pass the reply through, in the caller's protocol.
+        assert_eq!(bulk(&ok(&mut c, &["LEASE.FENCE", "lock:acct", &t, "HGET", "acct:7", "balance"])).as_deref(), Some("90"));
+        let mut c3 = s.conn3();
+        assert!(matches!(ok(&mut c3, &["LEASE.FENCE", "lock:acct", &t, "HGETALL", "acct:7"]), Value::Map(_)));
+        // Stale: an older token, a free key, an expired lease.
+        let old = (t.parse::<i64>().unwrap() - 1).to_string();
+        let e = err(&mut c, &["LEASE.FENCE", "lock:acct", &old, "HSET", "acct:7", "balance", "0"]);
+        assert!(e.starts_with("STALE"), "{e}");
+        ok(&mut c, &["LEASE.RELEASE", "lock:acct", "me"]);
+        let e = err(&mut c, &["LEASE.FENCE", "lock:acct", &t, "HSET", "acct:7", "balance", "0"]);
+        assert!(e.starts_with("STALE"), "{e}");
+        let t2 = acquire(&mut c, "lock:acct", "me", "50").to_string();
+        assert!(wait_until(Duration::from_secs(2), || ok(&mut c, &["LEASE.INFO", "lock:acct"]) == Value::Nil));
+        let e = err(&mut c, &["LEASE.FENCE", "lock:acct", &t2, "HSET", "acct:7", "balance", "0"]);
+        assert!(e.starts_with("STALE"), "{e}");
+        assert_eq!(bulk(&ok(&mut c, &["HGET", "acct:7", "balance"])).as_deref(), Some("90"), "no stale write landed");
+        assert_eq!(info_field(&mut c, "lease_fence_stale").as_deref(), Some("3"));
+    }
+
+    fn the_inner_command_is_replicated_and_logged_once(kind) {
+        let master = Server::start_with(kind, Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", "no"]));
+        let replica = replica_of(kind, &master);
+        let mut m = master.conn();
+        let mut r = replica.conn();
+        let t = acquire(&mut m, "lock", "me", "30000").to_string();
+        ok(&mut m, &["LEASE.FENCE", "lock", &t, "RPUSH", "log", "a"]);
+        ok(&mut m, &["LEASE.FENCE", "lock", &t, "INCR", "n"]);
+        let stale = (t.parse::<i64>().unwrap() - 1).to_string();
+        err(&mut m, &["LEASE.FENCE", "lock", &stale, "RPUSH", "log", "stale"]);
+        assert!(wait_until(Duration::from_secs(5), || ok(&mut r, &["GET", "n"]) == Value::BulkString(b"1".to_vec())));
+        assert_eq!(ok(&mut r, &["LRANGE", "log", "0", "-1"]), Value::Array(vec![Value::BulkString(b"a".to_vec())]));
+        // LEASE.FENCE is a write command (it may run one): a read-only
+        // replica refuses both forms, as it refuses SET; its LEASE.INFO
+        // shows the master's token.
+        let e = err(&mut r, &["LEASE.FENCE", "lock", &t]);
+        assert!(e.starts_with("READONLY"), "{e}");
+        assert_eq!(field(&ok(&mut r, &["LEASE.INFO", "lock"]), "token"), Some(Value::Int(t.parse().unwrap())));
+        let e = err(&mut r, &["LEASE.FENCE", "lock", &t, "INCR", "n"]);
+        assert!(e.contains("READONLY") || e.contains("read only"), "{e}");
+        // The AOF has the inner commands once each and no LEASE.FENCE.
+        let mut aof = String::new();
+        for entry in std::fs::read_dir(master.data_dir().join("appendonlydir")).unwrap() {
+            let p = entry.unwrap().path();
+            if p.to_string_lossy().contains(".incr.aof") {
+                aof.push_str(&String::from_utf8_lossy(&std::fs::read(p).unwrap()));
+            }
+        }
+        let names = aof_command_names(&aof);
+        assert_eq!(names.iter().filter(|n| *n == "rpush").count(), 1, "{names:?}");
+        assert_eq!(names.iter().filter(|n| *n == "incr").count(), 1, "{names:?}");
+        assert!(!names.iter().any(|n| n == "lease.fence"), "{names:?}");
+        // Replaying the AOF ends in the same state.
+        ok(&mut m, &["DEBUG", "LOADAOF"]);
+        assert_eq!(ok(&mut m, &["GET", "n"]), Value::BulkString(b"1".to_vec()));
+        assert_eq!(ok(&mut m, &["LRANGE", "log", "0", "-1"]), Value::Array(vec![Value::BulkString(b"a".to_vec())]));
+        assert_eq!(ok(&mut m, &["LEASE.FENCE", "lock", &t]), Value::Okay);
     }
 }

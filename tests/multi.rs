@@ -93,44 +93,6 @@ fn aof_bytes(s: &Server) -> u64 {
 }
 
 both! {
-    fn limit_admits_n_holders_each_with_its_own_token(kind) {
-        let s = Server::start(kind);
-        let mut c = s.conn();
-        let before = counters(&mut c);
-        let ta = limit(&mut c, "sem", "owner-a", "3").unwrap();
-        let tb = limit(&mut c, "sem", "owner-b", "3").unwrap();
-        let tc = limit(&mut c, "sem", "owner-c", "3").unwrap();
-        assert!(ta < tb && tb < tc, "{ta} {tb} {tc}");
-        assert_eq!(limit(&mut c, "sem", "owner-d", "3"), None, "a fourth holder");
-        // A holder's retry: same token, its own deadline moves.
-        assert_eq!(acquire_opts(&mut c, "sem", "owner-a", "5000", &["LIMIT", "3"]), Some(ta));
-        assert_eq!(ok_text(&mut c, &["TYPE", "sem"]), "leasetype");
-        let v = info(&mut c, "sem");
-        assert_eq!(field(&v, "mode"), Some(Value::BulkString(b"limit".to_vec())));
-        assert_eq!(field(&v, "limit"), Some(Value::Int(3)));
-        assert_eq!(field(&v, "token"), Some(Value::Int(tc)), "the newest holder's");
-        assert_eq!(field(&v, "waiters"), Some(Value::Int(0)));
-        near(int(&field(&v, "ttl").unwrap()), 30_000, "ttl to the latest deadline");
-        let h = holders(&v);
-        assert_eq!(h.iter().map(|h| h.0).collect::<Vec<_>>(), vec![ta, tb, tc], "sorted by token");
-        near(h[0].1, 5_000, "a's own ttl");
-        near(h[1].1, 30_000, "b's ttl");
-        assert!(!format!("{v:?}").contains("owner-"), "INFO shows no owner: {v:?}");
-        near(pttl(&mut c, "sem"), 30_000, "the key's TTL is the latest deadline");
-        let after = counters(&mut c);
-        let delta = |n: &str| after.iter().find(|x| x.0 == n).unwrap().1 - before.iter().find(|x| x.0 == n).unwrap().1;
-        assert_eq!((delta("acquired"), delta("contended"), delta("reacquired")), (3, 1, 1));
-        // RESP3: a map, holders as maps.
-        let mut c3 = s.conn3();
-        let v3 = info(&mut c3, "sem");
-        assert!(matches!(v3, Value::Map(_)), "{v3:?}");
-        assert_eq!(holders(&v3).iter().map(|h| h.0).collect::<Vec<_>>(), vec![ta, tb, tc]);
-        assert!(matches!(field(&v3, "holders"), Some(Value::Array(ref l)) if matches!(l[0], Value::Map(_))));
-        // Tokens strictly increase across holders of every key.
-        let td = limit(&mut c, "sem2", "owner-a", "2").unwrap();
-        assert!(td > tc);
-    }
-
     fn info_on_the_wire(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -149,99 +111,6 @@ both! {
         let r3 = String::from_utf8(raw.call(&[b"LEASE.INFO", b"ex"])).unwrap();
         assert!(r3.starts_with(&format!("%3\r\n$5\r\ntoken\r\n:{te}\r\n$3\r\nttl\r\n:")), "{r3:?}");
         assert!(r3.ends_with("$7\r\nwaiters\r\n:0\r\n"), "{r3:?}");
-    }
-
-    fn shared_admits_readers_and_no_writer(kind) {
-        let s = Server::start(kind);
-        let mut c = s.conn();
-        let tokens: Vec<i64> = (1..=5).map(|i| shared(&mut c, "rd", &format!("r{i}")).unwrap()).collect();
-        assert!(tokens.windows(2).all(|w| w[0] < w[1]));
-        let contended = counter(&mut c, "contended");
-        assert_eq!(acquire_opts(&mut c, "rd", "writer", "30000", &[]), None, "a writer waits for the readers");
-        assert_eq!(counter(&mut c, "contended"), contended + 1);
-        let e = err(&mut c, &["LEASE.ACQUIRE", "rd", "r1", "30000"]);
-        assert_eq!(e, "ERR this owner holds the key with SHARED and asks for an exclusive lease: release it first");
-        let v = info(&mut c, "rd");
-        assert_eq!(field(&v, "mode"), Some(Value::BulkString(b"shared".to_vec())));
-        assert_eq!(field(&v, "limit"), Some(Value::Int(0)));
-        assert_eq!(holders(&v).len(), 5);
-        // A key held exclusively: readers wait, its holder may not read.
-        let tx = acquire(&mut c, "ex", "x", "30000");
-        assert_eq!(shared(&mut c, "ex", "y"), None);
-        let e = err(&mut c, &["LEASE.ACQUIRE", "ex", "x", "30000", "SHARED"]);
-        assert_eq!(e, "ERR this owner holds the key with an exclusive lease and asks for SHARED: release it first");
-        assert_eq!(token_of(&mut c, "ex"), Some(tx));
-        // Exclusive INFO: exactly token, ttl, waiters.
-        let Value::Array(fields) = info(&mut c, "ex") else { panic!() };
-        assert_eq!(fields.len(), 6);
-        assert!(field(&Value::Array(fields), "mode").is_none());
-        // Readers' retries keep their tokens; the last reader out deletes the key.
-        assert_eq!(shared(&mut c, "rd", "r3"), Some(tokens[2]));
-        for i in 1..=5 {
-            assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "rd", &format!("r{i}")])), 1);
-        }
-        assert_eq!(int(&ok(&mut c, &["EXISTS", "rd"])), 0);
-        let tw = acquire(&mut c, "rd", "writer", "30000");
-        assert!(tw > tokens[4]);
-    }
-
-    fn bad_options_and_mismatched_modes_are_errors_that_change_nothing(kind) {
-        let s = Server::start_with(kind, Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]));
-        let mut c = s.conn();
-        limit(&mut c, "sem", "a", "3").unwrap();
-        let tx = acquire(&mut c, "ex", "x", "30000");
-        shared(&mut c, "rd", "r").unwrap();
-        let keys = ["sem", "ex", "rd"];
-        let digests: Vec<String> = keys.iter().map(|k| digest(&mut c, k)).collect();
-        let before = counters(&mut c);
-        let aof = aof_bytes(&s);
-        let cases: &[(&str, &str, &[&str], &str)] = &[
-            ("free", "z", &["LIMIT", "0"], "ERR LIMIT is out of range (must be 2..100000)"),
-            ("free", "z", &["LIMIT", "-2"], "ERR LIMIT is out of range (must be 2..100000)"),
-            ("free", "z", &["LIMIT", "100001"], "ERR LIMIT is out of range (must be 2..100000)"),
-            ("free", "z", &["LIMIT", "1"], "ERR LIMIT 1 is an exclusive lease: leave LIMIT out (LIMIT must be 2..100000)"),
-            ("free", "z", &["LIMIT", "3x"], "ERR LIMIT is not an integer"),
-            ("free", "z", &["LIMIT", "2.5"], "ERR LIMIT is not an integer"),
-            ("free", "z", &["LIMIT"], "ERR option LIMIT needs a value"),
-            ("free", "z", &["LIMIT", "3", "SHARED"], "ERR options LIMIT and SHARED cannot be given together"),
-            ("free", "z", &["SHARED", "BLOCK", "10", "LIMIT", "3"], "ERR options LIMIT and SHARED cannot be given together"),
-            ("free", "z", &["LIMIT", "3", "LIMIT", "3"], "ERR option LIMIT given more than once"),
-            ("free", "z", &["shared", "SHARED"], "ERR option SHARED given more than once"),
-            ("sem", "z", &["LIMIT", "5"], "ERR the key is held with LIMIT 3, this acquire asks for LIMIT 5"),
-            ("sem", "a", &["LIMIT", "4"], "ERR the key is held with LIMIT 3, this acquire asks for LIMIT 4"),
-            ("sem", "z", &["LIMIT", "5", "BLOCK", "1000"], "ERR the key is held with LIMIT 3, this acquire asks for LIMIT 5"),
-            ("sem", "z", &[], "ERR the key is held with LIMIT 3, this acquire asks for an exclusive lease"),
-            ("sem", "a", &[], "ERR the key is held with LIMIT 3, this acquire asks for an exclusive lease"),
-            ("sem", "z", &["SHARED", "BLOCK", "0"], "ERR the key is held with LIMIT 3, this acquire asks for SHARED"),
-            ("ex", "z", &["LIMIT", "3"], "ERR the key is held with an exclusive lease, this acquire asks for LIMIT 3"),
-            ("ex", "x", &["SHARED"], "ERR this owner holds the key with an exclusive lease and asks for SHARED: release it first"),
-            ("rd", "z", &["LIMIT", "2"], "ERR the key is held with SHARED, this acquire asks for LIMIT 2"),
-            ("rd", "r", &[], "ERR this owner holds the key with SHARED and asks for an exclusive lease: release it first"),
-        ];
-        for (key, owner, opts, want) in cases {
-            let mut args = vec!["LEASE.ACQUIRE", key, owner, "30000"];
-            args.extend_from_slice(opts);
-            let started = Instant::now();
-            assert_eq!(&err(&mut c, &args), want, "{args:?}");
-            assert!(started.elapsed() < Duration::from_millis(500), "{args:?} blocked");
-        }
-        assert_eq!(int(&ok(&mut c, &["EXISTS", "free"])), 0, "no key was created");
-        for (k, d) in keys.iter().zip(&digests) {
-            assert_eq!(&digest(&mut c, k), d, "{k} changed");
-        }
-        assert_eq!(counters(&mut c), before, "no counter moved");
-        assert_eq!(token_of(&mut c, "ex"), Some(tx));
-        assert_eq!(aof_bytes(&s), aof, "nothing was written to the AOF");
-        // The internal effects are refused to clients.
-        let e = err(&mut c, &["LEASE.HOLD", "sem", "z", "5", "1900000000000", "LIMIT", "3"]);
-        assert_eq!(e, "ERR LEASE.HOLD is internal: accepted only from the replication link and the AOF");
-        let e = err(&mut c, &["LEASE.DROP", "sem", "a"]);
-        assert_eq!(e, "ERR LEASE.DROP is internal: accepted only from the replication link and the AOF");
-        assert_eq!(digest(&mut c, "sem"), digests[0]);
-        // A key of another type.
-        ok(&mut c, &["SET", "plain", "v"]);
-        assert!(err(&mut c, &["LEASE.ACQUIRE", "plain", "z", "1000", "LIMIT", "2"]).starts_with("WRONGTYPE"));
-        assert!(err(&mut c, &["LEASE.ACQUIRE", "plain", "z", "1000", "SHARED"]).starts_with("WRONGTYPE"));
     }
 
     fn an_error_leaves_even_ended_holders_in_place(kind) {
@@ -357,41 +226,6 @@ both! {
         let expired = counter(&mut c, "expired");
         assert!(wait_until(Duration::from_secs(3), || int(&ok(&mut c, &["EXISTS", "short"])) == 0));
         assert!(wait_until(Duration::from_secs(2), || counter(&mut c, "expired") == expired + 3), "expired {} after {expired}", counter(&mut c, "expired"));
-    }
-
-    fn a_freed_place_goes_to_the_oldest_waiter(kind) {
-        let s = Server::start(kind);
-        let mut c = s.conn();
-        limit(&mut c, "sem", "a", "2").unwrap();
-        let tb = acquire_opts(&mut c, "sem", "b", "400", &["LIMIT", "2"]).unwrap();
-        let w1 = spawn_waiter_with(&s, "sem", "w1", "30000", &["LIMIT", "2", "BLOCK", "0"]);
-        let w2 = spawn_waiter_with(&s, "sem", "w2", "30000", &["BLOCK", "5000", "LIMIT", "2"]);
-        let w3 = spawn_waiter_with(&s, "sem", "w3", "30000", &["LIMIT", "2", "BLOCK", "5000"]);
-        assert_eq!(waiters(&mut c, "sem"), 3);
-        // No newcomer overtakes them.
-        assert_eq!(limit(&mut c, "sem", "late", "2"), None);
-        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "sem", "a"])), 1);
-        let (t1, _) = answered(w1, "w1");
-        assert!(t1 > tb);
-        assert_eq!(waiters(&mut c, "sem"), 2);
-        // b's deadline passes while w2 waits: a timer at the earliest
-        // deadline hands its place over.
-        let since = Instant::now();
-        let (t2, at) = answered(w2, "w2");
-        assert!(t2 > t1);
-        assert!(at - since < Duration::from_millis(1500), "served {:?} after", at - since);
-        assert!(!w3.is_finished(), "w3 still waits: both places are taken");
-        let v = info(&mut c, "sem");
-        assert_eq!(holders(&v).iter().map(|h| h.0).collect::<Vec<_>>(), vec![t1, t2]);
-        assert_eq!(field(&v, "waiters"), Some(Value::Int(1)));
-        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "sem", "w2"])), 1);
-        let (t3, _) = answered(w3, "w3");
-        assert!(t3 > t2);
-        // A waiter that times out leaves the queue.
-        let w4 = spawn_waiter_with(&s, "sem", "w4", "30000", &["LIMIT", "2", "BLOCK", "100"]);
-        let (reply, _) = w4.join().unwrap();
-        assert_eq!(reply.unwrap(), Value::Nil);
-        assert_eq!(waiters(&mut c, "sem"), 0);
     }
 
     fn a_place_handed_to_a_waiter_that_vanished_goes_to_the_next(kind) {
@@ -511,7 +345,7 @@ both! {
         let s = Server::start(kind);
         let mut admin = s.conn();
         let rules: Vec<&str> = match kind {
-            Kind::Redis => vec!["~lock:*", "+lease.acquire", "+lease.renew", "+lease.release", "+lease.info", "+lease.fence", "+get"],
+            _ if kind.is_redis70() => vec!["~lock:*", "+lease.acquire", "+lease.renew", "+lease.release", "+lease.info", "+lease.fence", "+get"],
             _ => vec!["~lock:*", "+@lease", "+get"],
         };
         let mut args = vec!["ACL", "SETUSER", "worker", "on", ">pw"];
@@ -626,5 +460,174 @@ both! {
         // DEL of the big key: freed (in the background where lazy freeing is on).
         assert_eq!(int(&ok(&mut c, &["DEL", "big"])), 1);
         assert_eq!(int(&ok(&mut c, &["DBSIZE"])), 0);
+    }
+}
+
+// The compatibility subset (also on Redis 7.4 and 8.0).
+compat! {
+    fn limit_admits_n_holders_each_with_its_own_token(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let before = counters(&mut c);
+        let ta = limit(&mut c, "sem", "owner-a", "3").unwrap();
+        let tb = limit(&mut c, "sem", "owner-b", "3").unwrap();
+        let tc = limit(&mut c, "sem", "owner-c", "3").unwrap();
+        assert!(ta < tb && tb < tc, "{ta} {tb} {tc}");
+        assert_eq!(limit(&mut c, "sem", "owner-d", "3"), None, "a fourth holder");
+        // A holder's retry: same token, its own deadline moves.
+        assert_eq!(acquire_opts(&mut c, "sem", "owner-a", "5000", &["LIMIT", "3"]), Some(ta));
+        assert_eq!(ok_text(&mut c, &["TYPE", "sem"]), "leasetype");
+        let v = info(&mut c, "sem");
+        assert_eq!(field(&v, "mode"), Some(Value::BulkString(b"limit".to_vec())));
+        assert_eq!(field(&v, "limit"), Some(Value::Int(3)));
+        assert_eq!(field(&v, "token"), Some(Value::Int(tc)), "the newest holder's");
+        assert_eq!(field(&v, "waiters"), Some(Value::Int(0)));
+        near(int(&field(&v, "ttl").unwrap()), 30_000, "ttl to the latest deadline");
+        let h = holders(&v);
+        assert_eq!(h.iter().map(|h| h.0).collect::<Vec<_>>(), vec![ta, tb, tc], "sorted by token");
+        near(h[0].1, 5_000, "a's own ttl");
+        near(h[1].1, 30_000, "b's ttl");
+        assert!(!format!("{v:?}").contains("owner-"), "INFO shows no owner: {v:?}");
+        near(pttl(&mut c, "sem"), 30_000, "the key's TTL is the latest deadline");
+        let after = counters(&mut c);
+        let delta = |n: &str| after.iter().find(|x| x.0 == n).unwrap().1 - before.iter().find(|x| x.0 == n).unwrap().1;
+        assert_eq!((delta("acquired"), delta("contended"), delta("reacquired")), (3, 1, 1));
+        // RESP3: a map, holders as maps.
+        let mut c3 = s.conn3();
+        let v3 = info(&mut c3, "sem");
+        assert!(matches!(v3, Value::Map(_)), "{v3:?}");
+        assert_eq!(holders(&v3).iter().map(|h| h.0).collect::<Vec<_>>(), vec![ta, tb, tc]);
+        assert!(matches!(field(&v3, "holders"), Some(Value::Array(ref l)) if matches!(l[0], Value::Map(_))));
+        // Tokens strictly increase across holders of every key.
+        let td = limit(&mut c, "sem2", "owner-a", "2").unwrap();
+        assert!(td > tc);
+    }
+
+    fn shared_admits_readers_and_no_writer(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let tokens: Vec<i64> = (1..=5).map(|i| shared(&mut c, "rd", &format!("r{i}")).unwrap()).collect();
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]));
+        let contended = counter(&mut c, "contended");
+        assert_eq!(acquire_opts(&mut c, "rd", "writer", "30000", &[]), None, "a writer waits for the readers");
+        assert_eq!(counter(&mut c, "contended"), contended + 1);
+        let e = err(&mut c, &["LEASE.ACQUIRE", "rd", "r1", "30000"]);
+        assert_eq!(e, "ERR this owner holds the key with SHARED and asks for an exclusive lease: release it first");
+        let v = info(&mut c, "rd");
+        assert_eq!(field(&v, "mode"), Some(Value::BulkString(b"shared".to_vec())));
+        assert_eq!(field(&v, "limit"), Some(Value::Int(0)));
+        assert_eq!(holders(&v).len(), 5);
+        // A key held exclusively: readers wait, its holder may not read.
+        let tx = acquire(&mut c, "ex", "x", "30000");
+        assert_eq!(shared(&mut c, "ex", "y"), None);
+        let e = err(&mut c, &["LEASE.ACQUIRE", "ex", "x", "30000", "SHARED"]);
+        assert_eq!(e, "ERR this owner holds the key with an exclusive lease and asks for SHARED: release it first");
+        assert_eq!(token_of(&mut c, "ex"), Some(tx));
+        // Exclusive INFO: exactly token, ttl, waiters.
+        let Value::Array(fields) = info(&mut c, "ex") else { panic!() };
+        assert_eq!(fields.len(), 6);
+        assert!(field(&Value::Array(fields), "mode").is_none());
+        // Readers' retries keep their tokens; the last reader out deletes the key.
+        assert_eq!(shared(&mut c, "rd", "r3"), Some(tokens[2]));
+        for i in 1..=5 {
+            assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "rd", &format!("r{i}")])), 1);
+        }
+        assert_eq!(int(&ok(&mut c, &["EXISTS", "rd"])), 0);
+        let tw = acquire(&mut c, "rd", "writer", "30000");
+        assert!(tw > tokens[4]);
+    }
+
+    fn a_freed_place_goes_to_the_oldest_waiter(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        limit(&mut c, "sem", "a", "2").unwrap();
+        let tb = acquire_opts(&mut c, "sem", "b", "400", &["LIMIT", "2"]).unwrap();
+        let w1 = spawn_waiter_with(&s, "sem", "w1", "30000", &["LIMIT", "2", "BLOCK", "0"]);
+        let w2 = spawn_waiter_with(&s, "sem", "w2", "30000", &["BLOCK", "5000", "LIMIT", "2"]);
+        let w3 = spawn_waiter_with(&s, "sem", "w3", "30000", &["LIMIT", "2", "BLOCK", "5000"]);
+        assert_eq!(waiters(&mut c, "sem"), 3);
+        // No newcomer overtakes them.
+        assert_eq!(limit(&mut c, "sem", "late", "2"), None);
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "sem", "a"])), 1);
+        let (t1, _) = answered(w1, "w1");
+        assert!(t1 > tb);
+        assert_eq!(waiters(&mut c, "sem"), 2);
+        // b's deadline passes while w2 waits: a timer at the earliest
+        // deadline hands its place over.
+        let since = Instant::now();
+        let (t2, at) = answered(w2, "w2");
+        assert!(t2 > t1);
+        assert!(at - since < Duration::from_millis(1500), "served {:?} after", at - since);
+        assert!(!w3.is_finished(), "w3 still waits: both places are taken");
+        let v = info(&mut c, "sem");
+        assert_eq!(holders(&v).iter().map(|h| h.0).collect::<Vec<_>>(), vec![t1, t2]);
+        assert_eq!(field(&v, "waiters"), Some(Value::Int(1)));
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "sem", "w2"])), 1);
+        let (t3, _) = answered(w3, "w3");
+        assert!(t3 > t2);
+        // A waiter that times out leaves the queue.
+        let w4 = spawn_waiter_with(&s, "sem", "w4", "30000", &["LIMIT", "2", "BLOCK", "100"]);
+        let (reply, _) = w4.join().unwrap();
+        assert_eq!(reply.unwrap(), Value::Nil);
+        assert_eq!(waiters(&mut c, "sem"), 0);
+    }
+
+    fn bad_options_and_mismatched_modes_are_errors_that_change_nothing(kind) {
+        let s = Server::start_with(kind, Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]));
+        let mut c = s.conn();
+        limit(&mut c, "sem", "a", "3").unwrap();
+        let tx = acquire(&mut c, "ex", "x", "30000");
+        shared(&mut c, "rd", "r").unwrap();
+        let keys = ["sem", "ex", "rd"];
+        let digests: Vec<String> = keys.iter().map(|k| digest(&mut c, k)).collect();
+        let before = counters(&mut c);
+        let aof = aof_bytes(&s);
+        let cases: &[(&str, &str, &[&str], &str)] = &[
+            ("free", "z", &["LIMIT", "0"], "ERR LIMIT is out of range (must be 2..100000)"),
+            ("free", "z", &["LIMIT", "-2"], "ERR LIMIT is out of range (must be 2..100000)"),
+            ("free", "z", &["LIMIT", "100001"], "ERR LIMIT is out of range (must be 2..100000)"),
+            ("free", "z", &["LIMIT", "1"], "ERR LIMIT 1 is an exclusive lease: leave LIMIT out (LIMIT must be 2..100000)"),
+            ("free", "z", &["LIMIT", "3x"], "ERR LIMIT is not an integer"),
+            ("free", "z", &["LIMIT", "2.5"], "ERR LIMIT is not an integer"),
+            ("free", "z", &["LIMIT"], "ERR option LIMIT needs a value"),
+            ("free", "z", &["LIMIT", "3", "SHARED"], "ERR options LIMIT and SHARED cannot be given together"),
+            ("free", "z", &["SHARED", "BLOCK", "10", "LIMIT", "3"], "ERR options LIMIT and SHARED cannot be given together"),
+            ("free", "z", &["LIMIT", "3", "LIMIT", "3"], "ERR option LIMIT given more than once"),
+            ("free", "z", &["shared", "SHARED"], "ERR option SHARED given more than once"),
+            ("sem", "z", &["LIMIT", "5"], "ERR the key is held with LIMIT 3, this acquire asks for LIMIT 5"),
+            ("sem", "a", &["LIMIT", "4"], "ERR the key is held with LIMIT 3, this acquire asks for LIMIT 4"),
+            ("sem", "z", &["LIMIT", "5", "BLOCK", "1000"], "ERR the key is held with LIMIT 3, this acquire asks for LIMIT 5"),
+            ("sem", "z", &[], "ERR the key is held with LIMIT 3, this acquire asks for an exclusive lease"),
+            ("sem", "a", &[], "ERR the key is held with LIMIT 3, this acquire asks for an exclusive lease"),
+            ("sem", "z", &["SHARED", "BLOCK", "0"], "ERR the key is held with LIMIT 3, this acquire asks for SHARED"),
+            ("ex", "z", &["LIMIT", "3"], "ERR the key is held with an exclusive lease, this acquire asks for LIMIT 3"),
+            ("ex", "x", &["SHARED"], "ERR this owner holds the key with an exclusive lease and asks for SHARED: release it first"),
+            ("rd", "z", &["LIMIT", "2"], "ERR the key is held with SHARED, this acquire asks for LIMIT 2"),
+            ("rd", "r", &[], "ERR this owner holds the key with SHARED and asks for an exclusive lease: release it first"),
+        ];
+        for (key, owner, opts, want) in cases {
+            let mut args = vec!["LEASE.ACQUIRE", key, owner, "30000"];
+            args.extend_from_slice(opts);
+            let started = Instant::now();
+            assert_eq!(&err(&mut c, &args), want, "{args:?}");
+            assert!(started.elapsed() < Duration::from_millis(500), "{args:?} blocked");
+        }
+        assert_eq!(int(&ok(&mut c, &["EXISTS", "free"])), 0, "no key was created");
+        for (k, d) in keys.iter().zip(&digests) {
+            assert_eq!(&digest(&mut c, k), d, "{k} changed");
+        }
+        assert_eq!(counters(&mut c), before, "no counter moved");
+        assert_eq!(token_of(&mut c, "ex"), Some(tx));
+        assert_eq!(aof_bytes(&s), aof, "nothing was written to the AOF");
+        // The internal effects are refused to clients.
+        let e = err(&mut c, &["LEASE.HOLD", "sem", "z", "5", "1900000000000", "LIMIT", "3"]);
+        assert_eq!(e, "ERR LEASE.HOLD is internal: accepted only from the replication link and the AOF");
+        let e = err(&mut c, &["LEASE.DROP", "sem", "a"]);
+        assert_eq!(e, "ERR LEASE.DROP is internal: accepted only from the replication link and the AOF");
+        assert_eq!(digest(&mut c, "sem"), digests[0]);
+        // A key of another type.
+        ok(&mut c, &["SET", "plain", "v"]);
+        assert!(err(&mut c, &["LEASE.ACQUIRE", "plain", "z", "1000", "LIMIT", "2"]).starts_with("WRONGTYPE"));
+        assert!(err(&mut c, &["LEASE.ACQUIRE", "plain", "z", "1000", "SHARED"]).starts_with("WRONGTYPE"));
     }
 }

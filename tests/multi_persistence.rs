@@ -144,63 +144,6 @@ fn owners_hold_but(c: &mut redis::Connection, gone: &[(&str, &[u8])]) {
 }
 
 both! {
-    fn a_replica_answers_like_its_master(kind) {
-        let master = Server::start(kind);
-        let mut m = master.conn();
-        populate(&mut m); // before the replica: through its full sync
-        let replica = Server::start_with(kind, Opts::default().extra(&["--replicaof", "127.0.0.1", &master.port.to_string(), "--replica-read-only", "no"]));
-        let mut r = replica.conn();
-        assert!(wait_until(Duration::from_secs(10), || info_value(&mut r, "replication", "master_link_status").as_deref() == Some("up")));
-        // ...and as effects.
-        let short = limit(&mut m, "sem2", "s", "300", "2");
-        limit(&mut m, "sem2", "t", "30000", "2");
-        shared(&mut m, "rd2", "q", "30000");
-        ok(&mut m, &["LEASE.RENEW", "sem", "a", "20000"]);
-        ok(&mut m, &["LEASE.RELEASE", "rd", "r2"]);
-        sync(&mut m);
-        for key in ["sem", "rd", "ex", "sem2", "rd2"] {
-            assert_eq!(shape(&mut r, key), shape(&mut m, key), "{key}");
-            assert_eq!(digest(&mut r, key), digest(&mut m, key), "{key}: the exact holders");
-        }
-        for (mh, rh) in ttls(&mut m, "sem").iter().zip(ttls(&mut r, "sem")) {
-            assert_eq!(mh.0, rh.0);
-            assert!((mh.1 - rh.1).abs() < 1000, "{mh:?} {rh:?}");
-        }
-        assert!((pttl(&mut m, "sem") - pttl(&mut r, "sem")).abs() < 1000);
-        // The fence check answers as the master's (this replica takes
-        // writes; a read-only one refuses FENCE like any write).
-        let mut tokens: Vec<i64> = shape(&mut m, "sem").unwrap().3;
-        tokens.extend(shape(&mut m, "rd").unwrap().3);
-        tokens.push(short);
-        tokens.push(tokens[0] - 1);
-        std::thread::sleep(Duration::from_millis(400)); // the short holder ends
-        for (key, t) in ["sem", "rd", "sem2"].iter().flat_map(|k| tokens.iter().map(move |t| (*k, *t))) {
-            let t = t.to_string();
-            let (a, b) = (call(&mut m, &[b"LEASE.FENCE", key.as_bytes(), t.as_bytes()]), call(&mut r, &[b"LEASE.FENCE", key.as_bytes(), t.as_bytes()]));
-            assert_eq!(a.as_ref().map_err(error_text), b.as_ref().map_err(error_text), "FENCE {key} {t}");
-        }
-        assert_eq!(shape(&mut r, "sem2"), shape(&mut m, "sem2"), "both leave the ended holder out");
-        // The master drops the ended holder (LEASE.DROP) on its next write.
-        limit(&mut m, "sem2", "u", "30000", "2");
-        sync(&mut m);
-        assert_eq!(digest(&mut r, "sem2"), digest(&mut m, "sem2"));
-        // The last holder out: the key goes on the replica too.
-        for o in ["t", "u"] {
-            ok(&mut m, &["LEASE.RELEASE", "sem2", o]);
-        }
-        sync(&mut m);
-        assert_eq!(int(&ok(&mut r, &["EXISTS", "sem2"])), 0);
-        assert!(info_int(&mut r, "lease_last_token") >= info_int(&mut m, "lease_last_token"));
-        // A read-only replica refuses FENCE (a write command) and ACQUIRE.
-        ok(&mut r, &["CONFIG", "SET", "replica-read-only", "yes"]);
-        assert!(err(&mut r, &["LEASE.FENCE", "sem", &tokens[0].to_string()]).starts_with("READONLY"));
-        assert!(err(&mut r, &["LEASE.ACQUIRE", "sem", "z", "1000", "LIMIT", "3"]).starts_with("READONLY"));
-        // Promoted, it lets every holder renew (the owners came through).
-        ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
-        owners_hold_but(&mut r, &[("rd", b"r2")]);
-        assert_eq!(int(&ok(&mut r, &["LEASE.RENEW", "rd", "r2", "1000"])), 0, "r2 left on the master");
-    }
-
     fn one_effect_per_holder_whatever_the_holder_count(kind) {
         let master = Server::start_with(kind, Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]));
         let mut m = master.conn();
@@ -260,35 +203,83 @@ both! {
         owners_hold(&mut c);
     }
 
-    fn aof_rewrites_keep_one_hold_per_live_holder(kind) {
-        for preamble in ["no", "yes"] {
-            let opts = Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble]);
-            let s = Server::start_with(kind, opts.clone());
-            let mut c = s.conn();
-            populate(&mut c);
-            // A reader that ends before the rewrite, never pruned: the
-            // rewrite leaves it out.
-            shared(&mut c, "rd", "brief", "1");
-            std::thread::sleep(Duration::from_millis(20));
-            ok(&mut c, &["BGREWRITEAOF"]);
-            assert!(wait_until(Duration::from_secs(10), || {
-                let info: String = redis::cmd("INFO").arg("persistence").query(&mut c).unwrap();
-                info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0") && info.contains("aof_last_bgrewrite_status:ok")
-            }));
-            std::thread::sleep(Duration::from_millis(200));
-            if preamble == "no" {
-                let cmds = aof_commands(&s);
-                assert_eq!(count(&cmds, "LEASE.HOLD"), 3 + 2, "one per live holder: {cmds:?}");
-                assert_eq!(count(&cmds, "LEASE.APPLY"), 1);
-            }
-            let shapes: Vec<_> = ["sem", "rd", "ex"].iter().map(|k| shape(&mut c, k)).collect();
-            let s = s.restart_with(opts);
-            let mut c = s.conn();
-            let after: Vec<_> = ["sem", "rd", "ex"].iter().map(|k| shape(&mut c, k)).collect();
-            assert_eq!(after, shapes, "preamble {preamble}");
-            near_ttls(&mut c);
-            owners_hold(&mut c);
+}
+
+/// A DUMP payload of a multi record, rebuilt uncompressed with its record
+/// version raised to one from the future.
+fn future_multi(payload: &[u8]) -> Vec<u8> {
+    let mut record = multi_record(0, &[(b"p", 5, now_ms() + 1000)]);
+    record[0] = FUTURE_RECORD_VERSION;
+    module_payload(payload, &record)
+}
+
+/// The holders' remaining times after a restart: as long as their deadlines
+/// say (within a few seconds of the restart).
+fn near_ttls(c: &mut redis::Connection) {
+    let sem = ttls(c, "sem");
+    assert_eq!(sem.len(), 3);
+    for ((_, ttl), want) in sem.iter().zip([40_000, 50_000, 60_000]) {
+        assert!(*ttl <= want && *ttl > want - 10_000, "{sem:?}");
+    }
+}
+
+// The compatibility subset (also on Redis 7.4 and 8.0).
+compat! {
+    fn a_replica_answers_like_its_master(kind) {
+        let master = Server::start(kind);
+        let mut m = master.conn();
+        populate(&mut m); // before the replica: through its full sync
+        let replica = Server::start_with(kind, Opts::default().extra(&["--replicaof", "127.0.0.1", &master.port.to_string(), "--replica-read-only", "no"]));
+        let mut r = replica.conn();
+        assert!(wait_until(Duration::from_secs(10), || info_value(&mut r, "replication", "master_link_status").as_deref() == Some("up")));
+        // ...and as effects.
+        let short = limit(&mut m, "sem2", "s", "300", "2");
+        limit(&mut m, "sem2", "t", "30000", "2");
+        shared(&mut m, "rd2", "q", "30000");
+        ok(&mut m, &["LEASE.RENEW", "sem", "a", "20000"]);
+        ok(&mut m, &["LEASE.RELEASE", "rd", "r2"]);
+        sync(&mut m);
+        for key in ["sem", "rd", "ex", "sem2", "rd2"] {
+            assert_eq!(shape(&mut r, key), shape(&mut m, key), "{key}");
+            assert_eq!(digest(&mut r, key), digest(&mut m, key), "{key}: the exact holders");
         }
+        for (mh, rh) in ttls(&mut m, "sem").iter().zip(ttls(&mut r, "sem")) {
+            assert_eq!(mh.0, rh.0);
+            assert!((mh.1 - rh.1).abs() < 1000, "{mh:?} {rh:?}");
+        }
+        assert!((pttl(&mut m, "sem") - pttl(&mut r, "sem")).abs() < 1000);
+        // The fence check answers as the master's (this replica takes
+        // writes; a read-only one refuses FENCE like any write).
+        let mut tokens: Vec<i64> = shape(&mut m, "sem").unwrap().3;
+        tokens.extend(shape(&mut m, "rd").unwrap().3);
+        tokens.push(short);
+        tokens.push(tokens[0] - 1);
+        std::thread::sleep(Duration::from_millis(400)); // the short holder ends
+        for (key, t) in ["sem", "rd", "sem2"].iter().flat_map(|k| tokens.iter().map(move |t| (*k, *t))) {
+            let t = t.to_string();
+            let (a, b) = (call(&mut m, &[b"LEASE.FENCE", key.as_bytes(), t.as_bytes()]), call(&mut r, &[b"LEASE.FENCE", key.as_bytes(), t.as_bytes()]));
+            assert_eq!(a.as_ref().map_err(error_text), b.as_ref().map_err(error_text), "FENCE {key} {t}");
+        }
+        assert_eq!(shape(&mut r, "sem2"), shape(&mut m, "sem2"), "both leave the ended holder out");
+        // The master drops the ended holder (LEASE.DROP) on its next write.
+        limit(&mut m, "sem2", "u", "30000", "2");
+        sync(&mut m);
+        assert_eq!(digest(&mut r, "sem2"), digest(&mut m, "sem2"));
+        // The last holder out: the key goes on the replica too.
+        for o in ["t", "u"] {
+            ok(&mut m, &["LEASE.RELEASE", "sem2", o]);
+        }
+        sync(&mut m);
+        assert_eq!(int(&ok(&mut r, &["EXISTS", "sem2"])), 0);
+        assert!(info_int(&mut r, "lease_last_token") >= info_int(&mut m, "lease_last_token"));
+        // A read-only replica refuses FENCE (a write command) and ACQUIRE.
+        ok(&mut r, &["CONFIG", "SET", "replica-read-only", "yes"]);
+        assert!(err(&mut r, &["LEASE.FENCE", "sem", &tokens[0].to_string()]).starts_with("READONLY"));
+        assert!(err(&mut r, &["LEASE.ACQUIRE", "sem", "z", "1000", "LIMIT", "3"]).starts_with("READONLY"));
+        // Promoted, it lets every holder renew (the owners came through).
+        ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+        owners_hold_but(&mut r, &[("rd", b"r2")]);
+        assert_eq!(int(&ok(&mut r, &["LEASE.RENEW", "rd", "r2", "1000"])), 0, "r2 left on the master");
     }
 
     fn rdb_restarts_and_debug_reload_keep_every_holder(kind) {
@@ -374,22 +365,35 @@ both! {
         assert!(info_int(&mut d, "lease_last_token") >= top);
         assert_eq!(call(&mut d, &[b"LEASE.RELEASE", b"sem", b"b\0bin"]).unwrap(), Value::Int(1));
     }
-}
 
-/// A DUMP payload of a multi record, rebuilt uncompressed with its record
-/// version raised to one from the future.
-fn future_multi(payload: &[u8]) -> Vec<u8> {
-    let mut record = multi_record(0, &[(b"p", 5, now_ms() + 1000)]);
-    record[0] = FUTURE_RECORD_VERSION;
-    module_payload(payload, &record)
-}
-
-/// The holders' remaining times after a restart: as long as their deadlines
-/// say (within a few seconds of the restart).
-fn near_ttls(c: &mut redis::Connection) {
-    let sem = ttls(c, "sem");
-    assert_eq!(sem.len(), 3);
-    for ((_, ttl), want) in sem.iter().zip([40_000, 50_000, 60_000]) {
-        assert!(*ttl <= want && *ttl > want - 10_000, "{sem:?}");
+    fn aof_rewrites_keep_one_hold_per_live_holder(kind) {
+        for preamble in ["no", "yes"] {
+            let opts = Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble]);
+            let s = Server::start_with(kind, opts.clone());
+            let mut c = s.conn();
+            populate(&mut c);
+            // A reader that ends before the rewrite, never pruned: the
+            // rewrite leaves it out.
+            shared(&mut c, "rd", "brief", "1");
+            std::thread::sleep(Duration::from_millis(20));
+            ok(&mut c, &["BGREWRITEAOF"]);
+            assert!(wait_until(Duration::from_secs(10), || {
+                let info: String = redis::cmd("INFO").arg("persistence").query(&mut c).unwrap();
+                info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0") && info.contains("aof_last_bgrewrite_status:ok")
+            }));
+            std::thread::sleep(Duration::from_millis(200));
+            if preamble == "no" {
+                let cmds = aof_commands(&s);
+                assert_eq!(count(&cmds, "LEASE.HOLD"), 3 + 2, "one per live holder: {cmds:?}");
+                assert_eq!(count(&cmds, "LEASE.APPLY"), 1);
+            }
+            let shapes: Vec<_> = ["sem", "rd", "ex"].iter().map(|k| shape(&mut c, k)).collect();
+            let s = s.restart_with(opts);
+            let mut c = s.conn();
+            let after: Vec<_> = ["sem", "rd", "ex"].iter().map(|k| shape(&mut c, k)).collect();
+            assert_eq!(after, shapes, "preamble {preamble}");
+            near_ttls(&mut c);
+            owners_hold(&mut c);
+        }
     }
 }

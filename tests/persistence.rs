@@ -41,6 +41,86 @@ fn contended(c: &mut redis::Connection, key: &str) -> bool {
 }
 
 both! {
+    fn restart_without_persistence_still_issues_larger_tokens(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let mut last = 0;
+        for i in 0..200 {
+            last = acquire(&mut c, &format!("k{i}"), "a", "60000");
+        }
+        let s = s.restart_with(Opts::default());
+        let mut c = s.conn();
+        assert_eq!(int(&ok(&mut c, &["DBSIZE"])), 0, "nothing persisted");
+        // The wall-clock floor: restart took longer than a millisecond.
+        assert!(acquire(&mut c, "k0", "b", "60000") > last);
+    }
+
+    fn migrate_moves_the_lease_and_raises_the_target_clock(kind) {
+        let src = Server::start(kind);
+        let dst = Server::start(kind);
+        let mut c = src.conn();
+        let mut d = dst.conn();
+        let ahead = plant_token_ahead(&mut c, "k");
+        ok(&mut c, &["PEXPIRE", "k", "60000"]);
+        ok(&mut c, &["MIGRATE", "127.0.0.1", &dst.port.to_string(), "k", "0", "5000"]);
+        assert_eq!(int(&ok(&mut c, &["EXISTS", "k"])), 0);
+        assert_eq!(token_of(&mut d, "k"), Some(ahead));
+        assert!(pttl(&mut d, "k") > 30_000);
+        assert!(info_int(&mut d, "lease_last_token") >= ahead);
+        assert!(acquire(&mut d, "other", "x", "1000") > ahead);
+        // The owner came along: it can release on the target.
+        // (plant_token_ahead acquired as "me".)
+        assert_eq!(int(&ok(&mut d, &["LEASE.RELEASE", "k", "me"])), 1);
+    }
+
+}
+
+both! {
+    // The module writes the token clock (LEASE.CLOCK) after every fork. Forks
+    // happen inside commands (PSYNC of a full sync, BGSAVE, BGREWRITEAOF):
+    // propagating from within the fork event made the server propagate the
+    // command too, wrapped in MULTI (`MULTI, LEASE.CLOCK, PSYNC, EXEC` in the
+    // AOF, which crashed the next start; the replica answered EXECABORT).
+    fn forks_inside_commands_leave_only_the_clock_in_the_aof(kind) {
+        let aof = Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]);
+        let master = Server::start_with(kind, aof.clone());
+        let mut m = master.conn();
+        let t = acquire(&mut m, "k", "me", "60000");
+        let replica = replica_of(kind, &master);
+        let idle = |m: &mut redis::Connection| {
+            wait_until(Duration::from_secs(10), || {
+                info_value(m, "persistence", "rdb_bgsave_in_progress").as_deref() == Some("0")
+                    && info_value(m, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
+                    && info_value(m, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
+            })
+        };
+        assert!(idle(&mut m), "the full sync's save never ended");
+        ok(&mut m, &["BGSAVE"]);
+        assert!(idle(&mut m));
+        ok(&mut m, &["BGREWRITEAOF"]);
+        assert!(idle(&mut m));
+        ok(&mut m, &["WAIT", "1", "2000"]);
+        let mut r = replica.conn();
+        assert_eq!(token_of(&mut r, "k"), Some(t));
+        assert!(!replica.log().contains("EXECABORT"), "{}", replica.log_tail(20));
+        let mut text = String::new();
+        for entry in std::fs::read_dir(master.data_dir().join("appendonlydir")).unwrap() {
+            text.push_str(&String::from_utf8_lossy(&std::fs::read(entry.unwrap().path()).unwrap()));
+        }
+        for cmd in ["PSYNC", "BGSAVE", "BGREWRITEAOF", "MULTI"] {
+            assert!(!text.contains(cmd), "the AOF has {cmd}:\n{text}");
+        }
+        drop(replica);
+        let mut master = master.restart_with(aof);
+        master.assert_alive("restart from the AOF", true);
+        let mut m = master.conn();
+        assert_eq!(token_of(&mut m, "k"), Some(t));
+        assert!(acquire(&mut m, "k2", "me", "60000") > t);
+    }
+}
+
+// The compatibility subset (also on Redis 7.4 and 8.0).
+compat! {
     fn rdb_restart_keeps_leases_and_the_clock(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -90,38 +170,6 @@ both! {
         }
     }
 
-    fn restart_without_persistence_still_issues_larger_tokens(kind) {
-        let s = Server::start(kind);
-        let mut c = s.conn();
-        let mut last = 0;
-        for i in 0..200 {
-            last = acquire(&mut c, &format!("k{i}"), "a", "60000");
-        }
-        let s = s.restart_with(Opts::default());
-        let mut c = s.conn();
-        assert_eq!(int(&ok(&mut c, &["DBSIZE"])), 0, "nothing persisted");
-        // The wall-clock floor: restart took longer than a millisecond.
-        assert!(acquire(&mut c, "k0", "b", "60000") > last);
-    }
-
-    fn migrate_moves_the_lease_and_raises_the_target_clock(kind) {
-        let src = Server::start(kind);
-        let dst = Server::start(kind);
-        let mut c = src.conn();
-        let mut d = dst.conn();
-        let ahead = plant_token_ahead(&mut c, "k");
-        ok(&mut c, &["PEXPIRE", "k", "60000"]);
-        ok(&mut c, &["MIGRATE", "127.0.0.1", &dst.port.to_string(), "k", "0", "5000"]);
-        assert_eq!(int(&ok(&mut c, &["EXISTS", "k"])), 0);
-        assert_eq!(token_of(&mut d, "k"), Some(ahead));
-        assert!(pttl(&mut d, "k") > 30_000);
-        assert!(info_int(&mut d, "lease_last_token") >= ahead);
-        assert!(acquire(&mut d, "other", "x", "1000") > ahead);
-        // The owner came along: it can release on the target.
-        // (plant_token_ahead acquired as "me".)
-        assert_eq!(int(&ok(&mut d, &["LEASE.RELEASE", "k", "me"])), 1);
-    }
-
     fn future_and_broken_encodings_fail_cleanly(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -149,49 +197,5 @@ both! {
         }
         assert_eq!(ok(&mut c, &["PING"]), Value::SimpleString("PONG".into()));
         assert!(s.log().contains("lease"), "the refusal is logged");
-    }
-}
-
-both! {
-    // The module writes the token clock (LEASE.CLOCK) after every fork. Forks
-    // happen inside commands (PSYNC of a full sync, BGSAVE, BGREWRITEAOF):
-    // propagating from within the fork event made the server propagate the
-    // command too, wrapped in MULTI (`MULTI, LEASE.CLOCK, PSYNC, EXEC` in the
-    // AOF, which crashed the next start; the replica answered EXECABORT).
-    fn forks_inside_commands_leave_only_the_clock_in_the_aof(kind) {
-        let aof = Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]);
-        let master = Server::start_with(kind, aof.clone());
-        let mut m = master.conn();
-        let t = acquire(&mut m, "k", "me", "60000");
-        let replica = replica_of(kind, &master);
-        let idle = |m: &mut redis::Connection| {
-            wait_until(Duration::from_secs(10), || {
-                info_value(m, "persistence", "rdb_bgsave_in_progress").as_deref() == Some("0")
-                    && info_value(m, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
-                    && info_value(m, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
-            })
-        };
-        assert!(idle(&mut m), "the full sync's save never ended");
-        ok(&mut m, &["BGSAVE"]);
-        assert!(idle(&mut m));
-        ok(&mut m, &["BGREWRITEAOF"]);
-        assert!(idle(&mut m));
-        ok(&mut m, &["WAIT", "1", "2000"]);
-        let mut r = replica.conn();
-        assert_eq!(token_of(&mut r, "k"), Some(t));
-        assert!(!replica.log().contains("EXECABORT"), "{}", replica.log_tail(20));
-        let mut text = String::new();
-        for entry in std::fs::read_dir(master.data_dir().join("appendonlydir")).unwrap() {
-            text.push_str(&String::from_utf8_lossy(&std::fs::read(entry.unwrap().path()).unwrap()));
-        }
-        for cmd in ["PSYNC", "BGSAVE", "BGREWRITEAOF", "MULTI"] {
-            assert!(!text.contains(cmd), "the AOF has {cmd}:\n{text}");
-        }
-        drop(replica);
-        let mut master = master.restart_with(aof);
-        master.assert_alive("restart from the AOF", true);
-        let mut m = master.conn();
-        assert_eq!(token_of(&mut m, "k"), Some(t));
-        assert!(acquire(&mut m, "k2", "me", "60000") > t);
     }
 }

