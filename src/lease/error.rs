@@ -61,6 +61,9 @@ pub enum LeaseError {
     /// The key's cluster slot is served by another node now: the server's
     /// own redirection (`ASK <slot> <ip:port>` or `MOVED <slot> <ip:port>`).
     Redirect(String),
+    /// This node received effects or records newer than it understands
+    /// (from its master or its AOF): it keeps no lease until it is upgraded.
+    Incompatible { effects: u32, records: u32 },
     /// A bug caught at the boundary (a panic turned into an error reply).
     Internal(String),
 }
@@ -128,6 +131,12 @@ impl fmt::Display for LeaseError {
             ),
             LeaseError::NoPerm(what) => write!(f, "NOPERM {what}"),
             LeaseError::Redirect(to) => write!(f, "{to}"),
+            LeaseError::Incompatible { effects, records } => write!(
+                f,
+                "ERR this node's lease module (effects {}, records {}) cannot follow its master's or its AOF's (effects {effects}, records {records}): it keeps no lease until it is upgraded",
+                crate::lease::versions::EFFECTS,
+                crate::lease::versions::RECORDS
+            ),
             LeaseError::Internal(what) => {
                 write!(f, "ERR internal error in the lease module: {what}")
             }
@@ -176,6 +185,10 @@ mod tests {
             LeaseError::CrossSlot,
             LeaseError::NoPerm("x".into()),
             LeaseError::Redirect("MOVED 1 127.0.0.1:7000".into()),
+            LeaseError::Incompatible {
+                effects: 9,
+                records: 9,
+            },
             LeaseError::Internal("x".into()),
         ];
         for e in all {

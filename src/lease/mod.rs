@@ -11,6 +11,7 @@ pub mod fence;
 pub mod grace;
 pub mod multi;
 pub mod record;
+pub mod versions;
 pub mod waitq;
 
 #[cfg(test)]

@@ -25,6 +25,9 @@ use super::record::{Lease, Record, RecordRef};
 use super::waitq::{Step, WaitRegistry};
 
 const KEYS: usize = 4;
+/// Ended holders the commands take out at a time (the module's is larger;
+/// a small one here keeps ended holders stored while decisions run).
+const PRUNE_BATCH: usize = 1;
 const OWNERS: [&[u8]; 5] = [b"o1", b"o2", b"o3", b"o4", b"o5"];
 
 #[derive(Debug, Clone)]
@@ -190,11 +193,16 @@ impl Core {
         Held::of(self.keys.get(&key).map(|r| r.as_ref()), self.now)
     }
 
-    /// The effects layer's `prune`: drops the holders of a multi record
-    /// whose deadline has passed (the key goes with the last one).
+    /// The effects layer's `prune`: drops at most `PRUNE_BATCH` holders of
+    /// a multi record whose deadline has passed (the key goes with the last
+    /// one); the rest stay, and count for nothing in any decision.
     fn prune(&mut self, key: usize) {
+        self.prune_up_to(key, PRUNE_BATCH);
+    }
+
+    fn prune_up_to(&mut self, key: usize, max: usize) {
         if let Some(Record::Multi(m)) = self.keys.get_mut(&key) {
-            m.take_ended(self.now);
+            m.take_ended(self.now, max);
             if m.is_empty() {
                 self.keys.remove(&key);
             }
@@ -219,6 +227,13 @@ impl Core {
                 );
             }
             (Some(mm), Some(Record::Multi(m))) if m.mode() == mm => {
+                // The effects layer's `make_room`: a full LIMIT record gives
+                // up an ended holder before it takes a new one.
+                if let multi::MultiMode::Limit(n) = mm {
+                    let over = (m.len() + 1).saturating_sub(n as usize);
+                    m.take_ended(self.now, over);
+                    assert!(m.len() < n as usize, "no room on key {key}");
+                }
                 m.put(holder);
             }
             (Some(mm), _) => {

@@ -216,11 +216,15 @@ impl Multi {
         Some(h)
     }
 
-    /// Takes out every holder whose deadline has passed at `now_ms`,
-    /// earliest first.
-    pub fn take_ended(&mut self, now_ms: i64) -> Vec<Holder> {
+    /// Takes out at most `max` holders whose deadline has passed at
+    /// `now_ms`, earliest first (by deadline, then token). The rest stay
+    /// for later: every decision here looks at each holder's deadline, so
+    /// an ended holder that is still stored counts for nothing.
+    pub fn take_ended(&mut self, now_ms: i64, max: usize) -> Vec<Holder> {
         let mut out = Vec::new();
-        while let Some(&(deadline, token)) = self.by_deadline.first() {
+        while out.len() < max
+            && let Some(&(deadline, token)) = self.by_deadline.first()
+        {
             if now_ms <= deadline {
                 break;
             }
@@ -233,10 +237,52 @@ impl Multi {
         out
     }
 
+    /// Takes out every holder at or before `(deadline_ms, token)` in the
+    /// order `take_ended` takes them: what a master's `take_ended` took,
+    /// named by the last holder it took (the `LEASE.PRUNE` effect). Returns
+    /// how many left.
+    pub fn take_through(&mut self, deadline_ms: i64, token: u64) -> usize {
+        let mut n = 0;
+        while let Some(&(d, t)) = self.by_deadline.first() {
+            if (d, t) > (deadline_ms, token) {
+                break;
+            }
+            self.by_deadline.pop_first();
+            if let Some(h) = self.by_token.remove(&t) {
+                self.by_owner.remove(&h.owner);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Holders still within their time at `now_ms`. O(k) in the k holders
-    /// whose time has ended (they leave at the next write).
+    /// whose time has ended (they leave at the next writes).
     pub fn live_len(&self, now_ms: i64) -> usize {
         self.len() - self.by_deadline.range(..(now_ms, 0)).count()
+    }
+
+    /// Is there room at `now_ms` for one more live holder? O(1) while the
+    /// record keeps at most `n` holders of `LIMIT n` (the effects layer
+    /// takes an ended holder out before it adds one to a full record).
+    pub fn has_room(&self, now_ms: i64) -> bool {
+        match self.mode {
+            MultiMode::Shared => true,
+            MultiMode::Limit(n) => {
+                let (n, len) = (n as usize, self.len());
+                len < n
+                    || (len == n && self.has_ended(now_ms))
+                    || (len > n && self.live_len(now_ms) < n)
+            }
+        }
+    }
+
+    /// The earliest deadline of a holder live at `now_ms`.
+    pub fn next_live_deadline(&self, now_ms: i64) -> Option<i64> {
+        self.by_deadline
+            .range((now_ms, 0)..)
+            .next()
+            .map(|&(d, _)| d)
     }
 
     /// Does any holder's deadline lie before `now_ms`?
@@ -404,13 +450,13 @@ impl<'a> Held<'a> {
         matches!(self, Held::Free)
     }
 
-    /// When the next holder's time ends (its deadline, or the key's expiry
-    /// when that comes first); `None` when free.
-    pub fn next_end(&self, key_expire_ms: Option<i64>) -> Option<i64> {
+    /// When the next live holder's time ends at `now_ms` (its deadline, or
+    /// the key's expiry when that comes first); `None` when free.
+    pub fn next_end(&self, key_expire_ms: Option<i64>, now_ms: i64) -> Option<i64> {
         let end = match self {
             Held::Free => return None,
             Held::Exclusive(l) => l.deadline_ms,
-            Held::Multi(m) => m.earliest_deadline()?,
+            Held::Multi(m) => m.next_live_deadline(now_ms)?,
         };
         Some(key_expire_ms.map_or(end, |e| e.min(end)))
     }
@@ -472,7 +518,7 @@ pub fn acquire(
             match (m.mode(), mode) {
                 (MultiMode::Limit(k), Mode::Limit(n)) if k == n => match mine {
                     Some(h) => Decision::Reacquired { token: h.token },
-                    None => queued(m.mode().has_room(m.live_len(now_ms))),
+                    None => queued(m.has_room(now_ms)),
                 },
                 (MultiMode::Limit(_), _) | (MultiMode::Shared, Mode::Limit(_)) => {
                     return Err(conflict(held_mode, mode));
@@ -620,13 +666,19 @@ mod tests {
         m.put(h("c", 14, NOW + 50));
         assert!(!m.has_ended(NOW + 50));
         assert!(
-            m.take_ended(NOW + 50).is_empty(),
+            m.take_ended(NOW + 50, usize::MAX).is_empty(),
             "live through the deadline"
         );
         assert!(m.has_ended(NOW + 51));
-        let gone: Vec<u64> = m.take_ended(NOW + 51).iter().map(|h| h.token).collect();
-        assert_eq!(gone, vec![12, 14]);
+        let mut copy = m.clone();
+        let first: Vec<u64> = m.take_ended(NOW + 51, 1).iter().map(|h| h.token).collect();
+        assert_eq!(first, vec![12], "at most as many as asked, earliest first");
+        let gone: Vec<u64> = m.take_ended(NOW + 51, 5).iter().map(|h| h.token).collect();
+        assert_eq!(gone, vec![14]);
         assert_eq!(m.len(), 1);
+        // A replica takes the same holders, named by the last one taken.
+        assert_eq!(copy.take_through(NOW + 50, 14), 2);
+        assert_eq!(copy, m);
         assert!(m.is_live(NOW + 100));
         assert!(!m.is_live(NOW + 101));
     }
@@ -805,6 +857,10 @@ mod tests {
         m.put(h("c", 20, NOW + 50));
         let later = NOW + 60;
         assert_eq!(m.live_len(later), 1);
+        assert!(
+            !m.has_room(NOW) && m.has_room(later),
+            "full, then two ended"
+        );
         assert_eq!(
             acquire(Held::Multi(&m), Mode::Limit(3), b"d", false, NOW),
             Ok(Decision::Contended),
@@ -896,7 +952,7 @@ mod tests {
         assert_eq!(expiry_to_align(&m, None), Some(NOW + 100));
         assert_eq!(expiry_to_align(&m, Some(NOW + 100)), None);
         assert_eq!(expiry_to_align(&m, Some(NOW + 200)), Some(NOW + 100));
-        m.take_ended(NOW + 1000);
+        m.take_ended(NOW + 1000, usize::MAX);
         assert_eq!(expiry_to_align(&m, None), None);
     }
 
@@ -909,9 +965,14 @@ mod tests {
         assert!(!Held::of(Some(RecordRef::Multi(&m)), NOW + 100).is_free());
         assert!(Held::of(Some(RecordRef::Multi(&m)), NOW + 101).is_free());
         let held = Held::of(Some(RecordRef::Multi(&m)), NOW);
-        assert_eq!(held.next_end(None), Some(NOW + 50));
-        assert_eq!(held.next_end(Some(NOW + 20)), Some(NOW + 20));
-        assert_eq!(Held::Exclusive(&l).next_end(None), Some(NOW + 10));
-        assert_eq!(Held::Free.next_end(None), None);
+        assert_eq!(held.next_end(None, NOW), Some(NOW + 50));
+        assert_eq!(held.next_end(Some(NOW + 20), NOW), Some(NOW + 20));
+        assert_eq!(
+            held.next_end(None, NOW + 60),
+            Some(NOW + 100),
+            "an ended holder still stored is no next end"
+        );
+        assert_eq!(Held::Exclusive(&l).next_end(None, NOW), Some(NOW + 10));
+        assert_eq!(Held::Free.next_end(None, NOW), None);
     }
 }

@@ -298,6 +298,15 @@ impl RecordRef<'_> {
         }
     }
 
+    /// When the lease ends: its deadline, the latest holder's for a multi
+    /// record (0 for a record without holders, which is never stored).
+    pub fn latest_deadline(self) -> i64 {
+        match self {
+            RecordRef::Exclusive(l) => l.deadline_ms,
+            RecordRef::Multi(m) => m.latest_deadline().unwrap_or(0),
+        }
+    }
+
     pub fn to_owned(self) -> Record {
         match self {
             RecordRef::Exclusive(l) => Record::Exclusive(l.to_boxed()),

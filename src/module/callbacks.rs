@@ -15,7 +15,7 @@ use crate::lease::{LeaseError, MultiMode, RecordRef};
 
 use super::ctx::{Args, Ctx, Str};
 use super::datatype::{self, AUX_ENCVER, ENCVER, TYPE_NAME};
-use super::effects::{APPLY_CMD, HOLD_CMD};
+use super::effects::{APPLY_CMD, Announce, HOLD_CMD};
 use super::reply::{self, Reply};
 use super::state::{self, TimerJob};
 use super::{commands, grace, info, value, waiters, waker};
@@ -121,6 +121,8 @@ command_entry!(apply_entry => commands::apply, redact commands::OWNER_ARG);
 command_entry!(hold_entry => commands::hold, redact commands::OWNER_ARG);
 command_entry!(drop_entry => commands::drop, redact commands::OWNER_ARG);
 command_entry!(clock_entry => commands::clock);
+command_entry!(prune_entry => commands::prune);
+command_entry!(version_entry => commands::version);
 command_entry!(gate_entry => commands::gate);
 
 /// LEASE.FENCE, or the server asking for its keys (getkeys-api).
@@ -172,11 +174,17 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         } else {
             raw::load_string_buffer(rdb).ok()
         };
-        let Some(record) = datatype::loaded(encver, buf.as_ref().map(|b| b.as_ref())) else {
-            return std::ptr::null_mut();
-        };
         let loading =
             state::detached().is_some_and(|c| c.flags() & raw::REDISMODULE_CTX_FLAGS_LOADING != 0);
+        let source = if loading {
+            datatype::Source::Load
+        } else {
+            datatype::Source::Restore
+        };
+        let Some(record) = datatype::loaded(encver, buf.as_ref().map(|b| b.as_ref()), source)
+        else {
+            return std::ptr::null_mut();
+        };
         if !loading {
             // SAFETY: the IO context of this load; the key name it gives
             // lives while the callback runs.
@@ -322,8 +330,9 @@ unsafe extern "C" fn unlink(key: *mut raw::RedisModuleString, v: *const c_void) 
         if !key.is_null() {
             // SAFETY: the name of the key being unlinked, alive during this
             // call, and its value, one of our records (see above).
-            let holders = unsafe { value::record_ref(v) }.holders();
-            datatype::unlinked(unsafe { Str::new(key) }.bytes(), holders);
+            let record = unsafe { value::record_ref(v) };
+            let deadline = record.latest_deadline();
+            datatype::unlinked(unsafe { Str::new(key) }.bytes(), record.holders(), deadline);
         }
     })
 }
@@ -365,6 +374,52 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when:
     })
 }
 
+// --- Scanning the keyspace -------------------------------------------------
+
+/// The names of the lease keys of the context's selected database.
+pub fn lease_key_names(ctx: Ctx) -> Vec<Vec<u8>> {
+    let mut names: Vec<Vec<u8>> = Vec::new();
+    // SAFETY: a cursor made, used on this context and destroyed here; the
+    // callback gets `names` as its private data for the length of the scan.
+    unsafe {
+        let (Some(create), Some(scan), Some(destroy)) = (
+            raw::RedisModule_ScanCursorCreate,
+            raw::RedisModule_Scan,
+            raw::RedisModule_ScanCursorDestroy,
+        ) else {
+            return names;
+        };
+        let cursor = create();
+        let data = (&mut names as *mut Vec<Vec<u8>>).cast::<c_void>();
+        while scan(ctx.raw(), cursor, Some(scan_cb), data) != 0 {}
+        destroy(cursor);
+    }
+    names
+}
+
+unsafe extern "C" fn scan_cb(
+    _ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
+    key: *mut raw::RedisModuleKey,
+    data: *mut c_void,
+) {
+    guard("the keyspace scan", (), || {
+        if name.is_null() || key.is_null() || data.is_null() {
+            return;
+        }
+        // SAFETY: the scan's key handle, open while the callback runs; its
+        // name likewise; `data` is the Vec `lease_key_names` passed.
+        unsafe {
+            let is_lease = raw::RedisModule_KeyType.unwrap()(key)
+                == raw::REDISMODULE_KEYTYPE_MODULE as c_int
+                && raw::RedisModule_ModuleTypeGetType.unwrap()(key) == state::lease_type();
+            if is_lease {
+                (*data.cast::<Vec<Vec<u8>>>()).push(Str::new(name).bytes().to_vec());
+            }
+        }
+    })
+}
+
 // --- Timers and blocked clients --------------------------------------------
 
 unsafe extern "C" fn timer_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
@@ -377,8 +432,9 @@ unsafe extern "C" fn timer_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
             TimerJob::Timeouts => waiters::on_timeouts(),
             TimerJob::Revoke(slot, owner, token) => waiters::on_revoke(ctx, slot, owner, token),
             TimerJob::Align((db, key)) => datatype::on_align(ctx, db, &key),
-            TimerJob::Clock => emit_clock(ctx),
-            TimerJob::GraceEnd => grace::on_end_timer(),
+            TimerJob::Announce(what) => announce(ctx, what),
+            TimerJob::GraceTick => grace::on_tick(ctx),
+            TimerJob::Drain(slot) => datatype::on_drain(ctx, slot),
         }
     })
 }
@@ -456,10 +512,17 @@ pub unsafe extern "C" fn wake_cb(data: *mut c_void) {
 
 // --- Server and keyspace events --------------------------------------------
 
-fn emit_clock(ctx: Ctx) {
-    if super::effects::emit_clock(ctx).is_err() {
-        state::start_timer(10, TimerJob::Clock);
+fn announce(ctx: Ctx, what: Announce) {
+    if super::effects::announce(ctx, what).is_err() {
+        state::start_timer(10, TimerJob::Announce(what));
     }
+}
+
+/// The versions this build speaks, then the token clock, each from a 0 ms
+/// timer of its own.
+fn announce_all() {
+    state::start_timer(0, TimerJob::Announce(Announce::Version));
+    state::start_timer(0, TimerJob::Announce(Announce::Clock));
 }
 
 pub unsafe extern "C" fn flush_cb(
@@ -502,7 +565,23 @@ pub unsafe extern "C" fn fork_cb(
         // next start). A 0 ms timer writes the clock right after, still into
         // the AOF file the rewrite opened before it forked.
         if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
-            state::start_timer(0, TimerJob::Clock);
+            announce_all();
+        }
+    })
+}
+
+/// A replica came online (after a full or a partial sync): it learns the
+/// versions this master speaks, from a 0 ms timer (not from inside the
+/// command that brought it online).
+pub unsafe extern "C" fn replica_cb(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("the replica event", (), || {
+        if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE {
+            announce_all();
         }
     })
 }
@@ -540,34 +619,50 @@ pub unsafe extern "C" fn config_cb(
     guard("the config event", (), || {
         // SAFETY: the Config event's data is a RedisModuleConfigChangeV1
         // whose names are `num_changes` C strings.
-        let changed = unsafe {
+        let changed = |wanted: &[&[u8]]| unsafe {
             (data as *const raw::RedisModuleConfigChangeV1)
                 .as_ref()
                 .is_some_and(|c| {
                     (0..c.num_changes as usize).any(|i| {
                         let name = *c.config_names.add(i);
                         !name.is_null()
-                            && std::ffi::CStr::from_ptr(name).to_bytes() == b"maxmemory-policy"
+                            && wanted.contains(&std::ffi::CStr::from_ptr(name).to_bytes())
                     })
                 })
         };
-        if changed {
-            // SAFETY: the event's context, live while it runs.
-            info::refresh_policy(unsafe { Ctx::new(ctx) });
+        // SAFETY: the event's context, live while it runs.
+        let ctx = unsafe { Ctx::new(ctx) };
+        if changed(&[b"maxmemory-policy"]) {
+            info::on_policy_change(ctx);
+        }
+        if changed(&[
+            b"min-replicas-to-write",
+            b"min-replicas-max-lag",
+            b"min-slaves-to-write",
+            b"min-slaves-max-lag",
+        ]) {
+            grace::refresh_replica_settings(ctx);
         }
     })
 }
 
-pub unsafe extern "C" fn expired_cb(
-    _ctx: *mut raw::RedisModuleCtx,
-    _type: c_int,
+/// The `expired` and `evicted` keyspace events.
+pub unsafe extern "C" fn key_gone_cb(
+    ctx: *mut raw::RedisModuleCtx,
+    class: c_int,
     _event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
     guard("the expired event", raw::REDISMODULE_OK as c_int, || {
         if !key.is_null() {
             // SAFETY: the notification's key, live while it runs.
-            datatype::on_expired(unsafe { Str::new(key) });
+            let key = unsafe { Str::new(key) };
+            if class & raw::REDISMODULE_NOTIFY_EVICTED as c_int != 0 {
+                datatype::on_evicted(key);
+            } else {
+                // SAFETY: the notification's context, live while it runs.
+                datatype::on_expired(unsafe { Ctx::new(ctx) }, key);
+            }
         }
         raw::REDISMODULE_OK as c_int
     })
@@ -606,7 +701,10 @@ pub unsafe extern "C" fn set_max_ttl(
 ) -> c_int {
     // The server checks the bounds given at registration before calling.
     state::MAX_TTL_MS.store(value, std::sync::atomic::Ordering::Relaxed);
-    guard("CONFIG SET lease.max-ttl-ms", (), grace::retime);
+    guard("CONFIG SET lease.max-ttl-ms", (), || {
+        grace::warn_if_short();
+        grace::retime();
+    });
     raw::REDISMODULE_OK as c_int
 }
 
@@ -621,7 +719,10 @@ pub unsafe extern "C" fn set_grace(
     _err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
     state::GRACE_MS.store(value, std::sync::atomic::Ordering::Relaxed);
-    guard("CONFIG SET lease.grace-ms", (), grace::retime);
+    guard("CONFIG SET lease.grace-ms", (), || {
+        grace::warn_if_short();
+        grace::retime();
+    });
     raw::REDISMODULE_OK as c_int
 }
 

@@ -11,10 +11,11 @@ use crate::lease::multi::{self, Decision};
 use crate::lease::{Holder, Lease, LeaseError, Mode, RecordRef};
 
 use super::ctx::{Args, Ctx};
-use super::effects::{self, APPLY, CLOCK, DROP, HOLD, Reader, Writer};
+use super::effects::{self, APPLY, CLOCK, DROP, HOLD, PRUNE, Reader, VERSION, Writer};
 use super::reply::{Field, Reply};
 use super::state::{self, STATS};
 use super::waiters;
+use super::{compat, datatype};
 
 /// Where the commands that carry an owner id have it. The id is a
 /// credential: the entry points redact it from SLOWLOG and MONITOR once the
@@ -35,6 +36,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() < 4 {
         return Err(LeaseError::Arity("lease.acquire"));
     }
+    compat::check()?;
     let owner = check_owner(a.bytes(2))?;
     let ttl = parse_ttl(a.bytes(3), state::max_ttl_ms())?;
     let opts = if a.len() > 4 {
@@ -68,6 +70,13 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return acquire_multi(ctx, a, &mut w, owner, ttl, opts, now);
     }
     let current = exclusive(record);
+    // A key the server expired within its lease's last millisecond (Redis
+    // 8.2): the lease counts as held until that millisecond has passed.
+    if current.is_none()
+        && let Some(end) = datatype::ended_early(ctx.selected_db(), name.bytes())
+    {
+        return Ok(contended(ctx, a, owner, opts, ttl, end + 1));
+    }
     let recheck_at = current.map_or(now, |l| decide::ends_at(l, expire) + 1);
     // During a grace period (SPEC S7) nothing new is created: the caller is
     // answered as if another owner held the key (someone may), or waits.
@@ -150,7 +159,14 @@ fn acquire_multi(
     w.prune(now);
     let expire = w.expire_at();
     let held = w.held(now)?;
-    let recheck_at = held.next_end(expire).map_or(now, |end| end + 1);
+    let ended_early = held
+        .is_free()
+        .then(|| datatype::ended_early(ctx.selected_db(), name.bytes()))
+        .flatten();
+    if let Some(end) = ended_early {
+        return Ok(contended(ctx, a, owner, opts, ttl, end + 1));
+    }
+    let recheck_at = held.next_end(expire, now).map_or(now, |end| end + 1);
     let free = held.is_free();
     let is_multi = matches!(held, multi::Held::Multi(_));
     if let Some(end) = state::grace_ends_at(now).filter(|_| free || decision == Decision::New) {
@@ -171,6 +187,7 @@ fn acquire_multi(
                         deadline_ms,
                     },
                     Some(a.str(2)),
+                    now,
                 ),
             };
             Ok(Reply::Int(token as i64))
@@ -193,7 +210,7 @@ fn acquire_multi(
 /// next end of a holding, not at the old one.
 fn rearm(ctx: Ctx, a: &Args, w: &mut Writer, now: i64) -> Result<(), LeaseError> {
     let expire = w.expire_at();
-    if let Some(end) = w.held(now)?.next_end(expire) {
+    if let Some(end) = w.held(now)?.next_end(expire, now) {
         waiters::lease_ends_at(ctx, a.str(1), end);
     }
     Ok(())
@@ -212,6 +229,7 @@ pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() != 4 {
         return Err(LeaseError::Arity("lease.renew"));
     }
+    compat::check()?;
     let owner = check_owner(a.bytes(2))?;
     let ttl = parse_ttl(a.bytes(3), state::max_ttl_ms())?;
     let name = a.str(1);
@@ -264,9 +282,13 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let name = a.str(1);
     let mut w = Writer::open(ctx, name);
     if ctx.is_effect() {
+        if compat::ignoring_effects() {
+            return Ok(Reply::Int(0));
+        }
         w.record()?;
         return Ok(Reply::Int(w.release_effect(owner) as i64));
     }
+    compat::check()?;
     let now = state::now_ms();
     match w.record()? {
         Some(RecordRef::Multi(_)) => {
@@ -300,6 +322,7 @@ pub fn fence(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() < 3 {
         return Err(LeaseError::Arity("lease.fence"));
     }
+    compat::check()?;
     let token = parse_token(a.bytes(2))?;
     if a.len() > 3 {
         return super::fence::fence_with_command(ctx, a, token);
@@ -322,6 +345,7 @@ pub fn info(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() != 2 {
         return Err(LeaseError::Arity("lease.info"));
     }
+    compat::check()?;
     let mut key = Reader::open(ctx, a.str(1));
     let expire = key.expire_at();
     let now = state::now_ms();
@@ -372,7 +396,9 @@ pub fn apply(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(2))?;
     let token = parse_token(a.bytes(3))?;
     let deadline_ms = args::parse_unix_ms(a.bytes(4), "deadline-ms")?;
-    Writer::open(ctx, a.str(1)).apply(Lease::new(owner, token, deadline_ms));
+    if !compat::ignoring_effects() {
+        Writer::open(ctx, a.str(1)).apply(Lease::new(owner, token, deadline_ms));
+    }
     Ok(Reply::Ok)
 }
 
@@ -390,6 +416,9 @@ pub fn hold(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let token = parse_token(a.bytes(3))?;
     let deadline_ms = args::parse_unix_ms(a.bytes(4), "deadline-ms")?;
     let mode = parse_hold_mode(&a.rest(5))?;
+    if compat::ignoring_effects() {
+        return Ok(Reply::Ok);
+    }
     Writer::open(ctx, a.str(1)).hold_effect(
         mode,
         Holder {
@@ -411,14 +440,55 @@ pub fn drop(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return Err(LeaseError::Arity("lease.drop"));
     }
     let owner = check_owner(a.bytes(2))?;
+    if compat::ignoring_effects() {
+        return Ok(Reply::Int(0));
+    }
     let mut w = Writer::open(ctx, a.str(1));
     w.record()?;
     Ok(Reply::Int(w.drop_effect(owner) as i64))
 }
 
+/// LEASE.PRUNE key deadline-ms token (internal): removes the holders of a
+/// counting or shared lease that the master's prune took out: every holder
+/// at or before (deadline-ms, token) in deadline order.
+pub fn prune(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if !ctx.is_effect() {
+        return Err(LeaseError::InternalOnly(PRUNE));
+    }
+    if a.len() != 4 {
+        return Err(LeaseError::Arity("lease.prune"));
+    }
+    let deadline_ms = args::parse_unix_ms(a.bytes(2), "deadline-ms")?;
+    let token = parse_token(a.bytes(3))?;
+    if !compat::ignoring_effects() {
+        Writer::open(ctx, a.str(1)).prune_effect(deadline_ms, token);
+    }
+    Ok(Reply::Ok)
+}
+
+/// LEASE.VERSION effects records (internal): the versions the master (or
+/// the node that wrote the AOF) speaks; a newer one than this build's
+/// makes this node keep no lease state (see `compat.rs`).
+pub fn version(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if !ctx.is_effect() {
+        return Err(LeaseError::InternalOnly(VERSION));
+    }
+    if a.len() != 3 {
+        return Err(LeaseError::Arity("lease.version"));
+    }
+    let number = |i: usize, what| {
+        args::parse_i64(a.bytes(i))
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or(LeaseError::NotInteger(what))
+    };
+    compat::announced(ctx, number(1, "effects")?, number(2, "records")?);
+    effects::replicate_verbatim(ctx);
+    Ok(Reply::Ok)
+}
+
 /// LEASE.CLOCK last (internal): raises the token clock, as written into
 /// the replication stream and the AOF after every fork (see
-/// `effects::emit_clock`).
+/// `effects::announce`).
 pub fn clock(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if !ctx.is_effect() {
         return Err(LeaseError::InternalOnly(CLOCK));
@@ -431,11 +501,11 @@ pub fn clock(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     Ok(Reply::Ok)
 }
 
-/// LEASE.GATE key (internal): changes nothing. Flagged `write`, so that
-/// calling it in script mode asks the server whether a write to `key` would
-/// be accepted now (see `effects::gate`).
+/// LEASE.GATE [key] (internal): changes nothing. Flagged `write`, so that
+/// calling it in script mode asks the server whether a write to `key` (or,
+/// without one, any write) would be accepted now (see `effects::gate`).
 pub fn gate(_ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
-    if a.len() != 2 {
+    if a.len() > 2 {
         return Err(LeaseError::Arity("lease.gate"));
     }
     Ok(Reply::Ok)

@@ -97,6 +97,31 @@ impl Ctx {
         }
     }
 
+    /// `CONFIG GET name` through RM_Call: the value, if the server has it.
+    pub fn config_get(self, name: &std::ffi::CStr) -> Option<String> {
+        // SAFETY: RM_Call with format "cc": two C strings; the reply is read
+        // with the reply accessors and freed before returning.
+        unsafe {
+            let reply = raw::RedisModule_Call.unwrap()(
+                self.0,
+                c"CONFIG".as_ptr(),
+                c"cc".as_ptr(),
+                c"GET".as_ptr(),
+                name.as_ptr(),
+            );
+            if reply.is_null() {
+                return None;
+            }
+            let value = if raw::call_reply_length(reply) >= 2 {
+                raw::call_reply_string(raw::call_reply_array_element(reply, 1))
+            } else {
+                None
+            };
+            raw::free_call_reply(reply);
+            value
+        }
+    }
+
     /// A new string owned by this context's caller, freed on drop.
     pub fn string(self, bytes: &[u8]) -> OwnedStr {
         // SAFETY: CreateString copies the bytes; the string is freed once

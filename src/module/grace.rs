@@ -1,10 +1,11 @@
 //! The grace period after possibly lost grants (SPEC S7): when it starts
 //! (a promotion; a server start whose data may be older than what it
-//! acknowledged), when it ends (a timer, re-timed by every change of
-//! `lease.grace-ms` or, with -1, of `lease.max-ttl-ms`), and the clean
-//! shutdown mark.
+//! acknowledged), how it counts (a timer looks every `TICK_MS` whether this
+//! server could grant, and only such time counts, on the monotonic clock),
+//! when it ends (re-timed by every change of `lease.grace-ms` or, with -1,
+//! of `lease.max-ttl-ms` and `min-replicas-*`), and what survives a restart.
 //!
-//! How the module learns of each event, on Redis 7.0 and Valkey 8.1/9.1:
+//! How the module learns of each event, on Redis 7.0 to 8.2 and Valkey:
 //! - promotion: the REPLICATION_ROLE_CHANGED server event, NOW_MASTER (it
 //!   fires for REPLICAOF NO ONE, FAILOVER, Sentinel and Cluster failovers);
 //! - a server start rather than `MODULE LOAD`: the SERVER_STARTUP context
@@ -13,67 +14,102 @@
 //!   through one);
 //! - the persistence it will load: `CONFIG GET appendonly` / `appendfsync`
 //!   at OnLoad (configs are read before modules load);
+//! - whether it could grant now: the same probe as the write gates
+//!   (`effects::node_accepts_writes`: not a replica, writes not paused, no
+//!   NOREPLICAS or MISCONF);
 //! - a clean shutdown that saved: the SHUTDOWN server event fires after the
 //!   final AOF fsync and RDB save (and not when the save fails and the server
 //!   stays up). Then INFO persistence says whether everything is on disk;
 //!   if so the module writes a mark file in the server's directory, which
 //!   the next start reads and deletes (trusted once: if that run crashes,
-//!   the start after it has a grace period again).
+//!   the start after it has a grace period again). The mark records the
+//!   period that was running, so that a clean restart resumes it.
+//! - a period that runs keeps a file of its own in the server's directory
+//!   until it ends, so that a crash during it starts it anew at the next
+//!   start whatever the persistence.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use crate::lease::grace::{self, Period, Reason, Startup};
+use crate::lease::grace::{self, AtStart, CleanMark, Period, Reason, Startup};
 
 use super::ctx::Ctx;
+use super::effects;
 use super::state::{self, TimerJob};
 use super::waiters;
 
 /// The mark a clean shutdown leaves in the server's working directory (its
 /// `dir`), for the next start.
 pub const CLEAN_MARK: &str = "lease-clean-shutdown.mark";
+/// The file a running period keeps in the server's working directory.
+pub const RUNNING_MARK: &str = "lease-grace-running.mark";
 
-/// The timer at the end of the running period.
-static END_TIMER: Mutex<Option<raw::RedisModuleTimerID>> = Mutex::new(None);
+/// How often a running period looks whether this server could grant.
+const TICK_MS: i64 = 100;
+
+/// Whether the running period's last log line said it paused (so that the
+/// moment it counts again is logged too, and a period that counts from its
+/// first look logs nothing more).
+static PAUSE_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// The timer of the running period's next look.
+static TICK_TIMER: Mutex<Option<raw::RedisModuleTimerID>> = Mutex::new(None);
+
+fn event_name(reason: Reason) -> &'static str {
+    match reason {
+        Reason::Promoted => "promotion",
+        Reason::Restart => "start",
+    }
+}
 
 /// Starts a grace period now (a new promotion replaces a running period).
 pub fn start(reason: Reason) {
+    begin(Period::start(reason, state::mono_ms()), "started");
+}
+
+fn begin(period: Period, how: &str) {
     let length = state::grace_length_ms();
     if length == 0 {
         state::log_notice(&format!(
             "no grace period after this {} (lease.grace-ms is 0)",
-            match reason {
-                Reason::Promoted => "promotion",
-                Reason::Restart => "start",
-            }
+            event_name(period.reason)
         ));
         return;
     }
-    state::set_grace_period(Some(Period {
-        started_ms: state::now_ms(),
-        reason,
-    }));
+    let reason = period.reason;
+    PAUSE_LOGGED.store(false, Relaxed);
+    state::set_grace_period(Some(period));
+    let left = state::grace_remaining_ms();
+    if left == 0 {
+        end();
+        return;
+    }
+    if let Err(e) = std::fs::write(RUNNING_MARK, format!("grace {}\n", reason.name())) {
+        state::log_warning(&format!(
+            "cannot write {RUNNING_MARK} ({e}): a crash during this grace period would not start it anew"
+        ));
+    }
     state::log_warning(&format!(
-        "grace period started ({}): no new lease for {length} ms, so that no lease that may have been lost is granted twice",
+        "grace period {how} ({}): no new lease for {left} ms, so that no lease that may have been lost is granted twice (time counts only while this server accepts writes)",
         reason.name()
     ));
-    arm();
+    arm(0);
 }
 
 /// Re-times the running period after a settings change.
 pub fn retime() {
     if state::grace_period().is_some() {
-        arm();
+        arm(0);
     }
 }
 
-/// (Re)schedules the end timer at the period's current end.
-fn arm() {
-    let delay = state::grace_remaining_ms(state::now_ms());
-    let timer = state::start_timer(delay, TimerJob::GraceEnd);
+/// (Re)schedules the next look in `delay_ms`.
+fn arm(delay_ms: i64) {
+    let timer = state::start_timer(delay_ms, TimerJob::GraceTick);
     let old = std::mem::replace(
-        &mut *END_TIMER.lock().unwrap_or_else(|e| e.into_inner()),
+        &mut *TICK_TIMER.lock().unwrap_or_else(|e| e.into_inner()),
         timer,
     );
     if let Some(old) = old {
@@ -81,26 +117,50 @@ fn arm() {
     }
 }
 
-/// The end timer fired: ends the period if it is over (else re-arms), and
-/// re-checks every queue so waiters are served, first come first served.
-pub fn on_end_timer() {
-    *END_TIMER.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    if state::grace_period().is_none() {
-        return;
-    }
-    if state::grace_remaining_ms(state::now_ms()) > 0 {
-        arm();
-        return;
-    }
+/// Ends the running period: new leases are granted again, and every queue
+/// is re-checked so waiters are served, first come first served.
+fn end() {
     state::set_grace_period(None);
+    let _ = std::fs::remove_file(RUNNING_MARK);
     state::log_warning("grace period ended: new leases are granted again");
     waiters::recheck_all();
+}
+
+/// The period's timer fired: a look at whether this server could grant,
+/// then the end, or the next look (at the end, if the time counts).
+pub fn on_tick(ctx: Ctx) {
+    *TICK_TIMER.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let Some(mut period) = state::grace_period() else {
+        return;
+    };
+    let now = state::mono_ms();
+    let can_grant = effects::node_accepts_writes(ctx);
+    period.observe(now, can_grant);
+    let left = period.remaining_ms(now, state::grace_length_ms());
+    if !can_grant && !PAUSE_LOGGED.swap(true, Relaxed) {
+        state::log_warning(&format!(
+            "grace period paused: this server cannot accept writes now (a replica, too few good replicas for min-replicas-to-write, a persistence error, or writes paused); {left} ms remain and count from when it can"
+        ));
+    } else if can_grant && PAUSE_LOGGED.swap(false, Relaxed) {
+        state::log_notice(&format!(
+            "grace period counting again: this server accepts writes; {left} ms remain"
+        ));
+    }
+    state::set_grace_period(Some(period));
+    if left == 0 {
+        end();
+    } else if period.is_counting() {
+        arm(left.min(TICK_MS));
+    } else {
+        arm(TICK_MS);
+    }
 }
 
 /// A change of role: becoming a master starts a period (a demotion does
 /// not matter: a replica grants nothing).
 pub fn on_role_change(now_master: bool) {
     if now_master {
+        super::compat::on_promoted();
         start(Reason::Promoted);
     }
 }
@@ -115,33 +175,78 @@ fn at_server_start(ctx: Ctx) -> bool {
         == Some("0")
 }
 
-/// At load: a server start whose data may be older than what it
-/// acknowledged starts a period.
+/// At load: the server's `min-replicas-*`, and at a server start whose data
+/// may be older than what it acknowledged, a period (or the one that ran
+/// when the previous run shut down cleanly, resumed).
 pub fn at_load(ctx: Ctx) {
+    refresh_replica_settings(ctx);
     if !at_server_start(ctx) {
         return;
     }
-    let clean_shutdown = std::fs::remove_file(CLEAN_MARK).is_ok();
-    let aof_always = config_get(ctx, c"appendonly").as_deref() == Some("yes")
-        && config_get(ctx, c"appendfsync").as_deref() == Some("always");
+    let clean = std::fs::read_to_string(CLEAN_MARK)
+        .ok()
+        .map(|t| CleanMark::parse(&t));
+    let _ = std::fs::remove_file(CLEAN_MARK);
     let startup = Startup {
-        aof_always,
-        clean_shutdown,
+        aof_always: ctx.config_get(c"appendonly").as_deref() == Some("yes")
+            && ctx.config_get(c"appendfsync").as_deref() == Some("always"),
+        clean,
+        was_in_grace: std::path::Path::new(RUNNING_MARK).exists(),
     };
-    if grace::start_needs_grace(startup) {
-        start(Reason::Restart);
-    } else {
-        state::log_notice(if aof_always {
-            "no grace period: the AOF is written with appendfsync always"
-        } else {
-            "no grace period: the previous run shut down cleanly and saved its data"
-        });
+    match grace::at_start(&startup) {
+        AtStart::NoneClean => state::log_notice(
+            "no grace period: the previous run shut down cleanly and saved its data",
+        ),
+        AtStart::NoneAofAlways => {
+            state::log_notice("no grace period: the AOF is written with appendfsync always")
+        }
+        AtStart::Full => start(Reason::Restart),
+        AtStart::Resume { reason, counted_ms } => begin(
+            Period::resume(reason, counted_ms, state::mono_ms()),
+            "resumed after a clean restart",
+        ),
+    }
+}
+
+/// Reads `min-replicas-to-write` and `min-replicas-max-lag` (at load and
+/// after a CONFIG SET of either): with `lease.grace-ms -1` the period
+/// covers the time a cut-off master may still grant. Warns when an explicit
+/// `lease.grace-ms` is shorter than that rule.
+pub fn refresh_replica_settings(ctx: Ctx) {
+    let get = |name| {
+        ctx.config_get(name)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    state::MIN_REPLICAS_TO_WRITE.store(get(c"min-replicas-to-write"), Relaxed);
+    state::MIN_REPLICAS_MAX_LAG.store(get(c"min-replicas-max-lag"), Relaxed);
+    warn_if_short();
+    retime();
+}
+
+/// Logs a warning when `lease.grace-ms` is set below the longest lease plus
+/// the time a cut-off master may still grant.
+pub fn warn_if_short() {
+    let set = state::GRACE_MS.load(Relaxed);
+    let rule = grace::length_ms(-1, state::max_ttl_ms(), state::cut_off_writes_ms());
+    if set > 0 && set < rule {
+        state::log_warning(&format!(
+            "lease.grace-ms is {set}, shorter than lease.max-ttl-ms + min-replicas-max-lag + 2 s = {rule} ms: after a failover a lease granted by the old master may still be held when this one grants it again (use -1 to follow the rule)"
+        ));
     }
 }
 
 /// The SHUTDOWN event (after the final save): leaves the clean mark when
-/// everything acknowledged is on disk.
+/// everything acknowledged is on disk, with the period that runs, if one.
 pub fn on_shutdown(ctx: Ctx) {
+    let now = state::mono_ms();
+    let grace = state::grace_period()
+        .filter(|p| p.remaining_ms(now, state::grace_length_ms()) > 0)
+        .map(|p| (p.reason, p.counted_ms(now)));
+    if grace.is_none() {
+        // A period whose time is up but whose end timer has not run yet.
+        let _ = std::fs::remove_file(RUNNING_MARK);
+    }
     let field = |name| ctx.server_info(c"persistence", name);
     let clean = grace::shutdown_was_clean(
         field(c"aof_enabled").as_deref() == Some("1"),
@@ -154,35 +259,18 @@ pub fn on_shutdown(ctx: Ctx) {
     if !clean {
         return;
     }
-    let text = format!("clean shutdown at {} ms\n", state::now_ms());
-    if let Err(e) = std::fs::write(CLEAN_MARK, text) {
+    let mark = CleanMark {
+        at_ms: state::now_ms(),
+        grace,
+    };
+    if let Err(e) = std::fs::write(CLEAN_MARK, mark.format()) {
         state::log_warning(&format!(
             "cannot write {CLEAN_MARK} ({e}): the next start will have a grace period"
         ));
-    }
-}
-
-/// `CONFIG GET name` through RM_Call (at load only).
-fn config_get(ctx: Ctx, name: &std::ffi::CStr) -> Option<String> {
-    // SAFETY: RM_Call with format "cc": two C strings; the reply is read
-    // with the reply accessors and freed before returning.
-    unsafe {
-        let reply = raw::RedisModule_Call.unwrap()(
-            ctx.raw(),
-            c"CONFIG".as_ptr(),
-            c"cc".as_ptr(),
-            c"GET".as_ptr(),
-            name.as_ptr(),
-        );
-        if reply.is_null() {
-            return None;
-        }
-        let value = if raw::call_reply_length(reply) >= 2 {
-            raw::call_reply_string(raw::call_reply_array_element(reply, 1))
-        } else {
-            None
-        };
-        raw::free_call_reply(reply);
-        value
+    } else if let Some((reason, counted)) = grace {
+        state::log_notice(&format!(
+            "the grace period ({}) is not over: the next start resumes it ({counted} ms of it had counted)",
+            reason.name()
+        ));
     }
 }

@@ -21,6 +21,19 @@ pub fn refresh_policy(ctx: Ctx) {
     }
 }
 
+/// `maxmemory-policy` changed (CONFIG SET): warns when the new policy may
+/// evict lease keys and the old one could not.
+pub fn on_policy_change(ctx: Ctx) {
+    let before = state::maxmemory_policy();
+    refresh_policy(ctx);
+    if before.is_empty() || policy_may_evict(&before) {
+        return;
+    }
+    if let Some(warning) = eviction_warning() {
+        state::log_warning(&warning);
+    }
+}
+
 /// The warning to log when the policy may evict leases.
 pub fn eviction_warning() -> Option<String> {
     let policy = state::maxmemory_policy();
@@ -44,6 +57,9 @@ pub fn fields() -> Vec<Field> {
     let mut out = vec![
         Field::Text("version", super::VERSION),
         Field::Text("git_commit", super::GIT_COMMIT),
+        Field::Unsigned("effect_version", crate::lease::versions::EFFECTS as u64),
+        Field::Unsigned("record_version", crate::lease::versions::RECORDS as u64),
+        Field::Owned("incompatible_source", super::compat::info()),
     ];
     out.extend(
         STATS
@@ -58,15 +74,20 @@ pub fn fields() -> Vec<Field> {
         "grace_ms",
         state::GRACE_MS.load(std::sync::atomic::Ordering::Relaxed),
     ));
-    let now = state::now_ms();
-    out.push(Field::Signed(
-        "grace_remaining_ms",
-        state::grace_remaining_ms(now),
+    let remaining = state::grace_remaining_ms();
+    out.push(Field::Signed("grace_length_ms", state::grace_length_ms()));
+    out.push(Field::Signed("grace_remaining_ms", remaining));
+    let period = state::grace_period().filter(|_| remaining > 0);
+    out.push(Field::Text(
+        "grace_reason",
+        period.map_or("none", |p| p.reason.name()),
     ));
-    let reason = state::grace_period()
-        .filter(|_| state::grace_remaining_ms(now) > 0)
-        .map_or("none", |p| p.reason.name());
-    out.push(Field::Text("grace_reason", reason));
+    // 1 while a period runs but does not count: this server cannot accept
+    // writes (see grace.rs).
+    out.push(Field::Signed(
+        "grace_paused",
+        period.is_some_and(|p| !p.is_counting()) as i64,
+    ));
     let policy = state::maxmemory_policy();
     if !policy.is_empty() {
         let may_evict = policy_may_evict(&policy) as i64;

@@ -12,6 +12,7 @@
 
 pub mod callbacks;
 pub mod commands;
+pub mod compat;
 pub mod ctx;
 pub mod datatype;
 pub mod effects;

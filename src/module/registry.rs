@@ -8,7 +8,7 @@ use std::os::raw::c_int;
 use redis_module::{Context, raw};
 
 use super::callbacks::*;
-use super::effects::{APPLY, CLOCK, DROP, GATE, HOLD};
+use super::effects::{APPLY, CLOCK, DROP, GATE, HOLD, PRUNE, VERSION};
 use super::state;
 use crate::lease::config::{MAX_GRACE_MS, MAX_MAX_TTL_MS, MIN_GRACE_MS, MIN_MAX_TTL_MS, Settings};
 
@@ -217,6 +217,32 @@ fn specs() -> Vec<Spec> {
             args: vec![arg(c"key", KEY), arg(c"owner", STRING)],
         },
         Spec {
+            name: PRUNE,
+            entry: Some(prune_entry),
+            acl: c"write lease",
+            flags: "write",
+            arity: 4,
+            key_flags: RW | DELETE,
+            summary: c"Internal: removes the ended holders of a counting or shared lease that the master took out, up to the one named; accepted only from the master link and the AOF",
+            complexity: c"O(k log n) for k holders removed of n",
+            args: vec![
+                arg(c"key", KEY),
+                arg(c"deadline-ms", INTEGER),
+                arg(c"token", INTEGER),
+            ],
+        },
+        Spec {
+            name: VERSION,
+            entry: Some(version_entry),
+            acl: c"write lease",
+            flags: "write",
+            arity: 3,
+            key_flags: 0,
+            summary: c"Internal: the lease effect and record versions the writer of the stream speaks; accepted only from the master link and the AOF",
+            complexity: c"O(1)",
+            args: vec![arg(c"effects", INTEGER), arg(c"records", INTEGER)],
+        },
+        Spec {
             name: CLOCK,
             entry: Some(clock_entry),
             acl: c"write lease",
@@ -232,11 +258,16 @@ fn specs() -> Vec<Spec> {
             entry: Some(gate_entry),
             acl: c"write fast lease",
             flags: "write fast",
-            arity: 2,
+            arity: -1,
             key_flags: RW | ACCESS,
-            summary: c"Internal: changes nothing; the module calls it in script mode to learn whether the server would accept a write to key now",
+            summary: c"Internal: changes nothing; the module calls it in script mode to learn whether the server would accept a write (to key) now",
             complexity: c"O(1)",
-            args: vec![arg(c"key", KEY)],
+            args: vec![Arg {
+                name: c"key",
+                kind: KEY,
+                token: None,
+                flags: OPTIONAL,
+            }],
         },
     ]
 }
@@ -445,12 +476,12 @@ pub fn register_configs(ctx: &Context, settings: Settings) -> Result<(), String>
 /// Subscribes to the server events and keyspace events the module follows:
 /// FLUSHDB and SWAPDB (keys freed or moved without unlinking), forks (the
 /// token clock is written to a rewritten AOF), config changes
-/// (maxmemory-policy), role changes and shutdown (the grace period), and
-/// `expired` keyspace events (the expiry counter). The command filter that
+/// (maxmemory-policy, min-replicas-*), role changes and shutdown (the grace
+/// period), and `expired` and `evicted` keyspace events (their counters). The command filter that
 /// sees expiry commands is registered only while someone waits (waiters.rs).
 pub fn subscribe_events(ctx: &Context) {
     type Callback = raw::RedisModuleEventCallback;
-    let events: [(u64, Callback); 6] = [
+    let events: [(u64, Callback); 7] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(flush_cb)),
         (
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
@@ -460,6 +491,7 @@ pub fn subscribe_events(ctx: &Context) {
         (raw::REDISMODULE_EVENT_SWAPDB, Some(swapdb_cb)),
         (raw::REDISMODULE_EVENT_FORK_CHILD, Some(fork_cb)),
         (raw::REDISMODULE_EVENT_CONFIG, Some(config_cb)),
+        (raw::REDISMODULE_EVENT_REPLICA_CHANGE, Some(replica_cb)),
     ];
     // SAFETY: called during OnLoad; each event struct is the one the API
     // defines for that event, with its callback of the right signature.
@@ -472,8 +504,8 @@ pub fn subscribe_events(ctx: &Context) {
         if let Some(subscribe) = raw::RedisModule_SubscribeToKeyspaceEvents {
             subscribe(
                 ctx.ctx,
-                raw::REDISMODULE_NOTIFY_EXPIRED as c_int,
-                Some(expired_cb),
+                (raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED) as c_int,
+                Some(key_gone_cb),
             );
         }
     }

@@ -49,6 +49,9 @@ impl Counter {
     pub fn incr(&self) {
         self.0.fetch_add(1, Relaxed);
     }
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
     pub fn get(&self) -> u64 {
         self.0.load(Relaxed)
     }
@@ -64,6 +67,7 @@ pub struct Stats {
     pub released: Counter,
     pub release_failed: Counter,
     pub expired: Counter,
+    pub evicted: Counter,
     pub fence_ok: Counter,
     pub fence_stale: Counter,
     pub wait_timeouts: Counter,
@@ -79,6 +83,7 @@ pub static STATS: Stats = Stats {
     released: Counter::new(),
     release_failed: Counter::new(),
     expired: Counter::new(),
+    evicted: Counter::new(),
     fence_ok: Counter::new(),
     fence_stale: Counter::new(),
     wait_timeouts: Counter::new(),
@@ -87,7 +92,7 @@ pub static STATS: Stats = Stats {
 
 impl Stats {
     /// (name, value) for every counter.
-    pub fn fields(&self) -> [(&'static str, u64); 12] {
+    pub fn fields(&self) -> [(&'static str, u64); 13] {
         [
             ("acquired", self.acquired.get()),
             ("contended", self.contended.get()),
@@ -97,6 +102,7 @@ impl Stats {
             ("released", self.released.get()),
             ("release_failed", self.release_failed.get()),
             ("expired", self.expired.get()),
+            ("evicted", self.evicted.get()),
             ("fence_ok", self.fence_ok.get()),
             ("fence_stale", self.fence_stale.get()),
             ("wait_timeouts", self.wait_timeouts.get()),
@@ -112,12 +118,27 @@ pub fn max_ttl_ms() -> i64 {
     MAX_TTL_MS.load(Relaxed)
 }
 
-/// `lease.grace-ms` (-1: as `lease.max-ttl-ms`, 0: off).
+/// `lease.grace-ms` (-1: as `lease.max-ttl-ms` plus the time a cut-off
+/// master may still grant, 0: off).
 pub static GRACE_MS: AtomicI64 = AtomicI64::new(crate::lease::config::DEFAULT_GRACE_MS);
+
+/// The server's `min-replicas-to-write` and `min-replicas-max-lag`, read at
+/// load and after every CONFIG SET of them.
+pub static MIN_REPLICAS_TO_WRITE: AtomicI64 = AtomicI64::new(0);
+pub static MIN_REPLICAS_MAX_LAG: AtomicI64 = AtomicI64::new(0);
+
+/// How long this master keeps accepting writes once cut off from its
+/// replicas (0 without `min-replicas-to-write`).
+pub fn cut_off_writes_ms() -> i64 {
+    grace::cut_off_writes_ms(
+        MIN_REPLICAS_TO_WRITE.load(Relaxed),
+        MIN_REPLICAS_MAX_LAG.load(Relaxed),
+    )
+}
 
 /// The length of a grace period under the current settings.
 pub fn grace_length_ms() -> i64 {
-    grace::length_ms(GRACE_MS.load(Relaxed), max_ttl_ms())
+    grace::length_ms(GRACE_MS.load(Relaxed), max_ttl_ms(), cut_off_writes_ms())
 }
 
 /// The running grace period (SPEC S7), if any; its end follows the settings.
@@ -137,15 +158,26 @@ pub fn set_grace_period(period: Option<grace::Period>) {
     GRACE_SET.store(period.is_some(), Relaxed);
 }
 
-/// Time left of the grace period at `now_ms` (0: none, or over).
-pub fn grace_remaining_ms(now_ms: i64) -> i64 {
-    grace_period().map_or(0, |p| p.remaining_ms(now_ms, grace_length_ms()))
+/// Time left of the grace period now (0: none, or over).
+pub fn grace_remaining_ms() -> i64 {
+    grace_period().map_or(0, |p| p.remaining_ms(mono_ms(), grace_length_ms()))
 }
 
-/// When the running grace period ends, if one runs at `now_ms`.
+/// When the running grace period would end (wall clock) if it counted
+/// from `now_ms` on, if one runs.
 pub fn grace_ends_at(now_ms: i64) -> Option<i64> {
-    let left = grace_remaining_ms(now_ms);
+    if !GRACE_SET.load(Relaxed) {
+        return None;
+    }
+    let left = grace_remaining_ms();
     (left > 0).then_some(now_ms + left)
+}
+
+/// Monotonic milliseconds since the module was loaded: what durations (the
+/// grace) are timed on, so that a step of the wall clock cannot end one.
+pub fn mono_ms() -> i64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as i64
 }
 
 /// Wall-clock time in unix milliseconds, the same clock the server's key
@@ -236,10 +268,14 @@ pub enum TimerJob {
     Revoke(Slot, Box<[u8]>, u64),
     /// Set a lease key's expiry back to its lease's deadline.
     Align(Slot),
-    /// Write the token clock into the replication stream and the AOF.
-    Clock,
-    /// The grace period may be over.
-    GraceEnd,
+    /// Write the token clock, or the versions this build speaks, into the
+    /// replication stream and the AOF.
+    Announce(super::effects::Announce),
+    /// A look at the running grace period: does it count, is it over?
+    GraceTick,
+    /// Take another batch of ended holders out of a counting or shared
+    /// lease key.
+    Drain(Slot),
 }
 
 /// The `extern "C"` callbacks the binding hands to the server, installed at
@@ -307,6 +343,29 @@ pub fn start_timer(delay_ms: i64, job: TimerJob) -> Option<raw::RedisModuleTimer
     })
 }
 
+/// Keys whose ended holders a drain timer will take out (one timer a key).
+static DRAINING: Mutex<Option<std::collections::HashSet<Slot>>> = Mutex::new(None);
+/// Schedules the next batch of the drain of key `name` in database `db`
+/// in `delay_ms`, unless one is pending.
+pub fn start_drain(db: i32, name: &[u8], delay_ms: i64) {
+    let slot = (db, name.to_vec());
+    let new = DRAINING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(Default::default)
+        .insert(slot.clone());
+    if new && start_timer(delay_ms, TimerJob::Drain(slot.clone())).is_none() {
+        end_drain(&slot);
+    }
+}
+
+/// The drain timer of `slot` fired (its next batch may be scheduled again).
+pub fn end_drain(slot: &Slot) {
+    if let Some(set) = DRAINING.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        set.remove(slot);
+    }
+}
+
 /// Stops a pending timer and drops its job.
 pub fn stop_timer(id: raw::RedisModuleTimerID) {
     let Some(ctx) = detached() else { return };
@@ -337,23 +396,38 @@ pub unsafe fn take_timer_job(data: *mut c_void) -> TimerJob {
 /// had, and when, so the `expired` event that follows an expiry's unlink at
 /// once can tell a lease key from any other (its type is gone by then) and
 /// count each holder. Reused, so no allocation per unlink once warm.
-static LAST_UNLINKED: Mutex<(Vec<u8>, usize, Option<Instant>)> = Mutex::new((Vec::new(), 0, None));
+static LAST_UNLINKED: Mutex<Unlinked> = Mutex::new(Unlinked {
+    name: Vec::new(),
+    holders: 0,
+    deadline_ms: 0,
+    at: None,
+});
 
-pub fn note_unlinked(name: &[u8], holders: usize) {
+/// The lease key last unlinked.
+struct Unlinked {
+    name: Vec<u8>,
+    holders: usize,
+    /// Its lease's deadline (the latest holder's).
+    deadline_ms: i64,
+    at: Option<Instant>,
+}
+
+pub fn note_unlinked(name: &[u8], holders: usize, deadline_ms: i64) {
     let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
-    last.0.clear();
-    last.0.extend_from_slice(name);
-    last.1 = holders;
-    last.2 = Some(Instant::now());
+    last.name.clear();
+    last.name.extend_from_slice(name);
+    last.holders = holders;
+    last.deadline_ms = deadline_ms;
+    last.at = Some(Instant::now());
 }
 
 /// If `name` was the lease key unlinked just now (within a millisecond),
-/// how many holders it had. Clears the mark.
-pub fn take_unlinked(name: &[u8]) -> Option<usize> {
+/// how many holders it had and its lease's deadline. Clears the mark.
+pub fn take_unlinked(name: &[u8]) -> Option<(usize, i64)> {
     let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
     let recent = last
-        .2
+        .at
         .take()
         .is_some_and(|at| at.elapsed().as_micros() < 1000);
-    (recent && last.0.as_slice() == name).then_some(last.1)
+    (recent && last.name.as_slice() == name).then_some((last.holders, last.deadline_ms))
 }

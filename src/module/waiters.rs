@@ -268,14 +268,12 @@ pub fn on_recheck(ctx: Ctx, slot: Slot) {
         let expire = r.expire_at();
         r.record().map(|record| match record {
             // A full LIMIT key whose holders are all within their time.
-            Some(RecordRef::Multi(m)) if !m.has_ended(now) && !m.mode().has_room(m.len()) => {
-                Held::Multi(m)
-                    .next_end(expire)
-                    .map_or(Found::Serve, Found::HeldUntil)
-            }
+            Some(RecordRef::Multi(m)) if !m.has_room(now) => Held::Multi(m)
+                .next_end(expire, now)
+                .map_or(Found::Serve, Found::HeldUntil),
             Some(RecordRef::Multi(_)) => Found::Serve,
             record => Held::of(record, now)
-                .next_end(expire)
+                .next_end(expire, now)
                 .map_or(Found::Serve, Found::HeldUntil),
         })
     };
@@ -327,7 +325,8 @@ fn unblock(w: &Waiter<Handle>, slot: &Slot, answer: Answer) {
 }
 
 /// Serves the waiters of `slot` on the key `w` has open, oldest first:
-/// holders past their deadline leave (each a `LEASE.DROP`), then each step
+/// holders past their deadline leave (a bounded batch, see
+/// `Writer::prune`), then each step
 /// of `WaitRegistry::grant_next` is stored, replicated and notified like
 /// any acquisition (a new lease, or one more holder of a counting or shared
 /// lease, with a new token), until the oldest waiter must wait. Waiters
@@ -342,6 +341,14 @@ pub fn serve(slot: &Slot, w: &mut Writer) {
         arm(slot, end);
         return;
     }
+    // A key the server expired within its lease's last millisecond (Redis
+    // 8.2): nothing is handed over before that millisecond has passed.
+    if w.held(now).is_ok_and(|h| h.is_free())
+        && let Some(end) = super::datatype::ended_early(slot.0, &slot.1)
+    {
+        arm(slot, end + 1);
+        return;
+    }
     // Each step answers at least one waiter, so this ends after at most
     // as many steps as there are waiters.
     for _ in 0..=waiting(slot) {
@@ -350,18 +357,18 @@ pub fn serve(slot: &Slot, w: &mut Writer) {
         else {
             break;
         };
-        apply_step(slot, w, step);
+        apply_step(slot, w, step, now);
     }
     let expire = w.expire_at();
     if let Ok(held) = w.held(now)
-        && let Some(end) = held.next_end(expire)
+        && let Some(end) = held.next_end(expire, now)
     {
         arm(slot, end + 1);
     }
 }
 
 /// Stores one step of serving a queue and answers its waiters.
-fn apply_step(slot: &Slot, w: &mut Writer, step: Step<Handle>) {
+fn apply_step(slot: &Slot, w: &mut Writer, step: Step<Handle>, now: i64) {
     match step {
         Step::Grant {
             mode,
@@ -384,6 +391,7 @@ fn apply_step(slot: &Slot, w: &mut Writer, step: Step<Handle>) {
                             deadline_ms,
                         },
                         None,
+                        now,
                     );
                 }
             }

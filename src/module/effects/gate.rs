@@ -35,37 +35,10 @@ pub const GATE: &str = "LEASE.GATE";
 
 /// May the module write `name` now, as a client's write could?
 pub fn check(ctx: Ctx, name: Str) -> Result<(), Closed> {
-    // SAFETY: a function-pointer read filled in by RedisModule_Init.
-    if let Some(avoid) = unsafe { raw::RedisModule_AvoidReplicaTraffic }
-        && unsafe { avoid() } != 0
-    {
-        return Err(Closed::Paused);
-    }
-    if ctx.is_replica() {
-        return Err(Closed::Refused);
-    }
-    // SAFETY: format "sSE": one RedisModuleString, script mode, errors as
-    // replies (without E, Valkey 9.1 crashes on a script-mode refusal); the
-    // reply is freed at once; errno is read right after the call.
-    let reply = unsafe {
-        raw::RedisModule_Call.unwrap()(
-            ctx.raw(),
-            c"LEASE.GATE".as_ptr(),
-            c"sSE".as_ptr(),
-            name.raw(),
-        )
+    let Refusal { errno, text } = match probe(ctx, Some(name))? {
+        None => return Ok(()),
+        Some(r) => r,
     };
-    let errno = std::io::Error::last_os_error().raw_os_error();
-    let refused = reply.is_null() || raw::call_reply_type(reply) == raw::ReplyType::Error;
-    let text = (!reply.is_null())
-        .then(|| raw::call_reply_string(reply))
-        .flatten();
-    if !reply.is_null() {
-        raw::free_call_reply(reply);
-    }
-    if !refused {
-        return Ok(());
-    }
     // Some servers word the refusal as the redirection itself.
     if let Some(to) = text.filter(|t| t.starts_with("MOVED ") || t.starts_with("ASK ")) {
         return Err(Closed::Moved(to));
@@ -77,6 +50,59 @@ pub fn check(ctx: Ctx, name: Str) -> Result<(), Closed> {
         }
     }
     Err(Closed::Refused)
+}
+
+/// Would this server accept a write now, to any key it serves: not a
+/// replica, writes not paused, `min-replicas-to-write` met, no persistence
+/// error? (What a grace period counts, see `grace.rs`.)
+pub fn node_accepts_writes(ctx: Ctx) -> bool {
+    matches!(probe(ctx, None), Ok(None))
+}
+
+/// How the server refused the probe.
+struct Refusal {
+    errno: Option<i32>,
+    text: Option<String>,
+}
+
+/// Asks the server whether it would take a write now (to `name`, or to no
+/// key): `Ok(None)` yes, `Ok(Some)` its refusal, `Err` writes paused or
+/// this server a replica.
+fn probe(ctx: Ctx, name: Option<Str>) -> Result<Option<Refusal>, Closed> {
+    // SAFETY: a function-pointer read filled in by RedisModule_Init.
+    if let Some(avoid) = unsafe { raw::RedisModule_AvoidReplicaTraffic }
+        && unsafe { avoid() } != 0
+    {
+        return Err(Closed::Paused);
+    }
+    if ctx.is_replica() {
+        return Err(Closed::Refused);
+    }
+    // SAFETY: format "sSE": one RedisModuleString, script mode, errors as
+    // replies (without E, Valkey 9.1 crashes on a script-mode refusal);
+    // "SE" the same without the key. The reply is freed at once; errno is
+    // read right after the call.
+    let reply = unsafe {
+        let call = raw::RedisModule_Call.unwrap();
+        match name {
+            Some(name) => call(
+                ctx.raw(),
+                c"LEASE.GATE".as_ptr(),
+                c"sSE".as_ptr(),
+                name.raw(),
+            ),
+            None => call(ctx.raw(), c"LEASE.GATE".as_ptr(), c"SE".as_ptr()),
+        }
+    };
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    let refused = reply.is_null() || raw::call_reply_type(reply) == raw::ReplyType::Error;
+    let text = (!reply.is_null())
+        .then(|| raw::call_reply_string(reply))
+        .flatten();
+    if !reply.is_null() {
+        raw::free_call_reply(reply);
+    }
+    Ok(refused.then_some(Refusal { errno, text }))
 }
 
 /// The text of `CLUSTER NODES`.

@@ -24,7 +24,7 @@ use crate::lease::{Holder, Lease, LeaseError, Multi, MultiMode, RecordMut, Recor
 use super::ctx::{Ctx, Str};
 use super::state::{self, STATS};
 
-pub use gate::{Closed, GATE};
+pub use gate::{Closed, GATE, node_accepts_writes};
 use key::{LeaseKey, Mode};
 
 /// The internal effect command used by replication and the AOF.
@@ -42,6 +42,22 @@ pub const HOLD_CMD: &CStr = c"LEASE.HOLD";
 /// last): `LEASE.DROP key owner`.
 pub const DROP: &str = "LEASE.DROP";
 const DROP_CMD: &CStr = c"LEASE.DROP";
+/// The internal effect that removes the holders a master's prune took out,
+/// named by the last of them in deadline order: `LEASE.PRUNE key
+/// deadline-ms token`.
+pub const PRUNE: &str = "LEASE.PRUNE";
+const PRUNE_CMD: &CStr = c"LEASE.PRUNE";
+
+/// The internal effect that says which effect and record versions the
+/// node that wrote the stream speaks: `LEASE.VERSION effects records`.
+pub const VERSION: &str = "LEASE.VERSION";
+
+/// How many ended holders one command takes out before it decides, and
+/// how many one tick of the drain timer takes out.
+const PRUNE_PER_CALL: usize = 64;
+pub const PRUNE_PER_TICK: usize = 1024;
+/// How soon the drain timer takes the next batch out.
+const DRAIN_EVERY_MS: i64 = 1;
 
 /// A lease key opened to read.
 pub struct Reader {
@@ -135,6 +151,7 @@ impl Writer {
     /// its token.
     pub fn create(&mut self, lease: Box<Lease>, owner_arg: Option<Str>) -> u64 {
         let token = lease.token;
+        self.count_replaced();
         replicate_state(self.ctx, self.name, owner_arg, &lease);
         self.key.set(lease);
         self.signal();
@@ -186,9 +203,7 @@ impl Writer {
         self.key.delete();
         replicate_del(self.ctx, self.name);
         self.signal();
-        for _ in 0..holders {
-            STATS.expired.incr();
-        }
+        STATS.expired.add(holders as u64);
     }
 
     /// Sets the key's expiry to its lease's deadline, the latest holder's
@@ -225,7 +240,14 @@ impl Writer {
     /// free, or held only by an ended lease). Replicated as its
     /// `LEASE.HOLD`, notified and counted like every acquisition. Returns
     /// its token.
-    pub fn add_holder(&mut self, mode: MultiMode, holder: Holder, owner_arg: Option<Str>) -> u64 {
+    pub fn add_holder(
+        &mut self,
+        mode: MultiMode,
+        holder: Holder,
+        owner_arg: Option<Str>,
+        now_ms: i64,
+    ) -> u64 {
+        self.make_room(now_ms);
         let token = holder.token;
         replicate_hold(self.ctx, self.name, owner_arg, mode, &holder);
         let latest = match self.multi() {
@@ -234,6 +256,7 @@ impl Writer {
                 m.latest_deadline()
             }
             _ => {
+                self.count_replaced();
                 self.key.set_multi(Multi::with(mode, holder));
                 None
             }
@@ -309,12 +332,23 @@ impl Writer {
         }
     }
 
-    /// Removes the holders whose deadline has passed at `now_ms` (the key
-    /// goes with the last): one `LEASE.DROP` each, each counted in
-    /// `expired` and notified as `lease.expire`. Only a master prunes (its
-    /// write commands and gated timers); a replica waits for the drops.
-    /// Returns how many left.
+    /// Removes holders whose deadline has passed at `now_ms`, at most
+    /// `PRUNE_PER_CALL` of them, earliest first (the key goes with the
+    /// last holder). What a command does before it decides on a counting or
+    /// shared lease; the rest leave in batches from a timer (`drain`), so
+    /// that no one call's work or effect grows with the number of holders
+    /// that ended. Returns how many left.
     pub fn prune(&mut self, now_ms: i64) -> usize {
+        self.prune_up_to(now_ms, PRUNE_PER_CALL)
+    }
+
+    /// Removes at most `max` holders whose deadline has passed at `now_ms`:
+    /// one `LEASE.PRUNE` effect that names the last of them (its size does
+    /// not depend on how many), each counted in `expired` and notified as
+    /// `lease.expire`. When more have ended, a timer takes them out later.
+    /// Only a master prunes (its write commands and gated timers); a
+    /// replica applies the effect.
+    pub fn prune_up_to(&mut self, now_ms: i64, max: usize) -> usize {
         let (ctx, name) = (self.ctx, self.name);
         let Some(m) = self.multi() else {
             return 0;
@@ -322,20 +356,70 @@ impl Writer {
         if !m.has_ended(now_ms) {
             return 0;
         }
-        let ended = m.take_ended(now_ms);
-        let latest = m.latest_deadline();
-        for h in &ended {
-            replicate_drop(ctx, name, None, &h.owner);
-        }
+        let ended = m.take_ended(now_ms, max);
+        let (Some(last), latest, more) = (ended.last(), m.latest_deadline(), m.has_ended(now_ms))
+        else {
+            return 0;
+        };
+        replicate_prune(ctx, name, last.deadline_ms, last.token);
         if latest.is_none() {
             self.key.delete();
         }
         self.signal();
+        STATS.expired.add(ended.len() as u64);
         for _ in &ended {
-            STATS.expired.incr();
             self.notify(c"lease.expire");
         }
+        if more {
+            state::start_drain(ctx.selected_db(), name.bytes(), DRAIN_EVERY_MS);
+        }
         ended.len()
+    }
+
+    /// A new lease or record replaces a multi record whose holders have all
+    /// ended but are not all taken out yet: they count as expired.
+    fn count_replaced(&mut self) {
+        if let Some(m) = self.multi() {
+            STATS.expired.add(m.len() as u64);
+        }
+    }
+
+    /// Makes room for one more holder of a full `LIMIT n` record, whose
+    /// places are free only because holders ended (the decision counts live
+    /// holders): a stored record keeps at most `n` holders.
+    fn make_room(&mut self, now_ms: i64) {
+        let over = match self.multi() {
+            Some(m) => match m.mode() {
+                MultiMode::Limit(n) => (m.len() + 1).saturating_sub(n as usize),
+                MultiMode::Shared => 0,
+            },
+            None => 0,
+        };
+        if over > 0 {
+            self.prune_up_to(now_ms, over);
+        }
+    }
+
+    /// Applies `LEASE.PRUNE` from the master or the AOF: removes the
+    /// holders the master's prune removed, named by the last of them.
+    pub fn prune_effect(&mut self, deadline_ms: i64, token: u64) {
+        let latest = match self.key.get() {
+            Ok(Some(RecordMut::Multi(m))) => {
+                if m.take_through(deadline_ms, token) == 0 {
+                    None
+                } else {
+                    Some(m.latest_deadline())
+                }
+            }
+            _ => None,
+        };
+        replicate_verbatim(self.ctx);
+        if let Some(latest) = latest {
+            if latest.is_none() {
+                self.key.delete();
+            }
+            self.signal();
+        }
     }
 
     /// Applies `LEASE.HOLD` from the master or the AOF: one holder's exact
@@ -385,6 +469,14 @@ impl Writer {
             self.signal();
         }
         done
+    }
+
+    /// Deletes the key on this node alone (a replica that cannot follow its
+    /// master's effects keeps no partial state, see `compat.rs`): not
+    /// replicated, not counted.
+    pub fn forget(&mut self) {
+        self.key.delete();
+        self.signal();
     }
 
     /// Applies `LEASE.APPLY` from the master or the AOF: the full state.
@@ -581,6 +673,28 @@ fn replicate_hold(ctx: Ctx, key: Str, owner_arg: Option<Str>, mode: MultiMode, h
     }
 }
 
+/// Replicates the removal of the ended holders up to and including the one
+/// with `deadline_ms` and `token`: `LEASE.PRUNE key deadline-ms token`.
+fn replicate_prune(ctx: Ctx, key: Str, deadline_ms: i64, token: u64) {
+    let (mut db, mut tb) = ([0u8; 20], [0u8; 20]);
+    let deadline = decimal(deadline_ms, &mut db);
+    let token = decimal(token as i64, &mut tb);
+    // SAFETY: "sbb": one RedisModuleString and two buffers with their
+    // lengths.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.raw(),
+            PRUNE_CMD.as_ptr(),
+            c"sbb".as_ptr(),
+            key.raw(),
+            deadline.as_ptr(),
+            deadline.len(),
+            token.as_ptr(),
+            token.len(),
+        );
+    }
+}
+
 /// Replicates the removal of one holder: `LEASE.DROP key owner`.
 fn replicate_drop(ctx: Ctx, key: Str, owner_arg: Option<Str>, owner: &[u8]) {
     // SAFETY: "ss" two RedisModuleStrings; "sb" one and a buffer with its
@@ -633,18 +747,43 @@ pub fn replicate_verbatim(ctx: Ctx) {
     unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(ctx.raw()) };
 }
 
-/// Writes `LEASE.CLOCK <last>` into the replication stream and the AOF, so
-/// an AOF rewritten without the RDB preamble (which keeps one APPLY per live
-/// key and no aux data) still carries the token clock: called from a timer
-/// right after the server forks (outside any command), once an AOF rewrite
-/// has opened its new incremental file. Refused while writes are paused (propagating then
-/// aborts Valkey); the caller tries again later.
-pub fn emit_clock(ctx: Ctx) -> Result<(), Closed> {
+/// What a timer writes into the replication stream and the AOF, outside any
+/// command, one command per timer (the server wraps several in MULTI).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Announce {
+    /// `LEASE.VERSION <effects> <records>`: which versions wrote what
+    /// follows (see `compat.rs`).
+    Version,
+    /// `LEASE.CLOCK <last>`: the token clock, so that an AOF rewritten
+    /// without the RDB preamble (which keeps one APPLY per live key and no
+    /// aux data) still carries it.
+    Clock,
+}
+
+/// Writes `what` into the replication stream and the AOF: from a timer
+/// right after the server forks (once an AOF rewrite has opened its new
+/// incremental file), and when a replica comes online. Refused while writes
+/// are paused (propagating then aborts Valkey); the caller tries again
+/// later.
+pub fn announce(ctx: Ctx, what: Announce) -> Result<(), Closed> {
     // SAFETY: a function-pointer read filled in by RedisModule_Init.
     if let Some(avoid) = unsafe { raw::RedisModule_AvoidReplicaTraffic }
         && unsafe { avoid() } != 0
     {
         return Err(Closed::Paused);
+    }
+    if what == Announce::Version {
+        // SAFETY: format "ll": two long longs.
+        unsafe {
+            raw::RedisModule_Replicate.unwrap()(
+                ctx.raw(),
+                c"LEASE.VERSION".as_ptr(),
+                c"ll".as_ptr(),
+                crate::lease::versions::EFFECTS as i64,
+                crate::lease::versions::RECORDS as i64,
+            );
+        }
+        return Ok(());
     }
     let last = state::last_token();
     if last == 0 {
