@@ -1,0 +1,186 @@
+//! Mixed module builds: every node says which record and effect versions
+//! it speaks (`INFO lease`), a master announces its versions into the
+//! replication stream and the AOF (`LEASE.VERSION`), and a node that is
+//! sent versions newer than it understands says so loudly and keeps no
+//! partial state: it deletes its lease keys, applies no lease effect and
+//! refuses every lease command until its source speaks versions it knows,
+//! or it is promoted. A master of a newer build is played here by a fake
+//! master on a socket (it sends a real RDB, then the stream).
+mod common;
+use common::*;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+
+/// This build's versions (src/lease/versions.rs).
+const EFFECTS: i64 = 3;
+const RECORDS: i64 = 2;
+
+fn resp(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// One command the replica sent: its arguments.
+fn read_command(r: &mut BufReader<TcpStream>) -> Vec<Vec<u8>> {
+    let mut line = String::new();
+    r.read_line(&mut line).expect("a command from the replica");
+    let n: usize = line
+        .trim_start_matches('*')
+        .trim()
+        .parse()
+        .expect("an array");
+    (0..n)
+        .map(|_| {
+            let mut len = String::new();
+            r.read_line(&mut len).unwrap();
+            let len: usize = len.trim_start_matches('$').trim().parse().unwrap();
+            let mut buf = vec![0; len + 2];
+            r.read_exact(&mut buf).unwrap();
+            buf.truncate(len);
+            buf
+        })
+        .collect()
+}
+
+/// A master of another build, as far as a replica can tell: it answers the
+/// replica's handshake, sends a full sync of `rdb`, then what the test
+/// writes with `send`.
+struct FakeMaster {
+    stream: TcpStream,
+}
+
+impl FakeMaster {
+    /// Waits (10 s at most) for the replica on `listener` and syncs it.
+    fn serve(listener: TcpListener, rdb: &[u8]) -> FakeMaster {
+        listener.set_nonblocking(false).unwrap();
+        let (stream, _) = listener.accept().expect("the replica connects");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut stream = stream;
+        // Bounded: a handshake is a handful of commands.
+        for _ in 0..20 {
+            let cmd = read_command(&mut reader);
+            let name = String::from_utf8_lossy(&cmd[0]).to_uppercase();
+            match name.as_str() {
+                "PING" => stream.write_all(b"+PONG\r\n").unwrap(),
+                "PSYNC" | "SYNC" => {
+                    let replid = "a".repeat(40);
+                    stream
+                        .write_all(
+                            format!("+FULLRESYNC {replid} 0\r\n${}\r\n", rdb.len()).as_bytes(),
+                        )
+                        .unwrap();
+                    stream.write_all(rdb).unwrap();
+                    let mut m = FakeMaster { stream };
+                    m.send(&[b"SELECT", b"0"]);
+                    return m;
+                }
+                _ => stream.write_all(b"+OK\r\n").unwrap(),
+            }
+        }
+        panic!("the replica never asked for a sync");
+    }
+
+    fn send(&mut self, args: &[&[u8]]) {
+        self.stream
+            .write_all(&resp(args))
+            .expect("the stream to the replica");
+    }
+}
+
+/// An RDB saved by a server of `kind` with the module (and no lease).
+fn empty_rdb(kind: Kind) -> Vec<u8> {
+    let s = Server::start(kind);
+    let mut c = s.conn();
+    ok(&mut c, &["SAVE"]);
+    std::fs::read(s.data_dir().join("dump.rdb")).expect("dump.rdb")
+}
+
+fn wait_for(what: &str, s: &Server, mut f: impl FnMut() -> bool) {
+    assert!(
+        wait_until(Duration::from_secs(10), &mut f),
+        "{what}:\n{}",
+        s.log_tail(20)
+    );
+}
+
+both! {
+    fn every_node_says_what_it_speaks(kind) {
+        let master = Server::start_with(kind, Opts::default().extra(&["--appendonly", "yes"]));
+        let mut m = master.conn();
+        assert_eq!(info_int(&mut m, "lease_effect_version"), EFFECTS);
+        assert_eq!(info_int(&mut m, "lease_record_version"), RECORDS);
+        assert_eq!(info_field(&mut m, "lease_incompatible_source").as_deref(), Some("none"));
+        let t = acquire(&mut m, "k", "me", "60000");
+        let replica = replica_of(kind, &master);
+        let mut r = replica.conn();
+        // The master announced its versions when the replica came online,
+        // and writes them into every AOF it rewrites.
+        ok(&mut m, &["BGREWRITEAOF"]);
+        ok(&mut m, &["WAIT", "1", "5000"]);
+        assert_eq!(token_of(&mut r, "k"), Some(t));
+        assert_eq!(info_field(&mut r, "lease_incompatible_source").as_deref(), Some("none"));
+        let dir = master.data_dir().join("appendonlydir");
+        wait_for("LEASE.VERSION in the rewritten AOF", &master, || {
+            std::fs::read_dir(&dir).unwrap().any(|e| {
+                let text = std::fs::read(e.unwrap().path()).unwrap_or_default();
+                String::from_utf8_lossy(&text).contains("LEASE.VERSION")
+            })
+        });
+        // Internal: no client may send it.
+        assert!(err(&mut m, &["LEASE.VERSION", "3", "2"]).contains("internal"));
+    }
+
+    fn a_replica_sent_newer_effects_keeps_no_lease(kind) {
+        let rdb = empty_rdb(kind);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port().to_string();
+        let replica = Server::start_with(kind, Opts::default().extra(&["--replicaof", "127.0.0.1", &port]));
+        let mut master = FakeMaster::serve(listener, &rdb);
+        let mut r = replica.conn();
+        let deadline = (now_ms() + 60_000).to_string();
+        master.send(&[b"LEASE.APPLY", b"before", b"o", b"5", deadline.as_bytes()]);
+        wait_for("the replica applies the master's lease", &replica, || token_of(&mut r, "before") == Some(5));
+
+        // A master of a newer build.
+        master.send(&[b"LEASE.VERSION", b"99", b"9"]);
+        wait_for("the replica notices", &replica, || {
+            info_field(&mut r, "lease_incompatible_source").as_deref() == Some("effects 99 records 9")
+        });
+        assert!(replica.log().contains("INCOMPATIBLE LEASE MODULE"), "{}", replica.log_tail(10));
+        assert_eq!(int(&ok(&mut r, &["EXISTS", "before"])), 0, "no partial state");
+        let e = err(&mut r, &["LEASE.INFO", "before"]);
+        assert!(e.contains("cannot follow") && e.contains("effects 99"), "{e}");
+        master.send(&[b"LEASE.APPLY", b"after", b"o", b"6", deadline.as_bytes()]);
+        master.send(&[b"SET", b"marker", b"1"]);
+        wait_for("the stream goes on", &replica, || int(&ok(&mut r, &["EXISTS", "marker"])) == 1);
+        assert_eq!(int(&ok(&mut r, &["EXISTS", "after"])), 0, "no lease effect applied");
+
+        // Its source speaks versions it knows again.
+        master.send(&[b"LEASE.VERSION", EFFECTS.to_string().as_bytes(), RECORDS.to_string().as_bytes()]);
+        master.send(&[b"LEASE.APPLY", b"again", b"o", b"7", deadline.as_bytes()]);
+        wait_for("lease effects again", &replica, || {
+            matches!(call(&mut r, &[b"LEASE.INFO", b"again"]), Ok(Value::Array(_)) | Ok(Value::Map(_)))
+        });
+        assert_eq!(token_of(&mut r, "again"), Some(7));
+        assert_eq!(info_field(&mut r, "lease_incompatible_source").as_deref(), Some("none"));
+
+        // And a promotion clears it: a master speaks its own versions.
+        master.send(&[b"LEASE.VERSION", b"99", b"9"]);
+        wait_for("incompatible again", &replica, || {
+            info_field(&mut r, "lease_incompatible_source").as_deref() != Some("none")
+        });
+        ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+        assert_eq!(info_field(&mut r, "lease_incompatible_source").as_deref(), Some("none"));
+        assert!(acquire(&mut r, "fresh", "me", "1000") > 7);
+    }
+}
