@@ -1,0 +1,59 @@
+//! Leases lost to eviction leave a trace (SPEC S4): under a
+//! `maxmemory-policy` that evicts, an evicted lease key is counted per
+//! holder in `lease_evicted` and logged (at most once every ten seconds),
+//! and a policy changed at run time to one that can evict is warned about.
+mod common;
+use common::*;
+
+const EVICTED_LINE: &str = "a lease key was evicted";
+const POLICY_WARNING: &str = "lease keys may be evicted";
+
+both! {
+    fn evicted_leases_are_counted_and_logged(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        for i in 0..50 {
+            acquire(&mut c, &format!("lease:{i}"), "me", "60000");
+        }
+        assert!(acquire_opts(&mut c, "sem", "a", "60000", &["LIMIT", "3"]).is_some());
+        assert!(acquire_opts(&mut c, "sem", "b", "60000", &["LIMIT", "3"]).is_some());
+        let limit = (used_memory(&mut c) + 2_000_000).to_string();
+        ok(&mut c, &["CONFIG", "SET", "maxmemory-policy", "allkeys-random"]);
+        ok(&mut c, &["CONFIG", "SET", "maxmemory", &limit]);
+        assert!(s.log().contains(POLICY_WARNING), "no warning for the new policy:\n{}", s.log_tail(10));
+        // Fill memory until every lease key is gone (bounded: 400 x 100 KB).
+        let big = "x".repeat(100_000);
+        for i in 0..400 {
+            let _ = call(&mut c, &[b"SET", format!("filler:{i}").as_bytes(), big.as_bytes()]);
+            let left = (0..50)
+                .filter(|i| int(&ok(&mut c, &["EXISTS", &format!("lease:{i}")])) == 1)
+                .count()
+                + int(&ok(&mut c, &["EXISTS", "sem"])) as usize;
+            if left == 0 {
+                break;
+            }
+        }
+        ok(&mut c, &["CONFIG", "SET", "maxmemory", "0"]);
+        let gone = (0..50)
+            .filter(|i| int(&ok(&mut c, &["EXISTS", &format!("lease:{i}")])) == 0)
+            .count()
+            + 2 * (int(&ok(&mut c, &["EXISTS", "sem"])) == 0) as usize;
+        assert!(gone > 0, "nothing was evicted");
+        assert_eq!(info_int(&mut c, "lease_evicted"), gone as i64, "one per holder evicted");
+        assert_eq!(info_int(&mut c, "lease_expired"), 0, "an eviction is no expiry");
+        let lines = s.log().lines().filter(|l| l.contains(EVICTED_LINE)).count();
+        assert_eq!(lines, 1, "{kind:?}: evictions are logged once per ten seconds:\n{}", s.log_tail(10));
+    }
+
+    fn a_policy_that_cannot_evict_warns_nothing(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        ok(&mut c, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+        ok(&mut c, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+        assert!(!s.log().contains(POLICY_WARNING), "{}", s.log_tail(10));
+        assert_eq!(info_int(&mut c, "lease_eviction_may_lose_leases"), 0);
+        ok(&mut c, &["CONFIG", "SET", "maxmemory-policy", "volatile-ttl"]);
+        assert!(s.log().contains(POLICY_WARNING), "{}", s.log_tail(10));
+        assert_eq!(info_int(&mut c, "lease_eviction_may_lose_leases"), 1);
+    }
+}
