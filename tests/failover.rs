@@ -1214,11 +1214,13 @@ fn sentinel_scenario(kind: Kind, p: Params) -> Outcome {
         "the sentinels never found each other"
     );
     let mut master = d.settle(&[]);
-    // The start grace (a first start) is over before the load begins.
+    // The start grace (a first start) is over before the load begins: on
+    // the replicas at once (a replica drops it), on the master once it has
+    // counted max-ttl-ms + min-replicas-max-lag + 2 s with a good replica.
     for n in d.nodes.iter().flatten() {
         assert!(wait_grace_over(
             n,
-            Duration::from_millis(p.max_ttl_ms + 3000)
+            Duration::from_millis(p.max_ttl_ms + 3000 + 5000)
         ));
     }
 
@@ -1309,7 +1311,12 @@ fn sentinel_scenario(kind: Kind, p: Params) -> Outcome {
             .unwrap()
             .restart_with(node_opts(&p, Some(new_master)));
         d.nodes[mi] = Some(back);
-        let grace_over = wait_grace_over(d.server(ni), Duration::from_millis(p.max_ttl_ms + 3000));
+        // With -1 the grace is max-ttl-ms + min-replicas-max-lag + 2 s,
+        // counted from when the new master has a good replica.
+        let grace_over = wait_grace_over(
+            d.server(ni),
+            Duration::from_millis(p.max_ttl_ms + 3000 + 5000),
+        );
         assert!(grace_over, "the grace of :{new_master} never ended");
         load_from = Instant::now();
         let grace_refused = info_int(&mut c, "lease_grace_refused");

@@ -16,7 +16,8 @@
 //!   at OnLoad (configs are read before modules load);
 //! - whether it could grant now: the same probe as the write gates
 //!   (`effects::node_accepts_writes`: not a replica, writes not paused, no
-//!   NOREPLICAS or MISCONF);
+//!   NOREPLICAS or MISCONF). A period on a replica is dropped: a replica
+//!   grants nothing, and its promotion starts a new one;
 //! - a clean shutdown that saved: the SHUTDOWN server event fires after the
 //!   final AOF fsync and RDB save (and not when the save fails and the server
 //!   stays up). Then INFO persistence says whether everything is on disk;
@@ -126,6 +127,16 @@ fn end() {
     waiters::recheck_all();
 }
 
+/// Ends the running period of a server that is a replica: a replica grants
+/// nothing, and its promotion starts a new period of its own.
+fn end_on_replica() {
+    state::set_grace_period(None);
+    let _ = std::fs::remove_file(RUNNING_MARK);
+    state::log_notice(
+        "grace period dropped: this server is a replica, which grants nothing (a promotion starts a new period)",
+    );
+}
+
 /// The period's timer fired: a look at whether this server could grant,
 /// then the end, or the next look (at the end, if the time counts).
 pub fn on_tick(ctx: Ctx) {
@@ -133,6 +144,10 @@ pub fn on_tick(ctx: Ctx) {
     let Some(mut period) = state::grace_period() else {
         return;
     };
+    if ctx.is_replica() {
+        end_on_replica();
+        return;
+    }
     let now = state::mono_ms();
     let can_grant = effects::node_accepts_writes(ctx);
     period.observe(now, can_grant);

