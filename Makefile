@@ -99,14 +99,15 @@ unit:
 	$(CARGO) test --lib
 
 # The failover tests (tests/failover.rs: Cluster and Sentinel failovers,
-# about 80 s a server) run on their own, one at a time: several Sentinel
-# setups at once on 2 cores would blur the timing they check.
+# about 110 s a server) run on their own, two at a time: they sleep most of
+# the time, but more Sentinel setups at once on 2 cores would blur the
+# timing they check.
 FAILOVER_TESTS := --skip sentinel_failovers --skip cluster_failover_starts_a_grace
 
 integration:
 	$(CARGO) build
 	$(SERVERS) $(CARGO) test --tests -- --test-threads=4 $(FAILOVER_TESTS)
-	$(SERVERS) $(CARGO) test --test failover -- --test-threads=1
+	$(SERVERS) $(CARGO) test --test failover -- --test-threads=2
 
 client-test:
 	$(CARGO) build

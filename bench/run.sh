@@ -6,7 +6,7 @@
 # Writes bench/RESULTS.md (one section per server, and a summary of the
 # targets of issue 15) and prints it. See bench/README.md.
 #
-# Knobs (environment): BENCH_SERVERS (the servers, in order: "redis7 valkey8
+# Knobs (environment): BENCH_MODULE (the module, target/release/libredis_lease.so), BENCH_CROWD (holders of part E, 100000), BENCH_SERVERS (the servers, in order: "redis7 valkey8
 # valkey9"), REDIS7_SERVER (redis-server), VALKEY_SERVER and VALKEY9_SERVER
 # (the binaries of `make valkey` under .tools/), REDIS_SERVER (one other
 # server binary instead of the matrix), BENCH_OUT (the report,
@@ -24,7 +24,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-MODULE=$ROOT/target/release/libredis_lease.so
+MODULE=${BENCH_MODULE:-$ROOT/target/release/libredis_lease.so}
 OUT=${BENCH_OUT:-$ROOT/bench/RESULTS.md}
 
 # --- the matrix: one run of this script per server (BENCH_ONE=1) ------------
