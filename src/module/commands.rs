@@ -73,6 +73,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     // A key the server expired within its lease's last millisecond (Redis
     // 8.2): the lease counts as held until that millisecond has passed.
     if current.is_none()
+        && datatype::any_ended_early()
         && let Some(end) = datatype::ended_early(ctx.selected_db(), name.bytes())
     {
         return Ok(contended(ctx, a, owner, opts, ttl, end + 1));
@@ -159,8 +160,7 @@ fn acquire_multi(
     w.prune(now);
     let expire = w.expire_at();
     let held = w.held(now)?;
-    let ended_early = held
-        .is_free()
+    let ended_early = (held.is_free() && datatype::any_ended_early())
         .then(|| datatype::ended_early(ctx.selected_db(), name.bytes()))
         .flatten();
     if let Some(end) = ended_early {

@@ -27,10 +27,16 @@ static INCOMPATIBLE: Mutex<Option<(u32, u32)>> = Mutex::new(None);
 /// Whether `INCOMPATIBLE` is set: the hot paths read this alone.
 static SET: AtomicBool = AtomicBool::new(false);
 
+#[inline]
 fn incompatible() -> Option<(u32, u32)> {
     if !SET.load(Relaxed) {
         return None;
     }
+    incompatible_slow()
+}
+
+#[cold]
+fn incompatible_slow() -> Option<(u32, u32)> {
     *INCOMPATIBLE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -41,6 +47,7 @@ fn set(v: Option<(u32, u32)>) {
 
 /// For every lease command a client sends: an error while this node
 /// follows a source it cannot understand.
+#[inline]
 pub fn check() -> Result<(), LeaseError> {
     match incompatible() {
         None => Ok(()),
@@ -50,6 +57,7 @@ pub fn check() -> Result<(), LeaseError> {
 
 /// For every lease effect: is it to be ignored (this node keeps no lease
 /// state from a source it cannot understand)?
+#[inline]
 pub fn ignoring_effects() -> bool {
     SET.load(Relaxed)
 }

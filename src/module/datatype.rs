@@ -130,11 +130,18 @@ static ENDED_EARLY: std::sync::Mutex<Vec<(i32, Vec<u8>, i64)>> = std::sync::Mute
 /// Whether `ENDED_EARLY` may hold an entry: the hot paths read this alone.
 static ANY_ENDED_EARLY: AtomicBool = AtomicBool::new(false);
 
+/// Did the server expire any lease key within its deadline's millisecond
+/// lately? (The hot paths ask this, one load, before `ended_early`.)
+#[inline]
+pub fn any_ended_early() -> bool {
+    ANY_ENDED_EARLY.load(Relaxed)
+}
+
 /// If the server expired lease key `name` of database `db` within its
 /// deadline's millisecond and that millisecond has not passed yet, the
 /// deadline: the key is gone, but its lease counts as held until then.
 pub fn ended_early(db: i32, name: &[u8]) -> Option<i64> {
-    if !ANY_ENDED_EARLY.load(Relaxed) {
+    if !any_ended_early() {
         return None;
     }
     let now = state::now_ms();

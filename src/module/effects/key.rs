@@ -45,6 +45,7 @@ pub enum Mode {
 }
 
 impl LeaseKey {
+    #[inline]
     pub fn open(ctx: Ctx, name: Str, mode: Mode) -> Self {
         let flags = match mode {
             Mode::Read => raw::REDISMODULE_READ,
@@ -81,6 +82,7 @@ impl LeaseKey {
 
     /// The stored record (live or not), `None` for an empty key, or
     /// WRONGTYPE for a key of another type.
+    #[inline]
     pub fn get(&mut self) -> Result<Option<RecordMut<'_>>, LeaseError> {
         match self.holds {
             Holds::Nothing => Ok(None),

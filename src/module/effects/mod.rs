@@ -65,6 +65,7 @@ pub struct Reader {
 }
 
 impl Reader {
+    #[inline]
     pub fn open(ctx: Ctx, name: Str) -> Reader {
         Reader {
             key: LeaseKey::open(ctx, name, Mode::Read),
@@ -98,6 +99,7 @@ pub struct Writer {
 
 impl Writer {
     /// Opens `name` for a client's command.
+    #[inline]
     pub fn open(ctx: Ctx, name: Str) -> Writer {
         Writer {
             ctx,
