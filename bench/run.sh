@@ -581,63 +581,9 @@ for rep in $(seq "$REL_REPS"); do
 done
 flush
 
-# --- E. a crowded counting lease: its holders end in one burst --------------------
-# CROWD holders of one LIMIT key (a worker fleet that took its permits in
-# one burst) pass their deadlines; then one ACQUIRE, RENEW and RELEASE on
-# the key. Each call's server time (SLOWLOG) and the AOF bytes it adds (the
-# same bytes every replica gets), and the rest, which a timer takes out in
-# batches: how long that takes, its bytes, and the longest PING round trip
-# a client saw meanwhile.
-CROWD=${BENCH_CROWD:-100000}
-log "E crowded counting lease: $CROWD holders of one LIMIT 100000 key end, then one call each"
-flush
-cli config set appendonly yes >/dev/null
-for _ in $(seq 200); do
-  [ "$(cli info persistence | tr -d '\r' | awk -F: '$1 == "aof_rewrite_in_progress" { print $2 }')" = 0 ] &&
-    [ "$(cli info persistence | tr -d '\r' | awk -F: '$1 == "aof_rewrite_scheduled" { print $2 }')" = 0 ] && break
-  sleep 0.05
-done
-aof_size() { cli info persistence | tr -d '\r' | awk -F: '$1 == "aof_current_size" { print $2 }'; }
-prefill "LEASE.ACQUIRE crowd w%d 300 LIMIT 100000" 0 "$CROWD"
-cli LEASE.ACQUIRE crowd survivor "$LONG_TTL" LIMIT 100000 >/dev/null
-sleep 0.5
-EXPIRED0=$(lease_ctr expired)
-cli config set slowlog-log-slower-than 0 >/dev/null
-cli slowlog reset >/dev/null
-# A client that pings meanwhile: the longest round trip is the longest stall.
-redis-benchmark -p "$PORT" -c 1 -n 20000 --csv PING 2>/dev/null | tail -n 1 >"$WORK/crowd-ping.csv" &
-PINGER=$!
-sleep 0.05
-declare -A CROWD_BYTES CROWD_US
-crowd_call() { # label, command...
-  local before; before=$(aof_size)
-  cli "${@:2}" >/dev/null
-  sleep 0.002
-  CROWD_BYTES[$1]=$(( $(aof_size) - before ))
-  CROWD_US[$1]=$(cli slowlog get 1 | sed -n 3p)
-  cli slowlog reset >/dev/null
-}
-T_DRAIN0=$(date +%s%N)
-AOF_DRAIN0=$(aof_size)
-crowd_call acquire LEASE.ACQUIRE crowd newcomer "$LONG_TTL" LIMIT 100000
-crowd_call renew LEASE.RENEW crowd survivor "$LONG_TTL"
-crowd_call release LEASE.RELEASE crowd newcomer
-for _ in $(seq 3000); do
-  [ "$(lease_ctr expired)" -ge $(( EXPIRED0 + CROWD )) ] && break
-  sleep 0.005
-done
-CROWD_DRAIN_MS=$(( ($(date +%s%N) - T_DRAIN0) / 1000000 ))
-CROWD_DRAIN_BYTES=$(( $(aof_size) - AOF_DRAIN0 ))
-CROWD_TAKEN=$(( $(lease_ctr expired) - EXPIRED0 ))
-wait "$PINGER" || true
-CROWD_PING_MAX=$(awk -F'","' '{ gsub(/"/, "", $8); print $8 }' "$WORK/crowd-ping.csv")
-cli config set slowlog-log-slower-than 10000 >/dev/null
-cli config set appendonly no >/dev/null
-flush
-{
-  echo "crowd_acquire_us ${CROWD_US[acquire]}"; echo "crowd_acquire_bytes ${CROWD_BYTES[acquire]}"
-  echo "crowd_drain_ms $CROWD_DRAIN_MS"; echo "crowd_ping_max_ms $CROWD_PING_MAX"
-} >>"$KV"
+# --- E. a crowded counting lease (bench/crowded.sh, its own server) ------------
+log "E crowded counting lease (bench/crowded.sh)"
+PART_E=$(SERVER="$SERVER_BIN" MODULE="$MODULE" KV="$KV" bash "$ROOT/bench/crowded.sh")
 
 # --- B. hand-off latency, 1,000 waiters, mass timeout --------------------------
 if [ "${MASS_N:-10000}" = 0 ]; then B4_NOTE="B4 (mass timeout) does not run on this server (BENCH_B4_SERVERS, or MASS_N=0)."
@@ -809,15 +755,9 @@ row() { # label, operation, command
   echo
   echo "After the acquire runs, \`ml:000000000007\` had $HOLDERS_AFTER holders: \`MEMORY USAGE\` $MEMUSAGE_LIMIT bytes, against $MEMUSAGE_SEM for the semaphore's counter and sorted set \`rs:000000000007\` (which hold the same number of permits only on average)."
   echo
-  echo "## E. A crowded counting lease"
+  echo "## E. A crowded counting lease (bench/crowded.sh)"
   echo
-  echo "$CROWD holders of one \`LIMIT 100000\` key, taken in one burst with a 300 ms ttl, pass their deadlines (one live holder stays). Then one call of each kind on the key: its server time (\`SLOWLOG\`, every command logged) and the AOF bytes it added (what every replica gets too). A call takes out at most 64 ended holders, in one \`LEASE.PRUNE\` effect; a timer takes out the rest, 1,024 at a time."
-  echo
-  echo "| call | server time (usec) | AOF bytes added |"
-  echo "|---|---:|---:|"
-  for c in acquire renew release; do echo "| \`LEASE.$(tr a-z A-Z <<<"$c")\` | ${CROWD_US[$c]} | ${CROWD_BYTES[$c]} |"; done
-  echo
-  echo "All $CROWD_TAKEN ended holders were out ${CROWD_DRAIN_MS} ms after the first call, with $CROWD_DRAIN_BYTES AOF bytes in all; the longest PING round trip a client saw meanwhile: ${CROWD_PING_MAX} ms (\`redis-benchmark -c 1 PING\`, max latency)."
+  echo "$PART_E"
   echo
   echo "## B. Blocking hand-off (bench/handoff.rs, same server)"
   echo
