@@ -32,7 +32,8 @@ private_apt() {
   mkdir -p "$dir/apt/lists/partial" "$dir/apt/cache/archives/partial"
   apt-get -q -o Dir::Etc::sourcelist="$list" -o Dir::Etc::sourceparts=- \
     -o Dir::State::Lists="$dir/apt/lists" -o Dir::Cache="$dir/apt/cache" \
-    -o APT::Get::List-Cleanup=0 -o APT::Sandbox::User=root "$@"
+    -o APT::Get::List-Cleanup=0 -o APT::Sandbox::User=root \
+    -o Acquire::Check-Valid-Until=false -o Acquire::Check-Date=false "$@"
 }
 
 wheel() { # name==version into $dir/wheel, unpacked into $dir
