@@ -1,15 +1,9 @@
 //! Parsing of every argument kind, in one place. Each parser names the
 //! argument it refuses, so every error tells the client what is wrong.
 
-use super::clock::MAX_TOKEN;
-use super::error::LeaseError;
-use super::multi::{MAX_LIMIT, MIN_LIMIT, Mode, MultiMode};
-
-/// Longest owner id, in bytes.
-pub const MAX_OWNER_LEN: usize = 256;
-/// Upper bound of any millisecond argument or setting (about 31 years), so
-/// `now + ttl` can never overflow.
-pub const MAX_MS: i64 = 1_000_000_000_000;
+use super::error::{LeaseError, printable};
+use super::limits::{MAX_LIMIT, MAX_MS, MAX_TOKEN, MIN_LIMIT, owner_ok};
+use super::mode::{Mode, MultiMode};
 
 /// Parses an integer the way Redis does (`string2ll`): optional `-`, digits,
 /// no `+`, no spaces, no leading zeros, no `-0`.
@@ -87,9 +81,9 @@ fn parse_in_range(arg: &[u8], what: &'static str, min: i64, max: i64) -> Result<
 /// An owner id: 1..=256 arbitrary bytes.
 pub fn check_owner(owner: &[u8]) -> Result<&[u8], LeaseError> {
     match owner.len() {
+        _ if owner_ok(owner) => Ok(owner),
         0 => Err(LeaseError::OwnerEmpty),
-        n if n > MAX_OWNER_LEN => Err(LeaseError::OwnerTooLong(n)),
-        _ => Ok(owner),
+        n => Err(LeaseError::OwnerTooLong(n)),
     }
 }
 
@@ -180,26 +174,6 @@ pub fn parse_hold_mode(words: &[&[u8]]) -> Result<MultiMode, LeaseError> {
         }
         _ => Err(LeaseError::Arity("lease.hold")),
     }
-}
-
-/// A client-supplied name made safe to echo in an error line: printable
-/// ASCII only, at most 64 characters.
-pub fn printable(arg: &[u8]) -> String {
-    let mut s: String = arg
-        .iter()
-        .take(64)
-        .map(|&b| {
-            if (0x20..0x7f).contains(&b) {
-                b as char
-            } else {
-                '?'
-            }
-        })
-        .collect();
-    if arg.len() > 64 {
-        s.push_str("...");
-    }
-    s
 }
 
 #[cfg(test)]

@@ -8,16 +8,12 @@
 //! per millisecond can be issued before the logical part runs ahead of the
 //! wall clock, and it catches up by itself when the load drops.
 
-/// Largest token: 2^53-1, exact in every client language.
-pub const MAX_TOKEN: u64 = (1 << 53) - 1;
-/// Tokens per wall-clock millisecond in the floor.
-pub const TOKENS_PER_MS: u64 = 1024;
-/// How far ahead of the wall clock a stored token may be (one year of
-/// floor): a restored value beyond it is refused, so that one RESTORE can
-/// never push the clock to 2^53-1 and exhaust every later acquire. The
-/// logical part runs ahead of the wall clock only by the tokens issued
-/// faster than 1024 per millisecond, so real values stay far below it.
-pub const MAX_AHEAD_MS: i64 = 365 * 24 * 3600 * 1000;
+use super::limits::{MAX_AHEAD_MS, MAX_TOKEN, TOKENS_PER_MS};
+
+// How far ahead of the wall clock a stored token may be (`MAX_AHEAD_MS`,
+// one year of floor): the logical part runs ahead of the wall clock only by
+// the tokens issued faster than 1024 per millisecond, so real values stay
+// far below it.
 
 /// The largest token a stored value may carry at `now_ms`.
 pub fn max_acceptable(now_ms: i64) -> u64 {

@@ -1,6 +1,8 @@
 //! Module settings and the parsing of `loadmodule` arguments (SPEC S6, S7).
 
-use super::args::{MAX_MS, parse_i64, printable};
+use super::args::parse_i64;
+use super::error::printable;
+use super::limits::MAX_MS;
 
 /// Default `max-ttl-ms`: one minute (S7: the grace after a failover must
 /// outlast the longest lease that could have been lost; long leases are

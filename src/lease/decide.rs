@@ -1,10 +1,15 @@
-//! The decision each command makes, given the lease stored on the key (if
-//! any), the caller's arguments and the time. No I/O: the module layer reads
-//! the key, asks here, then applies the answer.
+//! The decision each command makes, given what the key holds, the caller's
+//! arguments and the time: for an exclusive lease (SPEC S1) and for a
+//! counting or shared one (S8). No I/O: the module layer reads the key, asks
+//! here, then applies the answer. The hand-off to waiters (`waitq.rs`) and
+//! the model test decide through the same functions.
 
 use super::clock::TokenClock;
 use super::error::LeaseError;
-use super::record::Lease;
+use super::exclusive::Lease;
+use super::holders::Multi;
+use super::mode::{Mode, MultiMode};
+use super::record::RecordRef;
 
 /// The lease that counts at `now_ms`: a stored record past its deadline is
 /// no lease at all (the key may outlive it by a moment, or have lost its TTL
@@ -99,6 +104,201 @@ pub fn expiry_to_align(lease: &Lease, key_expire_ms: Option<i64>) -> Option<i64>
     match key_expire_ms {
         Some(e) if e <= lease.deadline_ms => None,
         _ => Some(lease.deadline_ms),
+    }
+}
+
+// --- Counting and shared leases --------------------------------------------
+
+/// A key's state for a decision at some instant: free, or held.
+#[derive(Debug, Clone, Copy)]
+pub enum Held<'a> {
+    Free,
+    Exclusive(&'a Lease),
+    /// Held with `LIMIT n` or `SHARED` by at least one live holder; holders
+    /// past their deadline may still be stored (they leave at the next
+    /// write), and every decision here looks at each holder's deadline.
+    Multi(&'a Multi),
+}
+
+impl<'a> Held<'a> {
+    /// The state of a stored record at `now_ms`: a lease past its deadline,
+    /// or a multi record whose holders have all passed theirs, is free.
+    pub fn of(record: Option<RecordRef<'a>>, now_ms: i64) -> Held<'a> {
+        match record {
+            Some(RecordRef::Exclusive(l)) if l.is_live(now_ms) => Held::Exclusive(l),
+            Some(RecordRef::Multi(m)) if m.is_live(now_ms) => Held::Multi(m),
+            _ => Held::Free,
+        }
+    }
+
+    pub fn is_free(&self) -> bool {
+        matches!(self, Held::Free)
+    }
+
+    /// When the next live holder's time ends at `now_ms` (its deadline, or
+    /// the key's expiry when that comes first); `None` when free.
+    pub fn next_end(&self, key_expire_ms: Option<i64>, now_ms: i64) -> Option<i64> {
+        let end = match self {
+            Held::Free => return None,
+            Held::Exclusive(l) => l.deadline_ms,
+            Held::Multi(m) => m.next_live_deadline(now_ms)?,
+        };
+        Some(key_expire_ms.map_or(end, |e| e.min(end)))
+    }
+}
+
+/// What an acquire may do, before any token is issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// A new holder (or a new exclusive lease): issue a token and store it.
+    New,
+    /// The caller holds the key in the mode it asks: same token, new deadline.
+    Reacquired { token: u64 },
+    /// Another holder, no room, or waiters ahead: null, or wait with BLOCK.
+    Contended,
+}
+
+/// The error for asking `asked` of a key held in `held` (by anyone), or,
+/// for two modes without `LIMIT`, by the caller itself.
+pub fn conflict(held: Mode, asked: Mode) -> LeaseError {
+    if matches!(held, Mode::Limit(_)) || matches!(asked, Mode::Limit(_)) {
+        LeaseError::ModeMismatch { held, asked }
+    } else {
+        LeaseError::HolderMode { held, asked }
+    }
+}
+
+/// LEASE.ACQUIRE in `mode` by `owner` on a key in state `held` at
+/// `now_ms`. `waiters_ahead`: someone waits on the key, so a newcomer that
+/// is not a holder must not overtake (strict arrival order, no writer
+/// starvation). Errors change nothing: a `LIMIT` that does not match the
+/// key's, a `LIMIT` on a key held exclusively or shared and the reverse,
+/// and a holder asking in another mode. Holders past their deadline count
+/// for nothing, so the caller may decide before it removes them.
+pub fn acquire_mode(
+    held: Held,
+    mode: Mode,
+    owner: &[u8],
+    waiters_ahead: bool,
+    now_ms: i64,
+) -> Result<Decision, LeaseError> {
+    let queued = |room: bool| {
+        if waiters_ahead || !room {
+            Decision::Contended
+        } else {
+            Decision::New
+        }
+    };
+    Ok(match held {
+        Held::Free => queued(true),
+        Held::Exclusive(l) => match mode {
+            Mode::Limit(_) => return Err(conflict(Mode::Exclusive, mode)),
+            _ if !l.is_held_by(owner) => Decision::Contended,
+            Mode::Exclusive => Decision::Reacquired { token: l.token },
+            Mode::Shared => return Err(conflict(Mode::Exclusive, mode)),
+        },
+        Held::Multi(m) => {
+            let held_mode = m.mode().mode();
+            let mine = m.holder(owner).filter(|h| h.is_live(now_ms));
+            match (m.mode(), mode) {
+                (MultiMode::Limit(k), Mode::Limit(n)) if k == n => match mine {
+                    Some(h) => Decision::Reacquired { token: h.token },
+                    None => queued(m.has_room(now_ms)),
+                },
+                (MultiMode::Limit(_), _) | (MultiMode::Shared, Mode::Limit(_)) => {
+                    return Err(conflict(held_mode, mode));
+                }
+                (MultiMode::Shared, Mode::Shared) => match mine {
+                    Some(h) => Decision::Reacquired { token: h.token },
+                    None => queued(true),
+                },
+                (MultiMode::Shared, Mode::Exclusive) => match mine {
+                    Some(_) => return Err(conflict(held_mode, mode)),
+                    None => Decision::Contended,
+                },
+            }
+        }
+    })
+}
+
+/// LEASE.RENEW on a multi record: the new deadline when `owner` holds a
+/// live holding, else `None`.
+pub fn renew_holder(m: &Multi, owner: &[u8], ttl_ms: i64, now_ms: i64) -> Option<i64> {
+    m.holder(owner)
+        .filter(|h| h.is_live(now_ms))
+        .map(|_| now_ms + ttl_ms)
+}
+
+/// LEASE.RELEASE on a multi record: may `owner` give back its holding?
+pub fn release_holder(m: &Multi, owner: &[u8], now_ms: i64) -> bool {
+    m.holder(owner).is_some_and(|h| h.is_live(now_ms))
+}
+
+/// Which kind of holder a valid fencing token belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fenced {
+    /// A `SHARED` holder: its token cannot fence a write.
+    pub shared: bool,
+}
+
+/// LEASE.FENCE: is `token` the token of a current holder of the key?
+pub fn fence_record(
+    record: Option<RecordRef>,
+    token: u64,
+    now_ms: i64,
+) -> Result<Fenced, LeaseError> {
+    match record {
+        Some(RecordRef::Exclusive(l)) if l.is_live(now_ms) && l.token == token => {
+            Ok(Fenced { shared: false })
+        }
+        Some(RecordRef::Multi(m)) => match m.by_token(token) {
+            Some(h) if h.is_live(now_ms) => Ok(Fenced {
+                shared: m.mode() == MultiMode::Shared,
+            }),
+            _ => Err(LeaseError::Stale),
+        },
+        _ => Err(LeaseError::Stale),
+    }
+}
+
+/// What LEASE.INFO shows of a counting or shared lease (never an owner).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiInfo {
+    pub mode: MultiMode,
+    /// The newest holder's token.
+    pub token: u64,
+    /// Time to the latest deadline (or the key's expiry when earlier).
+    pub ttl_ms: i64,
+    /// (token, ttl) of every live holder, sorted by token.
+    pub holders: Vec<(u64, i64)>,
+}
+
+/// LEASE.INFO of a multi record at `now_ms`: its live holders only; `None`
+/// when none is live.
+pub fn holders_info(m: &Multi, now_ms: i64, key_expire_ms: Option<i64>) -> Option<MultiInfo> {
+    let end = |deadline: i64| key_expire_ms.map_or(deadline, |e| e.min(deadline));
+    let holders: Vec<(u64, i64)> = m
+        .holders()
+        .filter(|h| h.is_live(now_ms))
+        .map(|h| (h.token, (end(h.deadline_ms) - now_ms).max(0)))
+        .collect();
+    let &(token, _) = holders.last()?;
+    let latest = m.latest_deadline()?;
+    Some(MultiInfo {
+        mode: m.mode(),
+        token,
+        ttl_ms: (end(latest) - now_ms).max(0),
+        holders,
+    })
+}
+
+/// What a multi key's expiry should be set to so that it matches its
+/// latest deadline (see `decide::expiry_to_align`).
+pub fn holders_expiry_to_align(m: &Multi, key_expire_ms: Option<i64>) -> Option<i64> {
+    let latest = m.latest_deadline()?;
+    match key_expire_ms {
+        Some(e) if e <= latest => None,
+        _ => Some(latest),
     }
 }
 
@@ -214,10 +414,244 @@ mod tests {
     #[test]
     fn exhausted_tokens_refuse_instead_of_wrapping() {
         let mut clock = TokenClock::new();
-        clock.observe(super::super::clock::MAX_TOKEN);
+        clock.observe(crate::lease::limits::MAX_TOKEN);
         assert_eq!(
             acquire(None, b"a", 1, 0, &mut clock),
             Err(LeaseError::TokensExhausted)
         );
+    }
+}
+
+#[cfg(test)]
+mod multi_tests {
+    use super::*;
+    use crate::lease::holders::Holder;
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn h(owner: impl AsRef<[u8]>, token: u64, deadline_ms: i64) -> Holder {
+        Holder {
+            owner: owner.as_ref().into(),
+            token,
+            deadline_ms,
+        }
+    }
+
+    fn excl(owner: &str) -> Box<Lease> {
+        Lease::new(owner.as_bytes(), 5, NOW + 10)
+    }
+
+    fn sample() -> Multi {
+        let mut m = Multi::new(MultiMode::Limit(3));
+        m.put(h("a", 10, NOW + 100));
+        m.put(h(b"b\0\xff", 12, NOW + 50));
+        m
+    }
+    #[test]
+    fn acquire_on_a_free_key_and_strict_order() {
+        for mode in [Mode::Exclusive, Mode::Limit(3), Mode::Shared] {
+            assert_eq!(
+                acquire_mode(Held::Free, mode, b"a", false, NOW),
+                Ok(Decision::New)
+            );
+            assert_eq!(
+                acquire_mode(Held::Free, mode, b"a", true, NOW),
+                Ok(Decision::Contended),
+                "a newcomer never overtakes a waiter"
+            );
+        }
+    }
+
+    #[test]
+    fn acquire_on_an_exclusive_key() {
+        let l = excl("a");
+        let held = Held::Exclusive(&l);
+        assert_eq!(
+            acquire_mode(held, Mode::Exclusive, b"a", true, NOW),
+            Ok(Decision::Reacquired { token: 5 })
+        );
+        assert_eq!(
+            acquire_mode(held, Mode::Exclusive, b"b", false, NOW),
+            Ok(Decision::Contended)
+        );
+        assert_eq!(
+            acquire_mode(held, Mode::Shared, b"b", false, NOW),
+            Ok(Decision::Contended)
+        );
+        let e = acquire_mode(held, Mode::Shared, b"a", false, NOW).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "ERR this owner holds the key with an exclusive lease and asks for SHARED: release it first"
+        );
+        let e = acquire_mode(held, Mode::Limit(4), b"b", false, NOW).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "ERR the key is held with an exclusive lease, this acquire asks for LIMIT 4"
+        );
+    }
+
+    #[test]
+    fn acquire_on_a_limit_key() {
+        let m = sample(); // LIMIT 3, holders a and b
+        let held = Held::Multi(&m);
+        assert_eq!(
+            acquire_mode(held, Mode::Limit(3), b"a", true, NOW),
+            Ok(Decision::Reacquired { token: 10 })
+        );
+        assert_eq!(
+            acquire_mode(held, Mode::Limit(3), b"c", false, NOW),
+            Ok(Decision::New)
+        );
+        assert_eq!(
+            acquire_mode(held, Mode::Limit(3), b"c", true, NOW),
+            Ok(Decision::Contended)
+        );
+        let mut full = m.clone();
+        full.put(h("c", 20, NOW + 5));
+        assert_eq!(
+            acquire_mode(Held::Multi(&full), Mode::Limit(3), b"d", false, NOW),
+            Ok(Decision::Contended)
+        );
+        let e = acquire_mode(held, Mode::Limit(5), b"c", false, NOW).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "ERR the key is held with LIMIT 3, this acquire asks for LIMIT 5"
+        );
+        for mode in [Mode::Exclusive, Mode::Shared] {
+            for owner in [&b"a"[..], b"c"] {
+                assert!(matches!(
+                    acquire_mode(held, mode, owner, false, NOW),
+                    Err(LeaseError::ModeMismatch { .. })
+                ));
+            }
+        }
+    }
+
+    #[test]
+    fn holders_past_their_deadline_count_for_nothing() {
+        let mut m = sample(); // LIMIT 3: a until NOW + 100, b until NOW + 50
+        m.put(h("c", 20, NOW + 50));
+        let later = NOW + 60;
+        assert_eq!(m.live_len(later), 1);
+        assert!(
+            !m.has_room(NOW) && m.has_room(later),
+            "full, then two ended"
+        );
+        assert_eq!(
+            acquire_mode(Held::Multi(&m), Mode::Limit(3), b"d", false, NOW),
+            Ok(Decision::Contended),
+            "full"
+        );
+        assert_eq!(
+            acquire_mode(Held::Multi(&m), Mode::Limit(3), b"d", false, later),
+            Ok(Decision::New),
+            "b's and c's places are free"
+        );
+        assert_eq!(
+            acquire_mode(Held::Multi(&m), Mode::Limit(3), b"c", false, later),
+            Ok(Decision::New),
+            "c's holding ended: it is a newcomer"
+        );
+        let s = Multi::with(MultiMode::Shared, h("r", 9, NOW + 10));
+        assert_eq!(
+            acquire_mode(Held::Multi(&s), Mode::Exclusive, b"r", false, NOW + 11),
+            Ok(Decision::Contended),
+            "an ended reader is no holder: its exclusive ask is no error"
+        );
+    }
+
+    #[test]
+    fn acquire_on_a_shared_key() {
+        let m = Multi::with(MultiMode::Shared, h("r", 9, NOW + 10));
+        let held = Held::Multi(&m);
+        assert_eq!(
+            acquire_mode(held, Mode::Shared, b"r", true, NOW),
+            Ok(Decision::Reacquired { token: 9 })
+        );
+        assert_eq!(
+            acquire_mode(held, Mode::Shared, b"s", false, NOW),
+            Ok(Decision::New)
+        );
+        assert_eq!(
+            acquire_mode(held, Mode::Shared, b"s", true, NOW),
+            Ok(Decision::Contended)
+        );
+        assert_eq!(
+            acquire_mode(held, Mode::Exclusive, b"w", false, NOW),
+            Ok(Decision::Contended)
+        );
+        assert!(matches!(
+            acquire_mode(held, Mode::Exclusive, b"r", false, NOW),
+            Err(LeaseError::HolderMode { .. })
+        ));
+        let e = acquire_mode(held, Mode::Limit(2), b"w", false, NOW).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "ERR the key is held with SHARED, this acquire asks for LIMIT 2"
+        );
+    }
+
+    #[test]
+    fn renew_release_fence_info() {
+        let mut m = sample();
+        assert_eq!(renew_holder(&m, b"a", 30, NOW), Some(NOW + 30));
+        assert_eq!(renew_holder(&m, b"a", 30, NOW + 101), None, "expired");
+        assert_eq!(renew_holder(&m, b"zz", 30, NOW), None);
+        assert!(release_holder(&m, b"a", NOW));
+        assert!(!release_holder(&m, b"a", NOW + 101));
+        fn rec(m: &Multi) -> Option<RecordRef<'_>> {
+            Some(RecordRef::Multi(m))
+        }
+        assert_eq!(fence_record(rec(&m), 12, NOW), Ok(Fenced { shared: false }));
+        assert_eq!(fence_record(rec(&m), 12, NOW + 51), Err(LeaseError::Stale));
+        assert_eq!(fence_record(rec(&m), 11, NOW), Err(LeaseError::Stale));
+        let s = Multi::with(MultiMode::Shared, h("r", 9, NOW + 10));
+        assert_eq!(fence_record(rec(&s), 9, NOW), Ok(Fenced { shared: true }));
+        let l = excl("a");
+        assert_eq!(
+            fence_record(Some(RecordRef::Exclusive(&l)), 5, NOW),
+            Ok(Fenced { shared: false })
+        );
+        assert_eq!(fence_record(None, 5, NOW), Err(LeaseError::Stale));
+        let view = holders_info(&m, NOW + 10, None).unwrap();
+        assert_eq!(view.mode, MultiMode::Limit(3));
+        assert_eq!((view.token, view.ttl_ms), (12, 90));
+        assert_eq!(view.holders, vec![(10, 90), (12, 40)]);
+        let view = holders_info(&m, NOW + 60, Some(NOW + 80)).unwrap();
+        assert_eq!(
+            view.holders,
+            vec![(10, 20)],
+            "the ended holder is not shown"
+        );
+        assert_eq!((view.token, view.ttl_ms), (10, 20));
+        assert_eq!(holders_info(&m, NOW + 101, None), None);
+        assert_eq!(holders_expiry_to_align(&m, None), Some(NOW + 100));
+        assert_eq!(holders_expiry_to_align(&m, Some(NOW + 100)), None);
+        assert_eq!(
+            holders_expiry_to_align(&m, Some(NOW + 200)),
+            Some(NOW + 100)
+        );
+        m.take_ended(NOW + 1000, usize::MAX);
+        assert_eq!(holders_expiry_to_align(&m, None), None);
+    }
+
+    #[test]
+    fn held_state_and_next_end() {
+        let m = sample();
+        let l = excl("a");
+        assert!(Held::of(None, NOW).is_free());
+        assert!(Held::of(Some(RecordRef::Exclusive(&l)), NOW + 11).is_free());
+        assert!(!Held::of(Some(RecordRef::Multi(&m)), NOW + 100).is_free());
+        assert!(Held::of(Some(RecordRef::Multi(&m)), NOW + 101).is_free());
+        let held = Held::of(Some(RecordRef::Multi(&m)), NOW);
+        assert_eq!(held.next_end(None, NOW), Some(NOW + 50));
+        assert_eq!(held.next_end(Some(NOW + 20), NOW), Some(NOW + 20));
+        assert_eq!(
+            held.next_end(None, NOW + 60),
+            Some(NOW + 100),
+            "an ended holder still stored is no next end"
+        );
+        assert_eq!(Held::Exclusive(&l).next_end(None, NOW), Some(NOW + 10));
+        assert_eq!(Held::Free.next_end(None, NOW), None);
     }
 }

@@ -4,7 +4,8 @@
 
 use std::fmt;
 
-use super::multi::Mode;
+use super::limits::{MAX_LIMIT, MAX_OWNER_LEN};
+use super::mode::Mode;
 
 /// What a malformed or refused call gets back. Each variant names the problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,7 +83,7 @@ impl fmt::Display for LeaseError {
             LeaseError::OwnerTooLong(len) => write!(
                 f,
                 "ERR owner is {len} bytes, longer than the {} allowed",
-                crate::lease::args::MAX_OWNER_LEN
+                MAX_OWNER_LEN
             ),
             LeaseError::UnknownOption(opt) => write!(f, "ERR unknown option '{opt}'"),
             LeaseError::RepeatedOption(opt) => write!(f, "ERR option {opt} given more than once"),
@@ -93,7 +94,7 @@ impl fmt::Display for LeaseError {
             LeaseError::LimitOne => write!(
                 f,
                 "ERR LIMIT 1 is an exclusive lease: leave LIMIT out (LIMIT must be 2..{})",
-                crate::lease::multi::MAX_LIMIT
+                MAX_LIMIT
             ),
             LeaseError::ModeMismatch { held, asked } => write!(
                 f,
@@ -145,6 +146,26 @@ impl fmt::Display for LeaseError {
 }
 
 impl std::error::Error for LeaseError {}
+
+/// A client-supplied name made safe to echo in an error line: printable
+/// ASCII only, at most 64 characters.
+pub fn printable(arg: &[u8]) -> String {
+    let mut s: String = arg
+        .iter()
+        .take(64)
+        .map(|&b| {
+            if (0x20..0x7f).contains(&b) {
+                b as char
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    if arg.len() > 64 {
+        s.push_str("...");
+    }
+    s
+}
 
 #[cfg(test)]
 mod tests {

@@ -2,8 +2,8 @@
 //! [arg ...]`): which inner commands are refused, and the cluster slot rule
 //! (every key of the command must hash to the slot of the lease key).
 
-use super::args::printable;
 use super::error::LeaseError;
+use super::error::printable;
 
 /// Would this call of a command flagged `blocking` block? XREAD and
 /// XREADGROUP block only with a `BLOCK` option (before `STREAMS`, after

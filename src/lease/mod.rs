@@ -1,15 +1,24 @@
-//! The lease logic in plain Rust: no FFI, no Redis types. Everything here is
-//! unit-tested on its own; `crate::module` binds it to the server.
+//! The lease logic in plain Rust: no FFI, no server types. Everything here
+//! is unit-tested on its own; `crate::module` binds it to the server.
+//!
+//! Dependencies run one way, from the leaves up (no file imports one above
+//! it): `limits`, `mode`, `codec` -> `error` -> `args`, `clock` -> the
+//! records (`exclusive`, `holders`, then `record`) -> `decide` -> `waitq`;
+//! beside them `config`, `grace`, `versions`, `fence`, `cluster`.
 
 pub mod args;
 pub mod clock;
 pub mod cluster;
+pub mod codec;
 pub mod config;
 pub mod decide;
 pub mod error;
+pub mod exclusive;
 pub mod fence;
 pub mod grace;
-pub mod multi;
+pub mod holders;
+pub mod limits;
+pub mod mode;
 pub mod record;
 pub mod versions;
 pub mod waitq;
@@ -18,5 +27,7 @@ pub mod waitq;
 mod model;
 
 pub use error::LeaseError;
-pub use multi::{Holder, Mode, Multi, MultiMode};
-pub use record::{Lease, Record, RecordMut, RecordRef};
+pub use exclusive::Lease;
+pub use holders::{Holder, Multi};
+pub use mode::{Mode, MultiMode};
+pub use record::{Record, RecordMut, RecordRef};

@@ -20,8 +20,11 @@ use rand::{RngExt, SeedableRng};
 
 use super::clock::TokenClock;
 use super::decide::{self, Acquire};
-use super::multi::{self, Decision, Held, Holder, Mode, Multi};
-use super::record::{Lease, Record, RecordRef};
+use super::decide::{Decision, Held};
+use super::exclusive::Lease;
+use super::holders::{Holder, Multi};
+use super::mode::{Mode, MultiMode};
+use super::record::{Record, RecordRef};
 use super::waitq::{Step, WaitRegistry};
 
 const KEYS: usize = 4;
@@ -229,7 +232,7 @@ impl Core {
             (Some(mm), Some(Record::Multi(m))) if m.mode() == mm => {
                 // The effects layer's `make_room`: a full LIMIT record gives
                 // up an ended holder before it takes a new one.
-                if let multi::MultiMode::Limit(n) = mm {
+                if let MultiMode::Limit(n) = mm {
                     let over = (m.len() + 1).saturating_sub(n as usize);
                     m.take_ended(self.now, over);
                     assert!(m.len() < n as usize, "no room on key {key}");
@@ -370,7 +373,7 @@ impl Core {
         }
         self.prune(key);
         let ahead = self.waiting(key) > 0;
-        match multi::acquire(self.held(key), mode, OWNERS[owner], ahead, self.now) {
+        match decide::acquire_mode(self.held(key), mode, OWNERS[owner], ahead, self.now) {
             Err(e) => Answer::Error(e.to_string()),
             Ok(Decision::New) => {
                 let t = self.clock.issue(self.now).expect("tokens left");
@@ -404,7 +407,7 @@ impl Core {
                             self.serve(key);
                         }
                         match self.keys.get(&key) {
-                            Some(Record::Multi(m)) => multi::renew(m, o, ttl, self.now),
+                            Some(Record::Multi(m)) => decide::renew_holder(m, o, ttl, self.now),
                             _ => None,
                         }
                     }
@@ -431,7 +434,7 @@ impl Core {
                     Some(Record::Multi(_)) => {
                         self.prune(key);
                         match self.keys.get_mut(&key) {
-                            Some(Record::Multi(m)) if multi::release(m, o, self.now) => {
+                            Some(Record::Multi(m)) if decide::release_holder(m, o, self.now) => {
                                 m.remove(o);
                                 if m.is_empty() {
                                     self.keys.remove(&key);
@@ -451,12 +454,16 @@ impl Core {
             Op::Fence { key, pick, off } => {
                 let token = fence_token(self.issued.get(&key).map_or(&[], |v| v), pick, off);
                 let record = self.keys.get(&key).map(|r| r.as_ref());
-                Answer::Fence(multi::fence(record, token, self.now).ok().map(|f| f.shared))
+                Answer::Fence(
+                    decide::fence_record(record, token, self.now)
+                        .ok()
+                        .map(|f| f.shared),
+                )
             }
             Op::Info { key } => {
                 let waiters = self.waiting(key);
                 Answer::Info(match self.keys.get(&key).map(|r| r.as_ref()) {
-                    Some(RecordRef::Multi(m)) => multi::info(m, self.now, None).map(|v| {
+                    Some(RecordRef::Multi(m)) => decide::holders_info(m, self.now, None).map(|v| {
                         (
                             Some((v.mode.name(), v.mode.limit())),
                             v.token,
@@ -854,8 +861,8 @@ fn the_model_reaches_the_interesting_states() {
                 if let Record::Multi(m) = r {
                     let live = m.holders().filter(|h| h.is_live(core.now)).count();
                     match m.mode() {
-                        multi::MultiMode::Limit(_) => most_limit = most_limit.max(live),
-                        multi::MultiMode::Shared => most_shared = most_shared.max(live),
+                        MultiMode::Limit(_) => most_limit = most_limit.max(live),
+                        MultiMode::Shared => most_shared = most_shared.max(live),
                     }
                 }
             }

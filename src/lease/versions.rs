@@ -7,7 +7,7 @@
 //! change. `HISTORY` records every pair; its unit test fails when a pair
 //! changes without a new row for a new version.
 
-use super::record::NEWEST_VERSION;
+use super::codec::NEWEST_VERSION;
 
 /// The effect vocabulary this build writes and applies:
 /// 1: `LEASE.APPLY`, `LEASE.CLOCK`, `LEASE.RELEASE`, `DEL`;

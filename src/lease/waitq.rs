@@ -12,8 +12,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 
 use super::clock::TokenClock;
+use super::decide::{self, Decision, Held};
 use super::error::LeaseError;
-use super::multi::{self, Decision, Held, Mode};
+use super::mode::Mode;
 
 /// A client waiting for a lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,7 +173,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
 
     /// Serves the oldest waiter of `slot`, whose key is in state `held` at
     /// `now_ms`, as its acquire
-    /// would be decided now with nobody ahead of it (`multi::acquire`).
+    /// would be decided now with nobody ahead of it (`decide::acquire_mode`).
     /// `None` when nobody waits or the oldest must keep waiting: a later
     /// waiter is never served before it. The caller applies the step to the
     /// key and asks again, so an unbroken run of `SHARED` waiters, or
@@ -187,7 +188,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         let q = self.queues.get(slot)?;
         let head = q.waiters.values().next()?;
         let (head_id, mode, owner) = (head.id, head.mode, head.owner.clone());
-        let token = match multi::acquire(held, mode, &owner, false, now_ms) {
+        let token = match decide::acquire_mode(held, mode, &owner, false, now_ms) {
             Ok(Decision::Contended) => return None,
             Err(error) => {
                 let waiter = self.take(slot, head_id)?;
@@ -210,7 +211,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         let refused = refused
             .into_iter()
             .map(|w| {
-                let e = multi::conflict(mode, w.mode);
+                let e = decide::conflict(mode, w.mode);
                 (w, e)
             })
             .collect();
@@ -337,8 +338,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::multi::{Holder, Multi, MultiMode};
-    use crate::lease::record::Lease;
+    use crate::lease::{Holder, Lease, Multi, MultiMode};
 
     const X: Mode = Mode::Exclusive;
 
@@ -529,7 +529,7 @@ mod tests {
                 .is_none(),
             "held: the next waits"
         );
-        clock.observe(super::super::clock::MAX_TOKEN);
+        clock.observe(crate::lease::limits::MAX_TOKEN);
         let Some(Step::Refused { waiter, error }) = r.grant_next(&s, Held::Free, 1000, &mut clock)
         else {
             panic!("refused")

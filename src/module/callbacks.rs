@@ -87,7 +87,7 @@ unsafe fn run_command(
     .unwrap_or_else(|p| {
         let msg = panic_message(p.as_ref());
         state::log_warning(&format!("panic in a command: {msg}"));
-        Err(LeaseError::Internal(crate::lease::args::printable(
+        Err(LeaseError::Internal(crate::lease::error::printable(
             msg.as_bytes(),
         )))
     });

@@ -6,8 +6,7 @@
 use crate::lease::args::{
     self, check_owner, parse_acquire_options, parse_hold_mode, parse_token, parse_ttl,
 };
-use crate::lease::decide::{self, Acquire};
-use crate::lease::multi::{self, Decision};
+use crate::lease::decide::{self, Acquire, Decision};
 use crate::lease::{Holder, Lease, LeaseError, Mode, RecordRef};
 
 use super::ctx::{Args, Ctx};
@@ -156,7 +155,7 @@ fn acquire_multi(
 ) -> Result<Reply, LeaseError> {
     let name = a.str(1);
     let ahead = waiters::waiting_on(ctx, name) > 0;
-    let decision = multi::acquire(w.held(now)?, opts.mode, owner, ahead, now)?;
+    let decision = decide::acquire_mode(w.held(now)?, opts.mode, owner, ahead, now)?;
     w.prune(now);
     let expire = w.expire_at();
     let held = w.held(now)?;
@@ -168,7 +167,7 @@ fn acquire_multi(
     }
     let recheck_at = held.next_end(expire, now).map_or(now, |end| end + 1);
     let free = held.is_free();
-    let is_multi = matches!(held, multi::Held::Multi(_));
+    let is_multi = matches!(held, decide::Held::Multi(_));
     if let Some(end) = state::grace_ends_at(now).filter(|_| free || decision == Decision::New) {
         return Ok(grace_refusal(ctx, a, owner, opts, ttl, end));
     }
@@ -241,7 +240,7 @@ pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
                 serve_waiters(ctx, a, &mut w);
             }
             match w.record()? {
-                Some(RecordRef::Multi(m)) => multi::renew(m, owner, ttl, now),
+                Some(RecordRef::Multi(m)) => decide::renew_holder(m, owner, ttl, now),
                 _ => None,
             }
             .map(|deadline| w.extend_holder(owner, deadline, Some(a.str(2))))
@@ -293,8 +292,7 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     match w.record()? {
         Some(RecordRef::Multi(_)) => {
             let pruned = w.prune(now);
-            let mine =
-                matches!(w.record()?, Some(RecordRef::Multi(m)) if multi::release(m, owner, now));
+            let mine = matches!(w.record()?, Some(RecordRef::Multi(m)) if decide::release_holder(m, owner, now));
             let released = mine && w.release_holder(owner, Some(a.str(2)));
             if !released {
                 STATS.release_failed.incr();
@@ -328,7 +326,7 @@ pub fn fence(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return super::fence::fence_with_command(ctx, a, token);
     }
     let mut key = Reader::open(ctx, a.str(1));
-    match multi::fence(key.record()?, token, state::now_ms()) {
+    match decide::fence_record(key.record()?, token, state::now_ms()) {
         Ok(_) => {
             STATS.fence_ok.incr();
             Ok(Reply::Ok)
@@ -350,7 +348,7 @@ pub fn info(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let expire = key.expire_at();
     let now = state::now_ms();
     Ok(match key.record()? {
-        Some(RecordRef::Multi(m)) => match multi::info(m, now, expire) {
+        Some(RecordRef::Multi(m)) => match decide::holders_info(m, now, expire) {
             Some(view) => Reply::Fields(vec![
                 ("mode", Field::Str(view.mode.name())),
                 ("limit", Field::Int(view.mode.limit() as i64)),

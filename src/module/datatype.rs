@@ -11,8 +11,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 
-use crate::lease::record::DecodeError;
-use crate::lease::{Record, RecordRef, decide, multi};
+use crate::lease::codec::DecodeError;
+use crate::lease::{Record, RecordRef, decide};
 
 use super::ctx::{Ctx, Str};
 use super::effects::{Closed, PRUNE_PER_TICK, Reader, Writer};
@@ -222,7 +222,7 @@ fn needs_alignment(ctx: Ctx, key: Str) -> bool {
     let expire = r.expire_at();
     match r.record() {
         Ok(Some(RecordRef::Exclusive(l))) => decide::expiry_to_align(l, expire).is_some(),
-        Ok(Some(RecordRef::Multi(m))) => multi::expiry_to_align(m, expire).is_some(),
+        Ok(Some(RecordRef::Multi(m))) => decide::holders_expiry_to_align(m, expire).is_some(),
         _ => false,
     }
 }

@@ -12,9 +12,9 @@ use std::sync::Mutex;
 
 use redis_module::raw;
 
-use crate::lease::args::printable;
+use crate::lease::error::printable;
 use crate::lease::fence::{check_inner, check_same_slot, check_shared};
-use crate::lease::{LeaseError, multi};
+use crate::lease::{LeaseError, decide};
 
 use super::ctx::{Args, Ctx};
 use super::effects::Reader;
@@ -168,7 +168,7 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, Lease
     let mut inner = a.strs(4);
     let fenced = {
         let mut key = Reader::open(ctx, a.str(1));
-        match multi::fence(key.record()?, token, state::now_ms()) {
+        match decide::fence_record(key.record()?, token, state::now_ms()) {
             Ok(f) => f,
             Err(e) => {
                 STATS.fence_stale.incr();

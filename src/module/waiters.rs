@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use crate::lease::multi::Held;
+use crate::lease::decide::Held;
 use crate::lease::waitq::{Slot, Step, WaitRegistry, Waiter};
 use crate::lease::{Holder, Lease, LeaseError, Mode, RecordRef};
 

@@ -18,7 +18,7 @@ use std::ffi::CStr;
 
 use redis_module::raw;
 
-use crate::lease::multi::Held;
+use crate::lease::decide::Held;
 use crate::lease::{Holder, Lease, LeaseError, Multi, MultiMode, RecordMut, RecordRef};
 
 use super::ctx::{Ctx, Str};

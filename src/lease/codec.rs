@@ -1,0 +1,47 @@
+//! The stored encoding's versions and the ways a stored value is refused.
+//! Every record starts with its version byte: 1 an exclusive lease
+//! (`exclusive.rs`), 2 a counting or shared lease (`holders.rs`).
+
+use super::limits::MAX_AHEAD_MS;
+
+/// Record version of an exclusive lease, written first in its encoding.
+pub const LEASE_VERSION: u8 = 1;
+/// Record version of a multi-holder record.
+pub const MULTI_VERSION: u8 = 2;
+/// The newest record version this build reads.
+pub const NEWEST_VERSION: u8 = MULTI_VERSION;
+
+/// Why a stored record could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Fewer bytes than the record needs.
+    Truncated,
+    /// Bytes left over after the record.
+    TrailingBytes,
+    /// A version this build does not know (written by a newer module).
+    FutureVersion(u8),
+    /// A field with an impossible value.
+    Invalid(&'static str),
+    /// A token further ahead of this server's wall clock than
+    /// `clock::MAX_AHEAD_MS` allows (at most `max` now).
+    TooFarAhead { token: u64, max: u64 },
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::Truncated => write!(f, "lease record is truncated"),
+            DecodeError::TrailingBytes => write!(f, "lease record has trailing bytes"),
+            DecodeError::FutureVersion(v) => write!(
+                f,
+                "lease record has encoding version {v}, newer than the {NEWEST_VERSION} this module reads"
+            ),
+            DecodeError::Invalid(what) => write!(f, "lease record has an invalid {what}"),
+            DecodeError::TooFarAhead { token, max } => write!(
+                f,
+                "lease record has token {token}, more than {} days ahead of this server's clock (at most {max} is accepted now)",
+                MAX_AHEAD_MS / 86_400_000
+            ),
+        }
+    }
+}

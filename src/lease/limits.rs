@@ -1,0 +1,24 @@
+//! The limits of every argument and stored value, in one place: the leaves
+//! the rest of the core builds on.
+
+/// Longest owner id, in bytes.
+pub const MAX_OWNER_LEN: usize = 256;
+/// Upper bound of any millisecond argument or setting (about 31 years), so
+/// `now + ttl` can never overflow.
+pub const MAX_MS: i64 = 1_000_000_000_000;
+/// Largest token: 2^53-1, exact in every client language.
+pub const MAX_TOKEN: u64 = (1 << 53) - 1;
+/// Tokens per wall-clock millisecond in the token clock's floor.
+pub const TOKENS_PER_MS: u64 = 1024;
+/// How far ahead of the wall clock a token a client stores (RESTORE,
+/// MIGRATE) may be: one year of floor, so that one payload can never push
+/// the clock to 2^53-1 and exhaust every later acquire.
+pub const MAX_AHEAD_MS: i64 = 365 * 24 * 3600 * 1000;
+/// Smallest and largest `LIMIT n` (`LIMIT 1` is an exclusive lease).
+pub const MIN_LIMIT: u32 = 2;
+pub const MAX_LIMIT: u32 = 100_000;
+
+/// Is `owner` a valid owner id (1..=256 arbitrary bytes)?
+pub fn owner_ok(owner: &[u8]) -> bool {
+    (1..=MAX_OWNER_LEN).contains(&owner.len())
+}
