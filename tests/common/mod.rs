@@ -105,12 +105,23 @@ pub fn server_binary(kind: Kind) -> PathBuf {
     path
 }
 
-/// A port nobody listens on right now.
+/// Highest port a server may take: a cluster node also listens on its
+/// port + 10000.
+const MAX_SERVER_PORT: u16 = 55535;
+
+/// A port nobody listens on right now, at most `MAX_SERVER_PORT` (the
+/// kernel's ephemeral range reaches 60999). Bounded: 100 tries.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    let pick = || {
+        TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port")
+    };
+    (0..100)
+        .map(|_| pick())
+        .find(|&p| p <= MAX_SERVER_PORT)
+        .expect("a free port up to 55535 in 100 tries")
 }
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);

@@ -62,9 +62,16 @@ def wait_until(within: float, f: Callable[[], bool]) -> bool:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nobody listens on now, at most 55535: a cluster node also
+    listens on its port + 10000 (the ephemeral range reaches 60999).
+    Bounded: 100 tries."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port <= 55535:
+            return port
+    raise RuntimeError("no free port up to 55535 in 100 tries")
 
 
 class Server:
