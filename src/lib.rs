@@ -4,6 +4,8 @@
 //! `lease` is the pure core (no FFI); `module` binds it to the server. This
 //! file only registers the module.
 
+#![deny(unsafe_code)]
+
 pub mod lease;
 // Unit tests build without the registration below, so the binding is unused there.
 #[cfg(feature = "module")]
@@ -11,12 +13,13 @@ pub mod lease;
 mod module;
 
 #[cfg(all(feature = "module", not(test)))]
+#[allow(unsafe_code)]
 mod registration {
     use redis_module::alloc::RedisAlloc;
     use redis_module::redis_module;
 
-    use crate::module::callbacks::LEASE_TYPE;
-    use crate::module::init;
+    use crate::module::ffi::register::init;
+    use crate::module::ffi::callbacks::LEASE_TYPE;
 
     redis_module! {
         name: "lease",

@@ -1,4 +1,4 @@
-//! The fencing-token clock (SPEC S2): a hybrid logical clock.
+//! The fencing-token clock (design.md S2): a hybrid logical clock.
 //!
 //! A new token is `max(last + 1, now_ms * 1024)`. The logical part makes
 //! tokens strictly increasing on one server whatever happens to keys; the

@@ -1,83 +1,123 @@
-//! Module settings and the parsing of `loadmodule` arguments (SPEC S6, S7).
+//! The module's settings, as one table (design.md S6, S7): each row is a
+//! setting's name, default, bounds and meaning. The `loadmodule` argument
+//! parser below, the binding's CONFIG registration and `INFO lease`, and the
+//! configuration page of the docs (checked by a test) all read it; adding a
+//! setting is one row here (what a change of it does is an `OnChange`, which
+//! the binding carries out in `module/grace.rs`).
 
 use super::args::parse_i64;
 use super::error::printable;
 use super::limits::MAX_MS;
 
-/// Default `max-ttl-ms`: one minute (S7: the grace after a failover must
-/// outlast the longest lease that could have been lost; long leases are
-/// renewed, not granted long).
-pub const DEFAULT_MAX_TTL_MS: i64 = 60_000;
-/// Bounds of `max-ttl-ms`.
-pub const MIN_MAX_TTL_MS: i64 = 1;
-pub const MAX_MAX_TTL_MS: i64 = MAX_MS;
-/// Default `grace-ms`: -1, "equal to max-ttl-ms".
-pub const DEFAULT_GRACE_MS: i64 = -1;
-/// Bounds of `grace-ms` (-1: as max-ttl-ms, 0: off).
-pub const MIN_GRACE_MS: i64 = -1;
-pub const MAX_GRACE_MS: i64 = MAX_MS;
+/// One integer setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    /// Its name: a `loadmodule` argument, and `lease.<name>` for CONFIG.
+    pub name: &'static str,
+    pub default: i64,
+    pub min: i64,
+    pub max: i64,
+    /// What it means, for the docs.
+    pub doc: &'static str,
+    /// What a change of it at run time does.
+    pub on_change: OnChange,
+}
 
-/// The settings given at load time.
+/// What the binding does when a setting changes at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnChange {
+    /// A running grace period is re-timed to the new length (and a grace
+    /// set shorter than its rule is warned about).
+    RetimeGrace,
+}
+
+/// Which setting (an index into `SETTINGS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Name {
+    MaxTtlMs,
+    GraceMs,
+}
+
+/// Every setting. Default `max-ttl-ms`: one minute (design.md S7: the grace after a
+/// failover must outlast the longest lease that could have been lost; long
+/// leases are renewed, not granted long).
+pub const SETTINGS: [Setting; 2] = [
+    Setting {
+        name: "max-ttl-ms",
+        default: 60_000,
+        min: 1,
+        max: MAX_MS,
+        doc: "the longest ttl-ms an acquire or renew may ask for",
+        on_change: OnChange::RetimeGrace,
+    },
+    Setting {
+        name: "grace-ms",
+        default: -1,
+        min: -1,
+        max: MAX_MS,
+        doc: "the grace period after a promotion or a start on possibly older data: -1 is max-ttl-ms, plus min-replicas-max-lag + 2 s when min-replicas-to-write is set; 0 turns it off",
+        on_change: OnChange::RetimeGrace,
+    },
+];
+
+impl Name {
+    pub const ALL: [Name; 2] = [Name::MaxTtlMs, Name::GraceMs];
+
+    pub fn setting(self) -> &'static Setting {
+        &SETTINGS[self as usize]
+    }
+}
+
+/// The settings given at load time, one value per row of `SETTINGS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
-    pub max_ttl_ms: i64,
-    pub grace_ms: i64,
+    pub values: [i64; SETTINGS.len()],
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            max_ttl_ms: DEFAULT_MAX_TTL_MS,
-            grace_ms: DEFAULT_GRACE_MS,
+            values: SETTINGS.map(|s| s.default),
         }
     }
 }
 
-/// One integer setting: its name, bounds and where it goes.
-struct Known {
-    name: &'static str,
-    min: i64,
-    max: i64,
-    set: fn(&mut Settings, i64),
-}
+impl Settings {
+    pub fn get(&self, name: Name) -> i64 {
+        self.values[name as usize]
+    }
 
-const KNOWN: [Known; 2] = [
-    Known {
-        name: "max-ttl-ms",
-        min: MIN_MAX_TTL_MS,
-        max: MAX_MAX_TTL_MS,
-        set: |s, v| s.max_ttl_ms = v,
-    },
-    Known {
-        name: "grace-ms",
-        min: MIN_GRACE_MS,
-        max: MAX_GRACE_MS,
-        set: |s, v| s.grace_ms = v,
-    },
-];
+    pub fn max_ttl_ms(&self) -> i64 {
+        self.get(Name::MaxTtlMs)
+    }
+
+    pub fn grace_ms(&self) -> i64 {
+        self.get(Name::GraceMs)
+    }
+}
 
 /// Parses `loadmodule path [name value ...]`. Names may carry the `lease.`
 /// prefix used by CONFIG SET. Unknown, repeated, valueless or invalid
 /// arguments are refused with a message for the server log.
 pub fn parse_module_args(args: &[&[u8]]) -> Result<Settings, String> {
     let mut settings = Settings::default();
-    let mut seen = [false; KNOWN.len()];
+    let mut seen = [false; SETTINGS.len()];
     let mut i = 0;
     while i < args.len() {
         let raw = args[i];
         let name = raw.strip_prefix(b"lease.").unwrap_or(raw);
-        let Some(at) = KNOWN
+        let Some(at) = SETTINGS
             .iter()
             .position(|k| name.eq_ignore_ascii_case(k.name.as_bytes()))
         else {
-            let names: Vec<&str> = KNOWN.iter().map(|k| k.name).collect();
+            let names: Vec<&str> = SETTINGS.iter().map(|k| k.name).collect();
             return Err(format!(
                 "unknown module argument '{}' (known: {})",
                 printable(raw),
                 names.join(", ")
             ));
         };
-        let k = &KNOWN[at];
+        let k = &SETTINGS[at];
         if std::mem::replace(&mut seen[at], true) {
             return Err(format!("module argument {} given more than once", k.name));
         }
@@ -95,7 +135,7 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<Settings, String> {
                     printable(value)
                 )
             })?;
-        (k.set)(&mut settings, v);
+        settings.values[at] = v;
         i += 2;
     }
     Ok(settings)
@@ -108,26 +148,26 @@ mod tests {
     #[test]
     fn defaults_and_values() {
         assert_eq!(parse_module_args(&[]), Ok(Settings::default()));
-        assert_eq!(Settings::default().max_ttl_ms, 60_000);
-        assert_eq!(Settings::default().grace_ms, -1);
+        assert_eq!(Settings::default().max_ttl_ms(), 60_000);
+        assert_eq!(Settings::default().grace_ms(), -1);
         assert_eq!(
             parse_module_args(&[b"max-ttl-ms", b"5000"])
                 .unwrap()
-                .max_ttl_ms,
+                .max_ttl_ms(),
             5000
         );
         assert_eq!(
             parse_module_args(&[b"lease.max-ttl-ms", b"7"])
                 .unwrap()
-                .max_ttl_ms,
+                .max_ttl_ms(),
             7
         );
         let s = parse_module_args(&[b"grace-ms", b"0", b"MAX-TTL-MS", b"9"]).unwrap();
-        assert_eq!((s.grace_ms, s.max_ttl_ms), (0, 9));
+        assert_eq!((s.grace_ms(), s.max_ttl_ms()), (0, 9));
         assert_eq!(
             parse_module_args(&[b"lease.grace-ms", b"-1"])
                 .unwrap()
-                .grace_ms,
+                .grace_ms(),
             -1
         );
     }

@@ -1,6 +1,6 @@
 //! The decision each command makes, given what the key holds, the caller's
-//! arguments and the time: for an exclusive lease (SPEC S1) and for a
-//! counting or shared one (S8). No I/O: the module layer reads the key, asks
+//! arguments and the time: for an exclusive lease (design.md S1) and for a
+//! counting or shared one (design.md S8). No I/O: the module layer reads the key, asks
 //! here, then applies the answer. The hand-off to waiters (`waitq.rs`) and
 //! the model test decide through the same functions.
 

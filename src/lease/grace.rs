@@ -1,4 +1,4 @@
-//! The grace period after possibly lost grants (SPEC S7): after this server
+//! The grace period after possibly lost grants (design.md S7): after this server
 //! becomes a master, or starts on data that may be older than what it
 //! acknowledged, it creates no new lease until every lease that might have
 //! been lost has expired.

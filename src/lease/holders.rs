@@ -1,4 +1,4 @@
-//! A counting or shared lease (SPEC S8, docs/design.md): the holders of a
+//! A counting or shared lease (design.md S8): the holders of a
 //! key held with `LIMIT n` or `SHARED`, each with its own owner, token and
 //! deadline, indexed by token, by owner and by deadline so that every
 //! operation on one holder costs O(log n) even for `LIMIT 100000`; and its
@@ -126,6 +126,22 @@ impl Multi {
         let h = self.by_token.remove(&token)?;
         self.by_deadline.remove(&(h.deadline_ms, token));
         Some(h)
+    }
+
+    /// The batch `take_ended(now_ms, max)` would take out, without taking
+    /// it: its size and its last holder's (deadline, token), which names it
+    /// (`LEASE.PRUNE`). `None` when no holder has ended. O(k) in the batch.
+    pub fn ended_batch(&self, now_ms: i64, max: usize) -> Option<(usize, i64, u64)> {
+        let mut last = None;
+        let mut n = 0;
+        for &(deadline, token) in self.by_deadline.iter().take(max) {
+            if now_ms <= deadline {
+                break;
+            }
+            last = Some((deadline, token));
+            n += 1;
+        }
+        last.map(|(d, t)| (n, d, t))
     }
 
     /// Takes out at most `max` holders whose deadline has passed at

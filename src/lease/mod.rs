@@ -3,7 +3,9 @@
 //!
 //! Dependencies run one way, from the leaves up (no file imports one above
 //! it): `limits`, `mode`, `codec` -> `error` -> `args`, `clock` -> the
-//! records (`exclusive`, `holders`, then `record`) -> `decide` -> `waitq`;
+//! records (`exclusive`, `holders`, then `record`) -> `effect` (the
+//! replication language) and `decide` -> `waitq` -> `ops` (what each
+//! command does, as values);
 //! beside them `config`, `grace`, `versions`, `fence`, `cluster`.
 
 pub mod args;
@@ -12,19 +14,26 @@ pub mod cluster;
 pub mod codec;
 pub mod config;
 pub mod decide;
+pub mod effect;
 pub mod error;
+// The one allocation of an exclusive lease (a thin pointer to an unsized
+// struct) is the core's only `unsafe`.
+#[allow(unsafe_code)]
 pub mod exclusive;
 pub mod fence;
 pub mod grace;
 pub mod holders;
 pub mod limits;
 pub mod mode;
+pub mod ops;
 pub mod record;
 pub mod versions;
 pub mod waitq;
 
 #[cfg(test)]
 mod model;
+#[cfg(test)]
+mod testkit;
 
 pub use error::LeaseError;
 pub use exclusive::Lease;

@@ -1,5 +1,5 @@
 //! What an acquire asks for and how a key with several holders is held:
-//! the modes of SPEC S8 (docs/design.md).
+//! the modes of design.md S8.
 
 use std::fmt;
 

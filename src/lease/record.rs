@@ -38,6 +38,13 @@ impl Record {
         }
     }
 
+    pub fn as_mut(&mut self) -> RecordMut<'_> {
+        match self {
+            Record::Exclusive(l) => RecordMut::Exclusive(l),
+            Record::Multi(m) => RecordMut::Multi(m),
+        }
+    }
+
     /// Decodes a record of any known version (1: exclusive, 2: multi).
     pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         match bytes.first() {

@@ -439,60 +439,6 @@ mod tests {
         assert!(r.slots().is_empty());
     }
 
-    /// Serves `slot` as the module does: applies each step to `held`
-    /// (None, an exclusive lease, or a multi record) until nothing moves;
-    /// returns (handle, token or error text) per answered waiter.
-    fn serve(
-        r: &mut WaitRegistry<u32, u64>,
-        slot: &Slot,
-        key: &mut Option<crate::lease::Record>,
-        now: i64,
-        clock: &mut TokenClock,
-    ) -> Vec<(u32, Result<u64, String>)> {
-        use crate::lease::Record;
-        let mut out = Vec::new();
-        for _ in 0..1000 {
-            let held = Held::of(key.as_ref().map(|k| k.as_ref()), now);
-            let Some(step) = r.grant_next(slot, held, now, clock) else {
-                break;
-            };
-            match step {
-                Step::Grant {
-                    mode,
-                    owner,
-                    token,
-                    deadline_ms,
-                    waiters,
-                    refused,
-                } => {
-                    let holder = Holder {
-                        owner: owner.clone(),
-                        token,
-                        deadline_ms,
-                    };
-                    match (mode.multi(), key.as_mut()) {
-                        (None, _) => {
-                            *key = Some(Record::Exclusive(Lease::new(&owner, token, deadline_ms)))
-                        }
-                        (Some(_), Some(Record::Multi(m))) => {
-                            m.put(holder);
-                        }
-                        (Some(mm), _) => *key = Some(Record::Multi(Multi::with(mm, holder))),
-                    }
-                    out.extend(waiters.iter().map(|w| (w.handle, Ok(token))));
-                    out.extend(refused.iter().map(|(w, e)| (w.handle, Err(e.to_string()))));
-                }
-                Step::Reacquired { token, waiters, .. } => {
-                    out.extend(waiters.iter().map(|w| (w.handle, Ok(token))));
-                }
-                Step::Refused { waiter, error } => {
-                    out.push((waiter.handle, Err(error.to_string())))
-                }
-            }
-        }
-        out
-    }
-
     #[test]
     fn a_grant_goes_to_the_oldest_and_its_retries() {
         let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
@@ -536,66 +482,6 @@ mod tests {
         };
         assert_eq!(waiter.handle, 2, "the waiter to answer with the error");
         assert_eq!(error, LeaseError::TokensExhausted);
-    }
-
-    #[test]
-    fn a_run_of_shared_heads_is_served_together_and_never_overtakes_a_writer() {
-        let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
-        let mut clock = TokenClock::new();
-        let s = slot("rw");
-        r.push(s.clone(), 1, b"r1", Mode::Shared, 100, None);
-        r.push(s.clone(), 2, b"r2", Mode::Shared, 100, None);
-        r.push(s.clone(), 3, b"w", X, 100, None);
-        r.push(s.clone(), 4, b"r3", Mode::Shared, 100, None);
-        let mut key = None;
-        let got = serve(&mut r, &s, &mut key, 1000, &mut clock);
-        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![1, 2]);
-        let Some(crate::lease::Record::Multi(m)) = &key else {
-            panic!("{key:?}")
-        };
-        assert_eq!((m.mode(), m.len()), (MultiMode::Shared, 2));
-        assert_eq!(r.len(&s), 2, "the writer and the reader behind it wait");
-        // The readers leave: the writer comes first, then the last reader.
-        key = None;
-        let got = serve(&mut r, &s, &mut key, 1000, &mut clock);
-        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![3]);
-        assert!(matches!(key, Some(crate::lease::Record::Exclusive(_))));
-        key = None;
-        let got = serve(&mut r, &s, &mut key, 1000, &mut clock);
-        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![4]);
-    }
-
-    #[test]
-    fn limit_heads_are_served_while_permits_remain_and_mismatches_are_refused() {
-        let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
-        let mut clock = TokenClock::new();
-        let s = slot("sem");
-        r.push(s.clone(), 1, b"a", Mode::Limit(2), 100, None);
-        r.push(s.clone(), 2, b"b", Mode::Limit(5), 100, None);
-        r.push(s.clone(), 3, b"c", Mode::Limit(2), 100, None);
-        r.push(s.clone(), 4, b"a", Mode::Shared, 100, None);
-        r.push(s.clone(), 5, b"d", Mode::Limit(2), 100, None);
-        r.push(s.clone(), 6, b"e", Mode::Limit(2), 100, None);
-        let mut key = None;
-        let got = serve(&mut r, &s, &mut key, 1000, &mut clock);
-        let handles: Vec<u32> = got.iter().map(|g| g.0).collect();
-        assert_eq!(handles, vec![1, 4, 2, 3], "a, a's other mode, b refused, c");
-        assert!(got[0].1.is_ok() && got[3].1.is_ok());
-        assert!(got[1].1.as_ref().unwrap_err().contains("asks for SHARED"));
-        assert!(
-            got[2]
-                .1
-                .as_ref()
-                .unwrap_err()
-                .contains("held with LIMIT 2, this acquire asks for LIMIT 5")
-        );
-        assert_eq!(r.len(&s), 2, "d and e wait: both permits are taken");
-        let Some(crate::lease::Record::Multi(m)) = &mut key else {
-            panic!()
-        };
-        m.remove(b"a");
-        let got = serve(&mut r, &s, &mut key, 1000, &mut clock);
-        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![5]);
     }
 
     #[test]

@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use crate::lease::LeaseError;
 use crate::lease::versions::{self, EFFECTS, RECORDS};
 
-use super::callbacks;
-use super::ctx::Ctx;
-use super::effects::Writer;
-use super::state;
+use super::commit::KeyWriter;
+use super::ffi::ctx::Ctx;
+use super::ffi::key::lease_key_names;
+use super::ffi::server::log_warning;
 
 /// The versions announced by a source this build cannot follow.
 static INCOMPATIBLE: Mutex<Option<(u32, u32)>> = Mutex::new(None);
@@ -76,7 +76,7 @@ pub fn announced(ctx: Ctx, effects: u32, records: u32) {
     if versions::understands(effects, records) {
         if incompatible().is_some() {
             set(None);
-            state::log_warning(&format!(
+            log_warning(&format!(
                 "the lease effects and records of this node's source (effects {effects}, records {records}) are ones it understands again: it applies lease effects again (the leases it dropped come back with the next full sync)"
             ));
         }
@@ -84,7 +84,7 @@ pub fn announced(ctx: Ctx, effects: u32, records: u32) {
     }
     set(Some((effects, records)));
     let dropped = drop_all(ctx);
-    state::log_warning(&format!(
+    log_warning(&format!(
         "=== INCOMPATIBLE LEASE MODULE === this node's source (its master, or the AOF it loads) speaks lease effects {effects} and records {records}; this build (module {}) understands effects up to {EFFECTS} and records up to {RECORDS}. It deleted its {dropped} lease keys, applies no lease effect and refuses every lease command until it is upgraded: upgrade replicas first, then fail over to them; never downgrade a node once newer records exist.",
         super::VERSION
     ));
@@ -94,7 +94,7 @@ pub fn announced(ctx: Ctx, effects: u32, records: u32) {
 pub fn on_promoted() {
     if incompatible().is_some() {
         set(None);
-        state::log_warning(
+        log_warning(
             "promoted: this node applies its own lease effects again (its grace period covers the leases it dropped)",
         );
     }
@@ -112,9 +112,9 @@ fn drop_all(ctx: Ctx) -> usize {
         if !ctx.select_db(db) {
             continue;
         }
-        for name in callbacks::lease_key_names(ctx) {
+        for name in lease_key_names(ctx) {
             let name = ctx.string(&name);
-            Writer::open(ctx, name.as_str()).forget();
+            KeyWriter::for_effect(ctx, name.as_str()).forget();
             n += 1;
         }
     }

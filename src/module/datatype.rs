@@ -9,15 +9,22 @@
 //! expiry commands with a command filter instead, and RESTORE from the
 //! type's load callback.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
+use crate::lease::Record;
 use crate::lease::codec::DecodeError;
-use crate::lease::{Record, RecordRef, decide};
 
-use super::ctx::{Ctx, Str};
-use super::effects::{Closed, PRUNE_PER_TICK, Reader, Writer};
-use super::state::{self, STATS, TimerJob};
-use super::waiters;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::lease::ops;
+
+use super::commit::{Closed, KeyWriter, Reader};
+use super::counters::STATS;
+use super::ffi::ctx::{Ctx, Str};
+use super::ffi::server::{log_warning, mono_ms, now_ms};
+use super::timers::{self, TimerJob};
+use super::{early, info, tokens, waiters};
 
 /// Encoding version of the RDB value (the record carries its own version too).
 pub const ENCVER: i32 = 1;
@@ -30,7 +37,7 @@ pub const TYPE_NAME: &str = "leasetype";
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Source {
     /// An RDB load, a full sync or DEBUG RELOAD: what this server (or its
-    /// master) saved. Taken as it is (SPEC S3: a replica takes its master's
+    /// master) saved. Taken as it is (design.md S3: a replica takes its master's
     /// state, never a result of its own clock).
     Load,
     /// RESTORE or MIGRATE: one client's value.
@@ -46,7 +53,7 @@ pub enum Source {
 /// stepped back). Raises the clock to its largest token.
 pub fn loaded(encver: i32, bytes: Option<&[u8]>, source: Source) -> Option<Record> {
     if encver > ENCVER {
-        state::log_warning(&format!(
+        log_warning(&format!(
             "cannot load a lease value of encoding version {encver}: this module reads up to {ENCVER}. It was written by a newer lease module: upgrade this node (replicas first, then fail over; never downgrade once newer records exist)"
         ));
         return None;
@@ -54,25 +61,25 @@ pub fn loaded(encver: i32, bytes: Option<&[u8]>, source: Source) -> Option<Recor
     let record = match Record::decode(bytes?) {
         Ok(record) => record,
         Err(e @ DecodeError::FutureVersion(_)) => {
-            state::log_warning(&format!(
+            log_warning(&format!(
                 "refusing a stored lease value: {e} (module {}). It was written by a newer lease module: upgrade this node (replicas first, then fail over; never downgrade once newer records exist)",
                 super::VERSION
             ));
             return None;
         }
         Err(e) => {
-            state::log_warning(&format!("refusing a stored lease value: {e}"));
+            log_warning(&format!("refusing a stored lease value: {e}"));
             return None;
         }
     };
-    if let Err(e) = record.as_ref().check_not_ahead(state::now_ms()) {
+    if let Err(e) = record.as_ref().check_not_ahead(now_ms()) {
         if source == Source::Restore {
-            state::log_warning(&format!("refusing a stored lease value: {e}"));
+            log_warning(&format!("refusing a stored lease value: {e}"));
             return None;
         }
         warn_far_ahead(&e);
     }
-    state::observe_token(record.as_ref().max_token());
+    tokens::observe(record.as_ref().max_token());
     Some(record)
 }
 
@@ -80,10 +87,10 @@ pub fn loaded(encver: i32, bytes: Option<&[u8]>, source: Source) -> Option<Recor
 /// server's clock: it is taken, and the token clock goes on from it.
 fn warn_far_ahead(e: &DecodeError) {
     static LAST: AtomicI64 = AtomicI64::new(i64::MIN);
-    let now = state::mono_ms();
+    let now = mono_ms();
     if now.saturating_sub(LAST.load(Relaxed)) >= 60_000 {
         LAST.store(now, Relaxed);
-        state::log_warning(&format!(
+        log_warning(&format!(
             "loaded a lease value far ahead of this server's clock ({e}): taken as it is (a replica follows its master); the token clock goes on from it. Is this server's clock far behind its master's, or did it step back?"
         ));
     }
@@ -93,7 +100,7 @@ fn warn_far_ahead(e: &DecodeError) {
 /// the keyspace (DEL, expiry, overwrite): its waiters are re-checked right
 /// after, and an `expired` event that follows counts each holder.
 pub fn unlinked(name: &[u8], holders: usize, deadline_ms: i64) {
-    state::note_unlinked(name, holders, deadline_ms);
+    note_unlinked(name, holders, deadline_ms);
     waiters::key_changed(name);
 }
 
@@ -101,7 +108,7 @@ pub fn unlinked(name: &[u8], holders: usize, deadline_ms: i64) {
 /// server sets the key's expiry from the command after this, so the key's
 /// expiry is compared with the lease's deadline right after the command.
 pub fn restored(db: i32, name: &[u8]) {
-    state::start_timer(0, TimerJob::Align((db, name.to_vec())));
+    timers::start(0, TimerJob::Align((db, name.to_vec())));
 }
 
 /// An `expired` keyspace event: counts the expiry of a lease key (its type
@@ -110,67 +117,34 @@ pub fn restored(db: i32, name: &[u8]) {
 /// (Redis 8.2's active expiry does, where every other server waits for the
 /// next one), the lease counts as held until that millisecond has passed,
 /// so that no one gets it while its holder may still hold it
-/// (`ended_early`). A key whose expiry was set earlier than its lease's
+/// (`early::ended_early`). A key whose expiry was set earlier than its lease's
 /// deadline (`PEXPIRE`) ends when the server says.
 pub fn on_expired(ctx: Ctx, key: Str) {
-    let Some((holders, deadline_ms)) = state::take_unlinked(key.bytes()) else {
+    let Some((holders, deadline_ms)) = take_unlinked(key.bytes()) else {
         return;
     };
     STATS.expired.add(holders as u64);
-    if deadline_ms == state::now_ms() {
-        let mut early = ENDED_EARLY.lock().unwrap_or_else(|e| e.into_inner());
-        early.push((ctx.selected_db(), key.bytes().to_vec(), deadline_ms));
-        ANY_ENDED_EARLY.store(true, Relaxed);
+    if deadline_ms == now_ms() {
+        early::note(ctx.selected_db(), key.bytes(), deadline_ms);
     }
-}
-
-/// Lease keys the server expired within their deadline's millisecond:
-/// (database, name, deadline). Entries leave once that millisecond passed.
-static ENDED_EARLY: std::sync::Mutex<Vec<(i32, Vec<u8>, i64)>> = std::sync::Mutex::new(Vec::new());
-/// Whether `ENDED_EARLY` may hold an entry: the hot paths read this alone.
-static ANY_ENDED_EARLY: AtomicBool = AtomicBool::new(false);
-
-/// Did the server expire any lease key within its deadline's millisecond
-/// lately? (The hot paths ask this, one load, before `ended_early`.)
-#[inline]
-pub fn any_ended_early() -> bool {
-    ANY_ENDED_EARLY.load(Relaxed)
-}
-
-/// If the server expired lease key `name` of database `db` within its
-/// deadline's millisecond and that millisecond has not passed yet, the
-/// deadline: the key is gone, but its lease counts as held until then.
-pub fn ended_early(db: i32, name: &[u8]) -> Option<i64> {
-    if !any_ended_early() {
-        return None;
-    }
-    let now = state::now_ms();
-    let mut early = ENDED_EARLY.lock().unwrap_or_else(|e| e.into_inner());
-    early.retain(|&(_, _, deadline)| deadline >= now);
-    // Bounded: entries live for a millisecond at most.
-    ANY_ENDED_EARLY.store(!early.is_empty(), Relaxed);
-    early
-        .iter()
-        .find(|(d, n, _)| *d == db && n.as_slice() == name)
-        .map(|&(_, _, deadline)| deadline)
 }
 
 /// An `evicted` keyspace event: a lease key was evicted under
 /// `maxmemory-policy` (its holders lost their leases without knowing):
 /// counted per holder, and logged at most once every ten seconds.
 pub fn on_evicted(key: Str) {
-    let Some((holders, _)) = state::take_unlinked(key.bytes()) else {
+    let Some((holders, _)) = take_unlinked(key.bytes()) else {
         return;
     };
     STATS.evicted.add(holders as u64);
     static LAST_LOG: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MIN);
-    let now = state::mono_ms();
+    let now = mono_ms();
     let last = LAST_LOG.load(std::sync::atomic::Ordering::Relaxed);
     if now.saturating_sub(last) >= EVICTION_LOG_EVERY_MS {
         LAST_LOG.store(now, std::sync::atomic::Ordering::Relaxed);
-        state::log_warning(&format!(
+        log_warning(&format!(
             "a lease key was evicted (maxmemory-policy {}): its holders lost their leases and another owner may take them; {} lease holders evicted since the start (lease_evicted). Use 'maxmemory-policy noeviction' for leases.",
-            state::maxmemory_policy(),
+            info::maxmemory_policy(),
             STATS.evicted.get()
         ));
     }
@@ -194,64 +168,102 @@ pub fn before_command(name: &[u8], key: Option<&[u8]>) {
 }
 
 /// The drain timer fired: takes the next batch of ended holders out of the
-/// key of `slot` (scheduling the one after when more remain). A write the
-/// module starts by itself, so it passes the gates; a closed gate tries
-/// again later, and a key whose slot moved away is left to its new node.
+/// key of `slot` (the commit schedules the one after when more remain). A
+/// write the module starts by itself, so it passes the gates; a closed gate
+/// tries again later, and a key whose slot moved away is left to its new
+/// node.
 pub fn on_drain(ctx: Ctx, slot: crate::lease::waitq::Slot) {
-    state::end_drain(&slot);
+    timers::end_drain(&slot);
     let (db, key) = slot;
     if ctx.is_replica() || !ctx.select_db(db) {
         return;
     }
     let name = ctx.string(&key);
-    match Writer::open_gated(ctx, name.as_str()) {
+    match KeyWriter::for_module(ctx, name.as_str()) {
         Ok(mut w) => {
-            w.prune_up_to(state::now_ms(), PRUNE_PER_TICK);
+            let now = now_ms();
+            if let Some(c) = w.record().ok().and_then(|r| ops::drain(r, now)) {
+                w.commit(c);
+            }
         }
         Err(Closed::Moved(_)) => {}
-        Err(_) => state::start_drain(db, &key, DRAIN_RETRY_MS),
+        Err(_) => timers::start_drain(db, &key, DRAIN_RETRY_MS),
     }
 }
 
 /// How soon a drain whose write gate was closed tries again.
 const DRAIN_RETRY_MS: i64 = 50;
 
-/// Does lease key `key` outlive its lease (its latest holder)?
-fn needs_alignment(ctx: Ctx, key: Str) -> bool {
-    let mut r = Reader::open(ctx, key);
-    let expire = r.expire_at();
-    match r.record() {
-        Ok(Some(RecordRef::Exclusive(l))) => decide::expiry_to_align(l, expire).is_some(),
-        Ok(Some(RecordRef::Multi(m))) => decide::holders_expiry_to_align(m, expire).is_some(),
-        _ => false,
-    }
-}
-
 /// The alignment timer fired: sets the key's expiry back to its lease's
-/// deadline, or deletes it when the lease has already ended. A write the
-/// module starts by itself, so it passes the gates; when they are closed it
-/// is left as it is (the lease is free once its deadline passes whatever
-/// the key's TTL).
+/// deadline, or deletes it when the lease has already ended
+/// (`ops::align`). A write the module starts by itself, so it passes the
+/// gates; when they are closed it is left as it is (the lease is free once
+/// its deadline passes whatever the key's TTL).
 pub fn on_align(ctx: Ctx, db: i32, key: &[u8]) {
     if ctx.is_replica() || !ctx.select_db(db) {
         return;
     }
     let name = ctx.string(key);
-    if !needs_alignment(ctx, name.as_str()) {
+    let now = now_ms();
+    let needed = {
+        let mut r = Reader::open(ctx, name.as_str());
+        let expire = r.expire_at();
+        r.record()
+            .ok()
+            .and_then(|rec| ops::align(rec, expire, now))
+            .is_some()
+    };
+    if !needed {
         return;
     }
-    let Ok(mut w) = Writer::open_gated(ctx, name.as_str()) else {
+    let Ok(mut w) = KeyWriter::for_module(ctx, name.as_str()) else {
         return;
     };
-    let now = state::now_ms();
-    let live = match w.record() {
-        Ok(Some(RecordRef::Exclusive(l))) => l.is_live(now),
-        Ok(Some(RecordRef::Multi(m))) => m.is_live(now),
-        _ => false,
-    };
-    if live {
-        let _ = w.align_expiry();
-    } else {
-        w.delete_ended();
+    let expire = w.expire_at();
+    let owned = w
+        .record()
+        .ok()
+        .and_then(|rec| ops::align(rec, expire, now).map(|c| c.to_owned()));
+    if let Some(c) = owned {
+        w.commit(c.as_commit());
     }
+}
+
+/// The name of the lease key last unlinked, how many holders its record
+/// had and its lease's deadline, and when, so the `expired` (or `evicted`)
+/// event that follows an unlink at once can tell a lease key from any other
+/// (its type is gone by then) and count each holder. Reused, so no
+/// allocation per unlink once warm.
+static LAST_UNLINKED: Mutex<Unlinked> = Mutex::new(Unlinked {
+    name: Vec::new(),
+    holders: 0,
+    deadline_ms: 0,
+    at: None,
+});
+
+struct Unlinked {
+    name: Vec<u8>,
+    holders: usize,
+    deadline_ms: i64,
+    at: Option<Instant>,
+}
+
+fn note_unlinked(name: &[u8], holders: usize, deadline_ms: i64) {
+    let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
+    last.name.clear();
+    last.name.extend_from_slice(name);
+    last.holders = holders;
+    last.deadline_ms = deadline_ms;
+    last.at = Some(Instant::now());
+}
+
+/// If `name` was the lease key unlinked just now (within a millisecond),
+/// how many holders it had and its lease's deadline. Clears the mark.
+fn take_unlinked(name: &[u8]) -> Option<(usize, i64)> {
+    let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
+    let recent = last
+        .at
+        .take()
+        .is_some_and(|at| at.elapsed().as_micros() < 1000);
+    (recent && last.name.as_slice() == name).then_some((last.holders, last.deadline_ms))
 }

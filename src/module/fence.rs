@@ -10,16 +10,16 @@ use std::ffi::CString;
 use std::os::raw::c_int;
 use std::sync::Mutex;
 
-use redis_module::raw;
-
 use crate::lease::error::printable;
 use crate::lease::fence::{check_inner, check_same_slot, check_shared};
 use crate::lease::{LeaseError, decide};
 
-use super::ctx::{Args, Ctx};
-use super::effects::Reader;
-use super::reply::Reply;
-use super::state::{self, STATS};
+use super::commit::Reader;
+use super::counters::STATS;
+use super::ffi::call;
+use super::ffi::ctx::{Args, Ctx};
+use super::ffi::reply::Reply;
+use super::ffi::server::now_ms;
 
 /// What COMMAND INFO says of a command: its flags, and whether it is a
 /// container of subcommands (CONFIG, CLIENT, ...).
@@ -34,26 +34,6 @@ struct CommandInfo {
 /// flags; the command table only grows, so the cache stays right, and it
 /// holds only names the server knows).
 static INFO: Mutex<Option<HashMap<Vec<u8>, CommandInfo>>> = Mutex::new(None);
-
-/// An RM_Call reply, freed on drop.
-struct CallReply(*mut raw::RedisModuleCallReply);
-
-impl Drop for CallReply {
-    fn drop(&mut self) {
-        if !self.0.is_null() {
-            raw::free_call_reply(self.0);
-        }
-    }
-}
-
-impl CallReply {
-    fn error_text(&self) -> Option<String> {
-        if self.0.is_null() || raw::call_reply_type(self.0) != raw::ReplyType::Error {
-            return None;
-        }
-        raw::call_reply_string(self.0)
-    }
-}
 
 fn cached(name: &[u8]) -> Option<CommandInfo> {
     INFO.lock()
@@ -70,36 +50,7 @@ fn command_info(ctx: Ctx, lower: &[u8]) -> Option<CommandInfo> {
         return Some(info);
     }
     let cname = CString::new(lower.to_vec()).ok()?;
-    // SAFETY: RM_Call with format "cc": two C strings.
-    let reply = CallReply(unsafe {
-        raw::RedisModule_Call.unwrap()(
-            ctx.raw(),
-            c"COMMAND".as_ptr(),
-            c"cc".as_ptr(),
-            c"INFO".as_ptr(),
-            cname.as_ptr(),
-        )
-    });
-    if reply.0.is_null()
-        || raw::call_reply_type(reply.0) != raw::ReplyType::Array
-        || raw::call_reply_length(reply.0) < 1
-    {
-        return None;
-    }
-    let entry = raw::call_reply_array_element(reply.0, 0);
-    if entry.is_null()
-        || raw::call_reply_type(entry) != raw::ReplyType::Array
-        || raw::call_reply_length(entry) < 3
-    {
-        return None;
-    }
-    let flags_reply = raw::call_reply_array_element(entry, 2);
-    let flags: Vec<String> = (0..raw::call_reply_length(flags_reply))
-        .filter_map(|i| raw::call_reply_string(raw::call_reply_array_element(flags_reply, i)))
-        .collect();
-    // Field 10 lists the subcommands (7.0+).
-    let container = raw::call_reply_length(entry) >= 10
-        && raw::call_reply_length(raw::call_reply_array_element(entry, 9)) > 0;
+    let (flags, container) = call::command_info(ctx, &cname)?;
     let info = CommandInfo { flags, container };
     INFO.lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -141,8 +92,8 @@ fn check_slots(ctx: Ctx, a: &Args) -> Result<(), LeaseError> {
 }
 
 /// Maps an RM_Call failure reported through errno to an error reply.
-fn errno_error(name: &str) -> LeaseError {
-    match std::io::Error::last_os_error().raw_os_error() {
+fn errno_error(name: &str, errno: Option<i32>) -> LeaseError {
+    match errno {
         Some(libc::EACCES) => LeaseError::NoPerm(format!(
             "this user has no permissions to run the '{name}' command or its keys"
         )),
@@ -165,10 +116,10 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, Lease
     let flags = command_flags(ctx, name, &inner_args)?;
     check_inner(name, &flags, &inner_args)?;
     check_slots(ctx, a)?;
-    let mut inner = a.strs(4);
+    let inner = a.strs(4);
     let fenced = {
         let mut key = Reader::open(ctx, a.str(1));
-        match decide::fence_record(key.record()?, token, state::now_ms()) {
+        match decide::fence_record(key.record()?, token, now_ms()) {
             Ok(f) => f,
             Err(e) => {
                 STATS.fence_stale.incr();
@@ -182,22 +133,8 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, Lease
     }
     STATS.fence_ok.incr();
     let cname = CString::new(name).map_err(|_| LeaseError::UnknownCommand(shown.clone()))?;
-    // Flags: v argv vector, C caller's ACL user, S script mode, E errors as
-    // replies, M refuse deny-oom commands under OOM, ! replicate, 0 reply in
-    // the caller's protocol.
-    // SAFETY: format "v" takes the argv pointer and its length.
-    let reply = CallReply(unsafe {
-        raw::RedisModule_Call.unwrap()(
-            ctx.raw(),
-            cname.as_ptr(),
-            c"vCSEM!0".as_ptr(),
-            inner.as_mut_ptr(),
-            inner.len(),
-        )
-    });
-    if reply.0.is_null() {
-        return Err(errno_error(&shown));
-    }
+    let reply =
+        call::call_as_caller(ctx, &cname, &inner).map_err(|errno| errno_error(&shown, errno))?;
     if let Some(text) = reply.error_text() {
         // Redis 7.0 words ACL failures as "ERR acl verification failed, ...";
         // clients expect the NOPERM code.
@@ -205,8 +142,7 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, Lease
             return Err(LeaseError::NoPerm(rest.to_string()));
         }
     }
-    // SAFETY: forwards a live call reply to the client.
-    unsafe { raw::RedisModule_ReplyWithCallReply.unwrap()(ctx.raw(), reply.0) };
+    reply.forward(ctx);
     Ok(Reply::Sent)
 }
 
@@ -236,40 +172,10 @@ fn inner_keys(ctx: Ctx, a: &Args) -> Vec<(usize, c_int)> {
 }
 
 fn server_keys(ctx: Ctx, a: &Args) -> Vec<(usize, c_int)> {
-    // SAFETY: a function-pointer read filled in by RedisModule_Init; the
-    // argv points at this call's own arguments; the arrays the server
-    // returns are read for `count` entries, then freed with
-    // RedisModule_Free as its contract says.
-    unsafe {
-        let Some(get_keys) = raw::RedisModule_GetCommandKeysWithFlags else {
-            return Vec::new();
-        };
-        let mut inner = a.strs(3);
-        let mut count: c_int = 0;
-        let mut flags: *mut c_int = std::ptr::null_mut();
-        let keys = get_keys(
-            ctx.raw(),
-            inner.as_mut_ptr(),
-            inner.len() as c_int,
-            &mut count,
-            &mut flags,
-        );
-        if keys.is_null() {
-            return Vec::new();
-        }
-        let out = (0..count.max(0) as usize)
-            .map(|i| {
-                let f = if flags.is_null() { 0 } else { *flags.add(i) };
-                (*keys.add(i) as usize + 3, f)
-            })
-            .collect();
-        let free = raw::RedisModule_Free.unwrap();
-        free(keys.cast());
-        if !flags.is_null() {
-            free(flags.cast());
-        }
-        out
-    }
+    call::command_keys(ctx, &a.strs(3))
+        .into_iter()
+        .map(|(pos, flags)| (pos + 3, flags))
+        .collect()
 }
 
 /// Answers a keys-position request for LEASE.FENCE (the server asks for
@@ -277,20 +183,8 @@ fn server_keys(ctx: Ctx, a: &Args) -> Vec<(usize, c_int)> {
 /// the inner command's keys with their access flags.
 pub fn report_keys(ctx: Ctx, a: &Args) {
     let inner = inner_keys(ctx, a);
-    // SAFETY: function-pointer reads filled in by RedisModule_Init; the key
-    // positions are reported on the position-request context the server
-    // passed.
-    unsafe {
-        let at = |pos: c_int, flags: c_int| match raw::RedisModule_KeyAtPosWithFlags {
-            Some(with_flags) => with_flags(ctx.raw(), pos, flags),
-            None => raw::RedisModule_KeyAtPos.unwrap()(ctx.raw(), pos),
-        };
-        at(
-            1,
-            (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as c_int,
-        );
-        for (pos, flags) in inner {
-            at(pos as c_int, flags);
-        }
+    call::report_key(ctx, 1, call::KEY_READ_ACCESS);
+    for (pos, flags) in inner {
+        call::report_key(ctx, pos, flags);
     }
 }

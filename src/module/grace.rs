@@ -1,4 +1,4 @@
-//! The grace period after possibly lost grants (SPEC S7): when it starts
+//! The grace period after possibly lost grants (design.md S7): when it starts
 //! (a promotion; a server start whose data may be older than what it
 //! acknowledged), how it counts (a timer looks every `TICK_MS` whether this
 //! server could grant, and only such time counts, on the monotonic clock),
@@ -32,14 +32,65 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-use redis_module::raw;
-
+use crate::lease::config::OnChange;
 use crate::lease::grace::{self, AtStart, CleanMark, Period, Reason, Startup};
 
-use super::ctx::Ctx;
-use super::effects;
-use super::state::{self, TimerJob};
-use super::waiters;
+use super::commit::node_accepts_writes;
+use super::ffi::ctx::Ctx;
+use super::ffi::server::{TimerId, log_notice, log_warning, mono_ms, now_ms};
+use super::settings::{self, MIN_REPLICAS_MAX_LAG, MIN_REPLICAS_TO_WRITE};
+use super::timers::{self, TimerJob};
+
+/// How long this master keeps accepting writes once cut off from its
+/// replicas (0 without `min-replicas-to-write`).
+pub fn cut_off_writes_ms() -> i64 {
+    grace::cut_off_writes_ms(
+        MIN_REPLICAS_TO_WRITE.load(Relaxed),
+        MIN_REPLICAS_MAX_LAG.load(Relaxed),
+    )
+}
+
+/// The length of a grace period under the current settings.
+pub fn length_ms() -> i64 {
+    grace::length_ms(
+        settings::grace_ms(),
+        settings::max_ttl_ms(),
+        cut_off_writes_ms(),
+    )
+}
+
+/// The running grace period (design.md S7), if any; its end follows the settings.
+static GRACE: Mutex<Option<Period>> = Mutex::new(None);
+/// Whether `GRACE` holds a period: the hot paths read this alone.
+static GRACE_SET: AtomicBool = AtomicBool::new(false);
+
+pub fn period() -> Option<Period> {
+    if !GRACE_SET.load(Relaxed) {
+        return None;
+    }
+    *GRACE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn set_period(period: Option<Period>) {
+    *GRACE.lock().unwrap_or_else(|e| e.into_inner()) = period;
+    GRACE_SET.store(period.is_some(), Relaxed);
+}
+
+/// Time left of the grace period now (0: none, or over).
+pub fn remaining_ms() -> i64 {
+    period().map_or(0, |p| p.remaining_ms(mono_ms(), length_ms()))
+}
+
+/// When the running grace period would end (wall clock) if it counted
+/// from `now_ms` on, if one runs.
+#[inline]
+pub fn ends_at(now_ms: i64) -> Option<i64> {
+    if !GRACE_SET.load(Relaxed) {
+        return None;
+    }
+    let left = remaining_ms();
+    (left > 0).then_some(now_ms + left)
+}
 
 /// The mark a clean shutdown leaves in the server's working directory (its
 /// `dir`), for the next start.
@@ -56,7 +107,7 @@ const TICK_MS: i64 = 100;
 static PAUSE_LOGGED: AtomicBool = AtomicBool::new(false);
 
 /// The timer of the running period's next look.
-static TICK_TIMER: Mutex<Option<raw::RedisModuleTimerID>> = Mutex::new(None);
+static TICK_TIMER: Mutex<Option<TimerId>> = Mutex::new(None);
 
 fn event_name(reason: Reason) -> &'static str {
     match reason {
@@ -67,13 +118,13 @@ fn event_name(reason: Reason) -> &'static str {
 
 /// Starts a grace period now (a new promotion replaces a running period).
 pub fn start(reason: Reason) {
-    begin(Period::start(reason, state::mono_ms()), "started");
+    begin(Period::start(reason, mono_ms()), "started");
 }
 
 fn begin(period: Period, how: &str) {
-    let length = state::grace_length_ms();
+    let length = length_ms();
     if length == 0 {
-        state::log_notice(&format!(
+        log_notice(&format!(
             "no grace period after this {} (lease.grace-ms is 0)",
             event_name(period.reason)
         ));
@@ -81,58 +132,69 @@ fn begin(period: Period, how: &str) {
     }
     let reason = period.reason;
     PAUSE_LOGGED.store(false, Relaxed);
-    state::set_grace_period(Some(period));
-    let left = state::grace_remaining_ms();
+    set_period(Some(period));
+    let left = remaining_ms();
     if left == 0 {
         end();
         return;
     }
     if let Err(e) = std::fs::write(RUNNING_MARK, format!("grace {}\n", reason.name())) {
-        state::log_warning(&format!(
+        log_warning(&format!(
             "cannot write {RUNNING_MARK} ({e}): a crash during this grace period would not start it anew"
         ));
     }
-    state::log_warning(&format!(
+    log_warning(&format!(
         "grace period {how} ({}): no new lease for {left} ms, so that no lease that may have been lost is granted twice (time counts only while this server accepts writes)",
         reason.name()
     ));
     arm(0);
 }
 
+/// Carries out what a change of a setting does (its row's `on_change`).
+pub fn setting_changed(change: OnChange) {
+    match change {
+        OnChange::RetimeGrace => {
+            warn_if_short();
+            retime();
+        }
+    }
+}
+
 /// Re-times the running period after a settings change.
 pub fn retime() {
-    if state::grace_period().is_some() {
+    if period().is_some() {
         arm(0);
     }
 }
 
 /// (Re)schedules the next look in `delay_ms`.
 fn arm(delay_ms: i64) {
-    let timer = state::start_timer(delay_ms, TimerJob::GraceTick);
+    let timer = timers::start(delay_ms, TimerJob::GraceTick);
     let old = std::mem::replace(
         &mut *TICK_TIMER.lock().unwrap_or_else(|e| e.into_inner()),
         timer,
     );
     if let Some(old) = old {
-        state::stop_timer(old);
+        timers::stop(old);
     }
 }
 
 /// Ends the running period: new leases are granted again, and every queue
-/// is re-checked so waiters are served, first come first served.
+/// is re-checked (by a 0 ms timer) so waiters are served, first come first
+/// served.
 fn end() {
-    state::set_grace_period(None);
+    set_period(None);
     let _ = std::fs::remove_file(RUNNING_MARK);
-    state::log_warning("grace period ended: new leases are granted again");
-    waiters::recheck_all();
+    log_warning("grace period ended: new leases are granted again");
+    timers::start(0, TimerJob::RecheckAll);
 }
 
 /// Ends the running period of a server that is a replica: a replica grants
 /// nothing, and its promotion starts a new period of its own.
 fn end_on_replica() {
-    state::set_grace_period(None);
+    set_period(None);
     let _ = std::fs::remove_file(RUNNING_MARK);
-    state::log_notice(
+    log_notice(
         "grace period dropped: this server is a replica, which grants nothing (a promotion starts a new period)",
     );
 }
@@ -141,27 +203,27 @@ fn end_on_replica() {
 /// then the end, or the next look (at the end, if the time counts).
 pub fn on_tick(ctx: Ctx) {
     *TICK_TIMER.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    let Some(mut period) = state::grace_period() else {
+    let Some(mut period) = period() else {
         return;
     };
     if ctx.is_replica() {
         end_on_replica();
         return;
     }
-    let now = state::mono_ms();
-    let can_grant = effects::node_accepts_writes(ctx);
+    let now = mono_ms();
+    let can_grant = node_accepts_writes(ctx);
     period.observe(now, can_grant);
-    let left = period.remaining_ms(now, state::grace_length_ms());
+    let left = period.remaining_ms(now, length_ms());
     if !can_grant && !PAUSE_LOGGED.swap(true, Relaxed) {
-        state::log_warning(&format!(
+        log_warning(&format!(
             "grace period paused: this server cannot accept writes now (a replica, too few good replicas for min-replicas-to-write, a persistence error, or writes paused); {left} ms remain and count from when it can"
         ));
     } else if can_grant && PAUSE_LOGGED.swap(false, Relaxed) {
-        state::log_notice(&format!(
+        log_notice(&format!(
             "grace period counting again: this server accepts writes; {left} ms remain"
         ));
     }
-    state::set_grace_period(Some(period));
+    set_period(Some(period));
     if left == 0 {
         end();
     } else if period.is_counting() {
@@ -182,7 +244,7 @@ pub fn on_role_change(now_master: bool) {
 
 /// Was the module loaded at server start (not by MODULE LOAD)?
 fn at_server_start(ctx: Ctx) -> bool {
-    if ctx.flags() & raw::REDISMODULE_CTX_FLAGS_SERVER_STARTUP != 0 {
+    if ctx.server_startup() {
         return true;
     }
     ctx.server_info(c"stats", c"total_connections_received")
@@ -209,15 +271,15 @@ pub fn at_load(ctx: Ctx) {
         was_in_grace: std::path::Path::new(RUNNING_MARK).exists(),
     };
     match grace::at_start(&startup) {
-        AtStart::NoneClean => state::log_notice(
-            "no grace period: the previous run shut down cleanly and saved its data",
-        ),
+        AtStart::NoneClean => {
+            log_notice("no grace period: the previous run shut down cleanly and saved its data")
+        }
         AtStart::NoneAofAlways => {
-            state::log_notice("no grace period: the AOF is written with appendfsync always")
+            log_notice("no grace period: the AOF is written with appendfsync always")
         }
         AtStart::Full => start(Reason::Restart),
         AtStart::Resume { reason, counted_ms } => begin(
-            Period::resume(reason, counted_ms, state::mono_ms()),
+            Period::resume(reason, counted_ms, mono_ms()),
             "resumed after a clean restart",
         ),
     }
@@ -233,8 +295,8 @@ pub fn refresh_replica_settings(ctx: Ctx) {
             .and_then(|v| v.parse::<i64>().ok())
             .unwrap_or(0)
     };
-    state::MIN_REPLICAS_TO_WRITE.store(get(c"min-replicas-to-write"), Relaxed);
-    state::MIN_REPLICAS_MAX_LAG.store(get(c"min-replicas-max-lag"), Relaxed);
+    MIN_REPLICAS_TO_WRITE.store(get(c"min-replicas-to-write"), Relaxed);
+    MIN_REPLICAS_MAX_LAG.store(get(c"min-replicas-max-lag"), Relaxed);
     warn_if_short();
     retime();
 }
@@ -242,10 +304,10 @@ pub fn refresh_replica_settings(ctx: Ctx) {
 /// Logs a warning when `lease.grace-ms` is set below the longest lease plus
 /// the time a cut-off master may still grant.
 pub fn warn_if_short() {
-    let set = state::GRACE_MS.load(Relaxed);
-    let rule = grace::length_ms(-1, state::max_ttl_ms(), state::cut_off_writes_ms());
+    let set = settings::grace_ms();
+    let rule = grace::length_ms(-1, settings::max_ttl_ms(), cut_off_writes_ms());
     if set > 0 && set < rule {
-        state::log_warning(&format!(
+        log_warning(&format!(
             "lease.grace-ms is {set}, shorter than lease.max-ttl-ms + min-replicas-max-lag + 2 s = {rule} ms: after a failover a lease granted by the old master may still be held when this one grants it again (use -1 to follow the rule)"
         ));
     }
@@ -254,9 +316,9 @@ pub fn warn_if_short() {
 /// The SHUTDOWN event (after the final save): leaves the clean mark when
 /// everything acknowledged is on disk, with the period that runs, if one.
 pub fn on_shutdown(ctx: Ctx) {
-    let now = state::mono_ms();
-    let grace = state::grace_period()
-        .filter(|p| p.remaining_ms(now, state::grace_length_ms()) > 0)
+    let now = mono_ms();
+    let grace = period()
+        .filter(|p| p.remaining_ms(now, length_ms()) > 0)
         .map(|p| (p.reason, p.counted_ms(now)));
     if grace.is_none() {
         // A period whose time is up but whose end timer has not run yet.
@@ -275,15 +337,15 @@ pub fn on_shutdown(ctx: Ctx) {
         return;
     }
     let mark = CleanMark {
-        at_ms: state::now_ms(),
+        at_ms: now_ms(),
         grace,
     };
     if let Err(e) = std::fs::write(CLEAN_MARK, mark.format()) {
-        state::log_warning(&format!(
+        log_warning(&format!(
             "cannot write {CLEAN_MARK} ({e}): the next start will have a grace period"
         ));
     } else if let Some((reason, counted)) = grace {
-        state::log_notice(&format!(
+        log_notice(&format!(
             "the grace period ({}) is not over: the next start resumes it ({counted} ms of it had counted)",
             reason.name()
         ));

@@ -1,10 +1,27 @@
-//! The `INFO lease` section and the eviction-policy warning (SPEC S4, S5).
+//! The `INFO lease` section and the eviction-policy warning (design.md S4, S5).
 //! The policy is read at load and on every change of it (a config event),
 //! never from the INFO callback: INFO runs no command.
 
-use super::ctx::Ctx;
-use super::state::{self, STATS};
-use super::waiters;
+use std::sync::Mutex;
+
+use crate::lease::config::SETTINGS;
+
+use super::counters::STATS;
+use super::ffi::ctx::Ctx;
+use super::ffi::server::log_warning;
+use super::{compat, grace, settings, tokens, waiters};
+
+/// `maxmemory-policy`, read at load and on every CONFIG SET of it (never
+/// from the INFO callback, so INFO runs no command).
+static POLICY: Mutex<String> = Mutex::new(String::new());
+
+fn set_maxmemory_policy(policy: String) {
+    *POLICY.lock().unwrap_or_else(|e| e.into_inner()) = policy;
+}
+
+pub fn maxmemory_policy() -> String {
+    POLICY.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
 
 /// May the eviction policy remove lease keys under memory pressure?
 /// Every policy but `noeviction` can (lease keys all have a TTL, so the
@@ -17,26 +34,26 @@ fn policy_may_evict(policy: &str) -> bool {
 /// command is run, so nothing shows in SLOWLOG or commandstats).
 pub fn refresh_policy(ctx: Ctx) {
     if let Some(p) = ctx.server_info(c"memory", c"maxmemory_policy") {
-        state::set_maxmemory_policy(p);
+        set_maxmemory_policy(p);
     }
 }
 
 /// `maxmemory-policy` changed (CONFIG SET): warns when the new policy may
 /// evict lease keys and the old one could not.
 pub fn on_policy_change(ctx: Ctx) {
-    let before = state::maxmemory_policy();
+    let before = maxmemory_policy();
     refresh_policy(ctx);
     if before.is_empty() || policy_may_evict(&before) {
         return;
     }
     if let Some(warning) = eviction_warning() {
-        state::log_warning(&warning);
+        log_warning(&warning);
     }
 }
 
 /// The warning to log when the policy may evict leases.
 pub fn eviction_warning() -> Option<String> {
-    let policy = state::maxmemory_policy();
+    let policy = maxmemory_policy();
     (!policy.is_empty() && policy_may_evict(&policy)).then(|| {
         format!(
             "WARNING maxmemory-policy is '{policy}': under maxmemory, lease keys may be evicted and a held lease lost. Use 'maxmemory-policy noeviction' for leases."
@@ -50,6 +67,9 @@ pub enum Field {
     Signed(&'static str, i64),
     Text(&'static str, &'static str),
     Owned(&'static str, String),
+    /// A setting: its name as in `lease::config` (`max-ttl-ms`), shown as
+    /// `max_ttl_ms`.
+    Setting(&'static str, i64),
 }
 
 /// The fields of `INFO lease`, in order.
@@ -59,7 +79,7 @@ pub fn fields() -> Vec<Field> {
         Field::Text("git_commit", super::GIT_COMMIT),
         Field::Unsigned("effect_version", crate::lease::versions::EFFECTS as u64),
         Field::Unsigned("record_version", crate::lease::versions::RECORDS as u64),
-        Field::Owned("incompatible_source", super::compat::info()),
+        Field::Owned("incompatible_source", compat::info()),
     ];
     out.extend(
         STATS
@@ -68,16 +88,18 @@ pub fn fields() -> Vec<Field> {
             .map(|(name, value)| Field::Unsigned(name, value)),
     );
     out.push(Field::Unsigned("waiters", waiters::total() as u64));
-    out.push(Field::Unsigned("last_token", state::last_token()));
-    out.push(Field::Signed("max_ttl_ms", state::max_ttl_ms()));
-    out.push(Field::Signed(
-        "grace_ms",
-        state::GRACE_MS.load(std::sync::atomic::Ordering::Relaxed),
-    ));
-    let remaining = state::grace_remaining_ms();
-    out.push(Field::Signed("grace_length_ms", state::grace_length_ms()));
+    out.push(Field::Unsigned("last_token", tokens::last()));
+    // Every setting, as `lease_<name>` with `_` for `-`.
+    for (i, s) in SETTINGS.iter().enumerate() {
+        out.push(Field::Setting(
+            s.name,
+            settings::get(crate::lease::config::Name::ALL[i]),
+        ));
+    }
+    let remaining = grace::remaining_ms();
+    out.push(Field::Signed("grace_length_ms", grace::length_ms()));
     out.push(Field::Signed("grace_remaining_ms", remaining));
-    let period = state::grace_period().filter(|_| remaining > 0);
+    let period = grace::period().filter(|_| remaining > 0);
     out.push(Field::Text(
         "grace_reason",
         period.map_or("none", |p| p.reason.name()),
@@ -88,7 +110,7 @@ pub fn fields() -> Vec<Field> {
         "grace_paused",
         period.is_some_and(|p| !p.is_counting()) as i64,
     ));
-    let policy = state::maxmemory_policy();
+    let policy = maxmemory_policy();
     if !policy.is_empty() {
         let may_evict = policy_may_evict(&policy) as i64;
         out.push(Field::Owned("maxmemory_policy", policy));

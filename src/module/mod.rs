@@ -1,34 +1,36 @@
-//! The thin layer that binds the pure `crate::lease` core to the server.
-//! All `unsafe` lives here. Dependencies run one way:
+//! The layer that binds the pure `crate::lease` core to the server.
+//! Dependencies run one way (no file imports one above it):
 //!
-//! - `ctx`, `value`, `state`, `reply`: handles, the lease type's value
-//!   pointer (exclusive or multi-holder record), server-wide state, replies;
-//! - `effects`: the one place that changes lease keys, and the gates that
-//!   every write the module starts by itself passes;
-//! - `waiters`, `fence`, `datatype`, `info`: blocking acquire, the fenced
-//!   command, the type's life in the keyspace, INFO;
-//! - `commands`: the handlers;
-//! - `callbacks`: every `extern "C"` entry point; `registry`: registration.
+//! - `ffi/`: the wall, every raw server call and every `extern "C"` entry
+//!   point; the only place allowed `unsafe`;
+//! - `tokens`, `counters`, `settings`, `timers`, `early`: the token clock,
+//!   the INFO counters, the settings' values, the module's timers, the keys
+//!   Redis 8.2 expired early;
+//! - `commit`: the one place that changes lease keys (and the gates every
+//!   write the module starts by itself passes);
+//! - `grace`, `compat`, `waiters`, `datatype`, `fence`, `info`: the grace
+//!   period, mixed builds, blocking acquire, the type's life in the
+//!   keyspace, the fenced command, INFO;
+//! - `commands`: the handlers.
 
-pub mod callbacks;
 pub mod commands;
+pub mod commit;
 pub mod compat;
-pub mod ctx;
+pub mod counters;
 pub mod datatype;
-pub mod effects;
+pub mod early;
 pub mod fence;
+#[allow(unsafe_code)]
+pub mod ffi;
 pub mod grace;
 pub mod info;
-pub mod registry;
-pub mod reply;
-pub mod state;
-pub mod value;
+pub mod settings;
+pub mod timers;
+pub mod tokens;
 pub mod waiters;
-pub mod waker;
 
-use redis_module::{Context, RedisString, Status, raw};
-
-use ctx::Ctx;
+use ffi::ctx::Ctx;
+use ffi::reply;
 
 /// Cargo.toml's version, and the same as `MODULE LIST` shows it (see build.rs).
 pub const VERSION: &str = env!("LEASE_VERSION");
@@ -47,54 +49,17 @@ const fn parse_num(s: &str) -> i32 {
     n
 }
 
-/// Called by `redis_module!` at load, after the data type is created.
-pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
-    // SAFETY: the load context, live during OnLoad.
-    let lctx = unsafe { Ctx::new(ctx.ctx) };
-    state::init_detached(lctx);
-    callbacks::install_panic_hook();
-    state::install_hooks(callbacks::hooks());
-    state::set_lease_type(*callbacks::LEASE_TYPE.raw_type.borrow());
-    let raw_args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
-    let settings = match crate::lease::config::parse_module_args(&raw_args) {
-        Ok(s) => s,
-        Err(why) => {
-            ctx.log_warning(&format!("refusing to load: {why}"));
-            return Status::Err;
-        }
-    };
-    // SAFETY: called once from OnLoad on the main thread with the load context.
-    unsafe {
-        if let Some(set_options) = raw::RedisModule_SetModuleOptions {
-            // A short read (diskless replica, truncated RESTORE payload) must
-            // reach rdb_load as an error, not kill the server. A key opened
-            // for writing is signalled as modified only when the module says
-            // so (effects), so calls that change nothing leave WATCH alone.
-            set_options(
-                ctx.ctx,
-                (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
-                    | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as i32,
-            );
-        }
-    }
-    if let Err(why) = registry::register_configs(ctx, settings) {
-        ctx.log_warning(&format!("refusing to load: {why}"));
-        return Status::Err;
-    }
-    if let Err(why) = registry::register_all(ctx) {
-        ctx.log_warning(&format!("refusing to load: {why}"));
-        return Status::Err;
-    }
-    raw::register_info_function(ctx.ctx, Some(callbacks::info_cb));
-    registry::subscribe_events(ctx);
-    info::refresh_policy(lctx);
-    reply::prepare(lctx);
-    grace::at_load(lctx);
+/// What a load does once the server-side registration is done
+/// (`ffi::callbacks::init`): the eviction policy, the `+OK` reply, the
+/// grace period of a server start.
+pub fn start(ctx: Ctx) {
+    info::refresh_policy(ctx);
+    reply::prepare(ctx);
+    grace::at_load(ctx);
     if let Some(warning) = info::eviction_warning() {
-        ctx.log_warning(&warning);
+        ffi::server::log_warning(&warning);
     }
-    ctx.log_notice(&format!(
+    ffi::server::log_notice(&format!(
         "lease module {VERSION} (commit {GIT_COMMIT}) loaded"
     ));
-    Status::Ok
 }

@@ -19,21 +19,21 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use redis_module::raw;
-
+use crate::lease::clock::TokenClock;
 use crate::lease::decide::Held;
+use crate::lease::ops::{self, Recheck, ServeEnv, Served};
 use crate::lease::waitq::{Slot, Step, WaitRegistry, Waiter};
-use crate::lease::{Holder, Lease, LeaseError, Mode, RecordRef};
+use crate::lease::{LeaseError, Mode};
 
-use super::ctx::{Ctx, Str};
-use super::effects::{Closed, Reader, Writer};
-use super::reply::{self, Reply};
-use super::state::{self, STATS, TimerJob};
-use super::waker;
-
-/// A blocked client's handle, as an address (the registry is `Sync`).
-type Handle = usize;
-type TimerId = raw::RedisModuleTimerID;
+use super::commit::{Closed, KeyWriter, Reader};
+use super::counters::STATS;
+use super::ffi::blocked::{self, Handle};
+use super::ffi::ctx::{Ctx, Str};
+use super::ffi::reply::{self, Reply};
+use super::ffi::server::{self, TimerId, now_ms};
+use super::ffi::waker;
+use super::timers::{self, TimerJob};
+use super::{early, grace, tokens};
 
 /// How soon a closed gate is tried again: writes paused, other refusals.
 const RETRY_PAUSED_MS: i64 = 10;
@@ -65,7 +65,7 @@ fn with<R>(f: impl FnOnce(&mut Waiters) -> R) -> R {
     // The command filter that sees expiry commands on waited-for keys runs
     // only while someone waits: it costs every command of the server.
     if (before == 0) != (after == 0) {
-        state::set_command_filter(after > 0);
+        server::set_command_filter(after > 0);
     }
     out
 }
@@ -110,16 +110,6 @@ pub struct Unblocked {
     replied: bool,
 }
 
-/// May this call block? Not inside MULTI/EXEC, scripts, or wherever the
-/// server denies blocking (BLPOP's rule).
-pub fn may_block(ctx: Ctx) -> bool {
-    ctx.flags()
-        & (raw::REDISMODULE_CTX_FLAGS_MULTI
-            | raw::REDISMODULE_CTX_FLAGS_LUA
-            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
-        == 0
-}
-
 /// Blocks the calling client until it gets the lease of `slot` in `mode`
 /// or `timeout_ms` passes (0: forever). `recheck_at` is when the current
 /// holder's time will have ended, to re-check the key then.
@@ -132,30 +122,11 @@ pub fn block(
     timeout_ms: i64,
     recheck_at: i64,
 ) -> Reply {
-    let hooks = state::hooks();
-    // SAFETY: ctx is the running command's context; the callbacks match the
-    // signatures BlockClient expects. Timeout 0: the module times out its
-    // waiters itself.
-    let bc = unsafe {
-        raw::RedisModule_BlockClient.unwrap()(
-            ctx.raw(),
-            hooks.reply,
-            hooks.timeout,
-            hooks.free_privdata,
-            0,
-        )
-    };
-    if bc.is_null() {
+    let Some(bc) = blocked::block(ctx) else {
         return Reply::Null;
-    }
-    // SAFETY: bc was just returned by BlockClient.
-    unsafe {
-        if let Some(set_disconnect) = raw::RedisModule_SetDisconnectCallback {
-            set_disconnect(bc, hooks.disconnect);
-        }
-    }
-    let timeout_at = (timeout_ms > 0).then(|| state::now_ms() + timeout_ms);
-    reg(|r| r.push(slot.clone(), bc as Handle, owner, mode, ttl_ms, timeout_at));
+    };
+    let timeout_at = (timeout_ms > 0).then(|| now_ms() + timeout_ms);
+    reg(|r| r.push(slot.clone(), bc, owner, mode, ttl_ms, timeout_at));
     arm(&slot, recheck_at);
     arm_timeouts();
     Reply::Sent
@@ -180,10 +151,10 @@ fn arm_with(slot: &Slot, at_ms: i64, precise: bool) {
         return;
     }
     let precise = precise && waker::available();
-    let lead = at_ms - state::now_ms();
+    let lead = at_ms - now_ms();
     if precise && lead > 0 && lead <= waker::LEAD_MS && waker::wake_at(at_ms, slot) {
         if let Some(old) = reg(|r| r.set_timer(slot, None)) {
-            state::stop_timer(old);
+            timers::stop(old);
         }
         return;
     }
@@ -192,18 +163,18 @@ fn arm_with(slot: &Slot, at_ms: i64, precise: bool) {
     } else {
         lead
     };
-    let Some(id) = state::start_timer(delay, TimerJob::Recheck(slot.clone())) else {
+    let Some(id) = timers::start(delay, TimerJob::Recheck(slot.clone())) else {
         return;
     };
     if let Some(old) = reg(|r| r.set_timer(slot, Some(id))) {
-        state::stop_timer(old);
+        timers::stop(old);
     }
 }
 
 /// The waker thread says a re-check of `slot` is due: it runs now, from a
 /// 0 ms timer (with a context of its own).
 pub fn on_wake(slot: Slot) {
-    arm(&slot, state::now_ms());
+    arm(&slot, now_ms());
 }
 
 /// Keeps one timer at the earliest BLOCK timeout of any waiter. Called when
@@ -215,11 +186,10 @@ fn arm_timeouts() {
         return;
     }
     if let Some((id, _)) = current {
-        state::stop_timer(id);
+        timers::stop(id);
     }
-    let timer = next.and_then(|at| {
-        state::start_timer(at - state::now_ms(), TimerJob::Timeouts).map(|id| (id, at))
-    });
+    let timer =
+        next.and_then(|at| timers::start(at - now_ms(), TimerJob::Timeouts).map(|id| (id, at)));
     with(|w| w.timeout_timer = timer);
 }
 
@@ -227,11 +197,21 @@ fn arm_timeouts() {
 /// passed.
 pub fn on_timeouts() {
     with(|w| w.timeout_timer = None);
-    let due = reg(|r| r.take_timed_out(state::now_ms()));
+    let now = now_ms();
+    let due = reg(|r| r.take_timed_out(now));
+    let mut left: Vec<Slot> = Vec::new();
     for (slot, w) in due {
         STATS.wait_timeouts.incr();
         unblock(&w, &slot, Answer::Null);
         tidy(&slot);
+        if !left.contains(&slot) {
+            left.push(slot);
+        }
+    }
+    // A waiter that left may have kept the ones behind it waiting (a
+    // reader behind a writer on a key readers hold): re-check now.
+    for slot in &left {
+        arm(slot, now);
     }
     arm_timeouts();
 }
@@ -239,21 +219,13 @@ pub fn on_timeouts() {
 /// Drops the queue of `slot` when nobody waits there any more.
 fn tidy(slot: &Slot) {
     if let Some(timer) = reg(|r| r.forget_if_empty(slot)) {
-        state::stop_timer(timer);
+        timers::stop(timer);
     }
 }
 
-/// What a re-check timer finds on a key.
-enum Found {
-    /// Held until then (nothing can be served before).
-    HeldUntil(i64),
-    /// Something may be served: ended holders leave, waiters are served.
-    Serve,
-}
-
 /// A re-check timer fired: looks at the key of `slot` and serves its
-/// waiters if the lease is free (or a place of a counting or shared lease
-/// may be), or re-arms the timer at the next end of a holding.
+/// waiters, or re-arms the timer at the next end of a holding
+/// (`ops::recheck`).
 pub fn on_recheck(ctx: Ctx, slot: Slot) {
     reg(|r| r.set_timer(&slot, None));
     if !ctx.select_db(slot.0) {
@@ -262,26 +234,16 @@ pub fn on_recheck(ctx: Ctx, slot: Slot) {
         return;
     }
     let name = ctx.string(&slot.1);
-    let now = state::now_ms();
+    let now = now_ms();
     let found = {
         let mut r = Reader::open(ctx, name.as_str());
         let expire = r.expire_at();
-        r.record().map(|record| match record {
-            // A full LIMIT key whose holders are all within their time.
-            Some(RecordRef::Multi(m)) if !m.has_room(now) => Held::Multi(m)
-                .next_end(expire, now)
-                .map_or(Found::Serve, Found::HeldUntil),
-            Some(RecordRef::Multi(_)) => Found::Serve,
-            record => Held::of(record, now)
-                .next_end(expire, now)
-                .map_or(Found::Serve, Found::HeldUntil),
-        })
+        r.record().map(|record| ops::recheck(record, expire, now))
     };
     match found {
         Err(e) => fail_all(&slot, e),
-        // The key expires once the clock passes its deadline.
-        Ok(Found::HeldUntil(end)) => arm(&slot, end + 1),
-        Ok(Found::Serve) => match Writer::open_gated(ctx, name.as_str()) {
+        Ok(Recheck::At(at)) => arm(&slot, at),
+        Ok(Recheck::Serve) => match KeyWriter::for_module(ctx, name.as_str()) {
             Ok(mut w) => serve(&slot, &mut w),
             Err(closed) => gate_closed(&slot, closed, now),
         },
@@ -307,130 +269,64 @@ fn fail_all(slot: &Slot, err: LeaseError) {
 }
 
 fn unblock(w: &Waiter<Handle>, slot: &Slot, answer: Answer) {
-    let data = Box::new(Unblocked {
-        answer,
-        slot: slot.clone(),
-        owner: w.owner.clone(),
-        replied: false,
-    });
-    // SAFETY: w.handle is a blocked client still waiting (it leaves the
-    // registry when answered, timed out or disconnected); the server passes
-    // the privdata to the reply callback and then the free callback.
-    unsafe {
-        raw::RedisModule_UnblockClient.unwrap()(
-            w.handle as *mut raw::RedisModuleBlockedClient,
-            Box::into_raw(data).cast(),
-        );
-    }
+    blocked::unblock(
+        w.handle,
+        Box::new(Unblocked {
+            answer,
+            slot: slot.clone(),
+            owner: w.owner.clone(),
+            replied: false,
+        }),
+    );
 }
 
-/// Serves the waiters of `slot` on the key `w` has open, oldest first:
-/// holders past their deadline leave (a bounded batch, see
-/// `Writer::prune`), then each step
-/// of `WaitRegistry::grant_next` is stored, replicated and notified like
-/// any acquisition (a new lease, or one more holder of a counting or shared
-/// lease, with a new token), until the oldest waiter must wait. Waiters
-/// with the same owner (a client's retries) get the same token, as a
-/// re-acquire would.
-pub fn serve(slot: &Slot, w: &mut Writer) {
-    let now = state::now_ms();
-    w.prune(now);
-    // No new lease during a grace period (SPEC S7): the queue waits for its
-    // end, when every queue is re-checked.
-    if let Some(end) = state::grace_ends_at(now) {
-        arm(slot, end);
-        return;
+/// The queue of one key, as the core's hand-off sees it
+/// (`lease::ops::serve`): the registry is locked for each step only, never
+/// across a server call (server calls can re-enter this module).
+struct SlotQueue<'s> {
+    slot: &'s Slot,
+}
+
+impl ops::Queue<Handle> for SlotQueue<'_> {
+    fn grant_next(
+        &mut self,
+        held: Held,
+        now_ms: i64,
+        clock: &mut TokenClock,
+    ) -> Option<Step<Handle>> {
+        reg(|r| r.grant_next(self.slot, held, now_ms, clock))
     }
-    // A key the server expired within its lease's last millisecond (Redis
-    // 8.2): nothing is handed over before that millisecond has passed.
-    if w.held(now).is_ok_and(|h| h.is_free())
-        && let Some(end) = super::datatype::ended_early(slot.0, &slot.1)
-    {
-        arm(slot, end + 1);
-        return;
+
+    fn waiting(&self) -> usize {
+        waiting(self.slot)
     }
-    // Each step answers at least one waiter, so this ends after at most
-    // as many steps as there are waiters.
-    for _ in 0..=waiting(slot) {
-        let Ok(held) = w.held(now) else { break };
-        let Some(step) = state::with_clock(|clock| reg(|r| r.grant_next(slot, held, now, clock)))
-        else {
-            break;
+
+    fn answer(&mut self, waiter: Waiter<Handle>, answer: Result<u64, LeaseError>) {
+        let answer = match answer {
+            Ok(token) => Answer::Token(token),
+            Err(e) => Answer::Error(e),
         };
-        apply_step(slot, w, step, now);
-    }
-    let expire = w.expire_at();
-    if let Ok(held) = w.held(now)
-        && let Some(end) = held.next_end(expire, now)
-    {
-        arm(slot, end + 1);
+        unblock(&waiter, self.slot, answer);
     }
 }
 
-/// Stores one step of serving a queue and answers its waiters.
-fn apply_step(slot: &Slot, w: &mut Writer, step: Step<Handle>, now: i64) {
-    match step {
-        Step::Grant {
-            mode,
-            owner,
-            token,
-            deadline_ms,
-            waiters,
-            refused,
-        } => {
-            match mode.multi() {
-                None => {
-                    w.create(Lease::new(&owner, token, deadline_ms), None);
-                }
-                Some(m) => {
-                    w.add_holder(
-                        m,
-                        Holder {
-                            owner,
-                            token,
-                            deadline_ms,
-                        },
-                        None,
-                        now,
-                    );
-                }
-            }
-            for (i, waiter) in waiters.iter().enumerate() {
-                if i > 0 {
-                    STATS.reacquired.incr();
-                }
-                unblock(waiter, slot, Answer::Token(token));
-            }
-            for (waiter, e) in refused {
-                unblock(&waiter, slot, Answer::Error(e));
-            }
-        }
-        Step::Reacquired {
-            owner,
-            token,
-            deadline_ms,
-            waiters,
-            refused,
-        } => {
-            let moved = match w.record() {
-                Ok(Some(RecordRef::Multi(_))) => w.extend_holder(&owner, deadline_ms, None),
-                _ => w.extend(deadline_ms, None),
-            };
-            for waiter in &waiters {
-                let answer = match &moved {
-                    Ok(()) => {
-                        STATS.reacquired.incr();
-                        Answer::Token(token)
-                    }
-                    Err(e) => Answer::Error(e.clone()),
-                };
-                unblock(waiter, slot, answer);
-            }
-            for (waiter, e) in refused {
-                unblock(&waiter, slot, Answer::Error(e));
-            }
-        }
-        Step::Refused { waiter, error } => unblock(&waiter, slot, Answer::Error(error)),
+/// Serves the waiters of `slot` on the key `w` has open, oldest first (the
+/// core's `ops::serve`: a batch of ended holders leaves, then each step is
+/// committed like any acquisition, until the oldest waiter must wait), then
+/// re-checks the key at the next end of a holding.
+pub fn serve(slot: &Slot, w: &mut KeyWriter) {
+    let now = now_ms();
+    let env = ServeEnv {
+        now_ms: now,
+        grace_ends_at: grace::ends_at(now),
+        ended_early: early::any_ended_early()
+            .then(|| early::ended_early(slot.0, &slot.1))
+            .flatten(),
+        prune_per_call: ops::PRUNE_PER_CALL,
+    };
+    let served = tokens::with_clock(|clock| ops::serve(w, &mut SlotQueue { slot }, env, clock));
+    if let Served::RecheckAt(at) = served {
+        arm(slot, at);
     }
 }
 
@@ -468,32 +364,18 @@ pub fn on_server_timeout(ctx: Ctx, bc: Handle) {
         true
     }) {
         STATS.wait_timeouts.incr();
-        release_handle(bc);
+        blocked::release(bc);
     }
     reply::send(ctx, Ok(Reply::Null));
-}
-
-/// Gives a waiter's handle back to the server. A client blocked with
-/// RedisModule_BlockClient that is unblocked by `CLIENT UNBLOCK` or
-/// disconnects is freed only when the module unblocks it (with no answer:
-/// the timeout callback replied, or nobody is listening); without this,
-/// each such wait leaks the handle and its reply buffer.
-fn release_handle(bc: Handle) {
-    // SAFETY: bc was just taken out of the registry, so it was never
-    // unblocked before, and the server has not freed it yet.
-    unsafe {
-        raw::RedisModule_UnblockClient.unwrap()(
-            bc as *mut raw::RedisModuleBlockedClient,
-            std::ptr::null_mut(),
-        );
-    }
 }
 
 /// A waiter's client disconnected.
 pub fn on_disconnect(bc: Handle) {
     if let Some((slot, _)) = reg(|r| r.remove(&bc)) {
         tidy(&slot);
-        release_handle(bc);
+        blocked::release(bc);
+        // As after a timeout: the ones behind it may be served now.
+        arm(&slot, now_ms());
     }
 }
 
@@ -502,7 +384,7 @@ pub fn on_disconnect(bc: Handle) {
 /// (deleted and handed to the next waiter) by a 0 ms timer.
 pub fn on_free(data: Unblocked) {
     if let (false, Answer::Token(token)) = (data.replied, &data.answer) {
-        state::start_timer(
+        timers::start(
             0,
             TimerJob::Revoke(data.slot.clone(), data.owner.clone(), *token),
         );
@@ -516,25 +398,19 @@ pub fn on_revoke(ctx: Ctx, slot: Slot, owner: Box<[u8]>, token: u64) {
         return;
     }
     let name = ctx.string(&slot.1);
-    let still_there = match Reader::open(ctx, name.as_str()).record() {
-        Ok(Some(RecordRef::Exclusive(l))) if l.token == token && l.is_held_by(&owner) => {
-            Some(false)
-        }
-        Ok(Some(RecordRef::Multi(m))) if m.holder(&owner).is_some_and(|h| h.token == token) => {
-            Some(true)
-        }
-        _ => None,
-    };
-    let Some(multi) = still_there else {
+    let still_there = Reader::open(ctx, name.as_str())
+        .record()
+        .ok()
+        .and_then(|r| ops::revoke(r, &owner, token))
+        .is_some();
+    if !still_there {
         tidy(&slot);
         return;
-    };
-    match Writer::open_gated(ctx, name.as_str()) {
+    }
+    match KeyWriter::for_module(ctx, name.as_str()) {
         Ok(mut w) => {
-            if multi {
-                w.revoke_holder(&owner);
-            } else {
-                w.revoke();
+            if let Some(c) = w.record().ok().and_then(|r| ops::revoke(r, &owner, token)) {
+                w.commit(c);
             }
             serve(&slot, &mut w);
         }
@@ -545,7 +421,7 @@ pub fn on_revoke(ctx: Ctx, slot: Slot, owner: Box<[u8]>, token: u64) {
             } else {
                 RETRY_REFUSED_MS
             };
-            state::start_timer(retry, TimerJob::Revoke(slot.clone(), owner, token));
+            timers::start(retry, TimerJob::Revoke(slot.clone(), owner, token));
         }
     }
     tidy(&slot);

@@ -11,14 +11,20 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::lease::{LeaseError, MultiMode, RecordRef};
+use crate::lease::config::Name;
+use crate::lease::effect::{Digits, Effect};
+use crate::lease::{LeaseError, RecordRef};
 
+use super::super::datatype::{self, AUX_ENCVER, ENCVER, TYPE_NAME};
+use super::super::timers::{Announcement, TimerJob};
+use super::super::{commands, commit, fence, grace, info, settings, timers, tokens, waiters};
+use super::call;
 use super::ctx::{Args, Ctx, Str};
-use super::datatype::{self, AUX_ENCVER, ENCVER, TYPE_NAME};
-use super::effects::{APPLY_CMD, Announce, HOLD_CMD};
+use super::key::is_lease_key;
+use super::replicate::{self, AofIo};
 use super::reply::{self, Reply};
-use super::state::{self, TimerJob};
-use super::{commands, grace, info, value, waiters, waker};
+use super::server::{self, log_warning, now_ms};
+use super::{value, waker};
 
 // --- Guards ----------------------------------------------------------------
 
@@ -38,7 +44,7 @@ pub fn install_panic_hook() {
             .location()
             .map(|l| format!("{}:{}", l.file(), l.line()))
             .unwrap_or_else(|| "an unknown place".into());
-        state::log_warning(&format!(
+        log_warning(&format!(
             "panic at {place}: {}",
             panic_message(info.payload())
         ));
@@ -50,7 +56,7 @@ fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(p) => {
-            state::log_warning(&format!("panic in {what}: {}", panic_message(p.as_ref())));
+            log_warning(&format!("panic in {what}: {}", panic_message(p.as_ref())));
             fallback
         }
     }
@@ -86,7 +92,7 @@ unsafe fn run_command(
     }))
     .unwrap_or_else(|p| {
         let msg = panic_message(p.as_ref());
-        state::log_warning(&format!("panic in a command: {msg}"));
+        log_warning(&format!("panic in a command: {msg}"));
         Err(LeaseError::Internal(crate::lease::error::printable(
             msg.as_bytes(),
         )))
@@ -127,9 +133,8 @@ command_entry!(gate_entry => commands::gate);
 
 /// LEASE.FENCE, or the server asking for its keys (getkeys-api).
 fn fence_or_keys(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
-    // SAFETY: reads the context of the running call.
-    if unsafe { raw::RedisModule_IsKeysPositionRequest.unwrap()(ctx.raw()) } != 0 {
-        super::fence::report_keys(ctx, a);
+    if call::is_keys_position_request(ctx) {
+        fence::report_keys(ctx, a);
         return Ok(Reply::Sent);
     }
     commands::fence(ctx, a)
@@ -174,8 +179,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         } else {
             raw::load_string_buffer(rdb).ok()
         };
-        let loading =
-            state::detached().is_some_and(|c| c.flags() & raw::REDISMODULE_CTX_FLAGS_LOADING != 0);
+        let loading = server::detached().is_some_and(|c| c.is_loading());
         let source = if loading {
             datatype::Source::Load
         } else {
@@ -213,61 +217,19 @@ unsafe extern "C" fn aof_rewrite(
     v: *mut c_void,
 ) {
     guard("aof_rewrite", (), || {
-        // SAFETY: v is one of our records (see above).
-        match unsafe { value::record_ref(v) } {
-            // SAFETY: EmitAOF with format "sbll": a RedisModuleString, a
-            // buffer with its length, and two long longs, matching the
-            // arguments.
-            RecordRef::Exclusive(l) => unsafe {
-                raw::RedisModule_EmitAOF.unwrap()(
-                    aof,
-                    APPLY_CMD.as_ptr(),
-                    c"sbll".as_ptr(),
-                    key,
-                    l.owner.as_ptr(),
-                    l.owner.len(),
-                    l.token as i64,
-                    l.deadline_ms,
-                );
-            },
-            // One LEASE.HOLD per live holder.
-            RecordRef::Multi(m) => {
-                let now = state::now_ms();
-                for h in m.holders().filter(|h| h.is_live(now)) {
-                    // SAFETY: as above, then "c" a C string and "l" a long
-                    // long for the mode words.
-                    unsafe {
-                        let emit = raw::RedisModule_EmitAOF.unwrap();
-                        let (owner, len) = (h.owner.as_ptr(), h.owner.len());
-                        let (token, deadline) = (h.token as i64, h.deadline_ms);
-                        match m.mode() {
-                            MultiMode::Limit(n) => emit(
-                                aof,
-                                HOLD_CMD.as_ptr(),
-                                c"sbllcl".as_ptr(),
-                                key,
-                                owner,
-                                len,
-                                token,
-                                deadline,
-                                c"LIMIT".as_ptr(),
-                                n as i64,
-                            ),
-                            MultiMode::Shared => emit(
-                                aof,
-                                HOLD_CMD.as_ptr(),
-                                c"sbllc".as_ptr(),
-                                key,
-                                owner,
-                                len,
-                                token,
-                                deadline,
-                                c"SHARED".as_ptr(),
-                            ),
-                        };
-                    }
-                }
-            }
+        // SAFETY: v is one of our records (see above); aof and key are the
+        // rewrite's live IO context and the key's name.
+        let (record, io, key) = unsafe { (value::record_ref(v), AofIo::new(aof), Str::new(key)) };
+        // The effects that rebuild the record: one LEASE.APPLY, or one
+        // LEASE.HOLD per live holder.
+        for effect in Effect::of_record(record, now_ms()) {
+            let mut digits = Digits::default();
+            replicate::emit_aof(
+                io,
+                effect.command(),
+                key,
+                effect.args(&mut digits).as_slice(),
+            );
         }
     })
 }
@@ -351,7 +313,7 @@ unsafe extern "C" fn copy(
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
     guard("aux_save", (), || {
         if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
-            raw::save_unsigned(rdb, state::last_token());
+            raw::save_unsigned(rdb, tokens::last());
         }
     })
 }
@@ -359,14 +321,14 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
     guard("aux_load", raw::REDISMODULE_ERR as c_int, || {
         if encver > AUX_ENCVER || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
-            state::log_warning(&format!(
+            log_warning(&format!(
                 "cannot load token-clock aux data of encoding version {encver}"
             ));
             return raw::REDISMODULE_ERR as c_int;
         }
         match raw::load_unsigned(rdb) {
             Ok(last) => {
-                state::observe_token(last);
+                tokens::observe(last);
                 raw::REDISMODULE_OK as c_int
             }
             Err(_) => raw::REDISMODULE_ERR as c_int,
@@ -376,28 +338,7 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when:
 
 // --- Scanning the keyspace -------------------------------------------------
 
-/// The names of the lease keys of the context's selected database.
-pub fn lease_key_names(ctx: Ctx) -> Vec<Vec<u8>> {
-    let mut names: Vec<Vec<u8>> = Vec::new();
-    // SAFETY: a cursor made, used on this context and destroyed here; the
-    // callback gets `names` as its private data for the length of the scan.
-    unsafe {
-        let (Some(create), Some(scan), Some(destroy)) = (
-            raw::RedisModule_ScanCursorCreate,
-            raw::RedisModule_Scan,
-            raw::RedisModule_ScanCursorDestroy,
-        ) else {
-            return names;
-        };
-        let cursor = create();
-        let data = (&mut names as *mut Vec<Vec<u8>>).cast::<c_void>();
-        while scan(ctx.raw(), cursor, Some(scan_cb), data) != 0 {}
-        destroy(cursor);
-    }
-    names
-}
-
-unsafe extern "C" fn scan_cb(
+pub unsafe extern "C" fn scan_cb(
     _ctx: *mut raw::RedisModuleCtx,
     name: *mut raw::RedisModuleString,
     key: *mut raw::RedisModuleKey,
@@ -410,10 +351,7 @@ unsafe extern "C" fn scan_cb(
         // SAFETY: the scan's key handle, open while the callback runs; its
         // name likewise; `data` is the Vec `lease_key_names` passed.
         unsafe {
-            let is_lease = raw::RedisModule_KeyType.unwrap()(key)
-                == raw::REDISMODULE_KEYTYPE_MODULE as c_int
-                && raw::RedisModule_ModuleTypeGetType.unwrap()(key) == state::lease_type();
-            if is_lease {
+            if is_lease_key(key) {
                 (*data.cast::<Vec<Vec<u8>>>()).push(Str::new(name).bytes().to_vec());
             }
         }
@@ -425,8 +363,8 @@ unsafe extern "C" fn scan_cb(
 unsafe extern "C" fn timer_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard("a module timer", (), || {
         // SAFETY: a timer's context, live while it runs; `data` is the job
-        // of a timer started by state::start_timer that fired.
-        let (ctx, job) = unsafe { (Ctx::new(ctx), state::take_timer_job(data)) };
+        // of a timer started by timers::start that fired (a TimerJob).
+        let (ctx, job) = unsafe { (Ctx::new(ctx), server::take_timer_job::<TimerJob>(data)) };
         match job {
             TimerJob::Recheck(slot) => waiters::on_recheck(ctx, slot),
             TimerJob::Timeouts => waiters::on_timeouts(),
@@ -434,6 +372,7 @@ unsafe extern "C" fn timer_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
             TimerJob::Align((db, key)) => datatype::on_align(ctx, db, &key),
             TimerJob::Announce(what) => announce(ctx, what),
             TimerJob::GraceTick => grace::on_tick(ctx),
+            TimerJob::RecheckAll => waiters::recheck_all(),
             TimerJob::Drain(slot) => datatype::on_drain(ctx, slot),
         }
     })
@@ -490,8 +429,8 @@ unsafe extern "C" fn free_cb(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_vo
 }
 
 /// The callbacks the layers below hand to the server.
-pub fn hooks() -> state::Hooks {
-    state::Hooks {
+pub fn hooks() -> server::Hooks {
+    server::Hooks {
         timer: Some(timer_cb),
         reply: Some(reply_cb),
         timeout: Some(timeout_cb),
@@ -499,6 +438,7 @@ pub fn hooks() -> state::Hooks {
         disconnect: Some(disconnect_cb),
         command_filter: Some(command_filter_cb),
         wake: Some(wake_cb),
+        scan: Some(scan_cb),
     }
 }
 
@@ -512,17 +452,17 @@ pub unsafe extern "C" fn wake_cb(data: *mut c_void) {
 
 // --- Server and keyspace events --------------------------------------------
 
-fn announce(ctx: Ctx, what: Announce) {
-    if super::effects::announce(ctx, what).is_err() {
-        state::start_timer(10, TimerJob::Announce(what));
+fn announce(ctx: Ctx, what: Announcement) {
+    if commit::announce(ctx, what.now()).is_err() {
+        timers::start(10, TimerJob::Announce(what));
     }
 }
 
 /// The versions this build speaks, then the token clock, each from a 0 ms
 /// timer of its own.
 fn announce_all() {
-    state::start_timer(0, TimerJob::Announce(Announce::Version));
-    state::start_timer(0, TimerJob::Announce(Announce::Clock));
+    timers::start(0, TimerJob::Announce(Announcement::Version));
+    timers::start(0, TimerJob::Announce(Announcement::Clock));
 }
 
 pub unsafe extern "C" fn flush_cb(
@@ -689,40 +629,28 @@ pub unsafe extern "C" fn command_filter_cb(fctx: *mut raw::RedisModuleCommandFil
 
 // --- Configs and INFO ------------------------------------------------------
 
-pub unsafe extern "C" fn get_max_ttl(_name: *const c_char, _privdata: *mut c_void) -> c_longlong {
-    state::max_ttl_ms()
+/// `CONFIG GET lease.<name>`: `privdata` is the setting's index in
+/// `lease::config::SETTINGS` (one callback pair serves every row).
+pub unsafe extern "C" fn get_setting(_name: *const c_char, privdata: *mut c_void) -> c_longlong {
+    Name::ALL
+        .get(privdata as usize)
+        .map_or(0, |&name| settings::get(name))
 }
 
-pub unsafe extern "C" fn set_max_ttl(
+/// `CONFIG SET lease.<name>`: the server checked the bounds given at
+/// registration before calling.
+pub unsafe extern "C" fn set_setting(
     _name: *const c_char,
     value: c_longlong,
-    _privdata: *mut c_void,
+    privdata: *mut c_void,
     _err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
-    // The server checks the bounds given at registration before calling.
-    state::MAX_TTL_MS.store(value, std::sync::atomic::Ordering::Relaxed);
-    guard("CONFIG SET lease.max-ttl-ms", (), || {
-        grace::warn_if_short();
-        grace::retime();
-    });
-    raw::REDISMODULE_OK as c_int
-}
-
-pub unsafe extern "C" fn get_grace(_name: *const c_char, _privdata: *mut c_void) -> c_longlong {
-    state::GRACE_MS.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-pub unsafe extern "C" fn set_grace(
-    _name: *const c_char,
-    value: c_longlong,
-    _privdata: *mut c_void,
-    _err: *mut *mut raw::RedisModuleString,
-) -> c_int {
-    state::GRACE_MS.store(value, std::sync::atomic::Ordering::Relaxed);
-    guard("CONFIG SET lease.grace-ms", (), || {
-        grace::warn_if_short();
-        grace::retime();
-    });
+    if let Some(&name) = Name::ALL.get(privdata as usize) {
+        guard("CONFIG SET of a lease setting", (), || {
+            settings::set(name, value);
+            grace::setting_changed(name.setting().on_change);
+        });
+    }
     raw::REDISMODULE_OK as c_int
 }
 
@@ -742,6 +670,9 @@ pub extern "C" fn info_cb(ictx: *mut raw::RedisModuleInfoCtx, _for_crash_report:
                 }
                 info::Field::Owned(name, v) => {
                     raw::add_info_field_str(ictx, name, &v);
+                }
+                info::Field::Setting(name, v) => {
+                    raw::add_info_field_long_long(ictx, &name.replace('-', "_"), v);
                 }
             }
         }

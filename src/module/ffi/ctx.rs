@@ -1,6 +1,7 @@
 //! The server handles the binding works with, made only at the entry points
 //! (`callbacks.rs`): a call's context, its arguments, key names. Safe
-//! functions take these, never a raw server pointer.
+//! functions take these, never a raw server pointer; the context's own
+//! questions (flags, database, INFO fields, configs) are answered here.
 
 use std::os::raw::c_int;
 
@@ -49,6 +50,16 @@ impl Ctx {
                 redact(self.0, pos as c_int);
             }
         }
+    }
+
+    /// Loaded at the server's start (Valkey says so; Redis 7.0 does not).
+    pub fn server_startup(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_SERVER_STARTUP != 0
+    }
+
+    /// Is the server loading data (an RDB, the AOF, a full sync)?
+    pub fn is_loading(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_LOADING != 0
     }
 
     pub fn is_replica(self) -> bool {
@@ -216,7 +227,10 @@ impl<'a> Args<'a> {
     }
 
     /// Arguments `from..` as server strings.
-    pub fn strs(&self, from: usize) -> Vec<*mut raw::RedisModuleString> {
-        self.argv[from.min(self.len())..].to_vec()
+    pub fn strs(&self, from: usize) -> Vec<Str> {
+        self.argv[from.min(self.len())..]
+            .iter()
+            .map(|&s| Str(s))
+            .collect()
     }
 }

@@ -30,7 +30,7 @@ use redis_module::raw;
 
 use crate::lease::waitq::Slot;
 
-use super::state;
+use super::server;
 
 /// Re-checks due within this many milliseconds go to the thread; a module
 /// timer for a later one is set this much early (so that it fires before
@@ -60,7 +60,7 @@ fn waker() -> Option<&'static Waker> {
     *WAKER.get_or_init(|| {
         // SAFETY: a function-pointer read filled in by RedisModule_Init.
         let add: OneShot = unsafe { raw::RedisModule_EventLoopAddOneShot }?;
-        let callback = state::hooks().wake?;
+        let callback = server::hooks().wake?;
         let w: &'static Waker = Box::leak(Box::new(Waker {
             due: Mutex::new(BinaryHeap::new()),
             cv: Condvar::new(),
@@ -75,7 +75,7 @@ fn waker() -> Option<&'static Waker> {
                 Some(w)
             }
             Err(e) => {
-                state::log_warning(&format!(
+                server::log_warning(&format!(
                     "no waker thread ({e}): expiry hand-offs run on module timers"
                 ));
                 None

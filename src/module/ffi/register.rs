@@ -8,16 +8,27 @@ use std::os::raw::c_int;
 use redis_module::{Context, raw};
 
 use super::callbacks::*;
-use super::effects::{APPLY, CLOCK, DROP, GATE, HOLD, PRUNE, VERSION};
-use super::state;
-use crate::lease::config::{MAX_GRACE_MS, MAX_MAX_TTL_MS, MIN_GRACE_MS, MIN_MAX_TTL_MS, Settings};
+use crate::lease::config::SETTINGS;
+use crate::lease::effect::{APPLY, CLOCK, DROP, HOLD, PRUNE, VERSION};
+use crate::module::settings;
 
-/// One documented argument.
+use super::ctx::Ctx;
+use super::server;
+
+/// The probe command of the write gates (`commit::gate`).
+const GATE: &str = "LEASE.GATE";
+
+fn name(c: &'static CStr) -> &'static str {
+    c.to_str().expect("ASCII command names")
+}
+
+/// One documented argument (a `ONEOF` or `BLOCK` has `subargs`).
 struct Arg {
     name: &'static CStr,
     kind: raw::RedisModuleCommandArgType,
     token: Option<&'static CStr>,
     flags: u32,
+    subargs: Vec<Arg>,
 }
 
 const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
@@ -26,6 +37,27 @@ const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
         kind,
         token: None,
         flags: 0,
+        subargs: Vec::new(),
+    }
+}
+
+/// An argument introduced by `token` (`LIMIT n`, `BLOCK ms`, `SHARED`).
+fn option(name: &'static CStr, kind: raw::RedisModuleCommandArgType, token: &'static CStr) -> Arg {
+    Arg {
+        token: Some(token),
+        ..arg(name, kind)
+    }
+}
+
+/// `LIMIT limit | SHARED`: how a counting or shared lease is held.
+fn mode_arg(flags: u32) -> Arg {
+    Arg {
+        flags,
+        subargs: vec![
+            option(c"limit", INTEGER, c"LIMIT"),
+            option(c"shared", PURE_TOKEN, c"SHARED"),
+        ],
+        ..arg(c"mode", ONEOF)
     }
 }
 
@@ -36,6 +68,10 @@ const INTEGER: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
 const PURE_TOKEN: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN;
+const ONEOF: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF;
+const BLOCK: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK;
 
 /// One command as registered.
 struct Spec {
@@ -50,8 +86,14 @@ struct Spec {
     key_flags: u32,
     summary: &'static CStr,
     complexity: &'static CStr,
+    /// The module version that added it, and what later ones changed.
+    since: &'static CStr,
+    history: &'static [(&'static CStr, &'static CStr)],
     args: Vec<Arg>,
 }
+
+/// The first version, where most commands come from.
+const V1: &CStr = c"0.1.0";
 
 fn specs() -> Vec<Spec> {
     use raw::{
@@ -71,27 +113,16 @@ fn specs() -> Vec<Spec> {
             key_flags: RW | ACCESS | UPDATE,
             summary: c"Acquires a lease (exclusive, one of n with LIMIT n, or shared with SHARED) and returns its fencing token; null when it is taken",
             complexity: c"O(1) for an exclusive lease; O(log n) with n holders or waiters",
+            since: V1,
+            history: &[(c"0.2.0", c"Added the `LIMIT` and `SHARED` options.")],
             args: vec![
                 arg(c"key", KEY),
                 arg(c"owner", STRING),
                 arg(c"ttl-ms", INTEGER),
+                mode_arg(OPTIONAL),
                 Arg {
-                    name: c"limit",
-                    kind: INTEGER,
-                    token: Some(c"LIMIT"),
                     flags: OPTIONAL,
-                },
-                Arg {
-                    name: c"shared",
-                    kind: PURE_TOKEN,
-                    token: Some(c"SHARED"),
-                    flags: OPTIONAL,
-                },
-                Arg {
-                    name: c"timeout-ms",
-                    kind: INTEGER,
-                    token: Some(c"BLOCK"),
-                    flags: OPTIONAL,
+                    ..option(c"timeout-ms", INTEGER, c"BLOCK")
                 },
             ],
         },
@@ -104,6 +135,8 @@ fn specs() -> Vec<Spec> {
             key_flags: RW | UPDATE,
             summary: c"Resets the remaining time of a lease held by owner; 1 if renewed, else 0",
             complexity: c"O(1) for an exclusive lease; O(log n) with n holders",
+            since: V1,
+            history: &[(c"0.2.0", c"Renews one holder of a counting or shared lease.")],
             args: vec![arg(c"key", KEY), arg(c"owner", STRING), arg(c"ttl-ms", INTEGER)],
         },
         Spec {
@@ -115,6 +148,8 @@ fn specs() -> Vec<Spec> {
             key_flags: RW | DELETE,
             summary: c"Releases a lease held by owner; 1 if released, else 0",
             complexity: c"O(1) for an exclusive lease; O(log n) with n holders or waiters",
+            since: V1,
+            history: &[(c"0.2.0", c"Releases one holder of a counting or shared lease.")],
             args: vec![arg(c"key", KEY), arg(c"owner", STRING)],
         },
         Spec {
@@ -133,20 +168,21 @@ fn specs() -> Vec<Spec> {
             key_flags: RO | ACCESS | VARIABLE_FLAGS,
             summary: c"Checks that token is the token of a lease held now (else a STALE error) and, in the same step, runs the command if one is given",
             complexity: c"O(1) for an exclusive lease; O(log n) with n holders",
+            since: V1,
+            history: &[(c"0.2.0", c"A `SHARED` holder's token fences no write command.")],
             args: vec![
                 arg(c"key", KEY),
                 arg(c"token", INTEGER),
                 Arg {
-                    name: c"command",
-                    kind: STRING,
-                    token: None,
                     flags: OPTIONAL,
-                },
-                Arg {
-                    name: c"arg",
-                    kind: STRING,
-                    token: None,
-                    flags: OPTIONAL | MULTIPLE,
+                    subargs: vec![
+                        arg(c"command", STRING),
+                        Arg {
+                            flags: OPTIONAL | MULTIPLE,
+                            ..arg(c"arg", STRING)
+                        },
+                    ],
+                    ..arg(c"fenced-command", BLOCK)
                 },
             ],
         },
@@ -159,10 +195,12 @@ fn specs() -> Vec<Spec> {
             key_flags: RO | ACCESS,
             summary: c"Token, remaining ttl and waiters of the lease held on key (and mode, limit and holders of a counting or shared lease); null when free",
             complexity: c"O(1) for an exclusive lease; O(n) with n holders",
+            since: V1,
+            history: &[(c"0.2.0", c"Added `mode`, `limit` and `holders` for counting and shared leases.")],
             args: vec![arg(c"key", KEY)],
         },
         Spec {
-            name: APPLY,
+            name: name(APPLY),
             entry: Some(apply_entry),
             acl: c"write lease",
             flags: "write",
@@ -170,6 +208,8 @@ fn specs() -> Vec<Spec> {
             key_flags: OW | UPDATE,
             summary: c"Internal: sets a lease's full state; accepted only from the master link and the AOF",
             complexity: c"O(1)",
+            since: V1,
+            history: &[],
             args: vec![
                 arg(c"key", KEY),
                 arg(c"owner", STRING),
@@ -178,7 +218,7 @@ fn specs() -> Vec<Spec> {
             ],
         },
         Spec {
-            name: HOLD,
+            name: name(HOLD),
             entry: Some(hold_entry),
             acl: c"write lease",
             flags: "write",
@@ -186,27 +226,18 @@ fn specs() -> Vec<Spec> {
             key_flags: RW | UPDATE,
             summary: c"Internal: adds or updates one holder of a counting or shared lease; accepted only from the master link and the AOF",
             complexity: c"O(log n) with n holders",
+            since: c"0.2.0",
+            history: &[],
             args: vec![
                 arg(c"key", KEY),
                 arg(c"owner", STRING),
                 arg(c"token", INTEGER),
                 arg(c"deadline-ms", INTEGER),
-                Arg {
-                    name: c"limit",
-                    kind: INTEGER,
-                    token: Some(c"LIMIT"),
-                    flags: OPTIONAL,
-                },
-                Arg {
-                    name: c"shared",
-                    kind: PURE_TOKEN,
-                    token: Some(c"SHARED"),
-                    flags: OPTIONAL,
-                },
+                mode_arg(0),
             ],
         },
         Spec {
-            name: DROP,
+            name: name(DROP),
             entry: Some(drop_entry),
             acl: c"write lease",
             flags: "write",
@@ -214,10 +245,12 @@ fn specs() -> Vec<Spec> {
             key_flags: RW | DELETE,
             summary: c"Internal: removes one holder of a counting or shared lease; accepted only from the master link and the AOF",
             complexity: c"O(log n) with n holders",
+            since: c"0.2.0",
+            history: &[],
             args: vec![arg(c"key", KEY), arg(c"owner", STRING)],
         },
         Spec {
-            name: PRUNE,
+            name: name(PRUNE),
             entry: Some(prune_entry),
             acl: c"write lease",
             flags: "write",
@@ -225,6 +258,8 @@ fn specs() -> Vec<Spec> {
             key_flags: RW | DELETE,
             summary: c"Internal: removes the ended holders of a counting or shared lease that the master took out, up to the one named; accepted only from the master link and the AOF",
             complexity: c"O(k log n) for k holders removed of n",
+            since: c"0.3.0",
+            history: &[],
             args: vec![
                 arg(c"key", KEY),
                 arg(c"deadline-ms", INTEGER),
@@ -232,7 +267,7 @@ fn specs() -> Vec<Spec> {
             ],
         },
         Spec {
-            name: VERSION,
+            name: name(VERSION),
             entry: Some(version_entry),
             acl: c"write lease",
             flags: "write",
@@ -240,10 +275,12 @@ fn specs() -> Vec<Spec> {
             key_flags: 0,
             summary: c"Internal: the lease effect and record versions the writer of the stream speaks; accepted only from the master link and the AOF",
             complexity: c"O(1)",
+            since: c"0.3.0",
+            history: &[],
             args: vec![arg(c"effects", INTEGER), arg(c"records", INTEGER)],
         },
         Spec {
-            name: CLOCK,
+            name: name(CLOCK),
             entry: Some(clock_entry),
             acl: c"write lease",
             flags: "write",
@@ -251,6 +288,8 @@ fn specs() -> Vec<Spec> {
             key_flags: 0,
             summary: c"Internal: raises the token clock; accepted only from the master link and the AOF",
             complexity: c"O(1)",
+            since: V1,
+            history: &[],
             args: vec![arg(c"last", INTEGER)],
         },
         Spec {
@@ -262,11 +301,11 @@ fn specs() -> Vec<Spec> {
             key_flags: RW | ACCESS,
             summary: c"Internal: changes nothing; the module calls it in script mode to learn whether the server would accept a write (to key) now",
             complexity: c"O(1)",
+            since: V1,
+            history: &[],
             args: vec![Arg {
-                name: c"key",
-                kind: KEY,
-                token: None,
                 flags: OPTIONAL,
+                ..arg(c"key", KEY)
             }],
         },
     ]
@@ -357,6 +396,32 @@ pub fn register_all(ctx: &Context) -> Result<(), String> {
     Ok(())
 }
 
+/// `args` as the server's zero-terminated argument array (nested for a
+/// `ONEOF` or `BLOCK`); the arrays live in `keep`.
+fn raw_args(
+    args: &[Arg],
+    keep: &mut Vec<Vec<raw::RedisModuleCommandArg>>,
+) -> *mut raw::RedisModuleCommandArg {
+    let mut out = Vec::with_capacity(args.len() + 1);
+    for a in args {
+        // SAFETY: a zero-initialisable C struct of pointers and integers.
+        let mut r: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
+        r.name = a.name.as_ptr();
+        r.type_ = a.kind;
+        r.key_spec_index = if a.kind == KEY { 0 } else { -1 };
+        r.token = a.token.map_or(std::ptr::null(), |t| t.as_ptr());
+        r.flags = a.flags as c_int;
+        if !a.subargs.is_empty() {
+            r.subargs = raw_args(&a.subargs, keep);
+        }
+        out.push(r);
+    }
+    // SAFETY: as above; the zeroed entry ends the array.
+    out.push(unsafe { std::mem::zeroed() });
+    keep.push(out);
+    keep.last_mut().expect("just pushed").as_mut_ptr()
+}
+
 fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
     // SAFETY: a function-pointer read filled in by RedisModule_Init.
     let Some(set_command_info) = (unsafe { raw::RedisModule_SetCommandInfo }) else {
@@ -384,17 +449,19 @@ fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
             key_specs[0].fk.range.limit = 0;
         }
 
-        let mut args: Vec<raw::RedisModuleCommandArg> = Vec::with_capacity(spec.args.len() + 1);
-        for a in &spec.args {
-            let mut r: raw::RedisModuleCommandArg = std::mem::zeroed();
-            r.name = a.name.as_ptr();
-            r.type_ = a.kind;
-            r.key_spec_index = if a.kind == KEY { 0 } else { -1 };
-            r.token = a.token.map_or(std::ptr::null(), |t| t.as_ptr());
-            r.flags = a.flags as c_int;
-            args.push(r);
-        }
-        args.push(std::mem::zeroed());
+        // Every array the server reads stays alive in `keep` until
+        // SetCommandInfo has copied it.
+        let mut keep: Vec<Vec<raw::RedisModuleCommandArg>> = Vec::new();
+        let args = raw_args(&spec.args, &mut keep);
+        let mut history: Vec<raw::RedisModuleCommandHistoryEntry> = spec
+            .history
+            .iter()
+            .map(|(since, changes)| raw::RedisModuleCommandHistoryEntry {
+                since: since.as_ptr(),
+                changes: changes.as_ptr(),
+            })
+            .collect();
+        history.push(std::mem::zeroed());
 
         let version = raw::RedisModuleCommandInfoVersion {
             version: 1,
@@ -406,10 +473,13 @@ fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
         info.version = &version;
         info.summary = spec.summary.as_ptr();
         info.complexity = spec.complexity.as_ptr();
-        info.since = c"1.0.0".as_ptr();
+        info.since = spec.since.as_ptr();
+        if !spec.history.is_empty() {
+            info.history = history.as_mut_ptr();
+        }
         info.arity = spec.arity;
         info.key_specs = key_specs.as_mut_ptr();
-        info.args = args.as_mut_ptr();
+        info.args = args;
 
         let set = |command| set_command_info(command, &info) == raw::REDISMODULE_OK as c_int;
         if !command_handle(ctx, name).is_some_and(set) {
@@ -419,58 +489,70 @@ fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
     Ok(())
 }
 
-/// Applies the load-time settings and registers the CONFIG SET interface
-/// (`lease.max-ttl-ms`) where the server has module configs.
-pub fn register_configs(ctx: &Context, settings: Settings) -> Result<(), String> {
-    state::MAX_TTL_MS.store(settings.max_ttl_ms, std::sync::atomic::Ordering::Relaxed);
-    state::GRACE_MS.store(settings.grace_ms, std::sync::atomic::Ordering::Relaxed);
+/// Registers the CONFIG SET interface of every setting of
+/// `lease::config::SETTINGS` (`lease.<name>`) where the server has module
+/// configs, starting from the load-time `values`; one get/set callback pair
+/// serves them all, told apart by their index (the privdata).
+pub fn register_configs(ctx: &Context, values: &[i64]) -> Result<(), String> {
     // SAFETY: function-pointer reads filled in by RedisModule_Init; called
-    // during OnLoad with the load context, as the config API requires.
+    // during OnLoad with the load context, as the config API requires; the
+    // names are copied by the server.
     unsafe {
         let (Some(register), Some(load)) = (
             raw::RedisModule_RegisterNumericConfig,
             raw::RedisModule_LoadConfigs,
         ) else {
             ctx.log_notice(
-                "this server has no module configs; max-ttl-ms and grace-ms are set by loadmodule arguments only",
+                "this server has no module configs; the lease settings are set by loadmodule arguments only",
             );
             return Ok(());
         };
-        let status = register(
-            ctx.ctx,
-            c"max-ttl-ms".as_ptr(),
-            settings.max_ttl_ms,
-            raw::REDISMODULE_CONFIG_DEFAULT,
-            MIN_MAX_TTL_MS,
-            MAX_MAX_TTL_MS,
-            Some(get_max_ttl),
-            Some(set_max_ttl),
-            None,
-            std::ptr::null_mut(),
-        );
-        if status != raw::REDISMODULE_OK as c_int {
-            return Err("cannot register the config lease.max-ttl-ms".into());
-        }
-        let status = register(
-            ctx.ctx,
-            c"grace-ms".as_ptr(),
-            settings.grace_ms,
-            raw::REDISMODULE_CONFIG_DEFAULT,
-            MIN_GRACE_MS,
-            MAX_GRACE_MS,
-            Some(get_grace),
-            Some(set_grace),
-            None,
-            std::ptr::null_mut(),
-        );
-        if status != raw::REDISMODULE_OK as c_int {
-            return Err("cannot register the config lease.grace-ms".into());
+        for (i, setting) in SETTINGS.iter().enumerate() {
+            let cname = CString::new(setting.name).expect("no NUL");
+            let status = register(
+                ctx.ctx,
+                cname.as_ptr(),
+                values[i],
+                raw::REDISMODULE_CONFIG_DEFAULT,
+                setting.min,
+                setting.max,
+                Some(get_setting),
+                Some(set_setting),
+                None,
+                i as *mut std::os::raw::c_void,
+            );
+            if status != raw::REDISMODULE_OK as c_int {
+                return Err(format!("cannot register the config lease.{}", setting.name));
+            }
         }
         if load(ctx.ctx) != raw::REDISMODULE_OK as c_int {
             return Err("invalid lease.* setting in the server configuration".into());
         }
     }
     Ok(())
+}
+
+/// Module options: a short read (diskless replica, truncated RESTORE
+/// payload) reaches rdb_load as an error instead of killing the server; a
+/// key opened for writing is signalled as modified only when the module says
+/// so (commit.rs), so calls that change nothing leave WATCH alone.
+pub fn set_module_options(ctx: &Context) {
+    // SAFETY: called once from OnLoad on the main thread with the load
+    // context.
+    unsafe {
+        if let Some(set_options) = raw::RedisModule_SetModuleOptions {
+            set_options(
+                ctx.ctx,
+                (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+                    | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as i32,
+            );
+        }
+    }
+}
+
+/// The `INFO lease` section's callback.
+pub fn register_info(ctx: &Context) {
+    raw::register_info_function(ctx.ctx, Some(info_cb));
 }
 
 /// Subscribes to the server events and keyspace events the module follows:
@@ -509,4 +591,40 @@ pub fn subscribe_events(ctx: &Context) {
             );
         }
     }
+}
+
+/// Called by `redis_module!` at load, after the data type is created.
+pub fn init(
+    ctx: &redis_module::Context,
+    args: &[redis_module::RedisString],
+) -> redis_module::Status {
+    use redis_module::Status;
+    // SAFETY: the load context, live during OnLoad.
+    let lctx = unsafe { Ctx::new(ctx.ctx) };
+    server::init_detached(lctx);
+    install_panic_hook();
+    server::install_hooks(hooks());
+    server::set_lease_type(*LEASE_TYPE.raw_type.borrow());
+    let raw_args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+    let loaded = match crate::lease::config::parse_module_args(&raw_args) {
+        Ok(s) => s,
+        Err(why) => {
+            ctx.log_warning(&format!("refusing to load: {why}"));
+            return Status::Err;
+        }
+    };
+    settings::init(loaded);
+    set_module_options(ctx);
+    if let Err(why) = register_configs(ctx, &loaded.values) {
+        ctx.log_warning(&format!("refusing to load: {why}"));
+        return Status::Err;
+    }
+    if let Err(why) = register_all(ctx) {
+        ctx.log_warning(&format!("refusing to load: {why}"));
+        return Status::Err;
+    }
+    register_info(ctx);
+    subscribe_events(ctx);
+    crate::module::start(lctx);
+    Status::Ok
 }

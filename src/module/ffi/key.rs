@@ -1,6 +1,6 @@
 //! A lease key opened for one call: typed access to the stored record, its
-//! expiry, storing and deleting. The key is closed on drop. Only the
-//! effects layer writes through it.
+//! expiry, storing and deleting. The key is closed on drop. Only the commit
+//! layer (`commit.rs`) writes through it.
 //!
 //! The handle knows what the key holds from the moment it is opened (one
 //! `RedisModule_KeyType`), and keeps that knowledge as it stores and
@@ -13,11 +13,12 @@ use std::os::raw::c_void;
 
 use redis_module::raw;
 
-use crate::lease::{Lease, LeaseError, Multi, RecordMut};
+use crate::lease::effect::{Change, Stored};
+use crate::lease::{LeaseError, RecordMut};
 
-use super::super::ctx::{Ctx, Str};
-use super::super::state;
-use super::super::value;
+use super::ctx::{Ctx, Str};
+use super::server::{self, hooks, lease_type, now_ms};
+use super::value;
 
 /// What an open key holds.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -66,7 +67,7 @@ impl LeaseKey {
                 if t == raw::REDISMODULE_KEYTYPE_EMPTY as i32 {
                     Holds::Nothing
                 } else if t != raw::REDISMODULE_KEYTYPE_MODULE as i32
-                    || raw::RedisModule_ModuleTypeGetType.unwrap()(key) != state::lease_type()
+                    || raw::RedisModule_ModuleTypeGetType.unwrap()(key) != lease_type()
                 {
                     Holds::Other
                 } else {
@@ -106,39 +107,44 @@ impl LeaseKey {
                 Some(abs) => abs(self.key),
                 None => {
                     let ttl = raw::RedisModule_GetExpire.unwrap()(self.key);
-                    if ttl < 0 { ttl } else { state::now_ms() + ttl }
+                    if ttl < 0 { ttl } else { now_ms() + ttl }
                 }
             }
         };
         (at >= 0).then_some(at)
     }
 
-    /// Stores `lease` in the key (replacing what is there) and sets the
-    /// key's expiry to the lease's deadline.
-    pub fn set(&mut self, lease: Box<Lease>) {
-        let deadline = lease.deadline_ms;
-        if self.set_value(value::lease_into_raw(lease)) {
-            self.set_expire(deadline);
+    /// What the key holds, for an effect to apply to.
+    #[inline]
+    pub fn stored(&mut self) -> Stored<'_> {
+        match self.holds {
+            Holds::Nothing => Stored::Nothing,
+            Holds::Other => Stored::Other,
+            // SAFETY: as in `get`.
+            Holds::Lease(v) => Stored::Record(unsafe { value::record_mut(v) }),
         }
     }
 
-    /// Stores a counting or shared record (replacing what is there) and
-    /// sets the key's expiry to its latest deadline.
-    pub fn set_multi(&mut self, multi: Multi) {
-        let deadline = multi.latest_deadline();
-        if self.set_value(value::multi_into_raw(multi))
-            && let Some(deadline) = deadline
-        {
-            self.set_expire(deadline);
+    /// Carries out what applying an effect left to do: delete, store a new
+    /// record, set the expiry.
+    #[inline]
+    pub fn carry_out(&mut self, change: Change) {
+        if change.delete {
+            self.delete();
+        }
+        if let Some(record) = change.store {
+            self.set_value(value::into_raw(record));
+        }
+        if let Some(at) = change.expire_at {
+            self.set_expire(at);
         }
     }
 
     fn set_value(&mut self, v: *mut c_void) -> bool {
         // SAFETY: the key is open for writing; on success the server owns
         // `v` and frees it through the type's free callback.
-        let status = unsafe {
-            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, state::lease_type(), v)
-        };
+        let status =
+            unsafe { raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, lease_type(), v) };
         if status != raw::REDISMODULE_OK as i32 {
             // SAFETY: the server did not take ownership; reclaim and drop it.
             unsafe { value::drop_raw(v) };
@@ -161,7 +167,7 @@ impl LeaseKey {
                     set_abs(self.key, deadline_ms);
                 }
                 None => {
-                    let ttl = (deadline_ms - state::now_ms()).max(1);
+                    let ttl = (deadline_ms - now_ms()).max(1);
                     raw::RedisModule_SetExpire.unwrap()(self.key, ttl);
                 }
             }
@@ -187,5 +193,40 @@ impl Drop for LeaseKey {
             // SAFETY: closes the handle opened in `open`, exactly once.
             unsafe { raw::RedisModule_CloseKey.unwrap()(self.key) };
         }
+    }
+}
+
+/// The names of the lease keys of the context's selected database (a
+/// keyspace scan; its callback is `callbacks::scan_cb`, which collects the
+/// names of keys of the lease type).
+pub fn lease_key_names(ctx: Ctx) -> Vec<Vec<u8>> {
+    let mut names: Vec<Vec<u8>> = Vec::new();
+    // SAFETY: a cursor made, used on this context and destroyed here; the
+    // callback gets `names` as its private data for the length of the scan.
+    unsafe {
+        let (Some(create), Some(scan), Some(destroy)) = (
+            raw::RedisModule_ScanCursorCreate,
+            raw::RedisModule_Scan,
+            raw::RedisModule_ScanCursorDestroy,
+        ) else {
+            return names;
+        };
+        let cursor = create();
+        let data = (&mut names as *mut Vec<Vec<u8>>).cast::<c_void>();
+        while scan(ctx.raw(), cursor, hooks().scan, data) != 0 {}
+        destroy(cursor);
+    }
+    names
+}
+
+/// Is the open key handle `key` (of a scan) a lease key?
+///
+/// # Safety
+/// `key` must be a live open key handle.
+pub unsafe fn is_lease_key(key: *mut raw::RedisModuleKey) -> bool {
+    // SAFETY: by the contract; KeyType and ModuleTypeGetType only read it.
+    unsafe {
+        raw::RedisModule_KeyType.unwrap()(key) == raw::REDISMODULE_KEYTYPE_MODULE as i32
+            && raw::RedisModule_ModuleTypeGetType.unwrap()(key) == server::lease_type()
     }
 }

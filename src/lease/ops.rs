@@ -1,0 +1,783 @@
+//! What each command does to a key, as values: given what the key holds,
+//! the request and the server's state, the answer, the effects to commit
+//! (in order, each with the event it is: what it counts and notifies), and
+//! what the key's waiters need next. The binding reads the key, asks here,
+//! commits the effects through its one commit path and does what `then`
+//! says; the model test drives the same functions, and the hand-off to
+//! waiters (`serve`) is the same loop for both.
+
+use super::clock::TokenClock;
+use super::decide::{self, Acquire, Decision, Held};
+use super::effect::Effect;
+use super::error::LeaseError;
+use super::exclusive::Lease;
+use super::holders::Multi;
+use super::mode::{Mode, MultiMode};
+use super::record::RecordRef;
+use super::waitq::{Step, Waiter};
+
+/// How many ended holders one command takes out before it decides; a
+/// timer takes out the rest (the binding's drain), `DRAIN_PER_TICK` at a
+/// time, so that no call's work or effect grows with the number of holders
+/// that ended.
+pub const PRUNE_PER_CALL: usize = 64;
+pub const DRAIN_PER_TICK: usize = 1024;
+
+/// What a committed effect is, for the counters and keyspace events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A new lease or holder (`acquired`, `lease.acquire`).
+    Acquire,
+    /// A holder's retry: same token, new deadline (`reacquired`,
+    /// `lease.renew`).
+    Reacquire,
+    /// A renewal (`renewed`, `lease.renew`).
+    Renew,
+    /// A release by its holder (`released`, `lease.release`).
+    Release,
+    /// A hand-off given back because its waiter vanished (`lease.release`).
+    Revoke,
+    /// Holders whose time ended, taken out (`expired`, `lease.expire`).
+    Expire(usize),
+    /// A record whose lease ended while its key had no expiry, removed
+    /// (`expired`; the key's own expiry would have sent no event either).
+    Lingered(usize),
+    /// A key's expiry set back to its lease's deadline (nothing).
+    Align,
+    /// An effect from the master link or the AOF (counted by nobody: the
+    /// master counted it).
+    Replayed,
+}
+
+/// An effect and what it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Commit<'a> {
+    pub effect: Effect<'a>,
+    pub event: Event,
+}
+
+/// A commit that owns the owner it names (to commit an effect read from
+/// the very record it changes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedCommit {
+    effect: Effect<'static>,
+    owner: Box<[u8]>,
+    event: Event,
+}
+
+impl Commit<'_> {
+    pub fn to_owned(&self) -> OwnedCommit {
+        OwnedCommit {
+            effect: self.effect.with_owner(&[]),
+            owner: self.effect.owner().unwrap_or_default().into(),
+            event: self.event,
+        }
+    }
+}
+
+impl OwnedCommit {
+    pub fn as_commit(&self) -> Commit<'_> {
+        Commit {
+            effect: self.effect.with_owner(&self.owner),
+            event: self.event,
+        }
+    }
+}
+
+/// The effects of one call, in order (at most two: a batch of ended
+/// holders, then the change the call asked for).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Commits<'a> {
+    items: [Option<Commit<'a>>; 2],
+}
+
+impl<'a> Commits<'a> {
+    fn push(&mut self, effect: Effect<'a>, event: Event) {
+        let slot = self
+            .items
+            .iter_mut()
+            .find(|c| c.is_none())
+            .expect("at most two effects a call");
+        *slot = Some(Commit { effect, event });
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Commit<'a>> + '_ {
+        self.items.iter().flatten().copied()
+    }
+}
+
+/// A refusal the binding counts when it is answered at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    Contended,
+    GraceRefused,
+    RenewFailed,
+    ReleaseFailed,
+}
+
+/// What the key's waiters need after the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    Nothing,
+    /// The caller waits (`BLOCK`); the key is re-checked at `recheck_at`.
+    Wait {
+        recheck_at: i64,
+    },
+    /// A deadline moved to `at`: the key's waiters are re-checked then.
+    RecheckAt(i64),
+    /// A holder's deadline moved: re-check at the key's next end, as it is
+    /// once the effects are committed.
+    Rearm,
+    /// A holding left (or holders ended): serve the key's waiters now.
+    Serve,
+}
+
+/// What a call does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome<'a> {
+    /// The answer: a token (acquire), 1 or 0 (renew, release), or `None`
+    /// for null (or, with `Then::Wait`, for no answer yet).
+    pub answer: Answer,
+    pub commits: Commits<'a>,
+    pub then: Then,
+    /// Counted when the answer goes out now.
+    pub count: Option<Count>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Token(u64),
+    Null,
+    Int(i64),
+}
+
+impl<'a> Outcome<'a> {
+    fn new(answer: Answer) -> Self {
+        Outcome {
+            answer,
+            commits: Commits::default(),
+            then: Then::Nothing,
+            count: None,
+        }
+    }
+}
+
+/// The server's side of a call: the time, the token clock, the grace.
+pub struct Env<'c> {
+    pub now_ms: i64,
+    pub clock: &'c mut TokenClock,
+    /// When the running grace period (design.md S7) would end, if one runs.
+    pub grace_ends_at: Option<i64>,
+    /// Clients wait on this key.
+    pub waiters_ahead: bool,
+    /// The server expired this key within its lease's deadline millisecond
+    /// (Redis 8.2): until then the lease counts as held.
+    pub ended_early: Option<i64>,
+    /// Ended holders a call takes out before it decides (`PRUNE_PER_CALL`).
+    pub prune_per_call: usize,
+}
+
+/// `LEASE.ACQUIRE key owner ttl-ms [LIMIT n | SHARED] [BLOCK timeout-ms]`.
+#[derive(Debug, Clone, Copy)]
+pub struct AcquireRequest<'a> {
+    pub owner: &'a [u8],
+    pub ttl_ms: i64,
+    pub mode: Mode,
+    /// `BLOCK` was given and the call may block here (not in MULTI or a
+    /// script).
+    pub may_wait: bool,
+}
+
+/// A refused acquire: null (counted as `count`), or a wait re-checked at
+/// `recheck_at`.
+fn refused<'a>(req: &AcquireRequest<'a>, recheck_at: i64, count: Count) -> Outcome<'a> {
+    let mut out = Outcome::new(Answer::Null);
+    if req.may_wait {
+        out.then = Then::Wait { recheck_at };
+    } else {
+        out.count = Some(count);
+    }
+    out
+}
+
+/// The exclusive lease stored in a record, if that is what it is.
+fn exclusive(record: Option<RecordRef<'_>>) -> Option<&Lease> {
+    match record {
+        Some(RecordRef::Exclusive(l)) => Some(l),
+        _ => None,
+    }
+}
+
+/// Must the key's waiters be served before a newcomer's acquire is decided
+/// (the lease is free, or a counting or shared lease may have a place)?
+pub fn serve_first(record: Option<RecordRef<'_>>, now_ms: i64) -> bool {
+    match record {
+        Some(RecordRef::Multi(_)) => true,
+        current => decide::live(exclusive(current), now_ms).is_none(),
+    }
+}
+
+/// Takes out at least `min` and at most `max(min, per_call)` ended holders
+/// of `m` (the earliest first), as one `LEASE.PRUNE`.
+fn prune<'a>(
+    m: &Multi,
+    now_ms: i64,
+    min: usize,
+    per_call: usize,
+    commits: &mut Commits<'a>,
+) -> usize {
+    match m.ended_batch(now_ms, per_call.max(min)) {
+        Some((n, deadline_ms, token)) => {
+            commits.push(Effect::Prune { deadline_ms, token }, Event::Expire(n));
+            n
+        }
+        None => 0,
+    }
+}
+
+/// `LEASE.ACQUIRE`: `key_expire` reads the key's expiry (asked only when
+/// the caller may wait: when to re-check).
+pub fn acquire<'a>(
+    record: Option<RecordRef<'_>>,
+    key_expire: impl FnOnce() -> Option<i64>,
+    req: AcquireRequest<'a>,
+    env: Env<'_>,
+) -> Result<Outcome<'a>, LeaseError> {
+    let now = env.now_ms;
+    let expire = if req.may_wait { key_expire() } else { None };
+    if req.mode != Mode::Exclusive || matches!(record, Some(RecordRef::Multi(_))) {
+        return acquire_multi(record, expire, req, env);
+    }
+    let current = exclusive(record);
+    if current.is_none()
+        && let Some(end) = env.ended_early
+    {
+        return Ok(refused(&req, end + 1, Count::Contended));
+    }
+    let recheck_at = current.map_or(now, |l| decide::ends_at(l, expire) + 1);
+    // During a grace period nothing new is created: the caller is answered
+    // as if another owner held the key (someone may), or waits.
+    if let Some(end) = env
+        .grace_ends_at
+        .filter(|_| decide::live(current, now).is_none())
+    {
+        return Ok(refused(&req, end, Count::GraceRefused));
+    }
+    Ok(
+        match decide::acquire(current, req.owner, req.ttl_ms, now, env.clock)? {
+            Acquire::Created(lease) => {
+                let mut out = Outcome::new(Answer::Token(lease.token));
+                out.commits.push(
+                    Effect::Apply {
+                        owner: req.owner,
+                        token: lease.token,
+                        deadline_ms: lease.deadline_ms,
+                    },
+                    Event::Acquire,
+                );
+                out
+            }
+            Acquire::Reacquired { token, deadline_ms } => {
+                let mut out = Outcome::new(Answer::Token(token));
+                out.commits.push(
+                    Effect::Apply {
+                        owner: req.owner,
+                        token,
+                        deadline_ms,
+                    },
+                    Event::Reacquire,
+                );
+                out.then = Then::RecheckAt(deadline_ms);
+                out
+            }
+            Acquire::Contended => refused(&req, recheck_at, Count::Contended),
+        },
+    )
+}
+
+/// `LEASE.ACQUIRE` with `LIMIT n` or `SHARED`, or on a key held that way
+/// (design.md S8): the decision first, so that an error changes nothing; then a
+/// batch of ended holders leaves, and one effect.
+fn acquire_multi<'a>(
+    record: Option<RecordRef<'_>>,
+    expire: Option<i64>,
+    req: AcquireRequest<'a>,
+    env: Env<'_>,
+) -> Result<Outcome<'a>, LeaseError> {
+    let now = env.now_ms;
+    let held = Held::of(record, now);
+    let decision = decide::acquire_mode(held, req.mode, req.owner, env.waiters_ahead, now)?;
+    let mut commits = Commits::default();
+    let stored = match record {
+        Some(RecordRef::Multi(m)) => Some(m),
+        _ => None,
+    };
+    // A stored LIMIT n record keeps at most n holders: a new holder of a
+    // full one takes the place of an ended one.
+    let room = match (stored, req.mode.multi()) {
+        (Some(m), Some(mode @ MultiMode::Limit(n))) if m.mode() == mode => {
+            (m.len() + 1).saturating_sub(n as usize)
+        }
+        _ => 0,
+    };
+    let min = if decision == Decision::New { room } else { 0 };
+    if let Some(m) = stored {
+        prune(m, now, min, env.prune_per_call, &mut commits);
+    }
+    if held.is_free()
+        && let Some(end) = env.ended_early
+    {
+        return Ok(refused(&req, end + 1, Count::Contended));
+    }
+    let recheck_at = held.next_end(expire, now).map_or(now, |end| end + 1);
+    if let Some(end) = env
+        .grace_ends_at
+        .filter(|_| held.is_free() || decision == Decision::New)
+    {
+        return Ok(refused(&req, end, Count::GraceRefused));
+    }
+    let deadline_ms = now + req.ttl_ms;
+    let mut out = match decision {
+        Decision::New => {
+            let token = env.clock.issue(now).ok_or(LeaseError::TokensExhausted)?;
+            let mut out = Outcome::new(Answer::Token(token));
+            let effect = match req.mode.multi() {
+                None => Effect::Apply {
+                    owner: req.owner,
+                    token,
+                    deadline_ms,
+                },
+                Some(mode) => Effect::Hold {
+                    mode,
+                    owner: req.owner,
+                    token,
+                    deadline_ms,
+                },
+            };
+            commits.push(effect, Event::Acquire);
+            out.commits = commits;
+            out
+        }
+        Decision::Reacquired { token } => {
+            let mut out = Outcome::new(Answer::Token(token));
+            let mode = stored.map_or(MultiMode::Shared, |m| m.mode());
+            commits.push(
+                Effect::Hold {
+                    mode,
+                    owner: req.owner,
+                    token,
+                    deadline_ms,
+                },
+                Event::Reacquire,
+            );
+            out.commits = commits;
+            out.then = Then::Rearm;
+            out
+        }
+        Decision::Contended => {
+            let mut out = refused(&req, recheck_at, Count::Contended);
+            out.commits = commits;
+            out
+        }
+    };
+    // A batch that left freed places: waiters first (a wait re-checks the
+    // key anyway).
+    if out.then == Then::Nothing
+        && out
+            .commits
+            .iter()
+            .any(|c| matches!(c.event, Event::Expire(_)))
+    {
+        out.then = Then::Rearm;
+    }
+    Ok(out)
+}
+
+/// `LEASE.RENEW key owner ttl-ms`; `prune_per_call` as in `Env`.
+pub fn renew<'a>(
+    record: Option<RecordRef<'_>>,
+    owner: &'a [u8],
+    ttl_ms: i64,
+    now_ms: i64,
+    prune_per_call: usize,
+) -> Outcome<'a> {
+    match record {
+        Some(RecordRef::Multi(m)) => {
+            let mut commits = Commits::default();
+            let pruned = prune(m, now_ms, 0, prune_per_call, &mut commits);
+            let renewed = decide::renew_holder(m, owner, ttl_ms, now_ms);
+            let mut out = Outcome::new(Answer::Int(renewed.is_some() as i64));
+            if let (Some(deadline_ms), Some(h)) = (renewed, m.holder(owner)) {
+                commits.push(
+                    Effect::Hold {
+                        mode: m.mode(),
+                        owner,
+                        token: h.token,
+                        deadline_ms,
+                    },
+                    Event::Renew,
+                );
+                out.then = Then::Rearm;
+            } else {
+                out.count = Some(Count::RenewFailed);
+            }
+            if pruned > 0 {
+                out.then = Then::Serve;
+            }
+            out.commits = commits;
+            out
+        }
+        current => match (
+            exclusive(current),
+            decide::renew(exclusive(current), owner, ttl_ms, now_ms),
+        ) {
+            (Some(l), Some(deadline_ms)) => {
+                let mut out = Outcome::new(Answer::Int(1));
+                out.commits.push(
+                    Effect::Apply {
+                        owner,
+                        token: l.token,
+                        deadline_ms,
+                    },
+                    Event::Renew,
+                );
+                out.then = Then::RecheckAt(deadline_ms);
+                out
+            }
+            _ => {
+                let mut out = Outcome::new(Answer::Int(0));
+                out.count = Some(Count::RenewFailed);
+                out
+            }
+        },
+    }
+}
+
+/// `LEASE.RELEASE key owner` from a client (a replica and the AOF apply
+/// the `Effect::Release` they receive, by owner alone); `prune_per_call` as
+/// in `Env`.
+pub fn release<'a>(
+    record: Option<RecordRef<'_>>,
+    owner: &'a [u8],
+    now_ms: i64,
+    prune_per_call: usize,
+) -> Outcome<'a> {
+    match record {
+        Some(RecordRef::Multi(m)) => {
+            let mut commits = Commits::default();
+            let pruned = prune(m, now_ms, 0, prune_per_call, &mut commits);
+            let released = decide::release_holder(m, owner, now_ms);
+            let mut out = Outcome::new(Answer::Int(released as i64));
+            if released {
+                commits.push(Effect::Drop { owner }, Event::Release);
+            } else {
+                out.count = Some(Count::ReleaseFailed);
+            }
+            if released || pruned > 0 {
+                out.then = Then::Serve;
+            }
+            out.commits = commits;
+            out
+        }
+        current => {
+            if decide::release(exclusive(current), owner, now_ms) {
+                let mut out = Outcome::new(Answer::Int(1));
+                out.commits.push(Effect::Release { owner }, Event::Release);
+                out.then = Then::Serve;
+                out
+            } else {
+                let mut out = Outcome::new(Answer::Int(0));
+                out.count = Some(Count::ReleaseFailed);
+                out
+            }
+        }
+    }
+}
+
+/// A lease handed to a waiter that disconnected before it learnt its token
+/// (nobody holds it): given back, if it is still there as it was handed.
+pub fn revoke<'a>(
+    record: Option<RecordRef<'_>>,
+    owner: &'a [u8],
+    token: u64,
+) -> Option<Commit<'a>> {
+    let effect = match record? {
+        RecordRef::Exclusive(l) if l.token == token && l.is_held_by(owner) => Effect::Delete,
+        RecordRef::Multi(m) if m.holder(owner).is_some_and(|h| h.token == token) => {
+            Effect::Drop { owner }
+        }
+        _ => return None,
+    };
+    Some(Commit {
+        effect,
+        event: Event::Revoke,
+    })
+}
+
+/// One batch of the drain of a counting or shared lease: at most
+/// `DRAIN_PER_TICK` ended holders, the earliest first.
+pub fn drain<'a>(record: Option<RecordRef<'_>>, now_ms: i64) -> Option<Commit<'a>> {
+    let Some(RecordRef::Multi(m)) = record else {
+        return None;
+    };
+    let (n, deadline_ms, token) = m.ended_batch(now_ms, DRAIN_PER_TICK)?;
+    Some(Commit {
+        effect: Effect::Prune { deadline_ms, token },
+        event: Event::Expire(n),
+    })
+}
+
+/// A key that outlives its lease (after a `RESTORE k 0`, `PERSIST` or a
+/// longer `EXPIRE`): its expiry set back to the lease's deadline (the
+/// latest holder's), or the key deleted when the lease has already ended.
+/// `None` when the expiry matches.
+pub fn align<'a>(
+    record: Option<RecordRef<'a>>,
+    key_expire: Option<i64>,
+    now_ms: i64,
+) -> Option<Commit<'a>> {
+    let (live, holders, to) = match record? {
+        RecordRef::Exclusive(l) => (
+            l.is_live(now_ms),
+            1,
+            decide::expiry_to_align(l, key_expire).map(|_| Effect::Apply {
+                owner: &l.owner,
+                token: l.token,
+                deadline_ms: l.deadline_ms,
+            }),
+        ),
+        RecordRef::Multi(m) => (
+            m.is_live(now_ms),
+            m.len(),
+            decide::holders_expiry_to_align(m, key_expire).map(|at_ms| Effect::ExpireAt { at_ms }),
+        ),
+    };
+    let effect = to?;
+    Some(if live {
+        Commit {
+            effect,
+            event: Event::Align,
+        }
+    } else {
+        Commit {
+            effect: Effect::Delete,
+            event: Event::Lingered(holders),
+        }
+    })
+}
+
+/// What a key's re-check timer finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recheck {
+    /// The key is free, or has a free place: serve its waiters.
+    Serve,
+    /// Every place is held until then: re-check at that time.
+    At(i64),
+}
+
+/// A key's re-check timer fired at `now_ms`: serve its waiters, or wait
+/// for the next end of a holding (a full `LIMIT` key whose holders are all
+/// within their time, or a live exclusive lease).
+pub fn recheck(record: Option<RecordRef<'_>>, key_expire: Option<i64>, now_ms: i64) -> Recheck {
+    let end = match record {
+        Some(RecordRef::Multi(m)) if !m.has_room(now_ms) => {
+            Held::Multi(m).next_end(key_expire, now_ms)
+        }
+        Some(RecordRef::Multi(_)) => None,
+        record => Held::of(record, now_ms).next_end(key_expire, now_ms),
+    };
+    end.map_or(Recheck::Serve, |end| Recheck::At(end + 1))
+}
+
+/// A key, as the hand-off to waiters sees it.
+pub trait Key {
+    /// The record it holds (live or not), or WRONGTYPE.
+    fn record(&mut self) -> Result<Option<RecordRef<'_>>, LeaseError>;
+    /// Its absolute expiry, if it has one.
+    fn expire_at(&mut self) -> Option<i64>;
+    /// Commits one effect (store, signal, replicate, notify, count).
+    fn commit(&mut self, commit: Commit<'_>);
+    /// Counts an event that changes nothing more (a client's retry
+    /// answered with the token its owner was just granted).
+    fn count(&mut self, event: Event);
+}
+
+/// A key's queue of waiters, as the hand-off sees it.
+pub trait Queue<H> {
+    /// The next step of serving the queue on a key in state `held`
+    /// (`WaitRegistry::grant_next`).
+    fn grant_next(&mut self, held: Held, now_ms: i64, clock: &mut TokenClock) -> Option<Step<H>>;
+    /// Waiters queued.
+    fn waiting(&self) -> usize;
+    /// Answers a waiter: its token, or an error.
+    fn answer(&mut self, waiter: Waiter<H>, answer: Result<u64, LeaseError>);
+}
+
+/// What serving a queue leaves to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// Re-check the key at this time (the next end of a holding, or the end
+    /// of the grace or of an early expiry's millisecond).
+    RecheckAt(i64),
+    /// Nothing to re-check (the key is free or nobody waits).
+    Idle,
+}
+
+/// The server's side of serving a queue.
+pub struct ServeEnv {
+    pub now_ms: i64,
+    pub grace_ends_at: Option<i64>,
+    /// See `Env::ended_early`.
+    pub ended_early: Option<i64>,
+    /// See `Env::prune_per_call`.
+    pub prune_per_call: usize,
+}
+
+/// Serves the waiters of one key, oldest first: a batch of ended holders
+/// leaves, then each step of `Queue::grant_next` is committed like any
+/// acquisition (a new lease or one more holder, with a new token; waiters
+/// with the same owner, a client's retries, get the same token), until the
+/// oldest waiter must wait. Nothing is granted during a grace period or
+/// before an early expiry's millisecond has passed.
+pub fn serve<H>(
+    key: &mut impl Key,
+    queue: &mut impl Queue<H>,
+    env: ServeEnv,
+    clock: &mut TokenClock,
+) -> Served {
+    let now = env.now_ms;
+    let mut batch = Commits::default();
+    if let Ok(Some(RecordRef::Multi(m))) = key.record() {
+        prune(m, now, 0, env.prune_per_call, &mut batch);
+    }
+    for c in batch.iter() {
+        key.commit(c);
+    }
+    if let Some(end) = env.grace_ends_at {
+        return Served::RecheckAt(end);
+    }
+    if key.record().is_ok_and(|r| Held::of(r, now).is_free())
+        && let Some(end) = env.ended_early
+    {
+        return Served::RecheckAt(end + 1);
+    }
+    // Each step answers at least one waiter, so this ends after at most
+    // as many steps as there are waiters.
+    for _ in 0..=queue.waiting() {
+        let Ok(record) = key.record() else { break };
+        let held = Held::of(record, now);
+        // A full LIMIT record whose places are free only because holders
+        // ended (some or all of them) takes the place of one of them first.
+        let room = match record {
+            Some(RecordRef::Multi(m)) => match m.mode() {
+                MultiMode::Limit(n) if m.len() >= n as usize && m.has_ended(now) => {
+                    m.ended_batch(now, m.len() + 1 - n as usize)
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(step) = queue.grant_next(held, now, clock) else {
+            break;
+        };
+        if let (Some((n, deadline_ms, token)), Step::Grant { .. }) = (room, &step) {
+            key.commit(Commit {
+                effect: Effect::Prune { deadline_ms, token },
+                event: Event::Expire(n),
+            });
+        }
+        apply_step(key, queue, step);
+    }
+    let expire = key.expire_at();
+    match key.record() {
+        Ok(record) => match Held::of(record, now).next_end(expire, now) {
+            Some(end) => Served::RecheckAt(end + 1),
+            None => Served::Idle,
+        },
+        Err(_) => Served::Idle,
+    }
+}
+
+/// Commits one step of serving a queue and answers its waiters.
+fn apply_step<H>(key: &mut impl Key, queue: &mut impl Queue<H>, step: Step<H>) {
+    match step {
+        Step::Grant {
+            mode,
+            owner,
+            token,
+            deadline_ms,
+            waiters,
+            refused,
+        } => {
+            let effect = match mode.multi() {
+                None => Effect::Apply {
+                    owner: &owner,
+                    token,
+                    deadline_ms,
+                },
+                Some(mode) => Effect::Hold {
+                    mode,
+                    owner: &owner,
+                    token,
+                    deadline_ms,
+                },
+            };
+            key.commit(Commit {
+                effect,
+                event: Event::Acquire,
+            });
+            for (i, waiter) in waiters.into_iter().enumerate() {
+                if i > 0 {
+                    // The later waiters of the same owner are its retries.
+                    key.count(Event::Reacquire);
+                }
+                queue.answer(waiter, Ok(token));
+            }
+            for (waiter, e) in refused {
+                queue.answer(waiter, Err(e));
+            }
+        }
+        Step::Reacquired {
+            owner,
+            token,
+            deadline_ms,
+            waiters,
+            refused,
+        } => {
+            let effect = match key.record() {
+                Ok(Some(RecordRef::Multi(m))) => Some(Effect::Hold {
+                    mode: m.mode(),
+                    owner: &owner,
+                    token,
+                    deadline_ms,
+                }),
+                Ok(Some(RecordRef::Exclusive(_))) => Some(Effect::Apply {
+                    owner: &owner,
+                    token,
+                    deadline_ms,
+                }),
+                _ => None,
+            };
+            let answer = match effect {
+                Some(effect) => {
+                    key.commit(Commit {
+                        effect,
+                        event: Event::Reacquire,
+                    });
+                    Ok(token)
+                }
+                None => Err(LeaseError::Internal("the holding to extend is gone".into())),
+            };
+            for (i, waiter) in waiters.into_iter().enumerate() {
+                if i > 0 && answer.is_ok() {
+                    key.count(Event::Reacquire);
+                }
+                queue.answer(waiter, answer.clone());
+            }
+            for (waiter, e) in refused {
+                queue.answer(waiter, Err(e));
+            }
+        }
+        Step::Refused { waiter, error } => queue.answer(waiter, Err(error)),
+    }
+}

@@ -1,0 +1,318 @@
+//! The one place that changes lease keys: every effect (`lease::effect`),
+//! on the master, on a replica and while loading the AOF, is committed
+//! here: applied to the key's record, stored, signalled as modified (only
+//! when it changed: the module sets NO_IMPLICIT_SIGNAL_MODIFIED, so a call
+//! that changes nothing leaves `WATCH` alone), replicated, notified and
+//! counted.
+//!
+//! Three ways in:
+//! - `KeyWriter::for_command`, for a client's command: the server applied
+//!   its write checks before the command ran;
+//! - `KeyWriter::for_module`, for a write the module starts by itself
+//!   (timers, revokes, expiry fixes, drains): it passes the gates first, the
+//!   same checks a client's write would face (writes paused, a replica,
+//!   `min-replicas-to-write` not met, a persistence error, the cluster down,
+//!   the key's slot served elsewhere);
+//! - `KeyWriter::for_effect`, for an effect from the master link or the
+//!   AOF: the same application, replicated verbatim, never counted.
+
+use std::ffi::CStr;
+
+use crate::lease::cluster::redirect;
+use crate::lease::decide::Held;
+use crate::lease::effect::{Announce, Digits, Effect, Stored};
+use crate::lease::fence::key_slot;
+use crate::lease::ops::{self, Commit, Event};
+use crate::lease::{LeaseError, RecordMut, RecordRef};
+
+use super::counters::STATS;
+use super::ffi::call::{self, Refusal};
+use super::ffi::ctx::{Ctx, Str};
+use super::ffi::key::{LeaseKey, Mode};
+use super::ffi::replicate;
+use super::ffi::server;
+use super::timers;
+use super::tokens;
+
+/// How soon the drain timer takes the next batch out.
+const DRAIN_EVERY_MS: i64 = 1;
+
+/// Why a module-started write may not happen now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Closed {
+    /// Writes are paused: try again shortly.
+    Paused,
+    /// The server refuses writes for now (replica, min-replicas, MISCONF,
+    /// cluster down): try again later.
+    Refused,
+    /// The key's slot is served by another node: the redirection to send.
+    Moved(String),
+}
+
+/// May the module write `name` now, as a client's write could? The server
+/// is asked the way a script would (`ffi::call::probe_write`).
+pub fn gate(ctx: Ctx, name: Str) -> Result<(), Closed> {
+    if server::writes_paused() {
+        return Err(Closed::Paused);
+    }
+    if ctx.is_replica() {
+        return Err(Closed::Refused);
+    }
+    let Some(Refusal { errno, text }) = call::probe_write(ctx, Some(name)) else {
+        return Ok(());
+    };
+    // Some servers word the refusal as the redirection itself.
+    if let Some(to) = text.filter(|t| t.starts_with("MOVED ") || t.starts_with("ASK ")) {
+        return Err(Closed::Moved(to));
+    }
+    if errno == Some(libc::EPERM) && ctx.in_cluster() {
+        let slot = key_slot(name.bytes());
+        if let Some(to) = call::cluster_nodes(ctx).and_then(|nodes| redirect(&nodes, slot)) {
+            return Err(Closed::Moved(to));
+        }
+    }
+    Err(Closed::Refused)
+}
+
+/// Would this server accept a write now, to any key it serves (what a grace
+/// period counts, see `grace.rs`)?
+pub fn node_accepts_writes(ctx: Ctx) -> bool {
+    !server::writes_paused() && !ctx.is_replica() && call::probe_write(ctx, None).is_none()
+}
+
+/// Where a writer's changes come from.
+#[derive(Clone, Copy)]
+enum Origin {
+    /// A client's command; `owner_arg` is its owner argument, replicated as
+    /// that string when an effect names those bytes.
+    Command { owner_arg: Option<Str> },
+    /// A write the module started by itself, past the gates.
+    Module,
+    /// An effect from the master link or the AOF.
+    Effect,
+}
+
+/// A lease key opened to change it.
+pub struct KeyWriter {
+    ctx: Ctx,
+    name: Str,
+    key: LeaseKey,
+    origin: Origin,
+}
+
+impl KeyWriter {
+    /// Opens `name` for a client's command.
+    #[inline]
+    pub fn for_command(ctx: Ctx, name: Str, owner_arg: Option<Str>) -> KeyWriter {
+        KeyWriter {
+            ctx,
+            name,
+            key: LeaseKey::open(ctx, name, Mode::Write),
+            origin: Origin::Command { owner_arg },
+        }
+    }
+
+    /// Opens `name` for a write the module starts by itself, if the gates
+    /// let it.
+    pub fn for_module(ctx: Ctx, name: Str) -> Result<KeyWriter, Closed> {
+        gate(ctx, name)?;
+        Ok(KeyWriter {
+            ctx,
+            name,
+            key: LeaseKey::open(ctx, name, Mode::Write),
+            origin: Origin::Module,
+        })
+    }
+
+    /// Opens `name` to apply an effect from the master link or the AOF.
+    pub fn for_effect(ctx: Ctx, name: Str) -> KeyWriter {
+        KeyWriter {
+            ctx,
+            name,
+            key: LeaseKey::open(ctx, name, Mode::Write),
+            origin: Origin::Effect,
+        }
+    }
+
+    pub fn name(&self) -> Str {
+        self.name
+    }
+
+    /// The stored record (live or not), `None` when empty, or WRONGTYPE.
+    #[inline]
+    pub fn record(&mut self) -> Result<Option<RecordRef<'_>>, LeaseError> {
+        self.key.get().map(|r| r.map(as_ref))
+    }
+
+    /// The key's state at `now_ms` (for a decision), or WRONGTYPE.
+    pub fn held(&mut self, now_ms: i64) -> Result<Held<'_>, LeaseError> {
+        Ok(Held::of(self.record()?, now_ms))
+    }
+
+    /// The key's absolute expiry, if it has one.
+    pub fn expire_at(&self) -> Option<i64> {
+        self.key.expire_at()
+    }
+
+    /// Commits one effect: applies it to the key's record and stores what
+    /// it leaves, signals the key when it changed, replicates it (verbatim
+    /// for an effect from the master or the AOF), notifies and counts.
+    /// Returns whether the key changed.
+    pub fn commit(&mut self, c: Commit<'_>) -> bool {
+        // A record replaced while it still stores ended holders: they count
+        // as expired (the key is free, so all of them have ended).
+        let lingering = match self.key.stored() {
+            Stored::Record(RecordMut::Multi(m)) => m.len(),
+            _ => 0,
+        };
+        let change = c.effect.apply(self.key.stored());
+        let changed = change.changed;
+        if change.store.is_some() && lingering > 0 && !matches!(self.origin, Origin::Effect) {
+            STATS.expired.add(lingering as u64);
+        }
+        self.key.carry_out(change);
+        if changed {
+            replicate::signal(self.ctx, self.name);
+        }
+        // A batch of ended holders left and more have ended: a timer takes
+        // them out, a batch at a time.
+        if let (Event::Expire(_), Origin::Command { .. } | Origin::Module) = (c.event, self.origin)
+            && let Stored::Record(RecordMut::Multi(m)) = self.key.stored()
+            && m.has_ended(server::now_ms())
+        {
+            timers::start_drain(self.ctx.selected_db(), self.name.bytes(), DRAIN_EVERY_MS);
+        }
+        match self.origin {
+            Origin::Effect => {
+                if let Some(token) = c.effect.token() {
+                    tokens::observe(token);
+                }
+                replicate::replicate_verbatim(self.ctx);
+                return changed;
+            }
+            Origin::Command { owner_arg } => self.replicate(&c.effect, owner_arg),
+            Origin::Module => self.replicate(&c.effect, None),
+        }
+        self.count(c.event);
+        changed
+    }
+
+    fn replicate(&self, effect: &Effect<'_>, owner_arg: Option<Str>) {
+        let mut digits = Digits::default();
+        let args = effect.args(&mut digits);
+        replicate::replicate(
+            self.ctx,
+            effect.command(),
+            self.name,
+            args.as_slice(),
+            owner_arg,
+        );
+    }
+
+    /// Counts an event and sends its keyspace notification.
+    pub fn count(&mut self, event: Event) {
+        let notify = |e: &CStr| replicate::notify(self.ctx, e, self.name);
+        match event {
+            Event::Acquire => {
+                STATS.acquired.incr();
+                notify(c"lease.acquire");
+            }
+            Event::Reacquire => {
+                STATS.reacquired.incr();
+                notify(c"lease.renew");
+            }
+            Event::Renew => {
+                STATS.renewed.incr();
+                notify(c"lease.renew");
+            }
+            Event::Release => {
+                STATS.released.incr();
+                notify(c"lease.release");
+            }
+            Event::Revoke => notify(c"lease.release"),
+            Event::Expire(n) => {
+                STATS.expired.add(n as u64);
+                for _ in 0..n {
+                    notify(c"lease.expire");
+                }
+            }
+            Event::Lingered(n) => STATS.expired.add(n as u64),
+            Event::Align | Event::Replayed => {}
+        }
+    }
+
+    /// Deletes the key on this node alone (a replica that cannot follow its
+    /// master's effects keeps no partial state, see `compat.rs`): not
+    /// replicated, not counted.
+    pub fn forget(&mut self) {
+        self.key.delete();
+        replicate::signal(self.ctx, self.name);
+    }
+}
+
+impl ops::Key for KeyWriter {
+    fn record(&mut self) -> Result<Option<RecordRef<'_>>, LeaseError> {
+        KeyWriter::record(self)
+    }
+
+    fn expire_at(&mut self) -> Option<i64> {
+        self.key.expire_at()
+    }
+
+    fn commit(&mut self, commit: Commit<'_>) {
+        KeyWriter::commit(self, commit);
+    }
+
+    fn count(&mut self, event: Event) {
+        KeyWriter::count(self, event);
+    }
+}
+
+fn as_ref(r: RecordMut<'_>) -> RecordRef<'_> {
+    match r {
+        RecordMut::Exclusive(l) => RecordRef::Exclusive(l),
+        RecordMut::Multi(m) => RecordRef::Multi(m),
+    }
+}
+
+/// A lease key opened to read.
+pub struct Reader {
+    key: LeaseKey,
+}
+
+impl Reader {
+    #[inline]
+    pub fn open(ctx: Ctx, name: Str) -> Reader {
+        Reader {
+            key: LeaseKey::open(ctx, name, Mode::Read),
+        }
+    }
+
+    /// The stored record (live or not), `None` when empty, or WRONGTYPE.
+    #[inline]
+    pub fn record(&mut self) -> Result<Option<RecordRef<'_>>, LeaseError> {
+        self.key.get().map(|r| r.map(as_ref))
+    }
+
+    /// The key's absolute expiry, if it has one.
+    pub fn expire_at(&self) -> Option<i64> {
+        self.key.expire_at()
+    }
+}
+
+/// Writes `what` into the replication stream and the AOF: from a timer
+/// right after the server forks (once an AOF rewrite has opened its new
+/// incremental file), and when a replica comes online. Refused while writes
+/// are paused (propagating then aborts Valkey); the caller tries again
+/// later.
+pub fn announce(ctx: Ctx, what: Announce) -> Result<(), Closed> {
+    if server::writes_paused() {
+        return Err(Closed::Paused);
+    }
+    if let Announce::Clock { last: 0 } = what {
+        return Ok(());
+    }
+    let mut digits = Digits::default();
+    replicate::replicate_keyless(ctx, what.command(), what.args(&mut digits).as_slice());
+    Ok(())
+}

@@ -1,0 +1,224 @@
+//! What the module asks the server through `RedisModule_Call` and its key
+//! API: whether a write would be accepted now (the gates' probe), the
+//! cluster's nodes, a command's flags and keys (`LEASE.FENCE`), and the
+//! fenced command itself, run as the caller.
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+
+use redis_module::raw;
+
+use super::ctx::{Ctx, Str};
+
+/// A reply of RedisModule_Call, freed on drop.
+pub struct CallReply(*mut raw::RedisModuleCallReply);
+
+impl Drop for CallReply {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            raw::free_call_reply(self.0);
+        }
+    }
+}
+
+impl CallReply {
+    /// The text of an error reply (`None` for any other reply).
+    pub fn error_text(&self) -> Option<String> {
+        if raw::call_reply_type(self.0) != raw::ReplyType::Error {
+            return None;
+        }
+        raw::call_reply_string(self.0)
+    }
+
+    /// Sends this reply to the running command's client as it is.
+    pub fn forward(&self, ctx: Ctx) {
+        // SAFETY: forwards a live call reply on the running command's
+        // context.
+        unsafe { raw::RedisModule_ReplyWithCallReply.unwrap()(ctx.raw(), self.0) };
+    }
+}
+
+/// How the server refused a write probe: errno and the error text.
+pub struct Refusal {
+    pub errno: Option<i32>,
+    pub text: Option<String>,
+}
+
+/// Asks the server, in script mode, whether it would take a write now (to
+/// `name`, or with no key): `None` yes, else its refusal. `LEASE.GATE` is
+/// a write command that changes nothing; script mode runs the server's
+/// write checks (and in a cluster the slot check) before a command.
+pub fn probe_write(ctx: Ctx, name: Option<Str>) -> Option<Refusal> {
+    // SAFETY: format "sSE": one RedisModuleString, script mode, errors as
+    // replies (without E, Valkey 9.1 crashes on a script-mode refusal);
+    // "SE" the same without the key. errno is read right after the call.
+    let reply = unsafe {
+        let call = raw::RedisModule_Call.unwrap();
+        match name {
+            Some(name) => call(
+                ctx.raw(),
+                c"LEASE.GATE".as_ptr(),
+                c"sSE".as_ptr(),
+                name.raw(),
+            ),
+            None => call(ctx.raw(), c"LEASE.GATE".as_ptr(), c"SE".as_ptr()),
+        }
+    };
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    let reply = CallReply(reply);
+    if reply.0.is_null() {
+        return Some(Refusal { errno, text: None });
+    }
+    (raw::call_reply_type(reply.0) == raw::ReplyType::Error).then(|| Refusal {
+        errno,
+        text: raw::call_reply_string(reply.0),
+    })
+}
+
+/// The text of `CLUSTER NODES`.
+pub fn cluster_nodes(ctx: Ctx) -> Option<String> {
+    // SAFETY: RM_Call with format "c": one C string; the reply is read with
+    // the reply accessors and freed on drop.
+    let reply = CallReply(unsafe {
+        raw::RedisModule_Call.unwrap()(
+            ctx.raw(),
+            c"CLUSTER".as_ptr(),
+            c"c".as_ptr(),
+            c"NODES".as_ptr(),
+        )
+    });
+    if reply.0.is_null() {
+        return None;
+    }
+    match raw::call_reply_type(reply.0) {
+        raw::ReplyType::VerbatimString => raw::call_reply_verbatim_string(reply.0)
+            .map(|(_, b)| String::from_utf8_lossy(&b).into_owned()),
+        _ => raw::call_reply_string(reply.0),
+    }
+}
+
+/// What `COMMAND INFO name` says of a command: its flags, and whether it is
+/// a container of subcommands (CONFIG, CLIENT, ...). `None` when the server
+/// does not know it.
+pub fn command_info(ctx: Ctx, name: &CStr) -> Option<(Vec<String>, bool)> {
+    // SAFETY: RM_Call with format "cc": two C strings; the reply is read
+    // with the accessors and freed on drop.
+    let reply = CallReply(unsafe {
+        raw::RedisModule_Call.unwrap()(
+            ctx.raw(),
+            c"COMMAND".as_ptr(),
+            c"cc".as_ptr(),
+            c"INFO".as_ptr(),
+            name.as_ptr(),
+        )
+    });
+    if reply.0.is_null()
+        || raw::call_reply_type(reply.0) != raw::ReplyType::Array
+        || raw::call_reply_length(reply.0) < 1
+    {
+        return None;
+    }
+    let entry = raw::call_reply_array_element(reply.0, 0);
+    if entry.is_null()
+        || raw::call_reply_type(entry) != raw::ReplyType::Array
+        || raw::call_reply_length(entry) < 3
+    {
+        return None;
+    }
+    let flags_reply = raw::call_reply_array_element(entry, 2);
+    let flags = (0..raw::call_reply_length(flags_reply))
+        .filter_map(|i| raw::call_reply_string(raw::call_reply_array_element(flags_reply, i)))
+        .collect();
+    // Field 10 lists the subcommands (7.0+).
+    let container = raw::call_reply_length(entry) >= 10
+        && raw::call_reply_length(raw::call_reply_array_element(entry, 9)) > 0;
+    Some((flags, container))
+}
+
+/// Runs `name args...` as the caller: its ACL user (C), in script mode (S:
+/// no deny-script commands, no writes on a read-only replica), errors as
+/// replies (E), refusing deny-oom commands under OOM (M), replicated (!),
+/// replying in the caller's protocol (0). `Err` with errno when the server
+/// refused to run it at all.
+pub fn call_as_caller(ctx: Ctx, name: &CStr, args: &[Str]) -> Result<CallReply, Option<i32>> {
+    let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|s| s.raw()).collect();
+    // SAFETY: format "v" takes the argv pointer and its length; every
+    // string is an argument of the running call.
+    let reply = unsafe {
+        raw::RedisModule_Call.unwrap()(
+            ctx.raw(),
+            name.as_ptr(),
+            c"vCSEM!0".as_ptr(),
+            argv.as_mut_ptr(),
+            argv.len(),
+        )
+    };
+    if reply.is_null() {
+        return Err(std::io::Error::last_os_error().raw_os_error());
+    }
+    Ok(CallReply(reply))
+}
+
+/// The keys of the command `args` (its name first): (index in `args`, key
+/// flags), as RedisModule_GetCommandKeysWithFlags finds them (Redis 7.0+,
+/// Valkey); empty where the server cannot say.
+pub fn command_keys(ctx: Ctx, args: &[Str]) -> Vec<(usize, c_int)> {
+    let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|s| s.raw()).collect();
+    // SAFETY: a function-pointer read filled in by RedisModule_Init; argv
+    // holds live arguments of the running call; the arrays the server
+    // returns are read for `count` entries, then freed with RedisModule_Free
+    // as its contract says.
+    unsafe {
+        let Some(get_keys) = raw::RedisModule_GetCommandKeysWithFlags else {
+            return Vec::new();
+        };
+        let mut count: c_int = 0;
+        let mut flags: *mut c_int = std::ptr::null_mut();
+        let keys = get_keys(
+            ctx.raw(),
+            argv.as_mut_ptr(),
+            argv.len() as c_int,
+            &mut count,
+            &mut flags,
+        );
+        if keys.is_null() {
+            return Vec::new();
+        }
+        let out = (0..count.max(0) as usize)
+            .map(|i| {
+                let f = if flags.is_null() { 0 } else { *flags.add(i) };
+                (*keys.add(i) as usize, f)
+            })
+            .collect();
+        let free = raw::RedisModule_Free.unwrap();
+        free(keys.cast());
+        if !flags.is_null() {
+            free(flags.cast());
+        }
+        out
+    }
+}
+
+/// The key flags of a key that is read and accessed (the lease key of
+/// `LEASE.FENCE`).
+pub const KEY_READ_ACCESS: c_int =
+    (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as c_int;
+
+/// Is the running call the server asking for the command's key positions
+/// (a getkeys-api command)?
+pub fn is_keys_position_request(ctx: Ctx) -> bool {
+    // SAFETY: reads the context of the running call.
+    unsafe { raw::RedisModule_IsKeysPositionRequest.unwrap()(ctx.raw()) != 0 }
+}
+
+/// Reports argument `pos` as a key with `flags`, on a position request.
+pub fn report_key(ctx: Ctx, pos: usize, flags: c_int) {
+    // SAFETY: function-pointer reads filled in by RedisModule_Init; called
+    // on the position-request context the server passed.
+    unsafe {
+        match raw::RedisModule_KeyAtPosWithFlags {
+            Some(with_flags) => with_flags(ctx.raw(), pos as c_int, flags),
+            None => raw::RedisModule_KeyAtPos.unwrap()(ctx.raw(), pos as c_int),
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! The wall: every raw call into the server sits here, behind small typed
+//! wrappers, and every `extern "C"` entry point (`callbacks.rs`). This is
+//! the only place in the binding allowed `unsafe` (the crate denies it
+//! elsewhere); the files that decide and commit hold none.
+//!
+//! - `ctx`: a call's context, its arguments, key names;
+//! - `server`: the module's long-lived handles (detached context, the lease
+//!   type, the clock, timers, the command filter, logging, the callback
+//!   table);
+//! - `key`: a lease key opened for one call; `value`: the lease type's
+//!   value pointer;
+//! - `replicate`: effects into the replication stream and the AOF,
+//!   keyspace notifications, the modified-key signal;
+//! - `reply`: replies; `blocked`: blocked clients; `call`: what the module
+//!   asks the server through RedisModule_Call and its key API;
+//! - `waker`: the thread that times a waiter's re-check to the microsecond;
+//! - `register`: commands, configs, events; `callbacks`: the entry points.
+
+pub mod blocked;
+pub mod call;
+pub mod callbacks;
+pub mod ctx;
+pub mod key;
+pub mod register;
+pub mod replicate;
+pub mod reply;
+pub mod server;
+pub mod value;
+pub mod waker;

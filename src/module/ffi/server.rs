@@ -1,0 +1,198 @@
+//! The module's handles on the server that outlive one call: the detached
+//! context (timers, logging with the module's name), the lease type, the
+//! server's clock, module timers, the command filter, and the table of
+//! `extern "C"` callbacks the binding hands out (`callbacks.rs` installs it
+//! at load; the wrappers here read it, so nothing here imports the layers
+//! above).
+
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
+
+use redis_module::raw;
+
+use super::ctx::Ctx;
+
+/// A module timer, as the server names it.
+pub type TimerId = raw::RedisModuleTimerID;
+
+/// Monotonic milliseconds since the module was loaded: what durations (the
+/// grace) are timed on, so that a step of the wall clock cannot end one.
+pub fn mono_ms() -> i64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as i64
+}
+
+/// Wall-clock time in unix milliseconds, the same clock the server's key
+/// expiry uses.
+pub fn now_ms() -> i64 {
+    // SAFETY: RedisModule_Milliseconds takes no arguments and only reads the
+    // clock; the pointer is filled in by RedisModule_Init before any command.
+    match unsafe { raw::RedisModule_Milliseconds } {
+        Some(ms) => unsafe { ms() },
+        None => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0),
+    }
+}
+
+/// Are writes paused in a way that covers replica traffic (`CLIENT PAUSE`,
+/// `FAILOVER`, `CLUSTER FAILOVER`)? Propagating then aborts Valkey, and a
+/// module timer that stores into a key whose time passed aborts Redis 7.0.
+pub fn writes_paused() -> bool {
+    // SAFETY: a function-pointer read filled in by RedisModule_Init, then a
+    // call that takes no arguments.
+    unsafe { raw::RedisModule_AvoidReplicaTraffic }.is_some_and(|avoid| unsafe { avoid() } != 0)
+}
+
+/// A detached context made at load, for work outside any command (timers
+/// scheduled from type callbacks, logging with the module's name). Used
+/// only on the main thread.
+static DETACHED: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes the detached context (once, at load).
+pub fn init_detached(ctx: Ctx) {
+    // SAFETY: called during OnLoad with the load context.
+    if let Some(detach) = unsafe { raw::RedisModule_GetDetachedThreadSafeContext } {
+        DETACHED.store(unsafe { detach(ctx.raw()) }, Relaxed);
+    }
+}
+
+/// The detached context, `None` before load.
+pub fn detached() -> Option<Ctx> {
+    let p = DETACHED.load(Relaxed);
+    // SAFETY: made by GetDetachedThreadSafeContext at load and never freed.
+    (!p.is_null()).then(|| unsafe { Ctx::new(p) })
+}
+
+/// The server's handle of the lease type (set at load).
+static TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(std::ptr::null_mut());
+
+pub fn set_lease_type(t: *mut raw::RedisModuleType) {
+    TYPE.store(t, Relaxed);
+}
+
+pub fn lease_type() -> *mut raw::RedisModuleType {
+    TYPE.load(Relaxed)
+}
+
+fn log(level: &CStr, msg: &str) {
+    let text = CString::new(msg.replace('\0', "?")).expect("no NUL");
+    match detached() {
+        // SAFETY: RM_Log with a format "%s" and one C string; the detached
+        // context carries the module's name, so the line reads <lease>.
+        Some(ctx) => unsafe {
+            raw::RedisModule_Log.unwrap()(ctx.raw(), level.as_ptr(), c"%s".as_ptr(), text.as_ptr())
+        },
+        None => redis_module::logging::log_warning(msg),
+    }
+}
+
+pub fn log_warning(msg: &str) {
+    log(c"warning", msg);
+}
+
+pub fn log_notice(msg: &str) {
+    log(c"notice", msg);
+}
+
+/// The `extern "C"` callbacks the binding hands to the server, installed at
+/// load by `callbacks.rs` (which sees every layer; the wrappers reach it
+/// only through this table).
+pub struct Hooks {
+    pub timer: raw::RedisModuleTimerProc,
+    pub reply: raw::RedisModuleCmdFunc,
+    pub timeout: raw::RedisModuleCmdFunc,
+    pub free_privdata: Option<unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void)>,
+    pub disconnect: raw::RedisModuleDisconnectFunc,
+    pub command_filter: raw::RedisModuleCommandFilterFunc,
+    /// The one-shot call the waker thread posts to the main thread.
+    pub wake: raw::RedisModuleEventLoopOneShotFunc,
+    /// A keyspace scan's callback (`key::lease_key_names`).
+    pub scan: raw::RedisModuleScanCB,
+}
+
+static HOOKS: OnceLock<Hooks> = OnceLock::new();
+
+pub fn install_hooks(hooks: Hooks) {
+    let _ = HOOKS.set(hooks);
+}
+
+pub fn hooks() -> &'static Hooks {
+    HOOKS.get().expect("hooks are installed at load")
+}
+
+/// The command filter while it is registered (an address: the static must
+/// be `Sync`).
+static FILTER: Mutex<Option<usize>> = Mutex::new(None);
+
+/// Registers (`on`) or unregisters the module's command filter.
+pub fn set_command_filter(on: bool) {
+    let Some(ctx) = detached() else { return };
+    let mut filter = FILTER.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: function-pointer reads filled in by RedisModule_Init; the
+    // filter handle is the one RegisterCommandFilter returned, unregistered
+    // once; both run on the main thread with the module's context.
+    unsafe {
+        match (on, *filter) {
+            (true, None) => {
+                if let Some(register) = raw::RedisModule_RegisterCommandFilter {
+                    let f = register(ctx.raw(), hooks().command_filter, 0);
+                    *filter = (!f.is_null()).then_some(f as usize);
+                }
+            }
+            (false, Some(f)) => {
+                if let Some(unregister) = raw::RedisModule_UnregisterCommandFilter {
+                    unregister(ctx.raw(), f as *mut raw::RedisModuleCommandFilter);
+                }
+                *filter = None;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Starts a module timer that hands `job` to the timer callback in
+/// `delay_ms`; `None` before load.
+pub fn start_timer<J: 'static>(delay_ms: i64, job: J) -> Option<TimerId> {
+    let ctx = detached()?;
+    let data = Box::into_raw(Box::new(job)) as *mut c_void;
+    // SAFETY: CreateTimer on the main thread with the detached context;
+    // `data` is freed by the timer callback (`take_timer_job`) or
+    // `stop_timer`, with the same type `J` (the binding has one job type).
+    Some(unsafe {
+        raw::RedisModule_CreateTimer.unwrap()(ctx.raw(), delay_ms.max(0), hooks().timer, data)
+    })
+}
+
+/// Stops a pending timer and drops its job (of the type it was started
+/// with).
+pub fn stop_timer<J: 'static>(id: TimerId) {
+    let Some(ctx) = detached() else { return };
+    let mut data: *mut c_void = std::ptr::null_mut();
+    // SAFETY: StopTimer hands back the data of a pending timer of this
+    // module, which is a Box<J> made in `start_timer`.
+    unsafe {
+        if raw::RedisModule_StopTimer.unwrap()(ctx.raw(), id, &mut data)
+            == raw::REDISMODULE_OK as c_int
+            && !data.is_null()
+        {
+            drop(Box::from_raw(data as *mut J));
+        }
+    }
+}
+
+/// The job of a timer that fired.
+///
+/// # Safety
+/// `data` must be the data pointer of a timer started by `start_timer`
+/// with job type `J` that fired (so nobody else frees it).
+pub unsafe fn take_timer_job<J: 'static>(data: *mut c_void) -> J {
+    // SAFETY: see above.
+    *unsafe { Box::from_raw(data as *mut J) }
+}
