@@ -1,4 +1,4 @@
-//! Counting and shared leases (SPEC S8) on every server: `LIMIT n` admits
+//! Counting and shared leases (design.md S8) on every server: `LIMIT n` admits
 //! up to n holders, `SHARED` any number of readers and no writer; each
 //! holder has its own owner, token and deadline; RENEW and RELEASE act on
 //! the caller's own holding; FENCE takes any current holder's token, and a
@@ -309,6 +309,42 @@ both! {
         assert!(!r5.is_finished(), "r5 waits for w2");
         assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "rd", "w2"])), 1);
         answered(r5, "r5");
+    }
+
+    fn readers_behind_a_writer_that_gives_up_come_in_at_once(kind) {
+        // A writer waits on a key readers hold, and readers queue behind
+        // it. When the writer leaves the queue (its BLOCK timeout, or its
+        // connection closing), the readers fit: they come in then, not when
+        // the readers' lease ends.
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        for leaving in ["timeout", "disconnect"] {
+            let key = format!("rd:{leaving}");
+            acquire_opts(&mut c, &key, "r1", "60000", &["SHARED"]).unwrap();
+            let mut raw = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+            let writer = if leaving == "timeout" {
+                Some(spawn_waiter_with(&s, &key, "w", "30000", &["BLOCK", "300"]))
+            } else {
+                let cmd = ["LEASE.ACQUIRE", key.as_str(), "w", "30000", "BLOCK", "0"];
+                let mut resp = format!("*{}\r\n", cmd.len());
+                for a in cmd {
+                    resp.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+                }
+                std::io::Write::write_all(&mut raw, resp.as_bytes()).unwrap();
+                assert!(wait_until(Duration::from_secs(5), || waiters(&mut c, &key) == 1));
+                None
+            };
+            let r2 = spawn_waiter_with(&s, &key, "r2", "30000", &["SHARED", "BLOCK", "0"]);
+            let since = Instant::now();
+            match writer {
+                Some(w) => assert_eq!(w.join().unwrap().0.unwrap(), Value::Nil, "the writer timed out"),
+                None => drop(raw),
+            }
+            let (t2, at) = answered(r2, &format!("the reader behind the writer ({leaving})"));
+            assert!(at - since < Duration::from_millis(2000), "{leaving}: {:?}", at - since);
+            assert_eq!(holders(&info(&mut c, &key)).len(), 2);
+            assert_eq!(token_of(&mut c, &key), Some(t2));
+        }
     }
 
     fn the_grace_period_admits_no_new_holder(kind) {
