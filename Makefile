@@ -120,7 +120,9 @@ py-test: pyenv
 fmt:
 	$(CARGO) fmt --all
 
-lint:
+# What CI checks before the tests (.ci/run): formatting, and clippy with
+# warnings denied on every crate of the workspace and every target.
+lint: deps-build
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace --all-features -- -D warnings
 
