@@ -18,7 +18,10 @@ fn check_error(e: &LeaseError) {
     let text = e.to_string();
     assert!(!text.contains('\r') && !text.contains('\n'), "{text:?}");
     let code = text.split(' ').next().unwrap();
-    assert!(!code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase()), "{text:?}");
+    assert!(
+        !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase()),
+        "{text:?}"
+    );
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -30,8 +33,14 @@ fuzz_target!(|data: &[u8]| {
     match which % 6 {
         0 => {
             // LEASE.ACQUIRE key owner ttl-ms [options]
-            let max = parse_i64(arg(0)).unwrap_or(1000).clamp(1, 1_000_000_000_000);
-            match (check_owner(arg(1)), parse_ttl(arg(2), max), parse_acquire_options(&args[args.len().min(3)..])) {
+            let max = parse_i64(arg(0))
+                .unwrap_or(1000)
+                .clamp(1, 1_000_000_000_000);
+            match (
+                check_owner(arg(1)),
+                parse_ttl(arg(2), max),
+                parse_acquire_options(&args[args.len().min(3)..]),
+            ) {
                 (Ok(owner), Ok(ttl), Ok(opts)) => {
                     assert!(!owner.is_empty() && owner.len() <= MAX_OWNER_LEN);
                     assert!((1..=max).contains(&ttl));
@@ -46,10 +55,19 @@ fuzz_target!(|data: &[u8]| {
                     let current = Lease::new(b"holder", 5, now + 10);
                     // The mode against every kind of key: a decision or an
                     // error; a new holder only where there is room.
-                    let holder = Holder { owner: b"holder".as_slice().into(), token: 5, deadline_ms: now + 10 };
+                    let holder = Holder {
+                        owner: b"holder".as_slice().into(),
+                        token: 5,
+                        deadline_ms: now + 10,
+                    };
                     let full = Multi::with(MultiMode::Limit(2), holder.clone());
                     let readers = Multi::with(MultiMode::Shared, holder);
-                    for held in [Held::Free, Held::Exclusive(&current), Held::Multi(&full), Held::Multi(&readers)] {
+                    for held in [
+                        Held::Free,
+                        Held::Exclusive(&current),
+                        Held::Multi(&full),
+                        Held::Multi(&readers),
+                    ] {
                         for ahead in [false, true] {
                             match multi::acquire(held, opts.mode, owner, ahead, now) {
                                 Ok(Decision::New) => assert!(!ahead),
@@ -60,9 +78,9 @@ fuzz_target!(|data: &[u8]| {
                     }
                     let _ = decide::acquire(Some(&current), owner, ttl, now, &mut clock);
                     let _ = decide::acquire(None, owner, ttl, now, &mut clock).map(|a| {
-                        if let decide::Acquire::Created(l) = a {
-                            assert_eq!(l.deadline_ms, now + ttl);
-                            assert!(l.token <= MAX_TOKEN);
+                        if let decide::Acquire::Created { token, deadline_ms } = a {
+                            assert_eq!(deadline_ms, now + ttl);
+                            assert!(token <= MAX_TOKEN);
                         }
                     });
                 }
@@ -87,7 +105,10 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         4 => {
-            let flags: Vec<String> = args[1..].iter().map(|f| String::from_utf8_lossy(f).into_owned()).collect();
+            let flags: Vec<String> = args[1..]
+                .iter()
+                .map(|f| String::from_utf8_lossy(f).into_owned())
+                .collect();
             let inner: Vec<&[u8]> = args[1..].to_vec();
             if let Err(e) = fence::check_inner(arg(0), &flags, &inner) {
                 check_error(&e);
@@ -101,7 +122,11 @@ fuzz_target!(|data: &[u8]| {
         }
         _ => {
             if let Some(n) = parse_i64(arg(0)) {
-                assert_eq!(n.to_string().as_bytes(), arg(0), "only canonical integers parse");
+                assert_eq!(
+                    n.to_string().as_bytes(),
+                    arg(0),
+                    "only canonical integers parse"
+                );
             }
         }
     }

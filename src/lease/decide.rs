@@ -21,8 +21,9 @@ pub fn live(current: Option<&Lease>, now_ms: i64) -> Option<&Lease> {
 /// What LEASE.ACQUIRE does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquire {
-    /// The key was free: store this new lease and answer its token.
-    Created(Box<Lease>),
+    /// The key was free: a new lease with this token and deadline (the
+    /// effect that stores it makes the record).
+    Created { token: u64, deadline_ms: i64 },
     /// The caller already holds it: keep the token, move the deadline.
     Reacquired { token: u64, deadline_ms: i64 },
     /// Someone else holds it: answer null, change nothing.
@@ -40,7 +41,7 @@ pub fn acquire(
     Ok(match live(current, now_ms) {
         None => {
             let token = clock.issue(now_ms).ok_or(LeaseError::TokensExhausted)?;
-            Acquire::Created(Lease::new(owner, token, deadline_ms))
+            Acquire::Created { token, deadline_ms }
         }
         Some(l) if l.is_held_by(owner) => Acquire::Reacquired {
             token: l.token,
@@ -316,12 +317,11 @@ mod tests {
     fn acquire_free_creates_with_a_fresh_token() {
         let mut clock = TokenClock::new();
         let a = acquire(None, b"a", 1000, NOW, &mut clock).unwrap();
-        let Acquire::Created(l) = a else {
+        let Acquire::Created { token, deadline_ms } = a else {
             panic!("{a:?}")
         };
-        assert_eq!(l.token, clock.last());
-        assert_eq!(l.deadline_ms, NOW + 1000);
-        assert!(l.is_held_by(b"a"));
+        assert_eq!(token, clock.last());
+        assert_eq!(deadline_ms, NOW + 1000);
     }
 
     #[test]
@@ -356,7 +356,7 @@ mod tests {
         let cur = held(b"a", 77, NOW - 1);
         assert!(matches!(
             acquire(Some(&cur), b"b", 500, NOW, &mut clock),
-            Ok(Acquire::Created(_))
+            Ok(Acquire::Created { .. })
         ));
         assert_eq!(renew(Some(&cur), b"a", 10, NOW), None);
         assert!(!release(Some(&cur), b"a", NOW));

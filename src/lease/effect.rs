@@ -88,13 +88,11 @@ pub struct ArgList<'a> {
 }
 
 impl<'a> ArgList<'a> {
-    fn new(list: &[&'a [u8]]) -> Self {
+    #[inline(always)]
+    fn new<const N: usize>(list: [&'a [u8]; N]) -> Self {
         let mut args: [&'a [u8]; 5] = [&[]; 5];
-        args[..list.len()].copy_from_slice(list);
-        ArgList {
-            args,
-            len: list.len(),
-        }
+        args[..N].copy_from_slice(&list);
+        ArgList { args, len: N }
     }
 
     pub fn as_slice(&self) -> &[&'a [u8]] {
@@ -127,6 +125,7 @@ pub enum Stored<'r> {
 
 impl<'a> Effect<'a> {
     /// The command it is written as.
+    #[inline]
     pub fn command(&self) -> &'static CStr {
         match self {
             Effect::Apply { .. } => APPLY,
@@ -182,6 +181,7 @@ impl<'a> Effect<'a> {
 
     /// Its arguments after the key, numbers in decimal (written into
     /// `digits`).
+    #[inline(always)]
     pub fn args<'s>(&'s self, digits: &'s mut Digits) -> ArgList<'s> {
         let [a, b, c] = &mut digits.0;
         match *self {
@@ -189,7 +189,7 @@ impl<'a> Effect<'a> {
                 owner,
                 token,
                 deadline_ms,
-            } => ArgList::new(&[owner, decimal(token as i64, a), decimal(deadline_ms, b)]),
+            } => ArgList::new([owner, decimal(token as i64, a), decimal(deadline_ms, b)]),
             Effect::Hold {
                 mode,
                 owner,
@@ -199,17 +199,17 @@ impl<'a> Effect<'a> {
                 let (t, d) = (decimal(token as i64, a), decimal(deadline_ms, b));
                 match mode {
                     MultiMode::Limit(n) => {
-                        ArgList::new(&[owner, t, d, b"LIMIT", decimal(n as i64, c)])
+                        ArgList::new([owner, t, d, b"LIMIT", decimal(n as i64, c)])
                     }
-                    MultiMode::Shared => ArgList::new(&[owner, t, d, b"SHARED"]),
+                    MultiMode::Shared => ArgList::new([owner, t, d, b"SHARED"]),
                 }
             }
-            Effect::Drop { owner } | Effect::Release { owner } => ArgList::new(&[owner]),
+            Effect::Drop { owner } | Effect::Release { owner } => ArgList::new([owner]),
             Effect::Prune { deadline_ms, token } => {
-                ArgList::new(&[decimal(deadline_ms, a), decimal(token as i64, b)])
+                ArgList::new([decimal(deadline_ms, a), decimal(token as i64, b)])
             }
-            Effect::Delete => ArgList::new(&[]),
-            Effect::ExpireAt { at_ms } => ArgList::new(&[decimal(at_ms, a)]),
+            Effect::Delete => ArgList::new([]),
+            Effect::ExpireAt { at_ms } => ArgList::new([decimal(at_ms, a)]),
         }
     }
 
@@ -270,6 +270,7 @@ impl<'a> Effect<'a> {
     /// What the effect does to what the key holds: the record is changed in
     /// place where it can be, and the rest (a record to store, a delete, an
     /// expiry) is left to the caller in the `Change`.
+    #[inline(always)]
     pub fn apply(&self, stored: Stored<'_>) -> Change {
         let mut change = Change::default();
         match *self {
@@ -334,7 +335,7 @@ impl<'a> Effect<'a> {
                     }
                     other => {
                         change.delete = matches!(other, Stored::Other);
-                        change.store = Some(Record::Multi(Multi::with(mode, holder())));
+                        change.store = Some(Record::Multi(Box::new(Multi::with(mode, holder()))));
                         change.expire_at = Some(deadline_ms);
                     }
                 }
@@ -401,6 +402,7 @@ impl<'a> Effect<'a> {
     }
 
     /// The largest token it carries (a replica raises its clock to it).
+    #[inline]
     pub fn token(&self) -> Option<u64> {
         match *self {
             Effect::Apply { token, .. } | Effect::Hold { token, .. } => Some(token),
@@ -430,9 +432,9 @@ impl Announce {
     pub fn args<'s>(&self, digits: &'s mut Digits) -> ArgList<'s> {
         let [a, b, _] = &mut digits.0;
         match *self {
-            Announce::Clock { last } => ArgList::new(&[decimal(last as i64, a)]),
+            Announce::Clock { last } => ArgList::new([decimal(last as i64, a)]),
             Announce::Version { effects, records } => {
-                ArgList::new(&[decimal(effects as i64, a), decimal(records as i64, b)])
+                ArgList::new([decimal(effects as i64, a), decimal(records as i64, b)])
             }
         }
     }
@@ -462,35 +464,35 @@ impl Announce {
 /// passed to the server as byte buffers, which it keeps in one allocation
 /// each, where a number argument costs it two (the string, then the object
 /// around it).
+#[inline]
 pub fn decimal(n: i64, buf: &mut [u8; 20]) -> &[u8] {
-    // Digits by pairs, from a table of "00" to "99".
-    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-        2021222324252627282930313233343536373839\
-        4041424344454647484950515253545556575859\
-        6061626364656667686970717273747576777879\
-        8081828384858687888990919293949596979899";
     let mut v = n.unsigned_abs();
     let mut i = buf.len();
-    // Four digits per division while there are more than four.
-    while v >= 10_000 {
-        let four = (v % 10_000) as usize;
-        v /= 10_000;
-        let (hi, lo) = (four / 100 * 2, four % 100 * 2);
+    // Eight digits at a time while there are more than eight, each eight
+    // in 32-bit arithmetic.
+    while v >= 100_000_000 {
+        let low = (v % 100_000_000) as u32;
+        v /= 100_000_000;
+        i -= 8;
+        four(low / 10_000, &mut buf[i..i + 4]);
+        four(low % 10_000, &mut buf[i + 4..i + 8]);
+    }
+    // At most eight digits are left.
+    let mut v = v as u32;
+    if v >= 10_000 {
         i -= 4;
-        buf[i..i + 2].copy_from_slice(&PAIRS[hi..hi + 2]);
-        buf[i + 2..i + 4].copy_from_slice(&PAIRS[lo..lo + 2]);
+        four(v % 10_000, &mut buf[i..i + 4]);
+        v /= 10_000;
     }
     // At most four digits are left: at most one more pair before the last.
     if v >= 100 {
-        let pair = (v % 100) as usize * 2;
-        v /= 100;
         i -= 2;
-        buf[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        pair(v % 100, &mut buf[i..i + 2]);
+        v /= 100;
     }
     if v >= 10 {
-        let pair = v as usize * 2;
         i -= 2;
-        buf[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        pair(v, &mut buf[i..i + 2]);
     } else {
         i -= 1;
         buf[i] = b'0' + v as u8;
@@ -500,6 +502,25 @@ pub fn decimal(n: i64, buf: &mut [u8; 20]) -> &[u8] {
         buf[i] = b'-';
     }
     &buf[i..]
+}
+
+/// The two digits of `v` (below 100), from a table of "00" to "99".
+#[inline(always)]
+fn pair(v: u32, out: &mut [u8]) {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    let at = v as usize * 2;
+    out.copy_from_slice(&PAIRS[at..at + 2]);
+}
+
+/// The four digits of `v` (below 10,000), leading zeros included.
+#[inline(always)]
+fn four(v: u32, out: &mut [u8]) {
+    pair(v / 100, &mut out[..2]);
+    pair(v % 100, &mut out[2..]);
 }
 
 #[cfg(test)]
@@ -684,7 +705,7 @@ mod tests {
         }
         let mut live = m.clone();
         live.take_ended(NOW, usize::MAX);
-        assert_eq!(rebuilt, Some(Record::Multi(live)));
+        assert_eq!(rebuilt, Some(Record::Multi(Box::new(live))));
     }
 
     #[test]

@@ -142,7 +142,6 @@ fn random_op(rng: &mut StdRng) -> Op {
     }
 }
 
-
 /// The token a fence op checks: one of the last four tokens issued on the
 /// key (the same in both systems: their clocks agree), or 1.
 fn fence_token(issued: &[u64], pick: usize, off: u64) -> u64 {

@@ -38,10 +38,10 @@ pub enum Event {
     /// A hand-off given back because its waiter vanished (`lease.release`).
     Revoke,
     /// Holders whose time ended, taken out (`expired`, `lease.expire`).
-    Expire(usize),
+    Expire(u32),
     /// A record whose lease ended while its key had no expiry, removed
     /// (`expired`; the key's own expiry would have sent no event either).
-    Lingered(usize),
+    Lingered(u32),
     /// A key's expiry set back to its lease's deadline (nothing).
     Align,
     /// An effect from the master link or the AOF (counted by nobody: the
@@ -88,21 +88,31 @@ impl OwnedCommit {
 /// holders, then the change the call asked for).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Commits<'a> {
-    items: [Option<Commit<'a>>; 2],
+    first: Option<Commit<'a>>,
+    second: Option<Commit<'a>>,
 }
 
 impl<'a> Commits<'a> {
+    #[inline(always)]
     fn push(&mut self, effect: Effect<'a>, event: Event) {
-        let slot = self
-            .items
-            .iter_mut()
-            .find(|c| c.is_none())
-            .expect("at most two effects a call");
-        *slot = Some(Commit { effect, event });
+        let c = Some(Commit { effect, event });
+        if self.first.is_none() {
+            self.first = c;
+        } else {
+            assert!(self.second.is_none(), "at most two effects a call");
+            self.second = c;
+        }
     }
 
+    #[inline(always)]
     pub fn iter(&self) -> impl Iterator<Item = Commit<'a>> + '_ {
-        self.items.iter().flatten().copied()
+        self.iter_ref().copied()
+    }
+
+    /// The effects, in order, borrowed.
+    #[inline(always)]
+    pub fn iter_ref(&self) -> impl Iterator<Item = &Commit<'a>> + '_ {
+        self.first.iter().chain(self.second.iter())
     }
 }
 
@@ -152,6 +162,7 @@ pub enum Answer {
 }
 
 impl<'a> Outcome<'a> {
+    #[inline]
     fn new(answer: Answer) -> Self {
         Outcome {
             answer,
@@ -210,6 +221,7 @@ fn exclusive(record: Option<RecordRef<'_>>) -> Option<&Lease> {
 
 /// Must the key's waiters be served before a newcomer's acquire is decided
 /// (the lease is free, or a counting or shared lease may have a place)?
+#[inline]
 pub fn serve_first(record: Option<RecordRef<'_>>, now_ms: i64) -> bool {
     match record {
         Some(RecordRef::Multi(_)) => true,
@@ -228,7 +240,10 @@ fn prune<'a>(
 ) -> usize {
     match m.ended_batch(now_ms, per_call.max(min)) {
         Some((n, deadline_ms, token)) => {
-            commits.push(Effect::Prune { deadline_ms, token }, Event::Expire(n));
+            commits.push(
+                Effect::Prune { deadline_ms, token },
+                Event::Expire(n as u32),
+            );
             n
         }
         None => 0,
@@ -237,6 +252,7 @@ fn prune<'a>(
 
 /// `LEASE.ACQUIRE`: `key_expire` reads the key's expiry (asked only when
 /// the caller may wait: when to re-check).
+#[inline(always)]
 pub fn acquire<'a>(
     record: Option<RecordRef<'_>>,
     key_expire: impl FnOnce() -> Option<i64>,
@@ -265,13 +281,13 @@ pub fn acquire<'a>(
     }
     Ok(
         match decide::acquire(current, req.owner, req.ttl_ms, now, env.clock)? {
-            Acquire::Created(lease) => {
-                let mut out = Outcome::new(Answer::Token(lease.token));
+            Acquire::Created { token, deadline_ms } => {
+                let mut out = Outcome::new(Answer::Token(token));
                 out.commits.push(
                     Effect::Apply {
                         owner: req.owner,
-                        token: lease.token,
-                        deadline_ms: lease.deadline_ms,
+                        token,
+                        deadline_ms,
                     },
                     Event::Acquire,
                 );
@@ -394,6 +410,7 @@ fn acquire_multi<'a>(
 }
 
 /// `LEASE.RENEW key owner ttl-ms`; `prune_per_call` as in `Env`.
+#[inline(always)]
 pub fn renew<'a>(
     record: Option<RecordRef<'_>>,
     owner: &'a [u8],
@@ -456,6 +473,7 @@ pub fn renew<'a>(
 /// `LEASE.RELEASE key owner` from a client (a replica and the AOF apply
 /// the `Effect::Release` they receive, by owner alone); `prune_per_call` as
 /// in `Env`.
+#[inline(always)]
 pub fn release<'a>(
     record: Option<RecordRef<'_>>,
     owner: &'a [u8],
@@ -523,7 +541,7 @@ pub fn drain<'a>(record: Option<RecordRef<'_>>, now_ms: i64) -> Option<Commit<'a
     let (n, deadline_ms, token) = m.ended_batch(now_ms, DRAIN_PER_TICK)?;
     Some(Commit {
         effect: Effect::Prune { deadline_ms, token },
-        event: Event::Expire(n),
+        event: Event::Expire(n as u32),
     })
 }
 
@@ -561,7 +579,7 @@ pub fn align<'a>(
     } else {
         Commit {
             effect: Effect::Delete,
-            event: Event::Lingered(holders),
+            event: Event::Lingered(holders as u32),
         }
     })
 }
@@ -683,7 +701,7 @@ pub fn serve<H>(
         if let (Some((n, deadline_ms, token)), Step::Grant { .. }) = (room, &step) {
             key.commit(Commit {
                 effect: Effect::Prune { deadline_ms, token },
-                event: Event::Expire(n),
+                event: Event::Expire(n as u32),
             });
         }
         apply_step(key, queue, step);

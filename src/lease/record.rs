@@ -13,7 +13,9 @@ use super::holders::Multi;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     Exclusive(Box<Lease>),
-    Multi(Multi),
+    /// Boxed: the server keeps it behind one pointer, and a record moves
+    /// as two words.
+    Multi(Box<Multi>),
 }
 
 /// A stored record, borrowed.
@@ -48,7 +50,7 @@ impl Record {
     /// Decodes a record of any known version (1: exclusive, 2: multi).
     pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         match bytes.first() {
-            Some(&MULTI_VERSION) => Multi::decode(bytes).map(Record::Multi),
+            Some(&MULTI_VERSION) => Multi::decode(bytes).map(|m| Record::Multi(Box::new(m))),
             _ => Lease::decode(bytes).map(Record::Exclusive),
         }
     }
@@ -105,7 +107,7 @@ impl RecordRef<'_> {
     pub fn to_owned(self) -> Record {
         match self {
             RecordRef::Exclusive(l) => Record::Exclusive(l.to_boxed()),
-            RecordRef::Multi(m) => Record::Multi(m.clone()),
+            RecordRef::Multi(m) => Record::Multi(Box::new(m.clone())),
         }
     }
 }
@@ -137,7 +139,7 @@ mod tests {
                 deadline_ms: 1_800_000_000_000,
             },
         );
-        let r = Record::Multi(m);
+        let r = Record::Multi(Box::new(m));
         assert_eq!(Record::decode(&r.as_ref().encode()), Ok(r.clone()));
         assert_eq!(r.as_ref().max_token(), 77);
         assert_eq!(r.as_ref().holders(), 1);

@@ -110,7 +110,6 @@ impl Queue<u32> for SlotQueue<'_> {
     }
 }
 
-
 /// The hand-off (`ops::serve`) in scenarios: who is served together, who
 /// waits, who is refused.
 #[cfg(test)]

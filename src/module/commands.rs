@@ -15,6 +15,7 @@ use super::commit::{KeyWriter, Reader};
 use super::counters::STATS;
 use super::ffi::blocked;
 use super::ffi::ctx::{Args, Ctx, Str};
+use super::ffi::replicate::OwnerArg;
 use super::ffi::reply::{Field, Reply};
 use super::ffi::server::now_ms;
 use super::{compat, early, grace, settings, tokens, waiters};
@@ -44,13 +45,14 @@ fn ended_early(ctx: Ctx, name: Str) -> Option<i64> {
 
 /// Commits an outcome's effects, counts a refusal answered at once, does
 /// what the key's waiters need, and turns the answer into a reply.
+#[inline(always)]
 fn finish(
     ctx: Ctx,
     w: &mut KeyWriter,
-    out: Outcome<'_>,
+    out: &Outcome<'_>,
     wait: Option<(&[u8], crate::lease::Mode, i64, i64)>,
 ) -> Reply {
-    for c in out.commits.iter() {
+    for c in out.commits.iter_ref() {
         w.commit(c);
     }
     if let Some(c) = out.count {
@@ -99,16 +101,17 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         args::AcquireOptions::default()
     };
     let name = a.str(1);
-    let mut w = KeyWriter::for_command(ctx, name, Some(a.str(OWNER_ARG)));
+    let mut w = KeyWriter::for_command(ctx, name, Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
     let now = now_ms();
     // A free lease (or a free place of a counting or shared lease) with
     // clients queued goes to the oldest of them first: a newcomer never
-    // overtakes a waiter.
-    if let Some(slot) = waiters::slot_if_waiting(ctx, name)
-        && ops::serve_first(w.record()?, now)
-        && waiters::waiting(&slot) > 0
-    {
-        waiters::serve(&slot, &mut w);
+    // overtakes a waiter. (No waiter lookup while nobody waits anywhere.)
+    let mut waiters_ahead = false;
+    if let Some(slot) = waiters::slot_if_waiting(ctx, name) {
+        if ops::serve_first(w.record()?, now) && waiters::waiting(&slot) > 0 {
+            waiters::serve(&slot, &mut w);
+        }
+        waiters_ahead = waiters::waiting(&slot) > 0;
     }
     let may_wait = opts.block_ms.is_some() && blocked::may_block(ctx);
     let req = AcquireRequest {
@@ -117,7 +120,6 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         mode: opts.mode,
         may_wait,
     };
-    let waiters_ahead = waiters::waiting_on(ctx, name) > 0;
     let early = ended_early(ctx, name);
     // The key's expiry matters only to a wait (when to re-check).
     let expire = if may_wait { w.expire_at() } else { None };
@@ -138,7 +140,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         )
     })?;
     let wait = opts.block_ms.map(|t| (owner, opts.mode, ttl, t));
-    Ok(finish(ctx, &mut w, out, wait))
+    Ok(finish(ctx, &mut w, &out, wait))
 }
 
 /// LEASE.RENEW key owner ttl-ms
@@ -149,9 +151,9 @@ pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     compat::check()?;
     let owner = check_owner(a.bytes(2))?;
     let ttl = parse_ttl(a.bytes(3), settings::max_ttl_ms())?;
-    let mut w = KeyWriter::for_command(ctx, a.str(1), Some(a.str(OWNER_ARG)));
+    let mut w = KeyWriter::for_command(ctx, a.str(1), Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
     let out = ops::renew(w.record()?, owner, ttl, now_ms(), ops::PRUNE_PER_CALL);
-    Ok(finish(ctx, &mut w, out, None))
+    Ok(finish(ctx, &mut w, &out, None))
 }
 
 /// LEASE.RELEASE key owner
@@ -168,9 +170,9 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return apply_effect(ctx, a, Effect::Release { owner }, true);
     }
     compat::check()?;
-    let mut w = KeyWriter::for_command(ctx, a.str(1), Some(a.str(OWNER_ARG)));
+    let mut w = KeyWriter::for_command(ctx, a.str(1), Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
     let out = ops::release(w.record()?, owner, now_ms(), ops::PRUNE_PER_CALL);
-    Ok(finish(ctx, &mut w, out, None))
+    Ok(finish(ctx, &mut w, &out, None))
 }
 
 /// LEASE.FENCE key token [command [arg ...]]
@@ -256,7 +258,7 @@ fn apply_effect(
     if reads_key {
         w.record()?;
     }
-    let changed = w.commit(Commit {
+    let changed = w.commit(&Commit {
         effect,
         event: Event::Replayed,
     });

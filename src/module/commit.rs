@@ -29,7 +29,7 @@ use super::counters::STATS;
 use super::ffi::call::{self, Refusal};
 use super::ffi::ctx::{Ctx, Str};
 use super::ffi::key::{LeaseKey, Mode};
-use super::ffi::replicate;
+use super::ffi::replicate::{self, OwnerArg};
 use super::ffi::server;
 use super::timers;
 use super::tokens;
@@ -85,7 +85,7 @@ pub fn node_accepts_writes(ctx: Ctx) -> bool {
 enum Origin {
     /// A client's command; `owner_arg` is its owner argument, replicated as
     /// that string when an effect names those bytes.
-    Command { owner_arg: Option<Str> },
+    Command { owner_arg: Option<OwnerArg> },
     /// A write the module started by itself, past the gates.
     Module,
     /// An effect from the master link or the AOF.
@@ -103,7 +103,7 @@ pub struct KeyWriter {
 impl KeyWriter {
     /// Opens `name` for a client's command.
     #[inline]
-    pub fn for_command(ctx: Ctx, name: Str, owner_arg: Option<Str>) -> KeyWriter {
+    pub fn for_command(ctx: Ctx, name: Str, owner_arg: Option<OwnerArg>) -> KeyWriter {
         KeyWriter {
             ctx,
             name,
@@ -158,46 +158,55 @@ impl KeyWriter {
     /// it leaves, signals the key when it changed, replicates it (verbatim
     /// for an effect from the master or the AOF), notifies and counts.
     /// Returns whether the key changed.
-    pub fn commit(&mut self, c: Commit<'_>) -> bool {
-        // A record replaced while it still stores ended holders: they count
-        // as expired (the key is free, so all of them have ended).
-        let lingering = match self.key.stored() {
-            Stored::Record(RecordMut::Multi(m)) => m.len(),
-            _ => 0,
-        };
+    #[inline(always)]
+    pub fn commit(&mut self, c: &Commit<'_>) -> bool {
         let change = c.effect.apply(self.key.stored());
         let changed = change.changed;
-        if change.store.is_some() && lingering > 0 && !matches!(self.origin, Origin::Effect) {
-            STATS.expired.add(lingering as u64);
+        // A client's LEASE.RELEASE is its own effect (`LEASE.RELEASE key
+        // owner`): replicated as the command itself, without a copy.
+        let released = matches!(c.effect, Effect::Release { .. })
+            && matches!(self.origin, Origin::Command { .. });
+        if let Origin::Effect = self.origin {
+            self.key.carry_out(change, false);
+            if changed {
+                replicate::signal(self.ctx, self.name);
+            }
+            if let Some(token) = c.effect.token() {
+                tokens::observe(token);
+            }
+            replicate::replicate_verbatim(self.ctx);
+            return changed;
         }
-        self.key.carry_out(change);
+        // A record replaced while it still stores ended holders: they count
+        // as expired (the key is free, so all of them have ended).
+        if change.store.is_some()
+            && let Stored::Record(RecordMut::Multi(m)) = self.key.stored()
+        {
+            STATS.expired.add(m.len() as u64);
+        }
+        self.key.carry_out(change, released);
         if changed {
             replicate::signal(self.ctx, self.name);
         }
         // A batch of ended holders left and more have ended: a timer takes
         // them out, a batch at a time.
-        if let (Event::Expire(_), Origin::Command { .. } | Origin::Module) = (c.event, self.origin)
+        if let Event::Expire(_) = c.event
             && let Stored::Record(RecordMut::Multi(m)) = self.key.stored()
             && m.has_ended(server::now_ms())
         {
             timers::start_drain(self.ctx.selected_db(), self.name.bytes(), DRAIN_EVERY_MS);
         }
         match self.origin {
-            Origin::Effect => {
-                if let Some(token) = c.effect.token() {
-                    tokens::observe(token);
-                }
-                replicate::replicate_verbatim(self.ctx);
-                return changed;
-            }
+            _ if released => replicate::replicate_verbatim(self.ctx),
             Origin::Command { owner_arg } => self.replicate(&c.effect, owner_arg),
-            Origin::Module => self.replicate(&c.effect, None),
+            Origin::Module | Origin::Effect => self.replicate(&c.effect, None),
         }
         self.count(c.event);
         changed
     }
 
-    fn replicate(&self, effect: &Effect<'_>, owner_arg: Option<Str>) {
+    #[inline(always)]
+    fn replicate(&self, effect: &Effect<'_>, owner_arg: Option<OwnerArg>) {
         let mut digits = Digits::default();
         let args = effect.args(&mut digits);
         replicate::replicate(
@@ -210,6 +219,7 @@ impl KeyWriter {
     }
 
     /// Counts an event and sends its keyspace notification.
+    #[inline(always)]
     pub fn count(&mut self, event: Event) {
         let notify = |e: &CStr| replicate::notify(self.ctx, e, self.name);
         match event {
@@ -260,7 +270,7 @@ impl ops::Key for KeyWriter {
     }
 
     fn commit(&mut self, commit: Commit<'_>) {
-        KeyWriter::commit(self, commit);
+        KeyWriter::commit(self, &commit);
     }
 
     fn count(&mut self, event: Event) {

@@ -183,7 +183,7 @@ pub fn on_drain(ctx: Ctx, slot: crate::lease::waitq::Slot) {
         Ok(mut w) => {
             let now = now_ms();
             if let Some(c) = w.record().ok().and_then(|r| ops::drain(r, now)) {
-                w.commit(c);
+                w.commit(&c);
             }
         }
         Err(Closed::Moved(_)) => {}
@@ -225,7 +225,7 @@ pub fn on_align(ctx: Ctx, db: i32, key: &[u8]) {
         .ok()
         .and_then(|rec| ops::align(rec, expire, now).map(|c| c.to_owned()));
     if let Some(c) = owned {
-        w.commit(c.as_commit());
+        w.commit(&c.as_commit());
     }
 }
 

@@ -410,7 +410,7 @@ pub fn on_revoke(ctx: Ctx, slot: Slot, owner: Box<[u8]>, token: u64) {
     match KeyWriter::for_module(ctx, name.as_str()) {
         Ok(mut w) => {
             if let Some(c) = w.record().ok().and_then(|r| ops::revoke(r, &owner, token)) {
-                w.commit(c);
+                w.commit(&c);
             }
             serve(&slot, &mut w);
         }

@@ -289,7 +289,7 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, v: *const c_
 
 unsafe extern "C" fn unlink(key: *mut raw::RedisModuleString, v: *const c_void) {
     guard("unlink", (), || {
-        if !key.is_null() {
+        if !key.is_null() && !super::key::unlink_is_quiet() {
             // SAFETY: the name of the key being unlinked, alive during this
             // call, and its value, one of our records (see above).
             let record = unsafe { value::record_ref(v) };

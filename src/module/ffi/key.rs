@@ -10,6 +10,7 @@
 //! expire"), so every such question is answered here instead.
 
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use redis_module::raw;
 
@@ -128,9 +129,13 @@ impl LeaseKey {
     /// Carries out what applying an effect left to do: delete, store a new
     /// record, set the expiry.
     #[inline]
-    pub fn carry_out(&mut self, change: Change) {
+    pub fn carry_out(&mut self, change: Change, released: bool) {
         if change.delete {
-            self.delete();
+            if released {
+                self.delete_released();
+            } else {
+                self.delete();
+            }
         }
         if let Some(record) = change.store {
             self.set_value(value::into_raw(record));
@@ -185,6 +190,25 @@ impl LeaseKey {
         }
         self.holds = Holds::Nothing;
     }
+
+    /// Deletes the key for a client's LEASE.RELEASE: the type's unlink
+    /// callback, which runs inside, has nothing to note (a DEL is neither
+    /// an expiry nor an eviction) and no waiters to wake (the release
+    /// serves them itself).
+    pub fn delete_released(&mut self) {
+        QUIET_UNLINK.store(true, Relaxed);
+        self.delete();
+        QUIET_UNLINK.store(false, Relaxed);
+    }
+}
+
+/// Set while `delete_released` deletes a key.
+static QUIET_UNLINK: AtomicBool = AtomicBool::new(false);
+
+/// Is the unlink under way the one of a client's LEASE.RELEASE?
+#[inline]
+pub fn unlink_is_quiet() -> bool {
+    QUIET_UNLINK.load(Relaxed)
 }
 
 impl Drop for LeaseKey {

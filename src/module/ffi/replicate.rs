@@ -12,108 +12,117 @@ use redis_module::raw;
 
 use super::ctx::{Ctx, Str};
 
-/// One argument as it is passed: a server string (`s`) or a buffer with
-/// its length (`b`).
+/// A client's owner argument: the server string and where its bytes are.
 #[derive(Clone, Copy)]
-enum Arg<'a> {
-    Str(Str),
-    Bytes(&'a [u8]),
+pub struct OwnerArg {
+    s: Str,
+    at: *const u8,
 }
 
-/// The arguments after the key: the first one is passed as `owner_arg`
-/// when these are its bytes (the client's own argument), the others as
-/// buffers.
-fn classify<'a>(args: &[&'a [u8]], owner_arg: Option<Str>) -> ([Arg<'a>; 5], usize) {
-    let mut out = [Arg::Bytes(&[]); 5];
-    for (i, a) in args.iter().enumerate() {
-        out[i] = match owner_arg {
-            Some(o) if i == 0 && std::ptr::eq(o.bytes().as_ptr(), a.as_ptr()) => Arg::Str(o),
-            _ => Arg::Bytes(a),
-        };
+impl OwnerArg {
+    /// `bytes` must be `s`'s own bytes (`Str::bytes`).
+    pub fn new(s: Str, bytes: &[u8]) -> OwnerArg {
+        OwnerArg {
+            s,
+            at: bytes.as_ptr(),
+        }
     }
-    (out, args.len())
+}
+
+/// The client's own owner argument, when `args[0]` is its bytes (passed as
+/// that server string, `s`, without a copy; every other argument goes as a
+/// buffer, `b`).
+fn owner_first(args: &[&[u8]], owner_arg: Option<OwnerArg>) -> Option<Str> {
+    owner_arg
+        .filter(|o| args.first().is_some_and(|a| std::ptr::eq(o.at, a.as_ptr())))
+        .map(|o| o.s)
 }
 
 /// Calls the variadic server function `$f($target, $cmd, fmt, ...)` with the
-/// key and `$args` (at most five, only the first possibly a server string),
-/// choosing the format string from the arguments' kinds.
+/// key and `$args` (at most five), the first as the server string `$owner`
+/// when there is one, choosing the format string from that.
 macro_rules! variadic {
-    ($f:expr, $target:expr, $cmd:expr, $key:expr, $args:expr, $n:expr) => {{
-        let (f, t, c, k) = ($f, $target, $cmd, $key);
-        let a = $args;
-        let b = |i: usize| match a[i] {
-            Arg::Bytes(x) => (x.as_ptr(), x.len()),
-            Arg::Str(_) => unreachable!("only the first argument is a server string"),
-        };
-        match ($n, a[0]) {
-            (0, _) => f(t, c, c"s".as_ptr(), k),
-            (1, Arg::Str(o)) => f(t, c, c"ss".as_ptr(), k, o.raw()),
-            (1, _) => {
-                let (p0, l0) = b(0);
-                f(t, c, c"sb".as_ptr(), k, p0, l0)
-            }
-            (2, Arg::Str(o)) => {
-                let (p1, l1) = b(1);
-                f(t, c, c"ssb".as_ptr(), k, o.raw(), p1, l1)
-            }
-            (2, _) => {
-                let ((p0, l0), (p1, l1)) = (b(0), b(1));
-                f(t, c, c"sbb".as_ptr(), k, p0, l0, p1, l1)
-            }
-            (3, Arg::Str(o)) => {
-                let ((p1, l1), (p2, l2)) = (b(1), b(2));
-                f(t, c, c"ssbb".as_ptr(), k, o.raw(), p1, l1, p2, l2)
-            }
-            (3, _) => {
-                let ((p0, l0), (p1, l1), (p2, l2)) = (b(0), b(1), b(2));
-                f(t, c, c"sbbb".as_ptr(), k, p0, l0, p1, l1, p2, l2)
-            }
-            (4, Arg::Str(o)) => {
-                let ((p1, l1), (p2, l2), (p3, l3)) = (b(1), b(2), b(3));
-                f(t, c, c"ssbbb".as_ptr(), k, o.raw(), p1, l1, p2, l2, p3, l3)
-            }
-            (4, _) => {
-                let ((p0, l0), (p1, l1), (p2, l2), (p3, l3)) = (b(0), b(1), b(2), b(3));
-                f(t, c, c"sbbbb".as_ptr(), k, p0, l0, p1, l1, p2, l2, p3, l3)
-            }
-            (5, Arg::Str(o)) => {
-                let ((p1, l1), (p2, l2), (p3, l3), (p4, l4)) = (b(1), b(2), b(3), b(4));
-                f(
-                    t,
-                    c,
-                    c"ssbbbb".as_ptr(),
-                    k,
-                    o.raw(),
-                    p1,
-                    l1,
-                    p2,
-                    l2,
-                    p3,
-                    l3,
-                    p4,
-                    l4,
-                )
-            }
-            (_, _) => {
-                let ((p0, l0), (p1, l1), (p2, l2), (p3, l3), (p4, l4)) =
-                    (b(0), b(1), b(2), b(3), b(4));
-                f(
-                    t,
-                    c,
-                    c"sbbbbb".as_ptr(),
-                    k,
-                    p0,
-                    l0,
-                    p1,
-                    l1,
-                    p2,
-                    l2,
-                    p3,
-                    l3,
-                    p4,
-                    l4,
-                )
-            }
+    ($f:expr, $target:expr, $cmd:expr, $key:expr, $args:expr, $owner:expr) => {{
+        let (f, t, c, k, a): (_, _, _, _, &[&[u8]]) = ($f, $target, $cmd, $key, $args);
+        let p = |i: usize| a[i].as_ptr();
+        let l = |i: usize| a[i].len();
+        match ($owner, a.len()) {
+            (_, 0) => f(t, c, c"s".as_ptr(), k),
+            (Some(o), 1) => f(t, c, c"ss".as_ptr(), k, o.raw()),
+            (Some(o), 2) => f(t, c, c"ssb".as_ptr(), k, o.raw(), p(1), l(1)),
+            (Some(o), 3) => f(t, c, c"ssbb".as_ptr(), k, o.raw(), p(1), l(1), p(2), l(2)),
+            (Some(o), 4) => f(
+                t,
+                c,
+                c"ssbbb".as_ptr(),
+                k,
+                o.raw(),
+                p(1),
+                l(1),
+                p(2),
+                l(2),
+                p(3),
+                l(3),
+            ),
+            (Some(o), _) => f(
+                t,
+                c,
+                c"ssbbbb".as_ptr(),
+                k,
+                o.raw(),
+                p(1),
+                l(1),
+                p(2),
+                l(2),
+                p(3),
+                l(3),
+                p(4),
+                l(4),
+            ),
+            (None, 1) => f(t, c, c"sb".as_ptr(), k, p(0), l(0)),
+            (None, 2) => f(t, c, c"sbb".as_ptr(), k, p(0), l(0), p(1), l(1)),
+            (None, 3) => f(
+                t,
+                c,
+                c"sbbb".as_ptr(),
+                k,
+                p(0),
+                l(0),
+                p(1),
+                l(1),
+                p(2),
+                l(2),
+            ),
+            (None, 4) => f(
+                t,
+                c,
+                c"sbbbb".as_ptr(),
+                k,
+                p(0),
+                l(0),
+                p(1),
+                l(1),
+                p(2),
+                l(2),
+                p(3),
+                l(3),
+            ),
+            (None, _) => f(
+                t,
+                c,
+                c"sbbbbb".as_ptr(),
+                k,
+                p(0),
+                l(0),
+                p(1),
+                l(1),
+                p(2),
+                l(2),
+                p(3),
+                l(3),
+                p(4),
+                l(4),
+            ),
         }
     }};
 }
@@ -121,8 +130,9 @@ macro_rules! variadic {
 /// Replicates `cmd key args...` into the replication stream and the AOF.
 /// `owner_arg`: the client's owner argument, passed instead of a copy when
 /// `args[0]` is its bytes.
-pub fn replicate(ctx: Ctx, cmd: &CStr, key: Str, args: &[&[u8]], owner_arg: Option<Str>) {
-    let (a, n) = classify(args, owner_arg);
+pub fn replicate(ctx: Ctx, cmd: &CStr, key: Str, args: &[&[u8]], owner_arg: Option<OwnerArg>) {
+    debug_assert!(args.len() <= 5, "at most five arguments after the key");
+    let owner = owner_first(args, owner_arg);
     // SAFETY: each format string matches the arguments passed with it ("s"
     // a RedisModuleString, "b" a pointer and a length); every buffer lives
     // until the call returns (the server copies them).
@@ -132,8 +142,8 @@ pub fn replicate(ctx: Ctx, cmd: &CStr, key: Str, args: &[&[u8]], owner_arg: Opti
             ctx.raw(),
             cmd.as_ptr(),
             key.raw(),
-            a,
-            n
+            args,
+            owner
         );
     }
 }
@@ -179,7 +189,6 @@ impl AofIo {
 
 /// Writes `cmd key args...` into the AOF being rewritten.
 pub fn emit_aof(io: AofIo, cmd: &CStr, key: Str, args: &[&[u8]]) {
-    let (a, n) = classify(args, None);
     // SAFETY: as in `replicate`, for RedisModule_EmitAOF on the rewrite's IO.
     unsafe {
         variadic!(
@@ -187,8 +196,8 @@ pub fn emit_aof(io: AofIo, cmd: &CStr, key: Str, args: &[&[u8]]) {
             io.0,
             cmd.as_ptr(),
             key.raw(),
-            a,
-            n
+            args,
+            None::<Str>
         );
     }
 }

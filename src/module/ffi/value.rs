@@ -32,8 +32,8 @@ pub fn lease_into_raw(lease: Box<Lease>) -> *mut c_void {
 }
 
 /// A multi-holder record as a value pointer, tagged.
-pub fn multi_into_raw(multi: Multi) -> *mut c_void {
-    let p: *mut Multi = Box::into_raw(Box::new(multi));
+pub fn multi_into_raw(multi: Box<Multi>) -> *mut c_void {
+    let p: *mut Multi = Box::into_raw(multi);
     p.map_addr(|a| a | MULTI_TAG).cast()
 }
 
@@ -117,7 +117,10 @@ mod tests {
                 deadline_ms: 9,
             },
         );
-        let (pl, pm) = (lease_into_raw(l.clone()), multi_into_raw(m.clone()));
+        let (pl, pm) = (
+            lease_into_raw(l.clone()),
+            multi_into_raw(Box::new(m.clone())),
+        );
         assert!(!is_multi(pl) && is_multi(pm));
         // SAFETY: both were just made here and are freed once below.
         unsafe {
