@@ -18,8 +18,8 @@ mod registration {
     use redis_module::alloc::RedisAlloc;
     use redis_module::redis_module;
 
-    use crate::module::ffi::register::init;
     use crate::module::ffi::callbacks::LEASE_TYPE;
+    use crate::module::ffi::register::init;
 
     redis_module! {
         name: "lease",
