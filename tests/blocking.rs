@@ -1,10 +1,17 @@
 //! LEASE.ACQUIRE ... BLOCK: first come first served hand-off on release,
 //! expiry, DEL/UNLINK/FLUSHALL/RENAME; timeouts, disconnects, CLIENT
 //! UNBLOCK; no blocking inside MULTI or scripts; the hand-off replicated.
+//! Exactly one reply per waiter, also when its timeout races the release;
+//! a retrying waiter of the owner being served gets the same grant; the
+//! re-check of a same-named key's waiters leaves WATCH alone; the hand-off
+//! comes at a deadline moved earlier (RENEW, re-acquire, PEXPIRE) and at
+//! once when SWAPDB takes the held lease away.
 mod common;
 use common::*;
 
-use std::io::Write;
+use std::io::{BufRead, Read, Write};
+use std::net::TcpStream;
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -237,5 +244,325 @@ compat! {
         let w = spawn_waiter(&master, "k", "d", "30000", "0");
         let t = got_token(w);
         assert!(wait_until(Duration::from_secs(5), || token_of(&mut r, "k") == Some(t)));
+    }
+}
+
+/// A raw RESP connection whose reads give up after a deadline (the
+/// harness's RawConn waits 10 s per read and panics; here a missing reply
+/// must be seen within 2 s). Replies come back as the exact bytes.
+struct TimedRaw {
+    reader: std::io::BufReader<TcpStream>,
+}
+
+impl TimedRaw {
+    fn connect(port: u16) -> TimedRaw {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("raw connect");
+        stream.set_nodelay(true).unwrap();
+        TimedRaw {
+            reader: std::io::BufReader::new(stream),
+        }
+    }
+
+    fn send(&mut self, args: &[&str]) {
+        let mut buf = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            buf.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+        self.reader.get_mut().write_all(&buf).expect("raw write");
+    }
+
+    /// Sets the socket's read timeout to what is left until `deadline`;
+    /// false once it has passed.
+    fn arm(&mut self, deadline: Instant) -> bool {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        self.reader.get_ref().set_read_timeout(Some(left)).unwrap();
+        true
+    }
+
+    fn line(&mut self, deadline: Instant, out: &mut Vec<u8>) -> Option<Vec<u8>> {
+        let mut line = Vec::new();
+        for _ in 0..1000 {
+            if !self.arm(deadline) {
+                return None;
+            }
+            match self.reader.read_until(b'\n', &mut line) {
+                Ok(0) => panic!("connection closed by the server"),
+                Ok(_) if line.ends_with(b"\r\n") => {
+                    out.extend_from_slice(&line);
+                    line.truncate(line.len() - 2);
+                    return Some(line);
+                }
+                Ok(_) => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return None;
+                }
+                Err(e) => panic!("raw read: {e}"),
+            }
+        }
+        None
+    }
+
+    fn element(&mut self, deadline: Instant, out: &mut Vec<u8>) -> Option<()> {
+        let line = self.line(deadline, out)?;
+        let (kind, rest) = line.split_first().expect("empty RESP line");
+        let n: i64 = std::str::from_utf8(rest)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        match kind {
+            b'$' if n >= 0 => {
+                let mut body = vec![0u8; n as usize + 2];
+                self.arm(deadline).then_some(())?;
+                self.reader.read_exact(&mut body).ok()?;
+                out.extend_from_slice(&body);
+            }
+            b'*' => {
+                for _ in 0..n.max(0) {
+                    self.element(deadline, out)?;
+                }
+            }
+            _ => {}
+        }
+        Some(())
+    }
+
+    /// The next complete reply, or `None` if it has not come within `within`.
+    fn reply_within(&mut self, within: Duration) -> Option<Vec<u8>> {
+        let deadline = Instant::now() + within;
+        let mut out = Vec::new();
+        self.element(deadline, &mut out)?;
+        Some(out)
+    }
+}
+
+fn shown(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).escape_debug().to_string()
+}
+
+/// The token a blocked waiter was answered, within `within`.
+fn token_within(
+    rx: &mpsc::Receiver<redis::RedisResult<Value>>,
+    who: &str,
+    within: Duration,
+) -> i64 {
+    match rx.recv_timeout(within) {
+        Ok(Ok(v)) => int(&v),
+        Ok(Err(e)) => panic!("{who} was answered an error: {e}"),
+        Err(_) => panic!("{who} got no reply within {within:?}"),
+    }
+}
+
+/// A `change` that moves the holder's deadline earlier (LEASE.RENEW or
+/// re-acquire with a shorter ttl, PEXPIRE) moves the waiters' timer with it:
+/// the waiter is served at the new deadline, not at the first one (which here
+/// comes after its own BLOCK timeout).
+///
+/// Active expiry is turned off, as it effectively is for one key among many (it
+/// samples 20 keys per database per cycle): otherwise the key's own expiry
+/// could serve the waiter and hide a timer left at the old deadline.
+fn a_waiter_is_served_at_the_new_deadline(kind: Kind, change: &[&str]) {
+    let s = Server::start(kind);
+    let mut c = s.conn();
+    ok(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    let t0 = acquire(&mut c, "k", "h", "5000");
+    let w = spawn_waiter(&s, "k", "w", "10000", "4000");
+    ok(&mut c, change);
+    let changed = Instant::now();
+    let (reply, at) = w.join().unwrap();
+    let t = match reply {
+        Ok(Value::Int(t)) => t,
+        other => panic!(
+            "after {change:?} the waiter should get the lease at the new deadline (200 ms), got {other:?} after {:?}",
+            at - changed
+        ),
+    };
+    assert!(
+        at - changed < Duration::from_millis(1000),
+        "after {change:?} the waiter was served {:?} later",
+        at - changed
+    );
+    assert!(t > t0);
+    assert_eq!(token_of(&mut c, "k"), Some(t));
+}
+
+both! {
+    // A BLOCK waiter whose timeout races with the release gets exactly one
+    // reply, never none or two: each of 20 waiters released right around its 50
+    // ms timeout gets a token it then holds, or a null (and then it holds
+    // nothing).
+    fn every_block_waiter_gets_exactly_one_reply(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let (mut granted, mut timed_out) = (0, 0);
+        for i in 0..20u64 {
+            let key = format!("k{i}");
+            acquire(&mut c, &key, "h", "10000");
+            let mut raw = TimedRaw::connect(s.port);
+            let sent = Instant::now();
+            raw.send(&["LEASE.ACQUIRE", &key, "w", "10000", "BLOCK", "50"]);
+            let release_at = sent + Duration::from_millis(50 + i % 9);
+            thread::sleep(release_at.saturating_duration_since(Instant::now()));
+            assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", &key, "h"])), 1, "{key}");
+            let reply = raw
+                .reply_within(Duration::from_secs(2))
+                .unwrap_or_else(|| panic!("waiter {i} got no reply within 2 s"));
+            if let Some(n) = reply.strip_prefix(b":") {
+                let token: i64 = std::str::from_utf8(n).unwrap().trim().parse().unwrap();
+                assert_eq!(
+                    token_of(&mut c, &key),
+                    Some(token),
+                    "waiter {i} holds the lease it was given"
+                );
+                granted += 1;
+            } else {
+                assert_eq!(reply, b"$-1\r\n", "waiter {i}: {}", shown(&reply));
+                assert_eq!(
+                    token_of(&mut c, &key),
+                    None,
+                    "waiter {i} timed out, so nobody holds {key}"
+                );
+                timed_out += 1;
+            }
+            for ping in 0..2 {
+                raw.send(&["PING"]);
+                let pong = raw.reply_within(Duration::from_secs(2));
+                assert_eq!(
+                    pong.as_deref(),
+                    Some(&b"+PONG\r\n"[..]),
+                    "waiter {i}, PING {ping}: an extra reply ({:?})",
+                    pong.as_deref().map(shown)
+                );
+                thread::sleep(Duration::from_millis(5));
+            }
+        }
+        eprintln!("{granted} waiters were granted the lease, {timed_out} timed out");
+    }
+
+    // A second waiter with the same owner as the waiter being served (a client
+    // retrying after a lost reply) gets the same grant at once, instead of
+    // staying queued behind its own lease.
+    fn a_retrying_waiter_of_the_served_owner_gets_the_same_grant(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        acquire(&mut c, "k", "h", "60000");
+        let w1 = spawn_call(&s, &["LEASE.ACQUIRE", "k", "w", "5000", "BLOCK", "3000"]);
+        assert!(
+            wait_until(Duration::from_secs(5), || waiters(&mut c, "k") == 1),
+            "W1 never waited"
+        );
+        let w2 = spawn_call(&s, &["LEASE.ACQUIRE", "k", "w", "5000", "BLOCK", "3000"]);
+        assert!(
+            wait_until(Duration::from_secs(5), || waiters(&mut c, "k") == 2),
+            "W2 never waited"
+        );
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "h"])), 1);
+        let t1 = token_within(&w1, "W1", Duration::from_secs(1));
+        let t2 = token_within(&w2, "W2 (same owner)", Duration::from_secs(1));
+        assert_eq!(t1, t2, "both requests of owner w get the one grant");
+        let info = ok(&mut c, &["LEASE.INFO", "k"]);
+        assert_eq!(field(&info, "token").map(|v| int(&v)), Some(t1), "{info:?}");
+        assert_eq!(
+            field(&info, "waiters").map(|v| int(&v)),
+            Some(0),
+            "{info:?}"
+        );
+    }
+
+    // A lease key leaving db 1 makes the module re-check the waiters of the
+    // same key name in db 0; that re-check, which changes nothing (the lease
+    // there is still held), does not open db 0's key for writing, so WATCH on
+    // it holds. The hand-off that follows does break it.
+    fn watch_survives_the_waiter_recheck_of_a_same_named_key(kind) {
+        let s = Server::start(kind);
+        let mut a = s.conn();
+        let mut c = s.conn();
+        let mut d = s.conn();
+        acquire(&mut c, "k", "h", "60000");
+        let waiter = spawn_call(&s, &["LEASE.ACQUIRE", "k", "w", "60000", "BLOCK", "5000"]);
+        assert!(
+            wait_until(Duration::from_secs(5), || waiters(&mut c, "k") == 1),
+            "w never waited"
+        );
+        ok(&mut d, &["SELECT", "1"]);
+        acquire(&mut d, "k", "x", "60000");
+        let survived = watch_survives(&mut a, "k", || {
+            assert_eq!(int(&ok(&mut d, &["DEL", "k"])), 1);
+            // The re-check runs on a 0 ms timer: give it time to run.
+            thread::sleep(Duration::from_millis(200));
+            assert_eq!(waiters(&mut c, "k"), 1, "w still waits in db 0");
+        });
+        assert!(
+            survived,
+            "the re-check of db 0's k (which changed nothing) broke WATCH k"
+        );
+        // Control: a real change (the hand-off) does break it.
+        let changed = watch_survives(&mut a, "k", || {
+            assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "k", "h"])), 1);
+            let t = token_within(&waiter, "w", Duration::from_secs(2));
+            assert_eq!(token_of(&mut c, "k"), Some(t));
+        });
+        assert!(!changed, "the hand-off changed k, so EXEC must fail");
+    }
+
+    // A RENEW to a shorter ttl.
+    fn renew_to_a_shorter_ttl_serves_the_waiter_at_the_new_deadline(kind) {
+        a_waiter_is_served_at_the_new_deadline(kind, &["LEASE.RENEW", "k", "h", "200"]);
+    }
+
+    // A re-acquire with a shorter ttl.
+    fn reacquire_with_a_shorter_ttl_serves_the_waiter_at_the_new_deadline(kind) {
+        a_waiter_is_served_at_the_new_deadline(kind, &["LEASE.ACQUIRE", "k", "h", "200"]);
+    }
+
+    // A PEXPIRE shorter than the lease.
+    fn pexpire_serves_the_waiter_at_the_new_deadline(kind) {
+        a_waiter_is_served_at_the_new_deadline(kind, &["PEXPIRE", "k", "200"]);
+    }
+
+    // SWAPDB moving the held lease out of the waiter's database tells its
+    // waiters: the key is free in db 0, so its waiter is served at once (not at
+    // the old holder's deadline, 60 s away), and the swapped lease stays in db
+    // 1 unchanged.
+    fn swapdb_serves_the_waiter_of_the_swapped_key(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t0 = acquire(&mut c, "k", "h", "60000");
+        let w = spawn_waiter(&s, "k", "w", "10000", "4000");
+        ok(&mut c, &["SWAPDB", "0", "1"]);
+        let swapped = Instant::now();
+        let (reply, at) = w.join().unwrap();
+        let t = match reply {
+            Ok(Value::Int(t)) => t,
+            other => panic!(
+                "after SWAPDB the waiter should get the now free key, got {other:?} after {:?}",
+                at - swapped
+            ),
+        };
+        assert!(
+            at - swapped < Duration::from_millis(1000),
+            "served {:?} after SWAPDB",
+            at - swapped
+        );
+        assert!(t > t0);
+        assert_eq!(
+            token_of(&mut c, "k"),
+            Some(t),
+            "db 0 holds the waiter's lease"
+        );
+        let mut db1 = s.conn();
+        ok(&mut db1, &["SELECT", "1"]);
+        assert_eq!(
+            token_of(&mut db1, "k"),
+            Some(t0),
+            "db 1 keeps the old lease"
+        );
     }
 }

@@ -1,9 +1,9 @@
-//! A node whose clock is over a year behind the tokens it is given (SPEC S3:
-//! a replica takes its master's state, never a result of its own clock).
-//! The one-year bound on stored tokens (S2) is for a client's payload
-//! (RESTORE, MIGRATE); an RDB load and a full sync take what they are
-//! given, raise the token clock, and log a warning. Clocks are shifted with
-//! the LD_PRELOAD shim of tests/shim/clockshift.c.
+//! A node whose clock is over a year behind the tokens it is given
+//! (design.md S3: a replica takes its master's state, never a result of its
+//! own clock). The one-year bound on stored tokens (design.md S2) is for a
+//! client's payload (RESTORE, MIGRATE); an RDB load and a full sync take
+//! what they are given, raise the token clock, and log a warning. Clocks
+//! are shifted with the LD_PRELOAD shim of tests/shim/clockshift.c.
 mod common;
 use common::*;
 

@@ -1,6 +1,7 @@
-//! SPEC S1: every reply of LEASE.ACQUIRE (without BLOCK), LEASE.RENEW,
+//! design.md S1: every reply of LEASE.ACQUIRE (without BLOCK), LEASE.RENEW,
 //! LEASE.RELEASE, LEASE.FENCE (check form) and LEASE.INFO, in RESP2 and
-//! RESP3, on Redis and Valkey.
+//! RESP3, on Redis and Valkey. Calls that change nothing leave WATCH
+//! alone, and LEASE.INFO's ttl never exceeds the key's TTL.
 mod common;
 use common::*;
 
@@ -332,5 +333,77 @@ compat! {
         assert!(!contains(&r3, owner), "RESP3 INFO reveals the owner");
         assert!(contains(&r3, b"$7\r\nwaiters\r\n:0\r\n"), "{:?}", String::from_utf8_lossy(&r3));
         assert!(contains(&r3, token));
+    }
+}
+
+/// The token field of a LEASE.INFO reply.
+fn token_in(v: &Value) -> Option<i64> {
+    field(v, "token").map(|t| int(&t))
+}
+
+both! {
+    // Lease calls that change nothing (a contended ACQUIRE, a RENEW or RELEASE
+    // by another owner, INFO, a stale FENCE) do not open the key for writing,
+    // so WATCH on it holds. A failing `SET NX` is the control: it never did.
+    fn watch_survives_lease_calls_that_change_nothing(kind) {
+        let s = Server::start(kind);
+        let mut a = s.conn();
+        let mut b = s.conn();
+        let t = acquire(&mut b, "k", "h", "60000");
+        ok(&mut b, &["SET", "k2", "v"]);
+        assert!(
+            watch_survives(&mut a, "k2", || assert_eq!(
+                ok(&mut b, &["SET", "k2", "w", "NX"]),
+                Value::Nil
+            )),
+            "control: a failing SET NX does not break WATCH"
+        );
+        let stale = (t - 1).to_string();
+        // Each call with what it must answer: null, 0, a lease, STALE.
+        let calls: [(&[&str], &str); 5] = [
+            (&["LEASE.ACQUIRE", "k", "other", "1000"], "null"),
+            (&["LEASE.RENEW", "k", "other", "1000"], "0"),
+            (&["LEASE.RELEASE", "k", "other"], "0"),
+            (&["LEASE.INFO", "k"], "lease"),
+            (&["LEASE.FENCE", "k", &stale], "STALE"),
+        ];
+        let mut broke = Vec::new();
+        for (args, expect) in calls {
+            let survived = watch_survives(&mut a, "k", || {
+                let bytes: Vec<&[u8]> = args.iter().map(|x| x.as_bytes()).collect();
+                let got = call(&mut b, &bytes);
+                let as_expected = match (expect, &got) {
+                    ("null", Ok(Value::Nil)) => true,
+                    ("0", Ok(Value::Int(0))) => true,
+                    ("lease", Ok(v)) => token_in(v) == Some(t),
+                    ("STALE", Err(e)) => error_text(e).starts_with("STALE"),
+                    _ => false,
+                };
+                assert!(as_expected, "{args:?} answered {got:?}, expected {expect}");
+            });
+            if !survived {
+                broke.push(args.join(" "));
+            }
+        }
+        assert!(
+            broke.is_empty(),
+            "these changed nothing but broke WATCH k: {broke:?}"
+        );
+        assert_eq!(token_of(&mut b, "k"), Some(t), "h still holds k");
+    }
+
+    // LEASE.INFO's `ttl` never promises time the key does not have: after a
+    // PEXPIRE shorter than the lease it is at most the key's TTL.
+    fn info_ttl_honours_a_shorter_key_ttl(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        acquire(&mut c, "k", "me", "60000");
+        assert_eq!(int(&ok(&mut c, &["PEXPIRE", "k", "1000"])), 1);
+        let info = ok(&mut c, &["LEASE.INFO", "k"]);
+        let ttl = int(&field(&info, "ttl").expect("ttl field"));
+        assert!(
+            ttl > 0 && ttl <= 1000,
+            "LEASE.INFO ttl {ttl} after PEXPIRE k 1000"
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! A crowded counting lease (SPEC S8): after many holders of one `LIMIT`
+//! A crowded counting lease (design.md S8): after many holders of one `LIMIT`
 //! key have passed their deadlines (a worker fleet that crashed after it
 //! took its permits in one burst), no single call does work or sends an
 //! effect that grows with their number. A call takes out at most a small

@@ -1,4 +1,5 @@
-//! SPEC S1/S3: lease keys are ordinary keys of a module data type.
+//! design.md S1/S3: lease keys are ordinary keys of a module data type; a
+//! RESTORE without a TTL leaves no key that outlives its lease.
 mod common;
 use common::*;
 use std::time::Duration;
@@ -335,5 +336,50 @@ compat! {
         assert_eq!(int(&ok(&mut c, &["COPY", "x", "y"])), 0);
         assert_eq!(int(&ok(&mut c, &["COPY", "x", "y", "REPLACE"])), 1);
         assert_eq!(ok(&mut c, &["TYPE", "y"]), Value::SimpleString("leasetype".into()));
+    }
+}
+
+both! {
+    // `RESTORE k 0 <lease payload>` gives the key the lease's deadline as its
+    // expiry (or removes it), also when the deadline has passed already: no key
+    // without a TTL outlives its lease.
+    fn restore_without_ttl_leaves_no_immortal_key(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        acquire(&mut c, "k", "me", "300");
+        let payload = dump_payload(&mut c, "k");
+        ok(&mut c, &["DEL", "k"]);
+        assert_eq!(
+            text(&call(&mut c, &[b"RESTORE", b"k", b"0", &payload]).unwrap()),
+            "OK"
+        );
+        let mut pttls = Vec::new();
+        let gone = wait_until(Duration::from_millis(1500), || {
+            pttls.push(int(&ok(&mut c, &["PTTL", "k"])));
+            !exists(&mut c, "k")
+        });
+        assert!(
+            gone,
+            "the restored lease key is still there 1.5 s later (PTTLs seen: {:?})",
+            &pttls[pttls.len().saturating_sub(5)..]
+        );
+        assert!(
+            pttls.iter().all(|&p| p <= 300),
+            "a PTTL beyond the lease's 300 ms: {pttls:?}"
+        );
+
+        // A payload whose deadline has passed already.
+        acquire(&mut c, "old", "me", "50");
+        let payload = dump_payload(&mut c, "old");
+        assert!(
+            wait_until(Duration::from_secs(2), || !exists(&mut c, "old")),
+            "the 50 ms lease never expired"
+        );
+        let _ = call(&mut c, &[b"RESTORE", b"old", b"0", &payload]);
+        assert!(
+            wait_until(Duration::from_secs(1), || !exists(&mut c, "old")),
+            "a restored lease past its deadline is still there 1 s later (PTTL {:?})",
+            ok(&mut c, &["PTTL", "old"])
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! SPEC S4: every malformed call gets an error that names what is wrong, and
-//! changes nothing; WRONGTYPE both ways.
+//! design.md S4: every malformed call gets an error that names what is
+//! wrong, and changes nothing; WRONGTYPE both ways.
 mod common;
 use common::*;
 

@@ -1,4 +1,4 @@
-//! Leases lost to eviction leave a trace (SPEC S4): under a
+//! Leases lost to eviction leave a trace (design.md S4): under a
 //! `maxmemory-policy` that evicts, an evicted lease key is counted per
 //! holder in `lease_evicted` and logged (at most once every ten seconds),
 //! and a policy changed at run time to one that can evict is warned about.

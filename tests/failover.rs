@@ -1,4 +1,5 @@
-//! End-to-end failovers and the grace after possibly lost grants (SPEC S7).
+//! End-to-end failovers and the grace after possibly lost grants
+//! (design.md S7).
 //!
 //! 1. A real Redis Cluster failover (3 masters, 3 replicas, every node with
 //!    the module and `grace-ms 2000`): a master is killed with SIGKILL, its
@@ -481,7 +482,7 @@ struct Holding {
     sent: Instant,
     /// When the token arrived: from then on the holder believes it holds.
     start: Instant,
-    /// When the holder's belief ended, as SPEC S7 lets a client use a
+    /// When the holder's belief ended, as design.md S7 lets a client use a
     /// lease: min(the sending of the last acknowledged acquire or renewal +
     /// ttl, the answer of a master that says it does not hold it (RENEW 0,
     /// STALE), the sending of the release). A connection error or a refusal

@@ -1,7 +1,10 @@
 //! LEASE.FENCE key token command [arg ...]: the command runs only with the
 //! current token, as the caller (ACL), refused for blocking, lease and
 //! deny-script commands, replicated and AOF-logged once; the Lua way; and a
-//! contention test proving no stale write lands.
+//! contention test proving no stale write lands. LEASE.FENCE is flagged
+//! `write`: a read-only replica refuses it, and a script that wrote through
+//! it cannot be killed. XREAD and XREADGROUP run through it without BLOCK,
+//! and noscript subcommands are refused before the token is checked.
 mod common;
 use common::*;
 
@@ -282,5 +285,230 @@ compat! {
         assert_eq!(ok(&mut m, &["GET", "n"]), Value::BulkString(b"1".to_vec()));
         assert_eq!(ok(&mut m, &["LRANGE", "log", "0", "-1"]), Value::Array(vec![Value::BulkString(b"a".to_vec())]));
         assert_eq!(ok(&mut m, &["LEASE.FENCE", "lock", &t]), Value::Okay);
+    }
+}
+
+/// Element `i` of an array reply.
+fn field_at(v: &Value, i: usize) -> Value {
+    match v {
+        Value::Array(a) => a[i].clone(),
+        other => panic!("expected an array, got {other:?}"),
+    }
+}
+
+both! {
+    // LEASE.FENCE writes through its inner command: it is flagged `write`,
+    // never `readonly`.
+    fn fence_is_flagged_write(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let flags = command_flags(&mut c, "LEASE.FENCE");
+        assert!(
+            flags.iter().any(|f| f == "write"),
+            "LEASE.FENCE flags {flags:?}"
+        );
+        assert!(
+            !flags.iter().any(|f| f == "readonly"),
+            "LEASE.FENCE flags {flags:?}"
+        );
+    }
+
+    // A script that wrote through LEASE.FENCE cannot be killed: SCRIPT KILL
+    // answers UNKILLABLE, as for any script that wrote (killed, it would leave
+    // a half-done script's writes behind).
+    fn script_kill_refuses_a_script_that_wrote_through_fence(kind) {
+        let s = match Server::try_start(
+            kind,
+            Opts::default().extra(&["--busy-reply-threshold", "100"]),
+        ) {
+            Ok(s) => s,
+            Err(_) => Server::start_with(kind, Opts::default().extra(&["--lua-time-limit", "100"])),
+        };
+        let mut c = s.conn();
+        let mut killer = s.conn();
+        let t = acquire(&mut c, "k", "me", "60000").to_string();
+        let script = "redis.call('LEASE.FENCE', KEYS[1], ARGV[1], 'SET', 'x', 'y') local i = 0 while true do i = i + 1 end";
+        let busy = spawn_call(&s, &["EVAL", script, "1", "k", &t]);
+        let mut last = String::new();
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                match call(&mut killer, &[b"PING"]) {
+                    Err(e) => {
+                        last = error_text(&e);
+                        last.starts_with("BUSY")
+                    }
+                    Ok(v) => {
+                        last = format!("{v:?}");
+                        false
+                    }
+                }
+            }),
+            "the script never made the server busy (last PING reply: {last})"
+        );
+        let e = err(&mut killer, &["SCRIPT", "KILL"]);
+        assert!(e.starts_with("UNKILLABLE"), "SCRIPT KILL answered {e:?}");
+        // The script runs forever: end the server the hard way.
+        assert!(s.signal(libc::SIGKILL), "SIGKILL to the busy server");
+        assert!(
+            matches!(busy.recv_timeout(Duration::from_secs(5)), Ok(Err(_))),
+            "the EVAL connection ends with the server"
+        );
+        drop(s);
+    }
+
+    // A read-only replica refuses LEASE.FENCE (which can write) with READONLY,
+    // while its LEASE.INFO still shows the master's lease.
+    fn fence_is_refused_on_a_read_only_replica(kind) {
+        let m = Server::start(kind);
+        let r = replica_of(kind, &m);
+        let mut mc = m.conn();
+        let mut rc = r.conn();
+        let t = acquire(&mut mc, "k", "me", "60000");
+        assert!(
+            wait_until(Duration::from_secs(5), || token_of(&mut rc, "k") == Some(t)),
+            "the replica never showed the master's lease"
+        );
+        let e = err(&mut rc, &["LEASE.FENCE", "k", &t.to_string()]);
+        assert!(
+            e.starts_with("READONLY"),
+            "LEASE.FENCE on the replica answered {e:?}"
+        );
+        assert_eq!(token_of(&mut rc, "k"), Some(t));
+    }
+
+    // XREAD and XREADGROUP are flagged `blocking` but block only with BLOCK:
+    // without it they run through the fence; with BLOCK (any case) they stay
+    // refused.
+    fn fence_runs_xread_without_block_and_refuses_it_with_block(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "k", "me", "60000").to_string();
+        let id = text(&ok(&mut c, &["XADD", "s", "*", "f", "v"]));
+        let read = ok(
+            &mut c,
+            &["LEASE.FENCE", "k", &t, "XREAD", "STREAMS", "s", "0"],
+        );
+        assert!(
+            format!("{read:?}").contains(&id),
+            "fenced XREAD answered {read:?}"
+        );
+        assert_eq!(
+            read,
+            ok(&mut c, &["XREAD", "STREAMS", "s", "0"]),
+            "the same as XREAD itself"
+        );
+        ok(&mut c, &["XGROUP", "CREATE", "s", "g", "0"]);
+        let group = ok(
+            &mut c,
+            &[
+                "LEASE.FENCE",
+                "k",
+                &t,
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c1",
+                "STREAMS",
+                "s",
+                ">",
+            ],
+        );
+        assert!(
+            format!("{group:?}").contains(&id),
+            "fenced XREADGROUP answered {group:?}"
+        );
+        let pending = ok(&mut c, &["XPENDING", "s", "g"]);
+        assert_eq!(
+            int(&field_at(&pending, 0)),
+            1,
+            "the fenced XREADGROUP delivered the entry: {pending:?}"
+        );
+        for args in [
+            vec!["XREAD", "BLOCK", "10", "STREAMS", "s", "0"],
+            vec!["XREAD", "block", "10", "STREAMS", "s", "0"],
+            vec![
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c1",
+                "BLOCK",
+                "10",
+                "STREAMS",
+                "s",
+                ">",
+            ],
+        ] {
+            let mut full = vec!["LEASE.FENCE", "k", t.as_str()];
+            full.extend(args.iter());
+            let e = err(&mut c, &full);
+            assert!(
+                e.starts_with("ERR LEASE.FENCE cannot run")
+                    && e.contains("blocking commands cannot be fenced"),
+                "{args:?}: {e}"
+            );
+        }
+    }
+
+    // A noscript subcommand (CONFIG SET, CLIENT KILL, ...) is refused up front,
+    // by its own flags rather than its container's, whatever the token (no
+    // STALE for a stale one, no internal error for the valid one), and the
+    // refusal counts nothing.
+    fn fence_refuses_noscript_subcommands_before_the_token_check(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "k", "me", "60000");
+        let (valid, stale) = (t.to_string(), (t - 1).to_string());
+        assert!(command_flags(&mut c, "config|set").contains(&"noscript".to_string()));
+        let candidates: [(&str, &[&str]); 5] = [
+            ("config|set", &["CONFIG", "SET", "maxmemory", "104857600"]),
+            ("config|get", &["CONFIG", "GET", "maxmemory"]),
+            ("config|resetstat", &["CONFIG", "RESETSTAT"]),
+            ("client|kill", &["CLIENT", "KILL", "ID", "999999999"]),
+            ("client|list", &["CLIENT", "LIST"]),
+        ];
+        let (ok_before, stale_before) = (
+            info_int(&mut c, "lease_fence_ok"),
+            info_int(&mut c, "lease_fence_stale"),
+        );
+        let mut tested = 0;
+        for (sub, args) in candidates {
+            if !command_flags(&mut c, sub).contains(&"noscript".to_string()) {
+                continue;
+            }
+            tested += 1;
+            for token in [&stale, &valid] {
+                let mut full = vec!["LEASE.FENCE", "k", token.as_str()];
+                full.extend(args.iter());
+                let e = err(&mut c, &full);
+                assert!(
+                    e.starts_with("ERR LEASE.FENCE cannot run") && e.contains("scripts"),
+                    "{sub} with {} token: {e}",
+                    if token == &valid {
+                        "the valid"
+                    } else {
+                        "a stale"
+                    }
+                );
+            }
+        }
+        assert!(
+            tested >= 2,
+            "at least CONFIG SET and CONFIG GET are noscript"
+        );
+        assert_eq!(
+            strings(&ok(&mut c, &["CONFIG", "GET", "maxmemory"]))[1],
+            "0",
+            "CONFIG SET did not run"
+        );
+        assert_eq!(
+            info_int(&mut c, "lease_fence_ok"),
+            ok_before,
+            "refusals count nothing"
+        );
+        assert_eq!(
+            info_int(&mut c, "lease_fence_stale"),
+            stale_before,
+            "refusals count nothing"
+        );
     }
 }

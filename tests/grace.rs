@@ -1,8 +1,8 @@
-//! The grace period after possibly lost grants (SPEC S7): after a promotion,
-//! or a start on data that may be older than what the server acknowledged,
-//! no new lease is created for `lease.grace-ms`; leases the server knows
-//! keep working; waiters queued meanwhile are served, first come first
-//! served, when it ends. Which starts need none (AOF `appendfsync always`, a
+//! The grace period after possibly lost grants (design.md S7): after a
+//! promotion, or a start on data that may be older than what the server
+//! acknowledged, no new lease is created for `lease.grace-ms`; leases the
+//! server knows keep working; waiters queued meanwhile are served, first
+//! come first served, when it ends. Which starts need none (AOF `appendfsync always`, a
 //! clean shutdown that saved, trusted once; `MODULE LOAD`), how CONFIG SET
 //! re-times a running period, and the counters and log lines that show it.
 //!

@@ -1,4 +1,4 @@
-//! What a grace period counts (SPEC S7): only time in which this server
+//! What a grace period counts (design.md S7): only time in which this server
 //! could grant (a promoted master without a good replica for
 //! `min-replicas-to-write` starts counting when it first can), on the
 //! monotonic clock (a wall-clock step ends nothing), across a clean restart
@@ -12,7 +12,7 @@ use common::*;
 
 use std::time::{Duration, Instant};
 
-/// `min-replicas-to-write 1`, `min-replicas-max-lag 1`: the README's
+/// `min-replicas-to-write 1`, `min-replicas-max-lag 1`: docs/operations.md's
 /// Sentinel settings for a master with two replicas.
 const MIN_REPLICAS: [&str; 4] = [
     "--min-replicas-to-write",

@@ -1,4 +1,4 @@
-//! Two concurrency tests of counting and shared leases (SPEC S8) whose
+//! Two concurrency tests of counting and shared leases (design.md S8) whose
 //! checks use only what the workers themselves recorded:
 //!
 //! - many workers on a `LIMIT 3` key never see more than 3 holders at once;

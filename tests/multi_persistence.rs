@@ -1,5 +1,5 @@
 //! Counting and shared leases through replication, the AOF, RDB, DUMP,
-//! COPY, RENAME and MIGRATE (SPEC S8, S3): one effect per holder with its
+//! COPY, RENAME and MIGRATE (design.md S8, S3): one effect per holder with its
 //! exact token and deadline (LEASE.HOLD, LEASE.DROP), whose size does not
 //! grow with the number of holders; a replica answers INFO (and, where it
 //! may run it, FENCE) as its master; every holder survives a kill -9 with

@@ -1,7 +1,11 @@
-//! SPEC S4 (OOM, eviction warning), S5 (INFO lease, keyspace notifications,
-//! COMMAND INFO / DOCS / GETKEYS) and S6 (module configuration).
+//! design.md S4 (OOM, eviction warning), S5 (INFO lease, keyspace
+//! notifications, COMMAND INFO / DOCS / GETKEYS) and S6 (module
+//! configuration): LEASE.ACQUIRE is flagged `blocking` and not `fast`, INFO
+//! lease runs no CONFIG GET, and `lease_expired` counts each real expiry
+//! once.
 mod common;
 use common::*;
+use std::thread;
 use std::time::Duration;
 
 /// Every counter of `INFO lease`, by its short name.
@@ -386,7 +390,7 @@ both! {
         let s = Server::start_with(kind, Opts::default().module_args(&["lease.max-ttl-ms", "3000"]));
         let mut c = s.conn();
         assert_eq!(strings(&ok(&mut c, &["CONFIG", "GET", "lease.max-ttl-ms"]))[1], "3000");
-        // Default: one minute (SPEC S7); grace-ms -1, "as max-ttl-ms".
+        // Default: one minute (design.md S7); grace-ms -1, "as max-ttl-ms".
         let s = Server::start_with(kind, Opts::default().module_args(&["grace-ms", "-1"]));
         let mut c = s.conn();
         assert_eq!(strings(&ok(&mut c, &["CONFIG", "GET", "lease.max-ttl-ms"]))[1], "60000");
@@ -483,5 +487,136 @@ both! {
         ok(&mut c2, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
         assert_eq!(info_int(&mut c2, "lease_eviction_may_lose_leases"), 0);
         drop(c);
+    }
+}
+
+/// Waits until `lease_expired` is `expect`, then checks it stays there.
+fn settle(c: &mut redis::Connection, what: &str, expect: i64) {
+    let reached = wait_until(Duration::from_secs(1), || {
+        info_int(c, "lease_expired") == expect
+    });
+    let now = info_int(c, "lease_expired");
+    assert!(reached, "{what}: lease_expired {now} (expected {expect})");
+    thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        info_int(c, "lease_expired"),
+        expect,
+        "{what}: counted once only"
+    );
+}
+
+both! {
+    // LEASE.ACQUIRE can block (BLOCK): it is flagged `blocking`, and not
+    // `fast`.
+    fn acquire_is_flagged_blocking_and_not_fast(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let flags = command_flags(&mut c, "LEASE.ACQUIRE");
+        assert!(
+            flags.iter().any(|f| f == "blocking"),
+            "LEASE.ACQUIRE flags {flags:?}"
+        );
+        assert!(
+            !flags.iter().any(|f| f == "fast"),
+            "LEASE.ACQUIRE flags {flags:?}"
+        );
+    }
+
+    // INFO lease shows the maxmemory policy, and follows CONFIG SET, without
+    // running CONFIG GET through RM_Call (which would show in INFO commandstats
+    // and SLOWLOG).
+    fn info_lease_runs_no_config_get(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        ok(&mut c, &["CONFIG", "RESETSTAT"]);
+        for _ in 0..5 {
+            let section: String = redis::cmd("INFO").arg("lease").query(&mut c).unwrap();
+            assert!(
+                section.contains("lease_maxmemory_policy:noeviction"),
+                "{section}"
+            );
+        }
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut c)
+            .unwrap();
+        let config_get: Vec<&str> = stats
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_config:") || l.starts_with("cmdstat_config|get:"))
+            .collect();
+        assert!(
+            config_get.is_empty(),
+            "INFO lease ran CONFIG GET: {config_get:?}"
+        );
+        assert!(
+            stats.contains("cmdstat_info:calls=5"),
+            "commandstats counts: {stats}"
+        );
+
+        ok(&mut c, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+        ok(&mut c, &["SLOWLOG", "RESET"]);
+        let _: String = redis::cmd("INFO").arg("lease").query(&mut c).unwrap();
+        let Value::Array(entries) = ok(&mut c, &["SLOWLOG", "GET", "100"]) else {
+            panic!("SLOWLOG GET")
+        };
+        let names: Vec<Vec<String>> = entries
+            .iter()
+            .map(|e| match e {
+                Value::Array(parts) => strings(&parts[3]),
+                other => panic!("slowlog entry {other:?}"),
+            })
+            .collect();
+        assert!(
+            names
+                .iter()
+                .any(|args| args[0].eq_ignore_ascii_case("info")),
+            "the slowlog records every command: {names:?}"
+        );
+        assert!(
+            !names
+                .iter()
+                .any(|args| args[0].eq_ignore_ascii_case("config")),
+            "INFO lease left a CONFIG entry in the slowlog: {names:?}"
+        );
+
+        ok(
+            &mut c,
+            &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"],
+        );
+        assert_eq!(
+            info_field(&mut c, "lease_maxmemory_policy").as_deref(),
+            Some("allkeys-lru")
+        );
+    }
+
+    // `lease_expired` counts every real expiry exactly once, a key expired
+    // early (PEXPIRE) before the lease's deadline too; a RELEASE or DEL counts
+    // none.
+    fn expired_counts_real_expiries_including_early_ones(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let mut expect = info_int(&mut c, "lease_expired");
+        acquire(&mut c, "early", "me", "60000");
+        assert_eq!(int(&ok(&mut c, &["PEXPIRE", "early", "100"])), 1);
+        assert!(
+            wait_until(Duration::from_secs(3), || !exists(&mut c, "early")),
+            "early never expired"
+        );
+        expect += 1;
+        settle(&mut c, "PEXPIRE 100 on a 60 s lease", expect);
+
+        acquire(&mut c, "normal", "me", "100");
+        assert!(
+            wait_until(Duration::from_secs(3), || !exists(&mut c, "normal")),
+            "normal never expired"
+        );
+        expect += 1;
+        settle(&mut c, "a 100 ms lease", expect);
+
+        acquire(&mut c, "released", "me", "60000");
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "released", "me"])), 1);
+        acquire(&mut c, "deleted", "me", "60000");
+        assert_eq!(int(&ok(&mut c, &["DEL", "deleted"])), 1);
+        settle(&mut c, "a RELEASE and a DEL", expect);
     }
 }

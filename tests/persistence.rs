@@ -1,6 +1,7 @@
 //! Leases and the token clock survive RDB and AOF restarts (with and
 //! without the RDB preamble), MIGRATE to another server; future or broken
-//! encodings fail cleanly (SPEC S2, S3).
+//! encodings fail cleanly, logged under the `<lease>` prefix (design.md S2,
+//! S3).
 mod common;
 use common::*;
 
@@ -197,5 +198,40 @@ compat! {
         }
         assert_eq!(ok(&mut c, &["PING"]), Value::SimpleString("PONG".into()));
         assert!(s.log().contains("lease"), "the refusal is logged");
+    }
+}
+
+both! {
+    // rdb_load logs with the module's context: the lines about a value it
+    // refuses carry `<lease>`, not `<module>`.
+    fn rdb_load_log_lines_carry_the_lease_prefix(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        acquire(&mut c, "k", "owner-id", "60000");
+        let payload = dump_payload(&mut c, "k");
+        for (what, bad) in [
+            ("future record", future_record(&payload, b"owner-id")),
+            ("future type", future_type(&payload)),
+        ] {
+            let before = s.log().lines().count();
+            call(&mut c, &[b"RESTORE", b"bad", b"0", &bad]).expect_err(what);
+            assert!(!exists(&mut c, "bad"), "{what}");
+            let log = s.log();
+            let lines: Vec<&str> = log
+                .lines()
+                .skip(before)
+                .filter(|l| l.contains("lease value"))
+                .collect();
+            assert!(
+                !lines.is_empty(),
+                "{what}: no log line about the lease value:\n{log}"
+            );
+            for l in lines {
+                assert!(
+                    l.contains("<lease>") && !l.contains("<module>"),
+                    "{what}: {l}"
+                );
+            }
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Replicas receive effects (exact token, absolute expiry) and answer like
 //! their master; tokens keep increasing across promotion, also when the
-//! promoted replica missed the last writes (SPEC S2, S3).
+//! promoted replica missed the last writes (design.md S2, S3).
 mod common;
 use common::*;
 
@@ -49,10 +49,10 @@ both! {
         }
         let mut master = master;
         master.kill();
-        // A failover takes time (S2 relies on it: tokens keep increasing
-        // while the clocks differ by less than the event took). 300 tokens
-        // in one burst run up to a third of a millisecond ahead of the
-        // wall-clock floor.
+        // A failover takes time (design.md S2 relies on it: tokens keep
+        // increasing while the clocks differ by less than the event took).
+        // 300 tokens in one burst run up to a third of a millisecond ahead of
+        // the wall-clock floor.
         std::thread::sleep(Duration::from_millis(20));
         ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
         let missed = format!("lost{}", i - 1);

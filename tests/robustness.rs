@@ -1,57 +1,53 @@
-//! Robustness (SPEC S4): RESTORE of thousands of mutated DUMP payloads (with
-//! a correct checksum, so the module's own loader sees them), of exclusive
-//! leases (record version 1) and of counting and shared ones (version 2),
-//! never crashes or corrupts the server; memory returns to its baseline
-//! after 100k acquire/release/fence cycles, 100k timed-out waits and 100k
-//! renewals, and after 50k cycles of holders coming and going.
+//! Robustness (design.md S4): RESTORE of thousands of mutated DUMP payloads
+//! (with a correct checksum, so the module's own loader sees them), of
+//! exclusive leases (record version 1) and of counting and shared ones
+//! (version 2), never crashes or corrupts the server; memory returns to its
+//! baseline after 100k acquire/release/fence cycles, 100k timed-out waits
+//! and 100k renewals, and after 50k cycles of holders coming and going; a
+//! 10,000-deep nest of LEASE.FENCE keeps the server up (COMMAND GETKEYS, an
+//! ACL user limited by key patterns, cluster routing).
 mod common;
 use common::*;
 
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use std::thread;
+use std::time::Duration;
 
-/// A small deterministic generator (xorshift64*), so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
+/// A number in `0..n` (0 when `n` is 0). The mutations are drawn from
+/// `StdRng`s with fixed seeds, so a failure reproduces.
+fn below(rng: &mut StdRng, n: usize) -> usize {
+    rng.random_range(0..n.max(1))
 }
 
 /// One random change to the module's part of a payload body (everything
 /// after the RDB type byte, before the 2-byte RDB version).
-fn mutate(body: &mut Vec<u8>, rng: &mut Rng) {
+fn mutate(body: &mut Vec<u8>, rng: &mut StdRng) {
     let end = body.len() - 2;
-    match rng.below(5) {
+    match below(rng, 5) {
         0 => {
-            let i = 1 + rng.below(end - 1);
-            body[i] ^= 1 << rng.below(8);
+            let i = 1 + below(rng, end - 1);
+            body[i] ^= 1 << below(rng, 8);
         }
         1 => {
-            let i = 1 + rng.below(end - 1);
-            body[i] = rng.next() as u8;
+            let i = 1 + below(rng, end - 1);
+            body[i] = rng.random::<u8>();
         }
         2 => {
-            let at = 1 + rng.below(end - 1);
-            let n = 1 + rng.below(4);
+            let at = 1 + below(rng, end - 1);
+            let n = 1 + below(rng, 4);
             let cut = n.min(end - at);
             body.drain(at..at + cut);
         }
         3 => {
-            let at = 1 + rng.below(end - 1);
-            for _ in 0..1 + rng.below(4) {
-                body.insert(at, rng.next() as u8);
+            let at = 1 + below(rng, end - 1);
+            for _ in 0..1 + below(rng, 4) {
+                body.insert(at, rng.random::<u8>());
             }
         }
         _ => {
             // Truncate the module data, keep the RDB version trailer.
-            let at = 1 + rng.below(end - 1);
+            let at = 1 + below(rng, end - 1);
             let trailer = body[end..].to_vec();
             body.truncate(at);
             body.extend_from_slice(&trailer);
@@ -68,11 +64,11 @@ fn restore_mutations(
     payload: &[u8],
     seed: u64,
 ) -> usize {
-    let mut rng = Rng(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
     let (mut loaded, mut refused) = (0, 0);
     for round in 0..3000 {
         let bad = edit_payload(payload, |b| {
-            for _ in 0..1 + rng.below(3) {
+            for _ in 0..1 + below(&mut rng, 3) {
                 mutate(b, &mut rng);
             }
         });
@@ -175,11 +171,11 @@ both! {
         let mut c = s.conn();
         int(&ok(&mut c, &["LEASE.ACQUIRE", "k", "a-binary\0owner", "60000"]));
         let payload = dump_payload(&mut c, "k");
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
         let (mut loaded, mut refused) = (0, 0);
         for round in 0..3000 {
             let bad = edit_payload(&payload, |b| {
-                for _ in 0..1 + rng.below(3) {
+                for _ in 0..1 + below(&mut rng, 3) {
                     mutate(b, &mut rng);
                 }
             });
@@ -277,5 +273,153 @@ both! {
             "memory grew by {} bytes (baseline {baseline}, after cycles {after_cycles}, after waits {after_waits}, after renewals {after})",
             after - baseline
         );
+    }
+}
+
+/// How deep the nested LEASE.FENCE goes: far beyond any stack when each
+/// level costs a recursion.
+const DEPTH: usize = 10_000;
+
+/// `LEASE.FENCE k <token>` `depth` times, then `SET x y`.
+fn nest(depth: usize, token: &str) -> Vec<String> {
+    let mut args = Vec::with_capacity(3 * depth + 3);
+    for _ in 0..depth {
+        args.extend(["LEASE.FENCE", "k", token].map(String::from));
+    }
+    args.extend(["SET", "x", "y"].map(String::from));
+    args
+}
+
+/// The error text of a reply that must be an error the server wrote (not a
+/// lost connection, not a success).
+fn server_error(reply: redis::RedisResult<Value>, what: &str) -> String {
+    match reply {
+        Ok(v) => panic!("{what}: expected an error reply, got {v:?}"),
+        Err(e) if e.code().is_none() => panic!("{what}: no reply from the server: {e}"),
+        Err(e) => error_text(&e),
+    }
+}
+
+fn ping(c: &mut redis::Connection) -> String {
+    redis::cmd("PING").query(c).expect("PING")
+}
+
+both! {
+    // COMMAND GETKEYS of a 10,000-deep nest of `LEASE.FENCE k t` is answered (a
+    // key list or an error) by a live server: listing the keys does not recurse
+    // once per level (which overflowed the stack and killed the server without
+    // a log line). Executing a nest is refused: lease commands cannot be
+    // fenced.
+    fn command_getkeys_of_a_deep_nest_keeps_the_server_up(kind) {
+        let mut s = Server::start(kind);
+        let mut c = s.conn();
+        let mut args: Vec<String> = vec!["COMMAND".into(), "GETKEYS".into()];
+        args.extend(nest(DEPTH, "1"));
+        let reply = call_args(&mut c, &args);
+        let lost = matches!(&reply, Err(e) if e.code().is_none());
+        s.assert_alive("COMMAND GETKEYS of a 10,000-deep LEASE.FENCE", lost);
+        match &reply {
+            Ok(Value::Array(keys)) => assert!(
+                keys.iter().all(|k| matches!(k, Value::BulkString(_))),
+                "COMMAND GETKEYS answered {keys:?}"
+            ),
+            Ok(other) => panic!("COMMAND GETKEYS answered {other:?}"),
+            Err(e) => assert!(e.code().is_some(), "COMMAND GETKEYS got no reply: {e}"),
+        }
+        let mut c = s.conn();
+        assert_eq!(ping(&mut c), "PONG");
+
+        // Executing a 3-level nest with a valid token is refused, and the
+        // innermost SET never runs.
+        let t = acquire(&mut c, "k", "me", "60000").to_string();
+        let e = server_error(
+            call_args(&mut c, &nest(2, &t)),
+            "LEASE.FENCE k t LEASE.FENCE k t SET x y",
+        );
+        assert!(
+            e.contains("lease commands cannot be fenced"),
+            "the nested fence was refused with {e:?}"
+        );
+        assert_eq!(ok(&mut c, &["EXISTS", "x"]), Value::Int(0), "x was set");
+        assert_eq!(token_of(&mut c, "k"), Some(t.parse().unwrap()));
+        s.assert_alive("after the nested fences", false);
+    }
+
+    // For a user whose keys are limited by patterns the ACL check lists the
+    // command's keys before running it: a 10,000-deep nest sent by that user
+    // gets an error, and the server stays up.
+    fn acl_key_check_of_a_deep_nest_keeps_the_server_up(kind) {
+        let mut s = Server::start(kind);
+        let mut admin = s.conn();
+        assert_eq!(
+            ok(
+                &mut admin,
+                &["ACL", "SETUSER", "limited", "on", "nopass", "~k*", "+@all"]
+            ),
+            Value::Okay
+        );
+        let t = acquire(&mut admin, "k", "me", "60000").to_string();
+        let mut c = s.conn();
+        assert_eq!(ok(&mut c, &["AUTH", "limited", "any"]), Value::Okay);
+        let whoami = ok_text(&mut c, &["ACL", "WHOAMI"]);
+        assert_eq!(whoami, "limited");
+        let reply = call_args(&mut c, &nest(DEPTH, &t));
+        let lost = matches!(&reply, Err(e) if e.code().is_none());
+        s.assert_alive(
+            "a 10,000-deep LEASE.FENCE from a key-limited ACL user",
+            lost,
+        );
+        let e = server_error(reply, "a 10,000-deep LEASE.FENCE from a key-limited user");
+        assert!(
+            e.contains("lease commands cannot be fenced"),
+            "the nested fence was refused with {e:?}"
+        );
+        assert_eq!(ping(&mut c), "PONG");
+        assert_eq!(ok(&mut admin, &["EXISTS", "x"]), Value::Int(0), "x was set");
+        s.assert_alive("after the key-limited user's nest", false);
+    }
+
+    // In cluster mode the server lists every command's keys to route it: a
+    // single-node cluster serving every slot answers a 10,000-deep nest sent as
+    // a plain command with an error, and stays up.
+    fn cluster_routing_of_a_deep_nest_keeps_the_server_up(kind) {
+        let bus = free_port().to_string();
+        let mut s = Server::start_with(
+            kind,
+            Opts::default().extra(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-port",
+                &bus,
+                "--cluster-node-timeout",
+                "3000",
+            ]),
+        );
+        let mut c = s.conn();
+        assert_eq!(
+            ok(&mut c, &["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]),
+            Value::Okay
+        );
+        assert!(
+            wait_until(Duration::from_secs(8), || ok_text(
+                &mut c,
+                &["CLUSTER", "INFO"]
+            )
+            .contains("cluster_state:ok")),
+            "the single-node cluster never became ok:\n{}",
+            ok_text(&mut c, &["CLUSTER", "INFO"])
+        );
+        let t = acquire(&mut c, "k", "me", "60000").to_string();
+        let reply = call_args(&mut c, &nest(DEPTH, &t));
+        let lost = matches!(&reply, Err(e) if e.code().is_none());
+        s.assert_alive("a 10,000-deep LEASE.FENCE in cluster mode", lost);
+        let e = server_error(reply, "a 10,000-deep LEASE.FENCE in cluster mode");
+        assert!(
+            e.contains("lease commands cannot be fenced"),
+            "the nested fence was refused with {e:?}"
+        );
+        assert_eq!(ping(&mut c), "PONG");
+        assert_eq!(ok(&mut c, &["EXISTS", "x"]), Value::Int(0), "x was set");
+        s.assert_alive("after the nest in cluster mode", false);
     }
 }

@@ -1,5 +1,7 @@
-//! SPEC S2: fencing tokens are integers in 1..=2^53-1 and strictly increase
-//! per key across every acquisition, whatever happened in between.
+//! design.md S2: fencing tokens are integers in 1..=2^53-1 and strictly
+//! increase per key across every acquisition, whatever happened in between:
+//! a restored token more than a year ahead of the clock is refused, and an
+//! AOF rewrite without the RDB preamble keeps the clock.
 mod common;
 use common::*;
 use std::time::Duration;
@@ -248,5 +250,153 @@ compat! {
         assert!(hot[0] > *tokens.last().unwrap());
         assert_increasing(&hot, "1000 rounds on one key");
         assert_eq!(info_int(&mut c, "lease_last_token"), *hot.last().unwrap());
+    }
+}
+
+const DAY_MS: i64 = 24 * 3600 * 1000;
+
+/// A field of `INFO persistence` as a string.
+fn persistence_field(c: &mut redis::Connection, name: &str) -> String {
+    info_value(c, "persistence", name)
+        .unwrap_or_else(|| panic!("INFO persistence has no field {name}"))
+}
+
+fn no_rewrite_running(c: &mut redis::Connection) -> bool {
+    persistence_field(c, "aof_rewrite_in_progress") == "0"
+        && persistence_field(c, "aof_rewrite_scheduled") == "0"
+}
+
+/// An AOF rewrite without the RDB preamble writes the leases as commands, and
+/// the token clock too (module aux data exists only in RDB): after a restart on
+/// that AOF, new tokens stay above every token issued or seen before, instead
+/// of falling back to the wall clock (or the largest surviving lease).
+/// `keep_live`: one lease, with an ordinary token, survives too.
+fn tokens_stay_ahead_after_an_aof_rewrite_without_preamble(kind: Kind, keep_live: bool) {
+    let opts = Opts::default().extra(&[
+        "--appendonly",
+        "yes",
+        "--aof-use-rdb-preamble",
+        "no",
+        "--appendfsync",
+        "always",
+    ]);
+    let s = Server::start_with(kind, opts.clone());
+    let mut c = s.conn();
+    let t = acquire(&mut c, "k", "a", "60000");
+    let ahead = (now_ms() + DAY_MS) * 1024;
+    let payload = with_token(&dump_payload(&mut c, "k"), t, ahead);
+    assert_eq!(
+        call(&mut c, &[b"RESTORE", b"k2", b"60000", &payload]).unwrap(),
+        Value::Okay
+    );
+    let floor = info_int(&mut c, "lease_last_token");
+    assert!(floor >= ahead, "lease_last_token {floor} below {ahead}");
+    ok(&mut c, &["DEL", "k2"]);
+    if !keep_live {
+        ok(&mut c, &["DEL", "k"]);
+    }
+
+    assert!(
+        wait_until(Duration::from_secs(10), || no_rewrite_running(&mut c)),
+        "an earlier rewrite never finished"
+    );
+    let rewrites: i64 = persistence_field(&mut c, "aof_rewrites").parse().unwrap();
+    ok(&mut c, &["BGREWRITEAOF"]);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            no_rewrite_running(&mut c)
+                && persistence_field(&mut c, "aof_last_bgrewrite_status") == "ok"
+                && persistence_field(&mut c, "aof_rewrites")
+                    .parse::<i64>()
+                    .unwrap()
+                    > rewrites
+        }),
+        "BGREWRITEAOF never completed"
+    );
+
+    let s = s.restart_with(opts);
+    let mut c = s.conn();
+    if keep_live {
+        assert_eq!(token_of(&mut c, "k"), Some(t), "the live lease survived");
+    } else {
+        assert_eq!(int(&ok(&mut c, &["DBSIZE"])), 0);
+    }
+    let next = acquire(&mut c, "new", "x", "60000");
+    assert!(
+        next > floor,
+        "token {next} after the rewrite and restart, {floor} was issued or seen before"
+    );
+}
+
+both! {
+    // RESTORE (or any load from a client) of a lease whose token is more than
+    // one year ahead of the wall clock is refused and logged: such a token,
+    // near 2^53-1, would raise the server-wide clock there and leave every
+    // later LEASE.ACQUIRE on any key with "fencing tokens exhausted". One a day
+    // ahead is still accepted and raises the clock.
+    fn restore_refuses_a_token_far_ahead_of_the_clock(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let t = acquire(&mut c, "k", "o", "60000");
+        let payload = dump_payload(&mut c, "k");
+        let log_before = s.log().len();
+        for (what, bad) in [
+            ("2^53-1", MAX_TOKEN),
+            ("400 days ahead", (now_ms() + 400 * DAY_MS) * 1024),
+        ] {
+            let edited = with_token(&payload, t, bad);
+            match call(&mut c, &[b"RESTORE", b"k2", b"0", &edited]) {
+                Ok(v) => panic!(
+                    "RESTORE of token {bad} ({what}) should be refused, got {v:?}; lease_last_token is now {}",
+                    info_int(&mut c, "lease_last_token")
+                ),
+                Err(e) => assert!(e.code().is_some(), "{what}: an error reply, got {e}"),
+            }
+            assert_eq!(int(&ok(&mut c, &["EXISTS", "k2"])), 0, "{what}");
+        }
+        let fresh = match call(&mut c, &[b"LEASE.ACQUIRE", b"fresh", b"o", b"1000"]) {
+            Ok(Value::Int(f)) => f,
+            other => panic!("LEASE.ACQUIRE after the refused RESTOREs: {other:?}"),
+        };
+        assert!(fresh > t);
+        let last = info_int(&mut c, "lease_last_token");
+        assert!(last < MAX_TOKEN, "lease_last_token {last}");
+        let log = s.log();
+        let new_lines = &log[log_before.min(log.len())..];
+        assert!(
+            new_lines.lines().any(|l| {
+                let l = l.to_lowercase();
+                l.contains("token")
+                    && ["ahead", "future", "clock", "year"]
+                        .iter()
+                        .any(|w| l.contains(w))
+            }),
+            "no log line says why the token was refused; log tail:\n{}",
+            s.log_tail(20)
+        );
+
+        let day = (now_ms() + DAY_MS) * 1024;
+        assert_eq!(
+            call(
+                &mut c,
+                &[b"RESTORE", b"k3", b"0", &with_token(&payload, t, day)]
+            )
+            .unwrap(),
+            Value::Okay,
+            "a token one day ahead is accepted"
+        );
+        assert_eq!(token_of(&mut c, "k3"), Some(day));
+        assert!(info_int(&mut c, "lease_last_token") >= day);
+        assert!(acquire(&mut c, "after", "o", "1000") > day);
+    }
+
+    // No lease survives the rewrite.
+    fn aof_rewrite_without_preamble_keeps_the_clock(kind) {
+        tokens_stay_ahead_after_an_aof_rewrite_without_preamble(kind, false);
+    }
+
+    // A live lease with an ordinary token survives it.
+    fn aof_rewrite_without_preamble_keeps_the_clock_with_a_live_lease(kind) {
+        tokens_stay_ahead_after_an_aof_rewrite_without_preamble(kind, true);
     }
 }

@@ -95,8 +95,8 @@ class Server:
                     "--logfile", log,
                     "--save", "",
                     "--appendonly", "no",
-                    # The grace after a start is off in tests (SPEC S7), as
-                    # in the Rust harness.
+                    # The grace after a start is off in tests (design.md S7),
+                    # as in the Rust harness.
                     "--loadmodule", MODULE, "grace-ms", "0",
                     *(extra or []),
                 ],

@@ -1,0 +1,235 @@
+//! The docs and the server say the same about each command: the syntax
+//! line, summary, version, complexity, ACL categories and history of every
+//! page under docs/commands/ (and the syntax of every internal command in
+//! docs/internals.md) are what `COMMAND DOCS` and `COMMAND INFO` answer on
+//! a server with the module loaded. The command table in
+//! src/module/ffi/register.rs is the one source; a change there that the
+//! docs do not follow fails here. Likewise every `lease.*` config of a
+//! server is a row of docs/configuration.md, with its default and bounds.
+mod common;
+use common::*;
+
+use std::path::PathBuf;
+
+const PUBLIC: [&str; 5] = [
+    "LEASE.ACQUIRE",
+    "LEASE.RENEW",
+    "LEASE.RELEASE",
+    "LEASE.FENCE",
+    "LEASE.INFO",
+];
+const INTERNAL: [&str; 7] = [
+    "LEASE.APPLY",
+    "LEASE.HOLD",
+    "LEASE.DROP",
+    "LEASE.PRUNE",
+    "LEASE.VERSION",
+    "LEASE.CLOCK",
+    "LEASE.GATE",
+];
+
+fn doc_page(rel: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(t) => t.clone(),
+        Value::Int(n) => n.to_string(),
+        other => panic!("not a string: {other:?}"),
+    }
+}
+
+/// A RESP2 flat map (`[k1, v1, k2, v2, ...]`) as pairs.
+fn pairs(v: &Value) -> Vec<(String, Value)> {
+    let Value::Array(items) = v else {
+        panic!("not a flat map: {v:?}")
+    };
+    items
+        .chunks(2)
+        .map(|kv| (text_of(&kv[0]), kv[1].clone()))
+        .collect()
+}
+
+fn get(v: &Value, key: &str) -> Option<Value> {
+    pairs(v).into_iter().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
+fn list(v: &Value) -> Vec<Value> {
+    match v {
+        Value::Array(items) => items.clone(),
+        Value::Set(items) => items.clone(),
+        other => panic!("not a list: {other:?}"),
+    }
+}
+
+/// One argument as Redis's command pages write it: `[optional]`,
+/// `<required | oneof>`, `multiple [multiple ...]`, `TOKEN name`.
+fn render(arg: &Value) -> String {
+    let kind = get(arg, "type").map(|v| text_of(&v)).unwrap_or_default();
+    let name = get(arg, "name").map(|v| text_of(&v)).unwrap_or_default();
+    let token = get(arg, "token").map(|v| text_of(&v));
+    let flags: Vec<String> =
+        get(arg, "flags").map_or(vec![], |f| list(&f).iter().map(text_of).collect());
+    let subs = || -> Vec<String> {
+        get(arg, "arguments").map_or(vec![], |a| list(&a).iter().map(render).collect())
+    };
+    let optional = flags.iter().any(|f| f == "optional");
+    let mut text = match kind.as_str() {
+        "pure-token" => token.clone().unwrap_or(name),
+        "oneof" => subs().join(" | "),
+        "block" => subs().join(" "),
+        _ => match &token {
+            Some(t) => format!("{t} {name}"),
+            None => name,
+        },
+    };
+    if flags.iter().any(|f| f == "multiple") {
+        text = format!("{text} [{text} ...]");
+    }
+    if optional {
+        format!("[{text}]")
+    } else if kind == "oneof" {
+        format!("<{text}>")
+    } else {
+        text
+    }
+}
+
+/// `name args...` as the server documents it.
+fn syntax(name: &str, docs: &Value) -> String {
+    let args: Vec<String> =
+        get(docs, "arguments").map_or(vec![], |a| list(&a).iter().map(render).collect());
+    std::iter::once(name.to_string())
+        .chain(args)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn command_docs(c: &mut redis::Connection, name: &str) -> Value {
+    let v = ok(c, &["COMMAND", "DOCS", name]);
+    let all = list(&v);
+    assert_eq!(all.len(), 2, "COMMAND DOCS {name}: {v:?}");
+    all[1].clone()
+}
+
+/// The first fenced block of `text` after `from`, its first line.
+fn first_code_line(text: &str) -> Option<String> {
+    let start = text.find("```")?;
+    let body = &text[start..];
+    let body = &body[body.find('\n')? + 1..];
+    Some(body.lines().next()?.trim().to_string())
+}
+
+/// The value of a `| Label | value |` row.
+fn row(page: &str, label: &str) -> Option<String> {
+    let prefix = format!("| {label} |");
+    page.lines().find(|l| l.starts_with(&prefix)).map(|l| {
+        l[prefix.len()..]
+            .trim()
+            .trim_end_matches('|')
+            .trim()
+            .to_string()
+    })
+}
+
+/// The `- ...` lines of the page's `## History` section.
+fn history(page: &str) -> Vec<String> {
+    let Some(at) = page.find("\n## History") else {
+        return vec![];
+    };
+    page[at + 1..]
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter_map(|l| l.strip_prefix("- "))
+        .map(str::to_string)
+        .collect()
+}
+
+both! {
+    fn every_command_page_says_what_command_docs_says(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        for name in PUBLIC {
+            let rel = format!("docs/commands/{}.md", name.to_lowercase());
+            let page = doc_page(&rel);
+            let docs = command_docs(&mut c, name);
+            let field = |k: &str| get(&docs, k).map(|v| text_of(&v));
+            assert!(page.starts_with(&format!("# {name}\n")), "{rel}: its title");
+            assert_eq!(first_code_line(&page), Some(syntax(name, &docs)), "{rel}: the syntax");
+            assert_eq!(row(&page, "Summary"), field("summary"), "{rel}: the summary");
+            assert_eq!(row(&page, "Available since"), field("since"), "{rel}: since");
+            assert_eq!(row(&page, "Time complexity"), field("complexity"), "{rel}: the complexity");
+            let mut want = vec![format!("{}: Added.", field("since").unwrap_or_default())];
+            for entry in get(&docs, "history").map_or(vec![], |h| list(&h)) {
+                let e = list(&entry);
+                want.push(format!("{}: {}", text_of(&e[0]), text_of(&e[1])));
+            }
+            assert_eq!(history(&page), want, "{rel}: the history");
+            // ACL categories, where the server lets modules add theirs.
+            let info = list(&ok(&mut c, &["COMMAND", "INFO", name]));
+            let categories: Vec<String> = list(&list(&info[0])[6]).iter().map(text_of).collect();
+            if categories.iter().any(|x| x == "@lease") {
+                let shown = row(&page, "ACL categories").unwrap_or_default();
+                let listed: Vec<String> = shown.split(", ").map(|x| x.trim_matches('`').to_string()).collect();
+                assert_eq!(listed, categories, "{rel}: the ACL categories");
+            }
+        }
+        // The internal commands, on the internals page.
+        let internals = doc_page("docs/internals.md");
+        for name in INTERNAL {
+            let docs = command_docs(&mut c, name);
+            let heading = format!("### {name}\n");
+            let at = internals
+                .find(&heading)
+                .unwrap_or_else(|| panic!("docs/internals.md: no heading {heading:?}"));
+            assert_eq!(
+                first_code_line(&internals[at..]),
+                Some(syntax(name, &docs)),
+                "docs/internals.md: the syntax of {name}"
+            );
+        }
+    }
+}
+
+/// A row `| \`name\` | default | min..max | ... |` of the settings table.
+fn setting_row(page: &str, name: &str) -> Option<(i64, i64, i64)> {
+    let line = page
+        .lines()
+        .find(|l| l.starts_with(&format!("| `{name}` |")))?;
+    let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+    let default = cells.get(2)?.parse().ok()?;
+    let (min, max) = cells.get(3)?.split_once("..")?;
+    Some((default, min.parse().ok()?, max.parse().ok()?))
+}
+
+both! {
+    fn the_configuration_page_gives_every_setting_as_the_server_has_it(kind) {
+        // Every `lease.*` config of a fresh server is a row of the settings
+        // table, with the default it starts with and the bounds CONFIG SET
+        // enforces.
+        // Loaded without arguments (the harness's servers get `grace-ms 0`).
+        let s = Server::start_with(kind, Opts { no_module: true, ..Opts::default() }.extra(&["--enable-module-command", "yes"]));
+        let mut c = s.conn();
+        let path = module_path();
+        ok(&mut c, &["MODULE", "LOAD", path.to_str().expect("a UTF-8 path")]);
+        let page = doc_page("docs/configuration.md");
+        let all = list(&ok(&mut c, &["CONFIG", "GET", "lease.*"]));
+        assert!(all.len() >= 4, "{all:?}");
+        for kv in all.chunks(2) {
+            let full = text_of(&kv[0]);
+            let name = full.trim_start_matches("lease.");
+            let (default, min, max) = setting_row(&page, name)
+                .unwrap_or_else(|| panic!("docs/configuration.md: no row `{name}` | default | min..max |"));
+            assert_eq!(text_of(&kv[1]), default.to_string(), "{name}: the default");
+            for (value, accepted) in [(min, true), (max, true), (min - 1, false), (max + 1, false)] {
+                let set = call_args(&mut c, &["CONFIG".to_string(), "SET".to_string(), full.clone(), value.to_string()]);
+                assert_eq!(set.is_ok(), accepted, "{name} {value}: {set:?}");
+            }
+            ok(&mut c, &["CONFIG", "SET", &full, &default.to_string()]);
+        }
+    }
+}
