@@ -81,8 +81,17 @@ pub fn total() -> usize {
 
 /// The queue of key `name` in the context's database, when any client
 /// waits anywhere (`None` otherwise: nothing to look up).
+#[inline(always)]
 pub fn slot_if_waiting(ctx: Ctx, name: Str) -> Option<Slot> {
-    (total() > 0).then(|| (ctx.selected_db(), name.bytes().to_vec()))
+    if total() == 0 {
+        return None;
+    }
+    Some(slot_of(ctx, name))
+}
+
+#[inline(never)]
+fn slot_of(ctx: Ctx, name: Str) -> Slot {
+    (ctx.selected_db(), name.bytes().to_vec())
 }
 
 /// Clients waiting on `slot`.

@@ -100,7 +100,11 @@ unsafe fn run_command(
     if let Some(pos) = redact {
         ctx.redact(pos);
     }
-    reply::send(ctx, result);
+    match result {
+        // The usual answer, without the drop of a whole result.
+        Ok(Reply::Int(n)) => reply::int(ctx, n),
+        other => reply::send(ctx, other),
+    }
     raw::REDISMODULE_OK as c_int
 }
 

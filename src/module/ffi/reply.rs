@@ -92,6 +92,13 @@ unsafe fn reply_str(ctx: *mut raw::RedisModuleCtx, s: &str) {
     unsafe { raw::RedisModule_ReplyWithStringBuffer.unwrap()(ctx, s.as_ptr().cast(), s.len()) };
 }
 
+/// Sends an integer reply.
+#[inline(always)]
+pub fn int(ctx: Ctx, n: i64) {
+    // SAFETY: ctx is the context of the running command.
+    unsafe { raw::RedisModule_ReplyWithLongLong.unwrap()(ctx.raw(), n) };
+}
+
 /// Sends `result` to the client.
 pub fn send(ctx: Ctx, result: Result<Reply, LeaseError>) {
     let ctx = ctx.raw();
