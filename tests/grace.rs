@@ -151,8 +151,8 @@ fn every_promotion_starts_a_period(kind: Kind) {
 fn a_start_without_persistence_has_a_grace(kind: Kind) {
     let s = start(kind, grace("1500"));
     let mut c = s.conn();
-    assert_grace(&mut c, "restart", "first start");
-    assert_logged(&s, &started_line("restart", 1500));
+    assert_grace(&mut c, "no-data", "first start: no data file");
+    assert_logged(&s, &started_line("no-data", 1500));
     assert_eq!(
         ok(&mut c, &["LEASE.ACQUIRE", "k", "a", "30000"]),
         Value::Nil
@@ -163,8 +163,8 @@ fn a_start_without_persistence_has_a_grace(kind: Kind) {
 
     let s = restart(s, grace("1500"));
     let mut c = s.conn();
-    assert_grace(&mut c, "restart", "restart without persistence");
-    assert_logged(&s, &started_line("restart", 1500));
+    assert_grace(&mut c, "no-data", "restart without persistence");
+    assert_logged(&s, &started_line("no-data", 1500));
     assert_eq!(token_of(&mut c, "k"), None, "nothing was persisted");
     let (refused, contended) = refusals(&mut c);
     assert_eq!(
@@ -281,7 +281,7 @@ fn an_unsaved_shutdown_leaves_no_mark(kind: Kind) {
     );
     let s = start_in(kind, grace("1500"), dir);
     let mut c = s.conn();
-    assert_grace(&mut c, "restart", "start after SHUTDOWN NOSAVE");
+    assert_grace(&mut c, "no-data", "start after SHUTDOWN NOSAVE");
     assert_not_logged(&s, NO_GRACE_CLEAN);
 }
 
@@ -341,7 +341,7 @@ fn module_load_at_run_time_starts_none(kind: Kind) {
 fn waiters_queued_during_the_grace_are_served_in_order(kind: Kind) {
     let s = start(kind, grace("3000"));
     let mut c = s.conn();
-    assert_grace(&mut c, "restart", "start");
+    assert_grace(&mut c, "no-data", "start");
     let w1 = spawn_queued(&s, "k", "w1", "5000", "8000");
     let w2 = spawn_queued(&s, "k", "w2", "5000", "8000");
     let w3 = spawn_queued(&s, "k", "w3", "5000", "8000");
@@ -405,7 +405,7 @@ fn a_release_during_the_grace_hands_nothing(kind: Kind) {
 fn config_set_zero_ends_a_running_period(kind: Kind) {
     let s = start(kind, grace("3000"));
     let mut c = s.conn();
-    assert_grace(&mut c, "restart", "start");
+    assert_grace(&mut c, "no-data", "start");
     let w = spawn_queued(&s, "k", "w", "5000", "8000");
     let set = Instant::now();
     assert_eq!(
@@ -434,13 +434,13 @@ fn config_set_zero_ends_a_running_period(kind: Kind) {
 fn config_set_lengthens_and_refuses_bad_values(kind: Kind) {
     let s = start(kind, grace("3000"));
     let mut c = s.conn();
-    let before = assert_grace(&mut c, "restart", "start");
+    let before = assert_grace(&mut c, "no-data", "start");
     assert!(before <= 3000);
     assert_eq!(
         ok(&mut c, &["CONFIG", "SET", "lease.grace-ms", "100000"]),
         Value::Okay
     );
-    let left = assert_grace(&mut c, "restart", "after lengthening");
+    let left = assert_grace(&mut c, "no-data", "after lengthening");
     assert!(left > 95_000 && left <= 100_000, "remaining {left} ms");
     let get = |c: &mut redis::Connection| strings(&ok(c, &["CONFIG", "GET", "lease.grace-ms"]));
     assert_eq!(get(&mut c), ["lease.grace-ms", "100000"]);
@@ -452,7 +452,7 @@ fn config_set_lengthens_and_refuses_bad_values(kind: Kind) {
         );
         assert_eq!(get(&mut c), ["lease.grace-ms", "100000"], "after {bad:?}");
         assert_eq!(info_int(&mut c, "lease_grace_ms"), 100_000);
-        let left = assert_grace(&mut c, "restart", &format!("after {bad:?}"));
+        let left = assert_grace(&mut c, "no-data", &format!("after {bad:?}"));
         assert!(left > 90_000, "remaining {left} ms after {bad:?}");
     }
     // The largest value is taken.
@@ -463,7 +463,7 @@ fn config_set_lengthens_and_refuses_bad_values(kind: Kind) {
         ),
         Value::Okay
     );
-    assert!(assert_grace(&mut c, "restart", "at the largest value") > 999_000_000_000);
+    assert!(assert_grace(&mut c, "no-data", "at the largest value") > 999_000_000_000);
     // max-ttl-ms only matters with grace-ms -1.
     assert_eq!(
         ok(&mut c, &["CONFIG", "SET", "lease.grace-ms", "100000"]),
@@ -473,7 +473,7 @@ fn config_set_lengthens_and_refuses_bad_values(kind: Kind) {
         ok(&mut c, &["CONFIG", "SET", "lease.max-ttl-ms", "2000"]),
         Value::Okay
     );
-    assert!(assert_grace(&mut c, "restart", "after max-ttl-ms 2000") > 90_000);
+    assert!(assert_grace(&mut c, "no-data", "after max-ttl-ms 2000") > 90_000);
     assert_eq!(ok(&mut c, &["LEASE.ACQUIRE", "k", "a", "2000"]), Value::Nil);
     assert_eq!(
         ok(&mut c, &["CONFIG", "SET", "lease.grace-ms", "0"]),
@@ -530,14 +530,14 @@ fn max_ttl_retimes_a_period_of_grace_ms_minus_one(kind: Kind) {
     let mut c = s.conn();
     assert_eq!(info_int(&mut c, "lease_grace_ms"), -1);
     assert_eq!(info_int(&mut c, "lease_max_ttl_ms"), 60_000);
-    let left = assert_grace(&mut c, "restart", "start with grace-ms -1");
+    let left = assert_grace(&mut c, "no-data", "start with grace-ms -1");
     assert!(left > 50_000 && left <= 60_000, "remaining {left} ms");
-    assert_logged(&s, &started_line("restart", 60_000));
+    assert_logged(&s, &started_line("no-data", 60_000));
     assert_eq!(
         ok(&mut c, &["CONFIG", "SET", "lease.max-ttl-ms", "100000"]),
         Value::Okay
     );
-    let left = assert_grace(&mut c, "restart", "after max-ttl-ms 100000");
+    let left = assert_grace(&mut c, "no-data", "after max-ttl-ms 100000");
     assert!(left > 90_000, "remaining {left} ms");
     assert_eq!(
         ok(&mut c, &["CONFIG", "SET", "lease.max-ttl-ms", "2000"]),

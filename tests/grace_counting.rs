@@ -257,12 +257,12 @@ fn a_wall_clock_step_ends_no_grace(kind: Kind) {
     );
     let mut c = s.conn();
     let started = Instant::now();
-    assert_grace(&mut c, "restart", "start");
+    assert_grace(&mut c, "no-data", "start");
     shift.set(600_000);
     std::thread::sleep(Duration::from_millis(200));
     let left = remaining(&mut c);
     assert!(
-        left > 1500 && reason(&mut c) == "restart",
+        left > 1500 && reason(&mut c) == "no-data",
         "{kind:?}: a +10 min step left {left} ms of a 3000 ms grace"
     );
     let (refused, _) = refusals(&mut c);
@@ -287,18 +287,18 @@ fn a_wall_clock_step_ends_no_grace(kind: Kind) {
 fn a_clean_restart_resumes_a_running_period(kind: Kind) {
     let s = start(kind, grace("3000"));
     let mut c = s.conn();
-    assert_grace(&mut c, "restart", "a start without persistence");
+    assert_grace(&mut c, "no-data", "a start without persistence");
     std::thread::sleep(Duration::from_millis(1000));
     let dir = shutdown(s, "SAVE");
     assert!(dir.join(CLEAN_MARK).exists());
     let s = start_in(kind, grace("3000"), dir);
     let mut c = s.conn();
-    let left = assert_grace(&mut c, "restart", "after the clean restart");
+    let left = assert_grace(&mut c, "no-data", "after the clean restart");
     assert!(
         left <= 2200,
         "{kind:?}: {left} ms left: what had counted was lost"
     );
-    assert_logged(&s, "grace period resumed after a clean restart (restart)");
+    assert_logged(&s, "grace period resumed after a clean restart (no-data)");
     assert_eq!(ok(&mut c, &["LEASE.ACQUIRE", "k", "b", "1000"]), Value::Nil);
     wait_out_grace(&mut c, &[], Duration::from_secs(4));
     assert!(matches!(

@@ -19,6 +19,10 @@ pub enum Reason {
     /// This server started on data that may be older than what it had
     /// acknowledged.
     Restart,
+    /// This server started with no data file at all (no RDB, no AOF): a
+    /// first start, or a restart whose files were lost. It cannot tell the
+    /// two apart, so it waits as after a restart.
+    NoData,
 }
 
 impl Reason {
@@ -26,6 +30,7 @@ impl Reason {
         match self {
             Reason::Promoted => "promoted",
             Reason::Restart => "restart",
+            Reason::NoData => "no-data",
         }
     }
 
@@ -33,6 +38,7 @@ impl Reason {
         match name {
             "promoted" => Some(Reason::Promoted),
             "restart" => Some(Reason::Restart),
+            "no-data" => Some(Reason::NoData),
             _ => None,
         }
     }
@@ -146,6 +152,8 @@ pub struct Startup {
     /// A grace period was running when the previous run ended (the file a
     /// running period keeps; a period that ended removed it).
     pub was_in_grace: bool,
+    /// The server has no data file to load (no RDB file, no AOF).
+    pub no_data: bool,
 }
 
 /// What a start does about the grace.
@@ -155,8 +163,9 @@ pub enum AtStart {
     NoneClean,
     /// No period: the AOF is written with `appendfsync always`.
     NoneAofAlways,
-    /// A full period (reason `restart`).
-    Full,
+    /// A full period, for this reason (`restart`, or `no-data` when there
+    /// was nothing to load).
+    Full(Reason),
     /// The period that ran when the previous run shut down cleanly goes on
     /// with what had counted of it.
     Resume { reason: Reason, counted_ms: i64 },
@@ -165,7 +174,8 @@ pub enum AtStart {
 /// Does a start need a grace period? Anything but an AOF with `appendfsync
 /// always` may come back older than what was acknowledged, unless the
 /// previous run shut down cleanly. A first start cannot be told from a
-/// restart that lost everything, so it gets one too. A period that was
+/// restart that lost everything, so it gets one too (reason `no-data`,
+/// when nothing else says more). A period that was
 /// running goes on: resumed after a clean shutdown (which recorded how much
 /// of it had counted), started anew after a crash (nothing says how much
 /// had counted), whatever the persistence.
@@ -178,10 +188,11 @@ pub fn at_start(s: &Startup) -> AtStart {
             reason: *reason,
             counted_ms: *counted_ms,
         },
-        _ if s.was_in_grace => AtStart::Full,
+        _ if s.was_in_grace => AtStart::Full(Reason::Restart),
         Some(_) => AtStart::NoneClean,
         None if s.aof_always => AtStart::NoneAofAlways,
-        None => AtStart::Full,
+        None if s.no_data => AtStart::Full(Reason::NoData),
+        None => AtStart::Full(Reason::Restart),
     }
 }
 
@@ -304,6 +315,11 @@ mod tests {
             aof_always,
             clean,
             was_in_grace,
+            no_data: false,
+        };
+        let first = |aof_always, was_in_grace| Startup {
+            no_data: true,
+            ..s(aof_always, None, was_in_grace)
         };
         let clean = Some(CleanMark {
             at_ms: 1,
@@ -313,8 +329,22 @@ mod tests {
             at_ms: 1,
             grace: Some((Reason::Promoted, 700)),
         });
-        assert_eq!(at_start(&s(false, None, false)), AtStart::Full);
+        assert_eq!(
+            at_start(&s(false, None, false)),
+            AtStart::Full(Reason::Restart)
+        );
         assert_eq!(at_start(&s(true, None, false)), AtStart::NoneAofAlways);
+        assert_eq!(
+            at_start(&first(false, false)),
+            AtStart::Full(Reason::NoData),
+            "nothing to load: a first start, or lost files"
+        );
+        assert_eq!(at_start(&first(true, false)), AtStart::NoneAofAlways);
+        assert_eq!(
+            at_start(&first(false, true)),
+            AtStart::Full(Reason::Restart),
+            "the period that ran says more than the missing files"
+        );
         assert_eq!(
             at_start(&s(false, clean.clone(), false)),
             AtStart::NoneClean
@@ -336,10 +366,14 @@ mod tests {
         );
         assert_eq!(
             at_start(&s(true, None, true)),
-            AtStart::Full,
+            AtStart::Full(Reason::Restart),
             "a crash during a period: it starts anew"
         );
-        assert_eq!(at_start(&s(false, clean, true)), AtStart::Full);
+        assert_eq!(
+            at_start(&s(false, clean, true)),
+            AtStart::Full(Reason::Restart)
+        );
+        assert_eq!(Reason::from_name("no-data"), Some(Reason::NoData));
         assert!(shutdown_was_clean(true, true, 99, false));
         assert!(!shutdown_was_clean(true, false, 0, true));
         assert!(shutdown_was_clean(false, true, 0, true));

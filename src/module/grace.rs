@@ -113,6 +113,7 @@ fn event_name(reason: Reason) -> &'static str {
     match reason {
         Reason::Promoted => "promotion",
         Reason::Restart => "start",
+        Reason::NoData => "start with no data file",
     }
 }
 
@@ -269,6 +270,7 @@ pub fn at_load(ctx: Ctx) {
             && ctx.config_get(c"appendfsync").as_deref() == Some("always"),
         clean,
         was_in_grace: std::path::Path::new(RUNNING_MARK).exists(),
+        no_data: !has_data_files(ctx),
     };
     match grace::at_start(&startup) {
         AtStart::NoneClean => {
@@ -277,12 +279,26 @@ pub fn at_load(ctx: Ctx) {
         AtStart::NoneAofAlways => {
             log_notice("no grace period: the AOF is written with appendfsync always")
         }
-        AtStart::Full => start(Reason::Restart),
+        AtStart::Full(reason) => start(reason),
         AtStart::Resume { reason, counted_ms } => begin(
             Period::resume(reason, counted_ms, mono_ms()),
             "resumed after a clean restart",
         ),
     }
+}
+
+/// Does the server's `dir` (the working directory at load) hold a data file
+/// it will load: the RDB file (`dbfilename`) or an AOF directory
+/// (`appenddirname`) with something in it? When a setting cannot be read,
+/// yes (the reason then stays `restart`).
+fn has_data_files(ctx: Ctx) -> bool {
+    let rdb = ctx
+        .config_get(c"dbfilename")
+        .is_none_or(|f| std::path::Path::new(&f).exists());
+    let aof = ctx.config_get(c"appenddirname").is_none_or(|d| {
+        std::fs::read_dir(d).is_ok_and(|mut entries| entries.next().is_some())
+    });
+    rdb || aof
 }
 
 /// Reads `min-replicas-to-write` and `min-replicas-max-lag` (at load and
