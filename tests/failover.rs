@@ -37,8 +37,7 @@ use common::*;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -50,20 +49,9 @@ use rand::{RngExt, SeedableRng};
 // ---------------------------------------------------------------------------
 // Small helpers.
 
-/// A connection with short timeouts (a node may be dead or stopped).
-fn connect(port: u16) -> Option<redis::Connection> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
-    let c = client
-        .get_connection_with_timeout(Duration::from_millis(500))
-        .ok()?;
-    c.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    c.set_write_timeout(Some(Duration::from_secs(1))).ok()?;
-    Some(c)
-}
-
 /// `INFO <section>` as text, `None` when the node does not answer.
 fn try_info(port: u16, section: &str) -> Option<String> {
-    let mut c = connect(port)?;
+    let mut c = quick_conn(port)?;
     redis::cmd("INFO").arg(section).query(&mut c).ok()
 }
 
@@ -91,7 +79,7 @@ fn ms(d: Duration) -> u128 {
 /// Does `node` see itself as the master serving `slot` (its own CLUSTER
 /// NODES line)?
 fn serves_itself(node: &Server, slot: i64) -> bool {
-    let Some(mut c) = connect(node.port) else {
+    let Some(mut c) = quick_conn(node.port) else {
         return false;
     };
     let Ok(nodes) = redis::cmd("CLUSTER").arg("NODES").query::<String>(&mut c) else {
@@ -292,129 +280,20 @@ fn assert_alive_but(cluster: &mut Cluster, dead: usize) {
 // ---------------------------------------------------------------------------
 // 2. Redis Sentinel.
 
-/// A Sentinel: the server binary with `<conf> --sentinel`, killed (SIGKILL
-/// through libc) on drop.
-struct Sentinel {
-    port: u16,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Sentinel {
-    /// Starts sentinel `index` watching `master_port`, its config file (which
-    /// Sentinel rewrites) in `dir`.
-    fn start(kind: Kind, dir: &Path, index: usize, master_port: u16) -> Sentinel {
-        let mut last_log = String::new();
-        for _attempt in 0..3 {
-            let port = free_port();
-            let conf = dir.join(format!("sentinel-{index}.conf"));
-            let log = dir.join(format!("sentinel-{index}-{port}.log"));
-            let text = format!(
-                "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {}\nlogfile {}\n\
-                 sentinel monitor mymaster 127.0.0.1 {master_port} 2\n\
-                 sentinel down-after-milliseconds mymaster 1000\n\
-                 sentinel failover-timeout mymaster 5000\n\
-                 sentinel parallel-syncs mymaster 1\n",
-                dir.display(),
-                log.display()
-            );
-            std::fs::write(&conf, text).expect("sentinel conf");
-            let child = Command::new(server_binary(kind))
-                .arg(&conf)
-                .arg("--sentinel")
-                .current_dir(dir)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn sentinel");
-            let mut s = Sentinel { port, child, log };
-            let up = wait_until(Duration::from_secs(10), || {
-                if let Ok(Some(_)) = s.child.try_wait() {
-                    return true;
-                }
-                s.conn()
-                    .is_some_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
-            });
-            if up && matches!(s.child.try_wait(), Ok(None)) {
-                return s;
-            }
-            last_log = std::fs::read_to_string(&s.log).unwrap_or_default();
-            drop(s);
-            if !last_log.contains("Address already in use") {
-                break;
-            }
-        }
-        panic!("{kind:?} sentinel {index} did not start:\n{last_log}");
-    }
-
-    fn conn(&self) -> Option<redis::Connection> {
-        connect(self.port)
-    }
-
-    /// The master's port as this sentinel names it.
-    fn master_port(&self) -> Option<u16> {
-        master_from(&mut self.conn()?)
-    }
-
-    /// What this sentinel knows of the replicas: port -> (flags, priority).
-    fn replicas(&self) -> HashMap<u16, (String, String)> {
-        let Some(mut c) = self.conn() else {
-            return HashMap::new();
-        };
-        let Ok(Value::Array(items)) = redis::cmd("SENTINEL")
-            .arg("REPLICAS")
-            .arg("mymaster")
-            .query::<Value>(&mut c)
-        else {
-            return HashMap::new();
-        };
-        items
-            .iter()
-            .filter_map(|item| {
-                let Value::Array(kv) = item else { return None };
-                let fields: HashMap<String, String> = kv
-                    .chunks(2)
-                    .filter(|p| p.len() == 2)
-                    .map(|p| (text(&p[0]), text(&p[1])))
-                    .collect();
-                let port = fields.get("port")?.parse().ok()?;
-                Some((
-                    port,
-                    (
-                        fields.get("flags").cloned().unwrap_or_default(),
-                        fields.get("slave-priority").cloned().unwrap_or_default(),
-                    ),
-                ))
-            })
-            .collect()
-    }
-
-    /// How many other sentinels this one knows.
-    fn other_sentinels(&self) -> usize {
-        let Some(mut c) = self.conn() else { return 0 };
-        match redis::cmd("SENTINEL")
-            .arg("SENTINELS")
-            .arg("mymaster")
-            .query::<Value>(&mut c)
-        {
-            Ok(Value::Array(a)) => a.len(),
-            _ => 0,
-        }
-    }
-
-    fn log_tail(&self, n: usize) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        signal_pid(self.child.id(), libc::SIGKILL);
-        let _ = self.child.wait();
-    }
+/// Starts sentinel `index` watching `master_port` (as `mymaster`), its
+/// config file (which Sentinel rewrites) in `dir`.
+fn start_sentinel(kind: Kind, dir: &Path, index: usize, master_port: u16) -> Sentinel {
+    Sentinel::start(kind, dir, index, "mymaster", |port, log| {
+        format!(
+            "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {}\nlogfile {}\n\
+             sentinel monitor mymaster 127.0.0.1 {master_port} 2\n\
+             sentinel down-after-milliseconds mymaster 1000\n\
+             sentinel failover-timeout mymaster 5000\n\
+             sentinel parallel-syncs mymaster 1\n",
+            dir.display(),
+            log.display()
+        )
+    })
 }
 
 /// `SENTINEL get-master-addr-by-name mymaster` on `c`: the port.
@@ -594,7 +473,7 @@ impl Worker {
         for _ in 0..self.sentinels.len() {
             let i = self.rng.random_range(0..self.sentinels.len());
             if self.sentinel_conns[i].is_none() {
-                self.sentinel_conns[i] = connect(self.sentinels[i]);
+                self.sentinel_conns[i] = quick_conn(self.sentinels[i]);
             }
             if let Some(c) = self.sentinel_conns[i].as_mut() {
                 match master_from(c) {
@@ -616,7 +495,7 @@ impl Worker {
         };
         let c = match self.conns.entry(port) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => match connect(port) {
+            std::collections::hash_map::Entry::Vacant(e) => match quick_conn(port) {
                 Some(c) => e.insert(c),
                 None => {
                     *sent = Instant::now();
@@ -1179,7 +1058,7 @@ fn sentinel_scenario(kind: Kind, p: Params) -> Outcome {
     let n2 = Server::start_with(kind, node_opts(&p, Some(n0.port)));
     let dir = n0.dir.clone();
     let sentinels: Vec<Sentinel> = (0..3)
-        .map(|i| Sentinel::start(kind, &dir, i, n0.port))
+        .map(|i| start_sentinel(kind, &dir, i, n0.port))
         .collect();
     let mut d = Deployment {
         sentinels,
@@ -1349,7 +1228,7 @@ fn sentinel_scenario(kind: Kind, p: Params) -> Outcome {
     for n in d.nodes.iter_mut().flatten() {
         n.assert_alive("after the Sentinel scenario", false);
     }
-    let log = std::fs::read_to_string(&d.sentinels[0].log).unwrap_or_default();
+    let log = d.sentinels[0].log();
     let switches = log.matches("+switch-master").count();
     let tilts = log.matches("+tilt").count();
     Outcome {

@@ -71,21 +71,30 @@ impl Cluster {
         module_args: &[&str],
         node_timeout_ms: u64,
     ) -> Cluster {
+        Cluster::start_from(kind, masters, replicas, |i| {
+            Opts::default().module_args(module_args).extra(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &format!("nodes-{i}.conf"),
+                "--cluster-node-timeout",
+                &node_timeout_ms.to_string(),
+            ])
+        })
+    }
+
+    /// `start` with the options of node `i` given by `opts(i)`, which make
+    /// it a cluster node (`--cluster-enabled yes` or a config file that
+    /// says so).
+    pub fn start_from(
+        kind: Kind,
+        masters: usize,
+        replicas: usize,
+        opts: impl Fn(usize) -> Opts,
+    ) -> Cluster {
         let total = masters * (1 + replicas);
         let nodes: Vec<Server> = (0..total)
-            .map(|i| {
-                Server::start_with(
-                    kind,
-                    Opts::default().module_args(module_args).extra(&[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        &format!("nodes-{i}.conf"),
-                        "--cluster-node-timeout",
-                        &node_timeout_ms.to_string(),
-                    ]),
-                )
-            })
+            .map(|i| Server::start_with(kind, opts(i)))
             .collect();
         let mut args = vec!["--cluster".to_string(), "create".to_string()];
         args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));

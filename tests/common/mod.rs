@@ -14,6 +14,7 @@
 //! - `payload`: DUMP payloads, edited or built;
 //! - `replication`: `replica_of` and `Link`, a network link that can be cut;
 //! - `cluster`: `Cluster` and `Master`;
+//! - `sentinel`: `Sentinel` processes and `quick_conn`;
 //! - `matrix`: the `both!` and `compat!` macros;
 //! - `grace`: helpers of the grace-period tests (`use common::grace::*;`).
 #![allow(dead_code)]
@@ -27,13 +28,15 @@ mod lease;
 mod matrix;
 mod payload;
 mod replication;
+mod sentinel;
 mod server;
 mod waiters;
 
 // Each test file uses only some of the harness.
 #[allow(unused_imports)]
 pub use {
-    client::*, clock::*, cluster::*, lease::*, payload::*, replication::*, server::*, waiters::*,
+    client::*, clock::*, cluster::*, lease::*, payload::*, replication::*, sentinel::*, server::*,
+    waiters::*,
 };
 
 pub mod grace;

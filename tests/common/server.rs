@@ -150,6 +150,10 @@ pub struct Opts {
     /// Run the server's wall clock shifted by what this file says
     /// (`ClockShift`).
     pub clock_shift: Option<PathBuf>,
+    /// Start from this config file: the file's own settings (module,
+    /// persistence, grace) hold, and the harness sets only the port, bind
+    /// address, data directory, log file and `daemonize no`.
+    pub config: Option<PathBuf>,
 }
 
 impl Opts {
@@ -159,6 +163,11 @@ impl Opts {
     }
     pub fn extra(mut self, args: &[&str]) -> Self {
         self.extra.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+    /// See `Opts::config`.
+    pub fn config_file(mut self, path: &Path) -> Self {
+        self.config = Some(path.to_path_buf());
         self
     }
     pub fn clock(mut self, shift: &ClockShift) -> Self {
@@ -211,17 +220,22 @@ impl Server {
             let port = free_port();
             let log = dir.join(format!("server-{port}.log"));
             let mut cmd = Command::new(server_binary(kind));
+            if let Some(config) = &opts.config {
+                cmd.arg(config);
+            }
             cmd.current_dir(&dir)
                 .args(["--port", &port.to_string()])
                 .args(["--bind", "127.0.0.1"])
                 .args(["--dir", dir.to_str().unwrap()])
                 .args(["--logfile", log.to_str().unwrap()])
-                .args(["--save", ""])
-                .args(["--appendonly", "no"])
-                .args(["--enable-debug-command", "yes"])
-                .args(["--repl-diskless-sync-delay", "0"])
                 .args(["--daemonize", "no"]);
-            if !opts.no_module {
+            if opts.config.is_none() {
+                cmd.args(["--save", ""])
+                    .args(["--appendonly", "no"])
+                    .args(["--enable-debug-command", "yes"])
+                    .args(["--repl-diskless-sync-delay", "0"]);
+            }
+            if !opts.no_module && opts.config.is_none() {
                 let mut line = vec![module_path().to_str().unwrap().to_string()];
                 // The grace is off unless a test sets it: every start of a
                 // test server would otherwise be a start on possibly lost
