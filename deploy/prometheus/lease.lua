@@ -1,0 +1,28 @@
+-- Every numeric field of INFO lease, for prometheus-redis-exporter's
+-- -script option (docs/observability.md, "Prometheus"):
+--
+--   prometheus-redis-exporter -redis.addr redis://host:6379 \
+--     -script /etc/redis-lease/lease.lua
+--
+-- The exporter reads INFO ALL, which leaves module sections out, and runs
+-- this script on every scrape. Each field becomes
+--   redis_script_values{key="lease_<field>"} <value>
+-- and the grace period's reason one more, set to 1:
+--   redis_script_values{key="lease_grace_reason_<reason>"} 1
+-- (reason none, promoted, restart or no-data). Text fields (the version,
+-- the commit, the eviction policy) are left out.
+local result = {}
+local info = redis.call("INFO", "lease")
+for line in string.gmatch(info, "[^\r\n]+") do
+  local name, value = string.match(line, "^(lease_[%w_]+):(.*)$")
+  if name ~= nil then
+    if tonumber(value) ~= nil then
+      table.insert(result, name)
+      table.insert(result, value)
+    elseif name == "lease_grace_reason" then
+      table.insert(result, "lease_grace_reason_" .. value)
+      table.insert(result, "1")
+    end
+  end
+end
+return result
