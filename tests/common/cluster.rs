@@ -56,8 +56,8 @@ pub struct Cluster {
 impl Cluster {
     /// `masters` masters with `replicas` replicas each, created by
     /// `redis-cli --cluster create`; returns once every node sees the
-    /// cluster ok, knows every node and sees every replica attached (up to
-    /// 20 s each).
+    /// cluster ok, knows every node and sees every replica attached, and
+    /// every replica has finished its first sync (up to 20 s each).
     pub fn start(kind: Kind, masters: usize, replicas: usize) -> Cluster {
         Cluster::start_with(kind, masters, replicas, &[], 3000)
     }
@@ -128,6 +128,18 @@ impl Cluster {
                 .count()
                     == masters * replicas),
                 "replicas never attached"
+            );
+        }
+        // And every replica has finished its first sync (a switchover
+        // before that waits for it).
+        for n in &nodes {
+            let mut c = n.conn();
+            assert!(
+                wait_until(Duration::from_secs(20), || {
+                    let info = ok_text(&mut c, &["INFO", "replication"]);
+                    info.contains("role:master") || info.contains("master_link_status:up")
+                }),
+                "a replica never finished its first sync"
             );
         }
         Cluster { nodes }
