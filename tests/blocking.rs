@@ -16,6 +16,23 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 both! {
+    fn a_block_timeout_never_ends_the_wait_early(kind) {
+        // The clock reads whole milliseconds: a timeout taken as `now + ms`
+        // could end up to 1 ms before `ms` had passed. Every wait is at
+        // least its BLOCK, as the client measures it from before sending.
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        acquire(&mut c, "k", "holder", "60000");
+        let mut w = s.conn();
+        for _ in 0..30 {
+            let sent = Instant::now();
+            let got = ok(&mut w, &["LEASE.ACQUIRE", "k", "waiter", "1000", "BLOCK", "40"]);
+            let waited = sent.elapsed();
+            assert_eq!(got, Value::Nil);
+            assert!(waited >= Duration::from_millis(40), "{kind:?}: BLOCK 40 ended after {waited:?}");
+        }
+    }
+
     fn a_free_key_is_taken_at_once_and_the_holder_reacquires_without_blocking(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

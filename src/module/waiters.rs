@@ -134,7 +134,10 @@ pub fn block(
     let Some(bc) = blocked::block(ctx) else {
         return Reply::Null;
     };
-    let timeout_at = (timeout_ms > 0).then(|| now_ms() + timeout_ms);
+    // One millisecond more than asked: the clock reads whole milliseconds,
+    // so `now + timeout` may be up to 1 ms less than `timeout` away; a wait
+    // is never shorter than its BLOCK (at most 1 ms longer).
+    let timeout_at = (timeout_ms > 0).then(|| now_ms() + timeout_ms + 1);
     reg(|r| r.push(slot.clone(), bc, owner, mode, ttl_ms, timeout_at));
     arm(&slot, recheck_at);
     arm_timeouts();
