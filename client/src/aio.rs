@@ -20,6 +20,7 @@
 use std::future::Future;
 use std::io;
 use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,8 +31,8 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::{
-    Block, Error, Loss, Options, acquire_cmd, fence_cmd, lost_reply, millis, new_owner, normalize,
-    renew_every, retry_pause,
+    Block, Error, Loss, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd, lost_reply,
+    millis, new_owner, normalize, release_plan, renew_every, retry_pause, short,
 };
 
 #[derive(Clone)]
@@ -74,6 +75,18 @@ impl Conn {
         tokio::time::timeout(limit, open)
             .await
             .map_err(|_| timed_out("connecting timed out"))?
+    }
+
+    /// Does the connection still answer (`PING` within `read`)? A cluster
+    /// connection says yes: it replaces its node connections itself.
+    async fn alive(&mut self, read: Duration) -> bool {
+        match self {
+            Conn::One(_) => self
+                .call::<String>(&redis::cmd("PING"), Some(read))
+                .await
+                .is_ok(),
+            Conn::Cluster(_) => true,
+        }
     }
 
     /// Runs `cmd`, waiting at most `read` for the reply (`None`: no limit).
@@ -144,6 +157,7 @@ impl LeaseClient {
         ttl: Duration,
         block: Block,
     ) -> Result<Option<Lease>, Error> {
+        check_ttl(ttl)?;
         let block = normalize(block);
         let owner = new_owner();
         let wait_until = match block {
@@ -286,7 +300,17 @@ struct Inner {
     opts: Options,
     signal: LossSignal,
     watchdog: Mutex<Option<AbortHandle>>,
+    /// How often the watchdog found its connection closed (shared with
+    /// it), and when `conn` last answered with that count then: an idle or
+    /// suspect connection is checked before the next call, as in the sync
+    /// `Lease`.
+    dropped: Arc<AtomicU64>,
+    conn_used: Mutex<(Instant, u64)>,
 }
+
+/// As the sync API's: a holder connection idle this long is checked with
+/// `PING` before its next call.
+const IDLE_CHECK: Duration = Duration::from_millis(100);
 
 /// What a job holding a lease works with: token, fenced writes, renewal and
 /// the loss signal (no release: the [`Lease`] guard does that). Cheap to
@@ -331,25 +355,50 @@ impl LeaseHandle {
     }
 
     async fn call<T: FromRedisValue>(&self, cmd: &Cmd, read: Duration) -> Result<T, Error> {
+        self.call_with(cmd, read, &self.0.opts).await
+    }
+
+    /// `call`, opening a connection (when there is none) with `opts`.
+    async fn call_with<T: FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+        read: Duration,
+        opts: &Options,
+    ) -> Result<T, Error> {
         let current = self
             .0
             .conn
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let dropped = self.0.dropped.load(Ordering::Relaxed);
+        let (used, seen) = *self.0.conn_used.lock().unwrap_or_else(|p| p.into_inner());
+        // An idle or suspect connection is checked first: nothing sent on a
+        // closed one can have reached the server, so the call goes out
+        // once, on a new connection (a fence too).
+        let current = match current {
+            Some(mut c) if seen != dropped || used.elapsed() >= IDLE_CHECK => {
+                c.alive(opts.io_timeout).await.then_some(c)
+            }
+            other => other,
+        };
         let mut conn = match current {
             Some(c) => c,
             None => {
-                let c = Conn::open(&self.0.backend, &self.0.opts).await?;
+                let c = Conn::open(&self.0.backend, opts).await?;
                 *self.0.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
                 c
             }
         };
         let result = conn.call(cmd, Some(read)).await;
-        if let Err(e) = &result
-            && lost_reply(e)
-        {
-            *self.0.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        match &result {
+            Err(e) if lost_reply(e) => {
+                *self.0.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+            _ => {
+                *self.0.conn_used.lock().unwrap_or_else(|p| p.into_inner()) =
+                    (Instant::now(), dropped);
+            }
         }
         Ok(result?)
     }
@@ -400,15 +449,30 @@ impl LeaseHandle {
     }
 
     async fn release(&self) -> Result<bool, Error> {
+        let plan = release_plan(self.0.signal.loss());
         self.stop_watchdog();
         let mut cmd = redis::cmd("LEASE.RELEASE");
         cmd.arg(&self.0.key).arg(&self.0.owner);
+        let opts = match plan {
+            ReleasePlan::Nothing => return Ok(false),
+            ReleasePlan::Short => {
+                // One attempt on the connection there is: no check first.
+                *self.0.conn_used.lock().unwrap_or_else(|p| p.into_inner()) =
+                    (Instant::now(), self.0.dropped.load(Ordering::Relaxed));
+                short(&self.0.opts)
+            }
+            ReleasePlan::Full => self.0.opts.clone(),
+        };
         let mut attempt = 0;
         loop {
-            match self.call::<i64>(&cmd, self.0.opts.io_timeout).await {
+            match self.call_with::<i64>(&cmd, opts.io_timeout, &opts).await {
                 Ok(n) => return Ok(n == 1),
-                Err(Error::Redis(e)) if lost_reply(&e) && attempt < self.0.opts.retries => {
+                Err(Error::Redis(e)) if lost_reply(&e) && attempt < opts.retries => {
                     attempt += 1;
+                }
+                // Known lost, and no answer in time: it ends at its ttl.
+                Err(Error::Redis(e)) if lost_reply(&e) && plan == ReleasePlan::Short => {
+                    return Ok(false);
                 }
                 Err(e) => return Err(e),
             }
@@ -466,10 +530,13 @@ impl Lease {
             opts: client.opts.clone(),
             signal: LossSignal(Arc::new(tx)),
             watchdog: Mutex::new(None),
+            dropped: Arc::new(AtomicU64::new(0)),
+            conn_used: Mutex::new((Instant::now(), 0)),
         }));
         if client.opts.watchdog {
             let dog = Watchdog {
                 signal: handle.0.signal.clone(),
+                dropped: handle.0.dropped.clone(),
                 backend: client.backend.clone(),
                 opts: client.opts.clone(),
                 renew: renew_cmd(key, &handle.0.owner, ttl),
@@ -532,6 +599,7 @@ fn renew_cmd(key: &str, owner: &str, ttl: Duration) -> Cmd {
 
 struct Watchdog {
     signal: LossSignal,
+    dropped: Arc<AtomicU64>,
     backend: Backend,
     opts: Options,
     renew: Cmd,
@@ -582,6 +650,7 @@ impl Watchdog {
                 Err(e) => {
                     if lost_reply(&e) {
                         conn = None;
+                        self.dropped.fetch_add(1, Ordering::Relaxed);
                     }
                     next = Instant::now() + retry_pause(self.ttl);
                 }

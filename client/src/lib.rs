@@ -112,6 +112,9 @@ pub enum Error {
     Stale,
     /// The lease is no longer held (returned by helpers that need it held).
     Lost(Loss),
+    /// A ttl under 1 ms: the server's shortest lease is 1 ms, and rounding
+    /// up would hand out a lease nobody asked for. Nothing was sent.
+    InvalidTtl(Duration),
     /// Any other error: the server's error replies, and I/O errors left
     /// after the retries.
     Redis(redis::RedisError),
@@ -124,6 +127,7 @@ impl fmt::Display for Error {
                 "STALE: the fencing token is not the current one; the command was not run",
             ),
             Error::Lost(loss) => loss.fmt(f),
+            Error::InvalidTtl(ttl) => write!(f, "ttl must be at least 1 ms, not {ttl:?}"),
             Error::Redis(e) => e.fmt(f),
         }
     }
@@ -203,6 +207,50 @@ pub fn fence_cmd(key: &str, token: u64, cmd: &redis::Cmd) -> redis::Cmd {
 /// have run): an I/O error, a dropped connection, a timeout.
 pub(crate) fn lost_reply(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// A ttl is at least 1 ms ([`Error::InvalidTtl`] otherwise).
+pub(crate) fn check_ttl(ttl: Duration) -> Result<(), Error> {
+    if ttl < Duration::from_millis(1) {
+        return Err(Error::InvalidTtl(ttl));
+    }
+    Ok(())
+}
+
+/// How a release is sent, given what the holder knows of its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleasePlan {
+    /// Held (or not known lost): sent, and a lost reply retried.
+    Full,
+    /// The deadline passed with no successful renewal: the server may
+    /// still hold it (it was paused, say), so one attempt bounded by
+    /// [`SHORT_RELEASE`] (connect and reply), no retry.
+    Short,
+    /// A renewal was refused: the server said it is not ours. Nothing sent.
+    Nothing,
+}
+
+/// The bound of the one release attempt after the deadline passed.
+pub(crate) const SHORT_RELEASE: Duration = Duration::from_millis(250);
+
+/// The release of a lease whose loss signal says `loss` (before the
+/// release itself sets it).
+pub(crate) fn release_plan(loss: Option<Loss>) -> ReleasePlan {
+    match loss {
+        Some(Loss::Refused) => ReleasePlan::Nothing,
+        Some(Loss::Expired) => ReleasePlan::Short,
+        _ => ReleasePlan::Full,
+    }
+}
+
+/// `opts` with every wait cut to [`SHORT_RELEASE`], no retry.
+pub(crate) fn short(opts: &Options) -> Options {
+    Options {
+        connect_timeout: opts.connect_timeout.min(SHORT_RELEASE),
+        io_timeout: opts.io_timeout.min(SHORT_RELEASE),
+        retries: 0,
+        ..opts.clone()
+    }
 }
 
 /// Whole milliseconds of `d`, at least 1.
@@ -319,6 +367,31 @@ mod tests {
         assert_eq!(
             normalize(Block::For(Duration::from_micros(10))),
             Block::NoWait
+        );
+    }
+
+    #[test]
+    fn a_ttl_under_a_millisecond_is_an_error() {
+        assert!(matches!(
+            check_ttl(Duration::from_micros(999)),
+            Err(Error::InvalidTtl(_))
+        ));
+        assert!(matches!(
+            check_ttl(Duration::ZERO),
+            Err(Error::InvalidTtl(_))
+        ));
+        assert!(check_ttl(Duration::from_millis(1)).is_ok());
+    }
+
+    #[test]
+    fn a_lease_known_lost_is_released_briefly_or_not_at_all() {
+        assert_eq!(release_plan(None), ReleasePlan::Full);
+        assert_eq!(release_plan(Some(Loss::Expired)), ReleasePlan::Short);
+        assert_eq!(release_plan(Some(Loss::Refused)), ReleasePlan::Nothing);
+        let s = short(&Options::default());
+        assert_eq!(
+            (s.connect_timeout, s.io_timeout, s.retries),
+            (SHORT_RELEASE, SHORT_RELEASE, 0)
         );
     }
 

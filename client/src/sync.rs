@@ -9,8 +9,8 @@ use redis::cluster::{ClusterClient, ClusterConfig, ClusterConnection};
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult};
 
 use crate::{
-    Block, Error, Loss, Options, acquire_cmd, fence_cmd, lost_reply, millis, new_owner, normalize,
-    renew_every, retry_pause,
+    Block, Error, Loss, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd, lost_reply,
+    millis, new_owner, normalize, release_plan, renew_every, retry_pause, short,
 };
 
 /// Where the connections go: one server, or a cluster.
@@ -41,6 +41,15 @@ impl Conn {
                 con.set_write_timeout(Some(opts.io_timeout))?;
                 Ok(Conn::Cluster(Box::new(con)))
             }
+        }
+    }
+
+    /// Does the connection still answer (`PING` within `read`)? A cluster
+    /// connection says yes: it replaces its node connections itself.
+    fn alive(&mut self, read: Duration) -> bool {
+        match self {
+            Conn::One(_) => self.call::<String>(&redis::cmd("PING"), Some(read)).is_ok(),
+            Conn::Cluster(_) => true,
         }
     }
 
@@ -118,6 +127,7 @@ impl LeaseClient {
     /// the wait. The read timeout of a blocking call is its `BLOCK` timeout
     /// plus [`Options::block_margin`] (none for `Block::Forever`).
     pub fn acquire(&self, key: &str, ttl: Duration, block: Block) -> Result<Option<Lease>, Error> {
+        check_ttl(ttl)?;
         let block = normalize(block);
         let owner = new_owner();
         let wait_until = match block {
@@ -183,6 +193,10 @@ struct State {
     loss: Option<Loss>,
     /// The holder is done (released or dropped): the watchdog stops.
     stop: bool,
+    /// How often the watchdog found its connection closed (the server
+    /// restarted, say): the holder's idle connection is then checked
+    /// before its next call.
+    dropped: u64,
 }
 
 struct Shared {
@@ -204,6 +218,7 @@ impl LossSignal {
                 deadline,
                 loss: None,
                 stop: false,
+                dropped: 0,
             }),
             cond: Condvar::new(),
         }))
@@ -211,6 +226,14 @@ impl LossSignal {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.0.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn dropped(&self) -> u64 {
+        self.lock().dropped
+    }
+
+    fn note_dropped(&self) {
+        self.lock().dropped += 1;
     }
 
     /// Turns the deadline into a loss when it has passed.
@@ -309,11 +332,21 @@ pub struct Lease {
     token: u64,
     ttl: Duration,
     conn: Option<Conn>,
+    /// When `conn` last answered, and the watchdog's drop count then.
+    conn_used: (Instant, u64),
     backend: Backend,
     opts: Options,
     signal: LossSignal,
     released: bool,
 }
+
+/// A holder's connection idle this long is checked (`PING`) before its
+/// next call, as redis-py's `health_check_interval` does: the server may
+/// have closed it meanwhile (a restart, `CLIENT KILL`, its idle
+/// `timeout`), and a command sent on a closed connection fails without
+/// saying whether it ran. The check costs one round trip, only after a
+/// pause; calls in a row go straight out.
+const IDLE_CHECK: Duration = Duration::from_millis(100);
 
 impl Lease {
     fn start(
@@ -347,6 +380,7 @@ impl Lease {
             token,
             ttl,
             conn: Some(conn),
+            conn_used: (Instant::now(), 0),
             backend: client.backend.clone(),
             opts: client.opts.clone(),
             signal: LossSignal::new(deadline),
@@ -407,22 +441,45 @@ impl Lease {
         self.signal.wait(timeout)
     }
 
-    /// The holder's connection, reopened when a call lost it.
-    fn conn(&mut self) -> Result<&mut Conn, Error> {
-        if self.conn.is_none() {
-            self.conn = Some(Conn::open(&self.backend, &self.opts)?);
+    /// The holder's connection, reopened when a call lost it. One idle
+    /// for [`IDLE_CHECK`], or after the watchdog found the server had
+    /// closed its own, is checked with a `PING` first and replaced when
+    /// dead: nothing sent on it can have reached the server, so the call
+    /// goes out once, on the new connection (a fence too).
+    fn conn(&mut self, opts: &Options) -> Result<&mut Conn, Error> {
+        let dropped = self.signal.dropped();
+        let (used, seen) = self.conn_used;
+        if let Some(c) = self.conn.as_mut()
+            && (seen != dropped || used.elapsed() >= IDLE_CHECK)
+            && !c.alive(opts.io_timeout)
+        {
+            self.conn = None;
         }
+        if self.conn.is_none() {
+            self.conn = Some(Conn::open(&self.backend, opts)?);
+        }
+        self.conn_used.1 = dropped;
         Ok(self.conn.as_mut().expect("just opened"))
     }
 
     /// Runs `cmd` on the holder's connection; drops the connection after an
     /// I/O error so the next call opens a new one.
     fn call<T: FromRedisValue>(&mut self, cmd: &Cmd, read: Duration) -> Result<T, Error> {
-        let result = self.conn()?.call(cmd, Some(read));
-        if let Err(e) = &result
-            && lost_reply(e)
-        {
-            self.conn = None;
+        let opts = self.opts.clone();
+        self.call_with(cmd, read, &opts)
+    }
+
+    /// `call`, with the connection checked or opened within `opts`.
+    fn call_with<T: FromRedisValue>(
+        &mut self,
+        cmd: &Cmd,
+        read: Duration,
+        opts: &Options,
+    ) -> Result<T, Error> {
+        let result = self.conn(opts)?.call(cmd, Some(read));
+        match &result {
+            Err(e) if lost_reply(e) => self.conn = None,
+            _ => self.conn_used.0 = Instant::now(),
         }
         Ok(result?)
     }
@@ -473,16 +530,30 @@ impl Lease {
             return Ok(false);
         }
         self.released = true;
+        let plan = release_plan(self.signal.loss());
         self.signal.finish();
         let mut cmd = redis::cmd("LEASE.RELEASE");
         cmd.arg(&self.key).arg(&self.owner);
+        let opts = match plan {
+            ReleasePlan::Nothing => return Ok(false),
+            ReleasePlan::Short => {
+                // One attempt on the connection there is: no check first.
+                self.conn_used = (Instant::now(), self.signal.dropped());
+                short(&self.opts)
+            }
+            ReleasePlan::Full => self.opts.clone(),
+        };
         let mut attempt = 0;
         loop {
-            let read = self.opts.io_timeout;
-            match self.call::<i64>(&cmd, read) {
+            let result = self.call_with::<i64>(&cmd, opts.io_timeout, &opts);
+            match result {
                 Ok(n) => return Ok(n == 1),
-                Err(Error::Redis(e)) if lost_reply(&e) && attempt < self.opts.retries => {
+                Err(Error::Redis(e)) if lost_reply(&e) && attempt < opts.retries => {
                     attempt += 1;
+                }
+                // Known lost, and no answer in time: it ends at its ttl.
+                Err(Error::Redis(e)) if lost_reply(&e) && plan == ReleasePlan::Short => {
+                    return Ok(false);
                 }
                 Err(e) => return Err(e),
             }
@@ -576,6 +647,7 @@ impl Watchdog {
                 Err(e) => {
                     if lost_reply(&e) {
                         conn = None;
+                        self.signal.note_dropped();
                     }
                     next = Instant::now() + retry_pause(self.ttl);
                 }

@@ -32,6 +32,53 @@ fn client(s: &Server) -> LeaseClient {
 }
 
 both! {
+    fn a_fence_after_the_server_dropped_the_connection_is_sent_on_a_new_one(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        rt().block_on(async {
+            let lease = client(&s).acquire("job", MS(600), Block::NoWait).await.unwrap().unwrap();
+            let _: () = lease.fence(redis::cmd("SET").arg("data").arg("before")).await.unwrap();
+            let before = info_int(&mut c, "lease_renewed");
+            ok(&mut c, &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+            for _ in 0..150 {
+                if info_int(&mut c, "lease_renewed") > before {
+                    break;
+                }
+                tokio::time::sleep(MS(20)).await;
+            }
+            assert!(info_int(&mut c, "lease_renewed") > before, "the watchdog renews again");
+            let _: () = lease.fence(redis::cmd("SET").arg("data").arg("after")).await.unwrap();
+            assert!(!lease.is_lost());
+            assert!(lease.release().await.unwrap());
+        });
+        assert_eq!(ok_text(&mut c, &["GET", "data"]), "after");
+    }
+
+    fn a_ttl_under_a_millisecond_is_an_error(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        rt().block_on(async {
+            let got = client(&s).acquire("job", Duration::from_micros(500), Block::NoWait).await;
+            assert!(matches!(got, Err(Error::InvalidTtl(_))), "{got:?}");
+        });
+        assert_eq!(token_of(&mut c, "job"), None, "nothing was sent");
+    }
+
+    fn leaving_the_block_after_a_loss_is_quick(kind) {
+        let s = Server::start(kind);
+        let took = rt().block_on(async {
+            let lease = client(&s).acquire("job", MS(400), Block::NoWait).await.unwrap().unwrap();
+            let frozen = Frozen::stop(&s);
+            tokio::time::timeout(Duration::from_secs(5), lease.lost()).await.unwrap();
+            let began = Instant::now();
+            assert!(!lease.release().await.unwrap());
+            let took = began.elapsed();
+            drop(frozen);
+            took
+        });
+        assert!(took < MS(1000), "the release of a lost lease took {took:?}");
+    }
+
     fn watchdog_keeps_the_lease_over_several_ttls(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

@@ -243,6 +243,78 @@ both! {
         assert!(!lease.renew().unwrap(), "expired on the server too");
     }
 
+    fn a_fence_after_the_server_dropped_the_connection_is_sent_on_a_new_one(kind) {
+        // The server closes every client connection (as a restart does):
+        // the watchdog reconnects and keeps the lease; the lease's own idle
+        // connection is closed too, and the next fence must not fail on it
+        // (it never reached the server, so a new connection is safe).
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let mut lease = client(&s).acquire("job", MS(600), Block::NoWait).unwrap().unwrap();
+        let _: () = lease.fence(redis::cmd("SET").arg("data").arg("before")).unwrap();
+        let before = info_int(&mut c, "lease_renewed");
+        ok(&mut c, &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        assert!(
+            wait_until(Duration::from_secs(3), || info_int(&mut c, "lease_renewed") > before),
+            "the watchdog renews again"
+        );
+        let _: () = lease.fence(redis::cmd("SET").arg("data").arg("after")).unwrap();
+        assert!(!lease.is_lost());
+        assert_eq!(ok_text(&mut c, &["GET", "data"]), "after");
+        // And after the connection sat idle while the server closed it.
+        thread::sleep(MS(100));
+        ok(&mut c, &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        thread::sleep(MS(300));
+        let _: () = lease.fence(redis::cmd("SET").arg("data").arg("idle")).unwrap();
+        assert_eq!(ok_text(&mut c, &["GET", "data"]), "idle");
+        assert!(lease.release().unwrap());
+    }
+
+    fn a_ttl_under_a_millisecond_is_an_error(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        for ttl in [Duration::ZERO, Duration::from_micros(999)] {
+            let got = client(&s).acquire("job", ttl, Block::NoWait);
+            assert!(matches!(got, Err(Error::InvalidTtl(t)) if t == ttl), "{ttl:?}: {got:?}");
+        }
+        let ran = client(&s).with_lease("job", Duration::ZERO, Block::NoWait, |_| Ok::<_, Error>(()));
+        assert!(matches!(ran, Err(Error::InvalidTtl(_))));
+        assert_eq!(token_of(&mut c, "job"), None, "nothing was sent");
+        assert_eq!(info_int(&mut c, "lease_acquired"), 0);
+    }
+
+    fn leaving_the_block_after_a_loss_is_quick(kind) {
+        // The server freezes while the lease is held (default options: 2 s
+        // connect, 5 s io, 3 retries). Once the deadline passed, leaving
+        // the block makes one short release attempt, not (retries + 1) x
+        // (connect + io) of them.
+        let s = Server::start(kind);
+        let mut frozen = None;
+        let mut left_at = Instant::now();
+        let done = client(&s)
+            .with_lease("job", MS(400), Block::NoWait, |lease| {
+                frozen = Some(Frozen::stop(&s));
+                let loss = lease.wait_lost(Some(Duration::from_secs(5)));
+                left_at = Instant::now();
+                Ok::<_, Error>(loss)
+            })
+            .unwrap();
+        let took = left_at.elapsed();
+        drop(frozen);
+        assert_eq!(done, Some(Some(Loss::Expired)));
+        assert!(took < MS(1000), "leaving the block took {took:?}");
+        // A refused renewal: the release sends nothing.
+        let mut c = s.conn();
+        let mut lease = client(&s).acquire("job2", MS(5000), Block::NoWait).unwrap().unwrap();
+        ok(&mut c, &["DEL", "job2"]);
+        assert!(!lease.renew().unwrap());
+        let released = info_int(&mut c, "lease_release_failed");
+        let began = Instant::now();
+        assert!(!lease.release().unwrap());
+        assert!(began.elapsed() < MS(100));
+        assert_eq!(info_int(&mut c, "lease_release_failed"), released, "no LEASE.RELEASE sent");
+    }
+
     fn the_readme_example_runs(kind) {
         let s = Server::start(kind);
         quickstart::run(&s.url(false)).unwrap();

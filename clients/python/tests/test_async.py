@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+import redis
 import redis.asyncio as aredis
 
 from conftest import (
@@ -231,5 +232,56 @@ def test_a_lease_dropped_without_release_stops_renewing(server):
         loop = asyncio.get_running_loop()
         gone = await loop.run_in_executor(None, wait_until, 3, lambda: token_of(r, "job") is None)
         assert gone, "the watchdog still renews a lease nobody holds"
+
+    asyncio.run(main())
+
+
+def test_a_frozen_server_bounds_every_wait(server):
+    async def main():
+        client = AsyncLeaseClient(
+            aredis.Redis(host="127.0.0.1", port=server.port, socket_connect_timeout=0.5),
+            io_timeout=0.5,
+        )
+        frozen = Frozen(server)
+        began = time.monotonic()
+        with pytest.raises((redis.TimeoutError, redis.ConnectionError)):
+            await client.acquire("job", 5000)
+        took = time.monotonic() - began
+        frozen.thaw()
+        assert took < 0.5 * 4 + 1.0, f"acquire on a frozen server took {took:.1f} s"
+
+    asyncio.run(main())
+
+
+def test_leaving_the_block_after_a_loss_is_quick(server):
+    async def main():
+        client = aclient(server, io_timeout=2.0)
+        async with client.lease("job", 400) as lease:
+            frozen = Frozen(server)
+            await asyncio.wait_for(lease.lost.wait(), 5)
+            assert lease.lost.reason == Loss.EXPIRED
+            began = time.monotonic()
+        took = time.monotonic() - began
+        frozen.thaw()
+        assert took < 1.0, f"leaving the block took {took:.1f} s"
+
+    asyncio.run(main())
+
+
+def test_a_fence_after_the_server_dropped_the_connection_is_sent_on_a_new_one(server):
+    async def main():
+        r = server.client()
+        async with aclient(server).lease("job", 600) as lease:
+            await lease.fence("SET", "data", "before")
+            before = info_int(r, "renewed")
+            r.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+            for _ in range(150):  # at most 3 s
+                if info_int(r, "renewed") > before:
+                    break
+                await asyncio.sleep(0.02)
+            assert info_int(r, "renewed") > before, "the watchdog renews again"
+            assert await lease.fence("SET", "data", "after") == b"OK"
+            assert not lease.lost.is_set()
+        assert server.client().get("data") == b"after"
 
     asyncio.run(main())

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+import redis
 
 from conftest import (
     Frozen,
@@ -250,3 +251,60 @@ def test_a_lease_dropped_without_release_stops_renewing(server):
     gc.collect()
     # No one renews it any more: it ends at its ttl.
     assert wait_until(3, lambda: token_of(r, "job") is None)
+
+
+def test_a_frozen_server_bounds_every_wait(server):
+    # SIGSTOPped: the kernel still accepts the TCP connection, the server
+    # never answers (not even redis-py's connect handshake). Every wait of
+    # the helper is bounded: about io_timeout x (retries + 1), plus pauses.
+    client = LeaseClient(
+        redis.Redis(host="127.0.0.1", port=server.port, socket_connect_timeout=0.5),
+        io_timeout=0.5,
+    )
+    frozen = Frozen(server)
+    began = time.monotonic()
+    with pytest.raises((redis.TimeoutError, redis.ConnectionError)):
+        client.acquire("job", 5000)
+    took = time.monotonic() - began
+    frozen.thaw()
+    assert took < 0.5 * 4 + 1.0, f"acquire on a frozen server took {took:.1f} s"
+
+
+def test_leaving_the_block_after_a_loss_is_quick(server):
+    # The server freezes while the lease is held: the loss is signalled at
+    # the deadline, and leaving the block makes one short release attempt
+    # (the lease is known lost), not io_timeout x (retries + 1).
+    client = LeaseClient(server.client(), io_timeout=2.0)
+    frozen = None
+    with client.lease("job", 400) as lease:
+        frozen = Frozen(server)
+        assert lease.lost.wait(5) and lease.lost.reason == Loss.EXPIRED
+        began = time.monotonic()
+    took = time.monotonic() - began
+    frozen.thaw()
+    assert took < 1.0, f"leaving the block took {took:.1f} s"
+    # A refused renewal: nothing is sent at all.
+    r = server.client()
+    lease = client.acquire("job2", 5000)
+    r.delete("job2")
+    assert lease.renew() is False and lease.lost.reason == Loss.REFUSED
+    began = time.monotonic()
+    assert lease.release() is False
+    assert time.monotonic() - began < 0.1
+
+
+def test_a_fence_after_the_server_dropped_the_connection_is_sent_on_a_new_one(server):
+    # The server closes every client connection (as a restart does): the
+    # watchdog reconnects and keeps the lease; the lease's own idle
+    # connection is closed too, and the next fence must not fail on it (it
+    # was never sent, so a new connection is safe).
+    r = server.client()
+    client = LeaseClient(server.client())
+    with client.lease("job", 600) as lease:
+        lease.fence("SET", "data", "before")
+        before = info_int(r, "renewed")
+        r.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        assert wait_until(3, lambda: info_int(r, "renewed") > before), "the watchdog renews again"
+        assert lease.fence("SET", "data", "after") == b"OK"
+        assert not lease.lost.is_set()
+    assert r.get("data") == b"after"

@@ -114,9 +114,44 @@ def check_ttl(ttl_ms: int, block_ms: Optional[int]) -> None:
         raise ValueError("block_ms must be None (no wait), 0 (FOREVER) or a positive integer")
 
 
-def connection_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    """A pool's connection arguments for a connection of our own: no socket
-    timeout of its own (every read here passes its own)."""
+def connection_kwargs(kwargs: Dict[str, Any], io_timeout: float, no_retry: Any) -> Dict[str, Any]:
+    """A pool's connection arguments for a connection of our own: every wait
+    on it is bounded. Its socket timeout is ``io_timeout`` (the handshake
+    redis-py sends on connect, HELLO, AUTH, SELECT, CLIENT SETINFO, and every
+    send; each read passes its own timeout), and so is its connect timeout
+    unless the client set one. redis-py's own retries (``no_retry``: a
+    ``Retry`` with none, of the sync or the asyncio kind) are off: the helpers
+    retry themselves, with the same owner and within their own bounds."""
     out = dict(kwargs)
-    out["socket_timeout"] = None
+    out["retry"] = no_retry
+    out["socket_timeout"] = io_timeout
+    if out.get("socket_connect_timeout") is None:
+        out["socket_connect_timeout"] = io_timeout
     return out
+
+
+class ReleasePlan(enum.Enum):
+    """How a release is sent, given what the holder knows of its lease."""
+
+    #: Held (or not known lost): sent, and a lost reply retried.
+    FULL = "full"
+    #: The deadline passed with no successful renewal: the server may still
+    #: hold it (a paused server), so one attempt, bounded by
+    #: :data:`SHORT_S`, no retry.
+    SHORT = "short"
+    #: A renewal was refused: the server said it is not ours; nothing sent.
+    NONE = "none"
+
+
+#: The bound of the one release attempt after the deadline passed (seconds).
+SHORT_S = 0.25
+
+
+def release_plan(loss: Optional[Loss]) -> ReleasePlan:
+    """The release of a lease whose loss signal says ``loss`` (before the
+    release set it)."""
+    if loss == Loss.REFUSED:
+        return ReleasePlan.NONE
+    if loss == Loss.EXPIRED:
+        return ReleasePlan.SHORT
+    return ReleasePlan.FULL

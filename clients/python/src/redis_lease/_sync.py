@@ -11,17 +11,22 @@ from typing import Any, Callable, Optional, Tuple, Type, Union
 
 import redis
 from redis import exceptions
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.retry import Retry
 
 from ._common import (
+    SHORT_S,
     LeaseBusy,
     Loss,
+    ReleasePlan,
     acquire_args,
     check_stale,
     check_ttl,
     connection_kwargs,
     lost_reply,
     new_owner,
+    release_plan,
     renew_every,
     retry_pause,
 )
@@ -33,16 +38,22 @@ class _Target:
     """Makes connections to the node that serves a key: the one server, or the
     master of the key's slot in a cluster."""
 
-    def __init__(self, client: Union[redis.Redis, RedisCluster]) -> None:
+    def __init__(self, client: Union[redis.Redis, RedisCluster], io_timeout: float) -> None:
         self.client = client
+        self.io_timeout = io_timeout
 
-    def connect(self, key: Any) -> Conn:
+    def connect(self, key: Any, timeout: Optional[float] = None) -> Conn:
+        """A new connection, every wait on it bounded by ``io_timeout`` (or
+        by ``timeout``, connect included, when given)."""
         if isinstance(self.client, RedisCluster):
             node = self.client.get_node_from_key(key)  # type: ignore[no-untyped-call]
             pool = self.client.get_redis_connection(node).connection_pool
         else:
             pool = self.client.connection_pool
-        conn = pool.connection_class(**connection_kwargs(pool.connection_kwargs))
+        kwargs = connection_kwargs(pool.connection_kwargs, self.io_timeout, Retry(NoBackoff(), 0))
+        if timeout is not None:
+            kwargs["socket_timeout"] = kwargs["socket_connect_timeout"] = timeout
+        conn = pool.connection_class(**kwargs)
         conn.connect()
         return conn
 
@@ -58,6 +69,15 @@ def _call(conn: Conn, args: Tuple[Any, ...], timeout: Optional[float]) -> Any:
     or a timeout."""
     conn.send_command(*args)
     return conn.read_response(timeout=None if timeout is None else max(timeout, 0.001))
+
+
+def _usable(conn: Conn) -> bool:
+    """Is an idle connection of ours still open? With no reply due, anything
+    readable on it is the server's close (or garbage): not usable."""
+    try:
+        return not conn.can_read(timeout=0)
+    except Exception:
+        return False
 
 
 class LossSignal:
@@ -174,10 +194,17 @@ class Lease:
     def __repr__(self) -> str:  # never the owner: it is the holder's credential
         return f"<Lease key={self.key!r} token={self.token} lost={self.lost.reason}>"
 
-    def _holder_call(self, args: Tuple[Any, ...], timeout: float) -> Any:
+    def _holder_call(
+        self, args: Tuple[Any, ...], timeout: float, connect_timeout: Optional[float] = None
+    ) -> Any:
         with self._lock:
+            if self._conn is not None and not _usable(self._conn):
+                # Closed by the server while idle (a restart, CLIENT KILL,
+                # its idle timeout): nothing sent on it would reach the
+                # server, so a new connection is safe, for a fence too.
+                self._drop_conn()
             if self._conn is None:
-                self._conn = self._client._target.connect(self.key)
+                self._conn = self._client._target.connect(self.key, connect_timeout)
             try:
                 return _call(self._conn, args, timeout)
             except exceptions.ResponseError as e:
@@ -222,17 +249,29 @@ class Lease:
     def release(self) -> bool:
         """Gives the lease back and stops the watchdog. True: it was ours.
         False: it was lost before (or released already). A lost reply is
-        retried with the same owner."""
+        retried with the same owner. Once the lease is known lost it waits
+        little: after a refused renewal nothing is sent; after the deadline
+        passed one attempt, bounded by a quarter of a second, no retry."""
         if self._released:
             return False
         self._released = True
         self._stop.set()
+        plan = release_plan(self.lost.reason)
         self.lost._lose(Loss.RELEASED)
         attempt = 0
+        args = ("LEASE.RELEASE", self.key, self._owner)
         try:
+            if plan is ReleasePlan.NONE:
+                return False
+            if plan is ReleasePlan.SHORT:
+                try:
+                    return bool(self._holder_call(args, SHORT_S, SHORT_S) == 1)
+                except Exception as e:
+                    if lost_reply(e):
+                        return False
+                    raise
             while True:
                 try:
-                    args = ("LEASE.RELEASE", self.key, self._owner)
                     return bool(self._holder_call(args, self._client.io_timeout) == 1)
                 except Exception as e:
                     if not lost_reply(e) or attempt >= self._client.retries:
@@ -322,7 +361,7 @@ class LeaseClient:
         retries: int = 3,
         watchdog: bool = True,
     ) -> None:
-        self._target = _Target(client)
+        self._target = _Target(client, io_timeout)
         self.io_timeout = io_timeout
         self.block_margin = block_margin
         self.retries = retries

@@ -21,16 +21,21 @@ from typing import Any, Awaitable, Callable, Optional, Tuple, Type, TypeVar, Uni
 import redis.asyncio as aredis
 from redis import exceptions
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from ._common import (
+    SHORT_S,
     LeaseBusy,
     Loss,
+    ReleasePlan,
     acquire_args,
     check_stale,
     check_ttl,
     connection_kwargs,
     lost_reply,
     new_owner,
+    release_plan,
     renew_every,
     retry_pause,
 )
@@ -42,12 +47,18 @@ T = TypeVar("T")
 
 
 class _Target:
-    def __init__(self, client: Union[aredis.Redis, RedisCluster]) -> None:
+    def __init__(self, client: Union[aredis.Redis, RedisCluster], io_timeout: float) -> None:
         self.client = client
+        self.io_timeout = io_timeout
 
     async def connect(self, key: Any, timeout: float) -> Conn:
+        """A new connection within ``timeout``; every later wait on it is
+        bounded by ``io_timeout`` (and by ``timeout`` when shorter)."""
         if isinstance(self.client, RedisCluster):
-            await self.client.initialize()
+            try:
+                await asyncio.wait_for(self.client.initialize(), timeout)
+            except asyncio.TimeoutError:
+                raise exceptions.TimeoutError("the cluster's slots did not come in time") from None
             node = self.client.get_node_from_key(key)
             if node is None:
                 raise exceptions.SlotNotCoveredError(f"no node serves the slot of {key!r}")
@@ -56,9 +67,13 @@ class _Target:
         else:
             pool = self.client.connection_pool
             cls, kwargs = pool.connection_class, pool.connection_kwargs
-        conn: Conn = cls(**connection_kwargs(kwargs))
+        no_retry = Retry(NoBackoff(), 0)
+        conn: Conn = cls(**connection_kwargs(kwargs, min(self.io_timeout, timeout), no_retry))
         try:
             await asyncio.wait_for(conn.connect(), timeout)
+        except asyncio.TimeoutError:
+            await _close(conn)
+            raise exceptions.TimeoutError("connecting timed out") from None
         except BaseException:
             await _close(conn)
             raise
@@ -74,7 +89,9 @@ async def _call(conn: Conn, args: Tuple[Any, ...], timeout: Optional[float]) -> 
     no limit); closes the connection when the reply does not come."""
     async def go() -> Any:
         await conn.send_command(*args)
-        return await conn.read_response()
+        # The connection's socket timeout bounds a read by default; this
+        # call's own bound is the wait_for below (none for ``BLOCK 0``).
+        return await conn.read_response(timeout=_FOREVER_S)
 
     try:
         if timeout is None:
@@ -85,12 +102,25 @@ async def _call(conn: Conn, args: Tuple[Any, ...], timeout: Optional[float]) -> 
         raise exceptions.TimeoutError("no reply in time") from None
 
 
+#: A read timeout longer than any wait (redis-py reads with the socket
+#: timeout unless given one).
+_FOREVER_S = 1e8
+
+
 async def _close(conn: Optional[Conn]) -> None:
     if conn is not None:
         try:
             await conn.disconnect()
         except Exception:
             pass
+
+
+async def _usable(conn: Conn) -> bool:
+    """Is an idle connection of ours still open (nothing readable on it)?"""
+    try:
+        return not await conn.can_read()
+    except Exception:
+        return False
 
 
 class AsyncLossSignal:
@@ -182,10 +212,19 @@ class AsyncLease:
     def __repr__(self) -> str:
         return f"<AsyncLease key={self.key!r} token={self.token} lost={self.lost.reason}>"
 
-    async def _holder_call(self, args: Tuple[Any, ...], timeout: float) -> Any:
+    async def _holder_call(
+        self, args: Tuple[Any, ...], timeout: float, connect_timeout: Optional[float] = None
+    ) -> Any:
         async with self._lock:
+            if self._conn is not None and not await _usable(self._conn):
+                # Closed by the server while idle: a new connection is safe,
+                # as in the sync Lease.
+                conn, self._conn = self._conn, None
+                await _close(conn)
             if self._conn is None:
-                self._conn = await self._client._target.connect(self.key, self._client.io_timeout)
+                self._conn = await self._client._target.connect(
+                    self.key, connect_timeout or self._client.io_timeout
+                )
             try:
                 return await _call(self._conn, args, timeout)
             except exceptions.ResponseError as e:
@@ -217,18 +256,29 @@ class AsyncLease:
 
     async def release(self) -> bool:
         """Gives the lease back and stops the watchdog. True: it was ours. A
-        lost reply is retried with the same owner."""
+        lost reply is retried with the same owner. Once the lease is known
+        lost it waits little, as the sync :meth:`Lease.release`."""
         if self._released:
             return False
         self._released = True
         if self._task is not None:
             self._task.cancel()
+        plan = release_plan(self.lost.reason)
         self.lost._lose(Loss.RELEASED)
         attempt = 0
+        args = ("LEASE.RELEASE", self.key, self._owner)
         try:
+            if plan is ReleasePlan.NONE:
+                return False
+            if plan is ReleasePlan.SHORT:
+                try:
+                    return bool(await self._holder_call(args, SHORT_S, SHORT_S) == 1)
+                except Exception as e:
+                    if lost_reply(e):
+                        return False
+                    raise
             while True:
                 try:
-                    args = ("LEASE.RELEASE", self.key, self._owner)
                     return bool(await self._holder_call(args, self._client.io_timeout) == 1)
                 except Exception as e:
                     if not lost_reply(e) or attempt >= self._client.retries:
@@ -341,7 +391,7 @@ class AsyncLeaseClient:
         retries: int = 3,
         watchdog: bool = True,
     ) -> None:
-        self._target = _Target(client)
+        self._target = _Target(client, io_timeout)
         self.io_timeout = io_timeout
         self.block_margin = block_margin
         self.retries = retries
