@@ -31,8 +31,8 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::{
-    Block, Error, Loss, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd, lost_reply,
-    millis, new_owner, normalize, release_plan, renew_every, retry_pause, short,
+    Block, Error, Loss, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd, grace_of,
+    lost_reply, millis, new_owner, normalize, release_plan, renew_every, retry_pause, short,
 };
 
 #[derive(Clone)]
@@ -178,7 +178,18 @@ impl LeaseClient {
                 Err(e) => Err(e),
             };
             match result {
-                Ok((_, None)) => return Ok(None),
+                Ok((mut conn, None)) => {
+                    // Null: another owner, or the server's grace period;
+                    // the server says which.
+                    let info = conn
+                        .call::<String>(redis::cmd("INFO").arg("lease"), Some(self.opts.io_timeout))
+                        .await
+                        .unwrap_or_default();
+                    return match grace_of(&info) {
+                        Some(grace) => Err(grace),
+                        None => Ok(None),
+                    };
+                }
                 Ok((conn, Some(token))) => {
                     return Ok(Some(
                         Lease::start(self, key, owner, token, ttl, sent, conn).await,

@@ -112,6 +112,17 @@ pub enum Error {
     Stale,
     /// The lease is no longer held (returned by helpers that need it held).
     Lost(Loss),
+    /// The server refused the lease because it is in a grace period (after a
+    /// failover or a start on possibly lost data), not because another owner
+    /// holds it: no new lease there for `remaining` more (`reason`:
+    /// `promoted`, `restart` or `no-data`). Leases already held keep
+    /// working. Read from the server's `INFO lease` right after the null.
+    Grace {
+        /// What remains of the period.
+        remaining: Duration,
+        /// Why it runs.
+        reason: String,
+    },
     /// A ttl under 1 ms: the server's shortest lease is 1 ms, and rounding
     /// up would hand out a lease nobody asked for. Nothing was sent.
     InvalidTtl(Duration),
@@ -128,6 +139,11 @@ impl fmt::Display for Error {
             ),
             Error::Lost(loss) => loss.fmt(f),
             Error::InvalidTtl(ttl) => write!(f, "ttl must be at least 1 ms, not {ttl:?}"),
+            Error::Grace { remaining, reason } => write!(
+                f,
+                "the server is in a grace period ({reason}): no new lease for {} ms more",
+                remaining.as_millis()
+            ),
             Error::Redis(e) => e.fmt(f),
         }
     }
@@ -207,6 +223,20 @@ pub fn fence_cmd(key: &str, token: u64, cmd: &redis::Cmd) -> redis::Cmd {
 /// have run): an I/O error, a dropped connection, a timeout.
 pub(crate) fn lost_reply(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// The grace period an `INFO lease` text says runs, as [`Error::Grace`];
+/// `None` when none runs (or the text cannot say).
+pub(crate) fn grace_of(info: &str) -> Option<Error> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+    };
+    let remaining: u64 = field("lease_grace_remaining_ms")?.parse().ok()?;
+    (remaining > 0).then(|| Error::Grace {
+        remaining: Duration::from_millis(remaining),
+        reason: field("lease_grace_reason").unwrap_or("unknown").to_string(),
+    })
 }
 
 /// A ttl is at least 1 ms ([`Error::InvalidTtl`] otherwise).
@@ -368,6 +398,22 @@ mod tests {
             normalize(Block::For(Duration::from_micros(10))),
             Block::NoWait
         );
+    }
+
+    #[test]
+    fn a_grace_period_is_read_from_info_lease() {
+        let info = "# lease\r\nlease_grace_remaining_ms:4210\r\nlease_grace_reason:promoted\r\n";
+        match grace_of(info) {
+            Some(Error::Grace { remaining, reason }) => {
+                assert_eq!(
+                    (remaining, reason.as_str()),
+                    (Duration::from_millis(4210), "promoted")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(grace_of("lease_grace_remaining_ms:0\nlease_grace_reason:none").is_none());
+        assert!(grace_of("").is_none());
     }
 
     #[test]

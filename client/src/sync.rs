@@ -9,8 +9,8 @@ use redis::cluster::{ClusterClient, ClusterConfig, ClusterConnection};
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult};
 
 use crate::{
-    Block, Error, Loss, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd, lost_reply,
-    millis, new_owner, normalize, release_plan, renew_every, retry_pause, short,
+    Block, Error, Loss, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd, grace_of,
+    lost_reply, millis, new_owner, normalize, release_plan, renew_every, retry_pause, short,
 };
 
 /// Where the connections go: one server, or a cluster.
@@ -118,6 +118,8 @@ impl LeaseClient {
     ///
     /// - `Ok(Some(lease))`: the lease is ours; its watchdog is running.
     /// - `Ok(None)`: another owner holds it (after waiting, with `block`).
+    /// - `Err(Error::Grace { remaining, .. })`: the server refused it for its
+    ///   grace period (read from its `INFO lease` after the null reply).
     /// - `Err(..)`: an error reply, or no reply after [`Options::retries`]
     ///   retries.
     ///
@@ -143,7 +145,17 @@ impl LeaseClient {
                 conn.call::<Option<u64>>(&cmd, read).map(|t| (conn, t))
             });
             match result {
-                Ok((_, None)) => return Ok(None),
+                Ok((mut conn, None)) => {
+                    // Null: another owner, or the server's grace period;
+                    // the server says which.
+                    let info = conn
+                        .call::<String>(redis::cmd("INFO").arg("lease"), Some(self.opts.io_timeout))
+                        .unwrap_or_default();
+                    return match grace_of(&info) {
+                        Some(grace) => Err(grace),
+                        None => Ok(None),
+                    };
+                }
                 Ok((conn, Some(token))) => {
                     let lease = Lease::start(self, key, owner, token, ttl, sent, conn);
                     return Ok(Some(lease));

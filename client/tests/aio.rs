@@ -54,6 +54,24 @@ both! {
         assert_eq!(ok_text(&mut c, &["GET", "data"]), "after");
     }
 
+    fn a_grace_refusal_says_so_and_how_long_remains(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let lc = client(&s);
+        ok(&mut c, &["CONFIG", "SET", "lease.grace-ms", "3000"]);
+        ok(&mut c, &["REPLICAOF", "127.0.0.1", "1"]);
+        ok(&mut c, &["REPLICAOF", "NO", "ONE"]);
+        rt().block_on(async {
+            match lc.acquire("job", MS(1000), Block::NoWait).await {
+                Err(Error::Grace { remaining, reason }) => {
+                    assert!(remaining > Duration::ZERO && remaining <= MS(3000), "{remaining:?}");
+                    assert_eq!(reason, "promoted");
+                }
+                other => panic!("{kind:?}: {other:?}"),
+            }
+        });
+    }
+
     fn a_ttl_under_a_millisecond_is_an_error(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

@@ -270,6 +270,26 @@ both! {
         assert!(lease.release().unwrap());
     }
 
+    fn a_grace_refusal_says_so_and_how_long_remains(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let lc = client(&s);
+        ok(&mut c, &["CONFIG", "SET", "lease.grace-ms", "3000"]);
+        ok(&mut c, &["REPLICAOF", "127.0.0.1", "1"]);
+        ok(&mut c, &["REPLICAOF", "NO", "ONE"]);
+        match lc.acquire("job", MS(1000), Block::NoWait) {
+            Err(Error::Grace { remaining, reason }) => {
+                assert!(remaining > Duration::ZERO && remaining <= MS(3000), "{remaining:?}");
+                assert_eq!(reason, "promoted");
+            }
+            other => panic!("{kind:?}: {other:?}"),
+        }
+        // Contention is still Ok(None).
+        ok(&mut c, &["CONFIG", "SET", "lease.grace-ms", "0"]);
+        assert!(try_acquire(&mut c, "held", "other", "10000").is_some());
+        assert!(lc.acquire("held", MS(1000), Block::NoWait).unwrap().is_none());
+    }
+
     fn a_ttl_under_a_millisecond_is_an_error(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

@@ -23,7 +23,7 @@ from conftest import (
     wait_until,
     waiters,
 )
-from redis_lease import LeaseBusy, Loss, StaleToken
+from redis_lease import LeaseBusy, LeaseGrace, Loss, StaleToken
 from redis_lease.aio import AsyncLeaseClient
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -283,5 +283,19 @@ def test_a_fence_after_the_server_dropped_the_connection_is_sent_on_a_new_one(se
             assert await lease.fence("SET", "data", "after") == b"OK"
             assert not lease.lost.is_set()
         assert server.client().get("data") == b"after"
+
+    asyncio.run(main())
+
+
+def test_a_grace_refusal_says_so_and_how_long_remains(server):
+    r = server.client()
+    r.execute_command("CONFIG", "SET", "lease.grace-ms", "3000")
+    r.execute_command("REPLICAOF", "127.0.0.1", "1")
+    r.execute_command("REPLICAOF", "NO", "ONE")
+
+    async def main():
+        with pytest.raises(LeaseGrace) as e:
+            await aclient(server).acquire("job", 1000)
+        assert 0 < e.value.remaining_ms <= 3000 and e.value.reason == "promoted"
 
     asyncio.run(main())

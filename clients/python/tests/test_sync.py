@@ -20,7 +20,7 @@ from conftest import (
     wait_until,
     waiters,
 )
-from redis_lease import FOREVER, LeaseBusy, LeaseClient, Loss, StaleToken
+from redis_lease import FOREVER, LeaseBusy, LeaseClient, LeaseGrace, Loss, StaleToken
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -308,3 +308,30 @@ def test_a_fence_after_the_server_dropped_the_connection_is_sent_on_a_new_one(se
         assert lease.fence("SET", "data", "after") == b"OK"
         assert not lease.lost.is_set()
     assert r.get("data") == b"after"
+
+
+def start_grace(r, ms: int) -> None:
+    """A promotion starts a grace period of ``ms``: a replica of a port
+    nobody listens on, then a master again."""
+    r.execute_command("CONFIG", "SET", "lease.grace-ms", str(ms))
+    r.execute_command("REPLICAOF", "127.0.0.1", "1")
+    r.execute_command("REPLICAOF", "NO", "ONE")
+    assert r.info("lease")["lease_grace_remaining_ms"] > 0
+
+
+def test_a_grace_refusal_says_so_and_how_long_remains(server):
+    r = server.client()
+    client = LeaseClient(server.client())
+    held = client.acquire("held", 10000)
+    start_grace(r, 3000)
+    with pytest.raises(LeaseGrace) as e:
+        client.acquire("job", 1000)
+    assert 0 < e.value.remaining_ms <= 3000 and e.value.reason == "promoted"
+    assert "grace period" in str(e.value)
+    with pytest.raises(LeaseBusy):  # lease() raises it too, a LeaseBusy
+        client.lease("job", 1000)
+    # A lease held before keeps working; contention is still None.
+    assert held.renew() and held.fence("SET", "x", "1") == b"OK"
+    r.execute_command("CONFIG", "SET", "lease.grace-ms", "0")
+    assert client.acquire("held", 1000) is None, "held by another owner: None, not LeaseGrace"
+    held.release()

@@ -37,6 +37,40 @@ class LeaseBusy(LeaseError):
     (and the ``block_ms`` wait, if any, ran out)."""
 
 
+class LeaseGrace(LeaseBusy):
+    """The server refused the lease because it is in a grace period (after a
+    failover or a start on possibly lost data, design.md S7), not because
+    another owner holds it: no new lease on that server for
+    ``remaining_ms`` more (``reason``: ``promoted``, ``restart`` or
+    ``no-data``). Leases already held keep working. Read from the server's
+    ``INFO lease`` right after the refusal."""
+
+    def __init__(self, key: Any, remaining_ms: int, reason: str) -> None:
+        super().__init__(
+            f"{key!r}: the server is in a grace period ({reason}): "
+            f"no new lease for {remaining_ms} ms more"
+        )
+        self.remaining_ms = remaining_ms
+        self.reason = reason
+
+
+def grace_of(info: Any) -> Optional[Tuple[int, str]]:
+    """``(remaining_ms, reason)`` of a running grace period, from an ``INFO
+    lease`` reply (bytes or str); None when none runs."""
+    if isinstance(info, bytes):
+        info = info.decode(errors="replace")
+    fields = dict(
+        line.split(":", 1) for line in str(info).splitlines() if ":" in line
+    )
+    try:
+        remaining = int(fields.get("lease_grace_remaining_ms", "0"))
+    except ValueError:
+        return None
+    if remaining <= 0:
+        return None
+    return remaining, fields.get("lease_grace_reason", "unknown").strip()
+
+
 class StaleToken(LeaseError, exceptions.ResponseError):
     """``LEASE.FENCE`` answered ``STALE``: the token is not the one of the lease
     held now, and the fenced command was not run."""

@@ -18,12 +18,14 @@ from redis.retry import Retry
 from ._common import (
     SHORT_S,
     LeaseBusy,
+    LeaseGrace,
     Loss,
     ReleasePlan,
     acquire_args,
     check_stale,
     check_ttl,
     connection_kwargs,
+    grace_of,
     lost_reply,
     new_owner,
     release_plan,
@@ -372,7 +374,10 @@ class LeaseClient:
 
         ``block_ms``: ``None`` does not wait; ``n > 0`` waits up to ``n`` ms;
         ``FOREVER`` (0) waits until the lease is ours (no read timeout).
-        Returns the :class:`Lease`, or None when another owner holds it.
+        Returns the :class:`Lease`, or None when another owner holds it. Raises
+        :class:`LeaseGrace` (a :class:`LeaseBusy`) when the server refused it
+        for its grace period, with the time that remains (read from the
+        server's ``INFO lease`` after the null reply).
 
         A lost reply (I/O error, timeout) is retried on a new connection with
         the same owner: if the lost call took the lease, the retry gets the
@@ -407,7 +412,12 @@ class LeaseClient:
                     continue
                 raise
             if token is None:
-                _close(conn)
+                try:
+                    grace = _grace(conn, self.io_timeout)
+                finally:
+                    _close(conn)
+                if grace is not None:
+                    raise LeaseGrace(key, *grace)
                 return None
             return self._start(key, owner, int(token), ttl_ms, sent, conn)
 
@@ -457,6 +467,15 @@ class LeaseClient:
         :class:`LeaseBusy` when the lease was not obtained."""
         with self.lease(key, ttl_ms, block_ms) as lease:
             return work(lease)
+
+
+def _grace(conn: Conn, timeout: float) -> Optional[Tuple[int, str]]:
+    """After a null acquire: the grace period the server runs, if any (a
+    server that cannot say counts as none)."""
+    try:
+        return grace_of(_call(conn, ("INFO", "lease"), timeout))
+    except Exception:
+        return None
 
 
 def _close(conn: Optional[Conn]) -> None:

@@ -27,12 +27,14 @@ from redis.backoff import NoBackoff
 from ._common import (
     SHORT_S,
     LeaseBusy,
+    LeaseGrace,
     Loss,
     ReleasePlan,
     acquire_args,
     check_stale,
     check_ttl,
     connection_kwargs,
+    grace_of,
     lost_reply,
     new_owner,
     release_plan,
@@ -105,6 +107,14 @@ async def _call(conn: Conn, args: Tuple[Any, ...], timeout: Optional[float]) -> 
 #: A read timeout longer than any wait (redis-py reads with the socket
 #: timeout unless given one).
 _FOREVER_S = 1e8
+
+
+async def _grace(conn: Conn, timeout: float) -> Optional[Tuple[int, str]]:
+    """As the sync helper's: the grace period after a null acquire."""
+    try:
+        return grace_of(await _call(conn, ("INFO", "lease"), timeout))
+    except Exception:
+        return None
 
 
 async def _close(conn: Optional[Conn]) -> None:
@@ -433,7 +443,12 @@ class AsyncLeaseClient:
                 await _close(conn)
                 raise
             if token is None:
-                await _close(conn)
+                try:
+                    grace = await _grace(conn, self.io_timeout)
+                finally:
+                    await _close(conn)
+                if grace is not None:
+                    raise LeaseGrace(key, *grace)
                 return None
             return await self._start(key, owner, int(token), ttl_ms, sent, conn)
 
