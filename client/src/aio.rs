@@ -17,6 +17,7 @@
 //! response timeout is switched off on the connections made here; on a
 //! [`ClusterClient`] do not set one shorter than your `BLOCK` waits).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::ops::Deref;
@@ -32,7 +33,8 @@ use tokio::task::AbortHandle;
 
 use crate::{
     Block, Error, Loss, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd, grace_of,
-    lost_reply, millis, new_owner, normalize, release_plan, renew_every, retry_pause, short,
+    lost_during, lost_reply, millis, new_owner, normalize, release_plan, renew_every, retry_pause,
+    short,
 };
 
 #[derive(Clone)]
@@ -117,6 +119,9 @@ impl Conn {
 pub struct LeaseClient {
     backend: Backend,
     opts: Options,
+    /// The loss signals of the leases this client (and its clones) took, by
+    /// key: a second acquire of a key still held fails at once.
+    held: Arc<Mutex<HashMap<String, LossSignal>>>,
 }
 
 impl LeaseClient {
@@ -130,6 +135,7 @@ impl LeaseClient {
         LeaseClient {
             backend: Backend::One(client),
             opts: Options::default(),
+            held: Arc::default(),
         }
     }
 
@@ -138,6 +144,7 @@ impl LeaseClient {
         LeaseClient {
             backend: Backend::Cluster(Box::new(client)),
             opts: Options::default(),
+            held: Arc::default(),
         }
     }
 
@@ -158,6 +165,7 @@ impl LeaseClient {
         block: Block,
     ) -> Result<Option<Lease>, Error> {
         check_ttl(ttl)?;
+        self.check_not_held(key)?;
         let block = normalize(block);
         let owner = new_owner();
         let wait_until = match block {
@@ -191,9 +199,12 @@ impl LeaseClient {
                     };
                 }
                 Ok((conn, Some(token))) => {
-                    return Ok(Some(
-                        Lease::start(self, key, owner, token, ttl, sent, conn).await,
-                    ));
+                    let lease = Lease::start(self, key, owner, token, ttl, sent, conn).await;
+                    self.held
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key.to_string(), lease.signal());
+                    return Ok(Some(lease));
                 }
                 Err(e) if lost_reply(&e) && attempt < self.opts.retries => {
                     attempt += 1;
@@ -201,6 +212,17 @@ impl LeaseClient {
                 }
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+
+    /// As the sync client's: [`Error::AlreadyHeld`] for a key this client
+    /// holds.
+    fn check_not_held(&self, key: &str) -> Result<(), Error> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.retain(|_, signal| signal.loss().is_none());
+        match held.contains_key(key) {
+            true => Err(Error::AlreadyHeld(key.to_string())),
+            false => Ok(()),
         }
     }
 
@@ -226,8 +248,12 @@ impl LeaseClient {
             return Ok(None);
         };
         let result = work(lease.handle()).await;
+        let lost = lost_during(lease.loss());
         let _ = lease.release().await;
-        result.map(Some)
+        match (result, lost) {
+            (Ok(_), Some(loss)) => Err(Error::Lost(loss).into()),
+            (result, _) => result.map(Some),
+        }
     }
 }
 

@@ -123,6 +123,11 @@ pub enum Error {
         /// Why it runs.
         reason: String,
     },
+    /// This client (or a clone of it) already holds a lease on this key, not
+    /// released and not lost: a second acquire would wait on itself (with
+    /// `BLOCK`) or be refused. Use the lease you hold, or release it first.
+    /// Nothing was sent.
+    AlreadyHeld(String),
     /// A ttl under 1 ms: the server's shortest lease is 1 ms, and rounding
     /// up would hand out a lease nobody asked for. Nothing was sent.
     InvalidTtl(Duration),
@@ -139,6 +144,10 @@ impl fmt::Display for Error {
             ),
             Error::Lost(loss) => loss.fmt(f),
             Error::InvalidTtl(ttl) => write!(f, "ttl must be at least 1 ms, not {ttl:?}"),
+            Error::AlreadyHeld(key) => write!(
+                f,
+                "{key:?} is already held by this client: use that lease or release it first"
+            ),
             Error::Grace { remaining, reason } => write!(
                 f,
                 "the server is in a grace period ({reason}): no new lease for {} ms more",
@@ -237,6 +246,12 @@ pub(crate) fn grace_of(info: &str) -> Option<Error> {
         remaining: Duration::from_millis(remaining),
         reason: field("lease_grace_reason").unwrap_or("unknown").to_string(),
     })
+}
+
+/// The loss to report when the work of a `with_lease` ended well: a lease
+/// refused or expired during it (not one the work released).
+pub(crate) fn lost_during(loss: Option<Loss>) -> Option<Loss> {
+    loss.filter(|l| matches!(l, Loss::Refused | Loss::Expired))
 }
 
 /// A ttl is at least 1 ms ([`Error::InvalidTtl`] otherwise).

@@ -1,6 +1,7 @@
 //! The blocking API: [`LeaseClient`], the [`Lease`] guard, its [`LossSignal`]
 //! and the watchdog thread.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -10,7 +11,8 @@ use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult};
 
 use crate::{
     Block, Error, Loss, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd, grace_of,
-    lost_reply, millis, new_owner, normalize, release_plan, renew_every, retry_pause, short,
+    lost_during, lost_reply, millis, new_owner, normalize, release_plan, renew_every, retry_pause,
+    short,
 };
 
 /// Where the connections go: one server, or a cluster.
@@ -75,6 +77,9 @@ impl Conn {
 pub struct LeaseClient {
     backend: Backend,
     opts: Options,
+    /// The loss signals of the leases this client (and its clones) took, by
+    /// key: a second acquire of a key still held fails at once.
+    held: Arc<Mutex<HashMap<String, LossSignal>>>,
 }
 
 impl LeaseClient {
@@ -88,6 +93,7 @@ impl LeaseClient {
         LeaseClient {
             backend: Backend::One(client),
             opts: Options::default(),
+            held: Arc::default(),
         }
     }
 
@@ -99,6 +105,7 @@ impl LeaseClient {
         LeaseClient {
             backend: Backend::Cluster(Box::new(client)),
             opts: Options::default(),
+            held: Arc::default(),
         }
     }
 
@@ -130,6 +137,7 @@ impl LeaseClient {
     /// plus [`Options::block_margin`] (none for `Block::Forever`).
     pub fn acquire(&self, key: &str, ttl: Duration, block: Block) -> Result<Option<Lease>, Error> {
         check_ttl(ttl)?;
+        self.check_not_held(key)?;
         let block = normalize(block);
         let owner = new_owner();
         let wait_until = match block {
@@ -158,6 +166,10 @@ impl LeaseClient {
                 }
                 Ok((conn, Some(token))) => {
                     let lease = Lease::start(self, key, owner, token, ttl, sent, conn);
+                    self.held
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key.to_string(), lease.signal());
                     return Ok(Some(lease));
                 }
                 Err(e) if lost_reply(&e) && attempt < self.opts.retries => {
@@ -166,6 +178,17 @@ impl LeaseClient {
                 }
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+
+    /// [`Error::AlreadyHeld`] when this client holds a lease on `key` that is
+    /// neither released nor lost.
+    fn check_not_held(&self, key: &str) -> Result<(), Error> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.retain(|_, signal| signal.loss().is_none());
+        match held.contains_key(key) {
+            true => Err(Error::AlreadyHeld(key.to_string())),
+            false => Ok(()),
         }
     }
 
@@ -193,8 +216,14 @@ impl LeaseClient {
             return Ok(None);
         };
         let result = work(&mut lease);
+        let lost = lost_during(lease.loss());
         let _ = lease.release();
-        result.map(Some)
+        match (result, lost) {
+            // The work ended well but the lease was lost meanwhile: it may
+            // have overlapped the next holder's.
+            (Ok(_), Some(loss)) => Err(Error::Lost(loss).into()),
+            (result, _) => result.map(Some),
+        }
     }
 }
 

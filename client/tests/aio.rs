@@ -72,6 +72,30 @@ both! {
         });
     }
 
+    fn a_loss_during_the_work_is_reported_at_its_end(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let got = rt().block_on(client(&s).with_lease("job", MS(600), Block::NoWait, |lease| async move {
+            ok(&mut c, &["DEL", "job"]);
+            tokio::time::timeout(Duration::from_secs(3), lease.lost()).await.unwrap();
+            Ok::<_, Error>(())
+        }));
+        assert!(matches!(got, Err(Error::Lost(Loss::Refused))), "{got:?}");
+    }
+
+    fn a_second_acquire_of_a_key_this_client_holds_fails_at_once(kind) {
+        let s = Server::start(kind);
+        rt().block_on(async {
+            let lc = client(&s);
+            let lease = lc.acquire("job", MS(5000), Block::NoWait).await.unwrap().unwrap();
+            let again = lc.acquire("job", MS(5000), Block::Forever).await;
+            assert!(matches!(again, Err(Error::AlreadyHeld(_))), "{again:?}");
+            assert!(lease.release().await.unwrap());
+            let again = lc.acquire("job", MS(5000), Block::NoWait).await.unwrap().unwrap();
+            assert!(again.release().await.unwrap());
+        });
+    }
+
     fn a_ttl_under_a_millisecond_is_an_error(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -259,7 +283,8 @@ both! {
         let runtime = rt();
         let lc = client(&s);
         let ttl = Duration::from_secs(10);
-        let a = runtime.block_on(lc.acquire("job", ttl, Block::NoWait)).unwrap().unwrap();
+        // Another client holds it (this one would get Error::AlreadyHeld).
+        let a = runtime.block_on(client(&s).acquire("job", ttl, Block::NoWait)).unwrap().unwrap();
         let start = Instant::now();
         assert!(runtime.block_on(lc.acquire("job", ttl, Block::For(MS(300)))).unwrap().is_none());
         assert!(start.elapsed() >= MS(300));

@@ -200,7 +200,8 @@ both! {
         let mut c = s.conn();
         let lc = client(&s);
         let ttl = Duration::from_secs(10);
-        let a = lc.acquire("job", ttl, Block::NoWait).unwrap().unwrap();
+        // Another client holds it (this one would get Error::AlreadyHeld).
+        let a = client(&s).acquire("job", ttl, Block::NoWait).unwrap().unwrap();
         assert!(lc.acquire("job", ttl, Block::NoWait).unwrap().is_none());
         let start = Instant::now();
         assert!(lc.acquire("job", ttl, Block::For(MS(300))).unwrap().is_none());
@@ -290,6 +291,40 @@ both! {
         assert!(lc.acquire("held", MS(1000), Block::NoWait).unwrap().is_none());
     }
 
+    fn a_loss_during_the_work_is_reported_at_its_end(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let lc = client(&s);
+        let got = lc.with_lease("job", MS(600), Block::NoWait, |lease| {
+            ok(&mut c, &["DEL", "job"]); // taken away: the next renewal is refused
+            lease.wait_lost(Some(Duration::from_secs(3)));
+            Ok::<_, Error>("done")
+        });
+        assert!(matches!(got, Err(Error::Lost(Loss::Refused))), "{got:?}");
+        // The work's own error wins; a lease kept to the end is Ok(Some).
+        let got: Result<Option<()>, Error> = lc.with_lease("job", MS(600), Block::NoWait, |lease| {
+            ok(&mut c, &["DEL", "job"]);
+            lease.wait_lost(Some(Duration::from_secs(3)));
+            Err(Error::Stale)
+        });
+        assert!(matches!(got, Err(Error::Stale)));
+        assert_eq!(lc.with_lease("job", MS(600), Block::NoWait, |_| Ok::<_, Error>(1)).unwrap(), Some(1));
+    }
+
+    fn a_second_acquire_of_a_key_this_client_holds_fails_at_once(kind) {
+        let s = Server::start(kind);
+        let lc = client(&s);
+        let lease = lc.acquire("job", MS(5000), Block::NoWait).unwrap().unwrap();
+        let began = Instant::now();
+        let again = lc.clone().acquire("job", MS(5000), Block::Forever); // would wait on itself
+        assert!(matches!(again, Err(Error::AlreadyHeld(ref k)) if k == "job"), "{again:?}");
+        assert!(began.elapsed() < MS(100));
+        assert!(client(&s).acquire("job", MS(5000), Block::NoWait).unwrap().is_none(), "another client: contention");
+        assert!(lease.release().unwrap());
+        let again = lc.acquire("job", MS(5000), Block::NoWait).unwrap().expect("free again after the release");
+        assert!(again.release().unwrap());
+    }
+
     fn a_ttl_under_a_millisecond_is_an_error(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -317,11 +352,11 @@ both! {
                 let loss = lease.wait_lost(Some(Duration::from_secs(5)));
                 left_at = Instant::now();
                 Ok::<_, Error>(loss)
-            })
-            .unwrap();
+            });
         let took = left_at.elapsed();
         drop(frozen);
-        assert_eq!(done, Some(Some(Loss::Expired)));
+        // The loss is reported at the end (the work itself went well).
+        assert!(matches!(done, Err(Error::Lost(Loss::Expired))), "{done:?}");
         assert!(took < MS(1000), "leaving the block took {took:?}");
         // A refused renewal: the release sends nothing.
         let mut c = s.conn();

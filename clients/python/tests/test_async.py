@@ -23,7 +23,7 @@ from conftest import (
     wait_until,
     waiters,
 )
-from redis_lease import LeaseBusy, LeaseGrace, Loss, StaleToken
+from redis_lease import AlreadyHeld, LeaseBusy, LeaseGrace, LeaseLost, Loss, StaleToken
 from redis_lease.aio import AsyncLeaseClient
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -188,7 +188,7 @@ def test_busy_and_blocking(server):
 
     async def main():
         client = aclient(server)
-        a = await client.acquire("job", 10000)
+        a = await aclient(server).acquire("job", 10000)  # another client holds it
         assert await client.acquire("job", 10000) is None
         with pytest.raises(LeaseBusy):
             async with client.lease("job", 10000):
@@ -256,11 +256,12 @@ def test_a_frozen_server_bounds_every_wait(server):
 def test_leaving_the_block_after_a_loss_is_quick(server):
     async def main():
         client = aclient(server, io_timeout=2.0)
-        async with client.lease("job", 400) as lease:
-            frozen = Frozen(server)
-            await asyncio.wait_for(lease.lost.wait(), 5)
-            assert lease.lost.reason == Loss.EXPIRED
-            began = time.monotonic()
+        with pytest.raises(LeaseLost):  # the loss is reported at the end
+            async with client.lease("job", 400) as lease:
+                frozen = Frozen(server)
+                await asyncio.wait_for(lease.lost.wait(), 5)
+                assert lease.lost.reason == Loss.EXPIRED
+                began = time.monotonic()
         took = time.monotonic() - began
         frozen.thaw()
         assert took < 1.0, f"leaving the block took {took:.1f} s"
@@ -297,5 +298,36 @@ def test_a_grace_refusal_says_so_and_how_long_remains(server):
         with pytest.raises(LeaseGrace) as e:
             await aclient(server).acquire("job", 1000)
         assert 0 < e.value.remaining_ms <= 3000 and e.value.reason == "promoted"
+
+    asyncio.run(main())
+
+
+def test_a_loss_during_the_block_is_raised_at_its_end(server):
+    r = server.client()
+
+    async def main():
+        client = aclient(server)
+        with pytest.raises(LeaseLost) as e:
+            async with client.lease("job", 600) as lease:
+                r.delete("job")
+                await asyncio.wait_for(lease.lost.wait(), 3)
+        assert e.value.loss == Loss.REFUSED
+        async with client.lease("job", 600):
+            pass
+
+    asyncio.run(main())
+
+
+def test_a_second_acquire_of_a_key_this_client_holds_fails_at_once(server):
+    async def main():
+        client = aclient(server)
+        lease = await client.acquire("job", 5000)
+        with pytest.raises(AlreadyHeld):
+            await client.acquire("job", 5000, block_ms=0)
+        assert await aclient(server).acquire("job", 5000) is None
+        await lease.release()
+        again = await client.acquire("job", 5000)
+        assert again is not None
+        await again.release()
 
     asyncio.run(main())

@@ -20,7 +20,7 @@ from conftest import (
     wait_until,
     waiters,
 )
-from redis_lease import FOREVER, LeaseBusy, LeaseClient, LeaseGrace, Loss, StaleToken
+from redis_lease import FOREVER, AlreadyHeld, LeaseBusy, LeaseClient, LeaseGrace, LeaseLost, Loss, StaleToken
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -183,10 +183,11 @@ def test_the_lease_is_released_when_the_work_raises(server):
 def test_busy_blocking_and_forever(server):
     r = server.client()
     client = LeaseClient(server.client())
-    a = client.acquire("job", 10000)
+    a = LeaseClient(server.client()).acquire("job", 10000)  # another client holds it
     assert client.acquire("job", 10000) is None
     with pytest.raises(LeaseBusy):
-        client.lease("job", 10000)
+        with client.lease("job", 10000):
+            pass
     start = time.monotonic()
     assert client.acquire("job", 10000, block_ms=300) is None
     assert time.monotonic() - start >= 0.3
@@ -276,10 +277,11 @@ def test_leaving_the_block_after_a_loss_is_quick(server):
     # (the lease is known lost), not io_timeout x (retries + 1).
     client = LeaseClient(server.client(), io_timeout=2.0)
     frozen = None
-    with client.lease("job", 400) as lease:
-        frozen = Frozen(server)
-        assert lease.lost.wait(5) and lease.lost.reason == Loss.EXPIRED
-        began = time.monotonic()
+    with pytest.raises(LeaseLost):  # the loss is reported at the end
+        with client.lease("job", 400) as lease:
+            frozen = Frozen(server)
+            assert lease.lost.wait(5) and lease.lost.reason == Loss.EXPIRED
+            began = time.monotonic()
     took = time.monotonic() - began
     frozen.thaw()
     assert took < 1.0, f"leaving the block took {took:.1f} s"
@@ -329,9 +331,52 @@ def test_a_grace_refusal_says_so_and_how_long_remains(server):
     assert 0 < e.value.remaining_ms <= 3000 and e.value.reason == "promoted"
     assert "grace period" in str(e.value)
     with pytest.raises(LeaseBusy):  # lease() raises it too, a LeaseBusy
-        client.lease("job", 1000)
+        with client.lease("job", 1000):
+            pass
     # A lease held before keeps working; contention is still None.
     assert held.renew() and held.fence("SET", "x", "1") == b"OK"
     r.execute_command("CONFIG", "SET", "lease.grace-ms", "0")
-    assert client.acquire("held", 1000) is None, "held by another owner: None, not LeaseGrace"
+    other = LeaseClient(server.client())
+    assert other.acquire("held", 1000) is None, "held by another owner: None, not LeaseGrace"
     held.release()
+
+
+def test_a_loss_during_the_block_is_raised_at_its_end(server):
+    r = server.client()
+    client = LeaseClient(server.client())
+    with pytest.raises(LeaseLost) as e:
+        with client.lease("job", 600) as lease:
+            r.delete("job")  # taken away: the next renewal is refused
+            assert lease.lost.wait(3)
+    assert e.value.loss == Loss.REFUSED
+    # The work's own error wins.
+    with pytest.raises(KeyError):
+        with client.lease("job", 600) as lease:
+            r.delete("job")
+            assert lease.lost.wait(3)
+            raise KeyError("work")
+    # A block that released the lease itself, or kept it, ends quietly.
+    with client.lease("job", 600) as lease:
+        lease.release()
+    with client.lease("job", 600):
+        pass
+    # lease() acquires on entry, not before.
+    ctx = client.lease("job", 600)
+    assert token_of(r, "job") is None
+    with ctx as lease:
+        assert token_of(r, "job") == lease.token
+
+
+def test_a_second_acquire_of_a_key_this_client_holds_fails_at_once(server):
+    client = LeaseClient(server.client())
+    lease = client.acquire("job", 5000)
+    began = time.monotonic()
+    with pytest.raises(AlreadyHeld):
+        client.acquire("job", 5000, block_ms=FOREVER)  # would wait on itself
+    assert time.monotonic() - began < 0.1
+    other = LeaseClient(server.client())
+    assert other.acquire("job", 5000) is None, "another client: contention"
+    lease.release()
+    again = client.acquire("job", 5000)  # released: free to take again
+    assert again is not None
+    again.release()

@@ -14,6 +14,7 @@
 
 from ._common import (
     FOREVER,
+    AlreadyHeld,
     LeaseBusy,
     LeaseError,
     LeaseGrace,
@@ -26,6 +27,7 @@ from ._sync import Lease, LeaseClient, LossSignal
 
 __all__ = [
     "FOREVER",
+    "AlreadyHeld",
     "Lease",
     "LeaseBusy",
     "LeaseClient",

@@ -76,6 +76,22 @@ class StaleToken(LeaseError, exceptions.ResponseError):
     held now, and the fenced command was not run."""
 
 
+class AlreadyHeld(LeaseError):
+    """This client already holds a lease on this key (not released, not
+    lost): a second acquire would wait on itself (with ``block_ms``) or be
+    refused. Use the lease you hold, or release it first. Raised at once,
+    nothing sent."""
+
+    def __init__(self, key: Any) -> None:
+        super().__init__(f"{key!r} is already held by this client: use that lease or release it first")
+
+
+def lost_during(reason: Optional[Loss]) -> Optional[Loss]:
+    """The loss to report when a block ends normally: a lease that was
+    refused or expired during the work (not one the work released)."""
+    return reason if reason in (Loss.REFUSED, Loss.EXPIRED) else None
+
+
 class LeaseLost(LeaseError):
     """The lease is lost; raise it from work that saw ``lease.lost`` set."""
 

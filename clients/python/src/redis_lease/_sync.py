@@ -17,8 +17,10 @@ from redis.retry import Retry
 
 from ._common import (
     SHORT_S,
+    AlreadyHeld,
     LeaseBusy,
     LeaseGrace,
+    LeaseLost,
     Loss,
     ReleasePlan,
     acquire_args,
@@ -26,6 +28,7 @@ from ._common import (
     check_ttl,
     connection_kwargs,
     grace_of,
+    lost_during,
     lost_reply,
     new_owner,
     release_plan,
@@ -292,12 +295,18 @@ class Lease:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
+        """Releases; a block that ended normally after the lease was lost
+        (refused or expired) raises :class:`LeaseLost`: its work may have
+        overlapped the next holder's."""
+        lost = lost_during(self.lost.reason)
         try:
             self.release()
         except Exception:
             if exc is None:
                 raise
             # The block's own error matters more; the lease ends at its ttl.
+        if exc is None and lost is not None:
+            raise LeaseLost(lost)
 
 
 def _watchdog(
@@ -364,6 +373,8 @@ class LeaseClient:
         watchdog: bool = True,
     ) -> None:
         self._target = _Target(client, io_timeout)
+        self._held: "weakref.WeakValueDictionary[Any, Lease]" = weakref.WeakValueDictionary()
+        self._held_lock = threading.Lock()
         self.io_timeout = io_timeout
         self.block_margin = block_margin
         self.retries = retries
@@ -384,6 +395,10 @@ class LeaseClient:
         same token. A retry waits only for what is left of ``block_ms``.
         """
         check_ttl(ttl_ms, block_ms)
+        with self._held_lock:
+            mine = self._held.get(key)
+            if mine is not None and not mine._released and not mine.lost.is_set():
+                raise AlreadyHeld(key)
         owner = new_owner()
         wait_until = None if not block_ms else time.monotonic() + block_ms / 1000
         attempt = 0
@@ -419,7 +434,10 @@ class LeaseClient:
                 if grace is not None:
                     raise LeaseGrace(key, *grace)
                 return None
-            return self._start(key, owner, int(token), ttl_ms, sent, conn)
+            lease = self._start(key, owner, int(token), ttl_ms, sent, conn)
+            with self._held_lock:
+                self._held[key] = lease
+            return lease
 
     def _start(self, key: Any, owner: str, token: int, ttl_ms: int, sent: float, conn: Conn) -> Lease:
         # The deadline counts from when the acquire was sent. After a long
@@ -442,17 +460,16 @@ class LeaseClient:
             lease.lost._lose(Loss.REFUSED)
         return lease
 
-    def lease(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> Lease:
-        """Like :meth:`acquire`, for ``with``: raises :class:`LeaseBusy` when the
-        lease was not obtained. The ``with`` block releases it on exit::
+    def lease(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> "_LeaseContext":
+        """For ``with``: acquires on entry (raising :class:`LeaseBusy` when the
+        lease was not obtained, :class:`LeaseGrace` for a grace period) and
+        releases on exit; a block that ends normally after the lease was lost
+        raises :class:`LeaseLost`::
 
             with client.lease("lock", 30000, block_ms=5000) as lease:
                 lease.fence("HSET", "data", "k", "v")
         """
-        lease = self.acquire(key, ttl_ms, block_ms)
-        if lease is None:
-            raise LeaseBusy(f"{key!r} is held by another owner")
-        return lease
+        return _LeaseContext(self, key, ttl_ms, block_ms)
 
     def run(
         self,
@@ -467,6 +484,32 @@ class LeaseClient:
         :class:`LeaseBusy` when the lease was not obtained."""
         with self.lease(key, ttl_ms, block_ms) as lease:
             return work(lease)
+
+
+class _LeaseContext:
+    """``with client.lease(...) as lease``: acquires on entry, releases on
+    exit (as the asyncio one)."""
+
+    def __init__(self, client: "LeaseClient", key: Any, ttl_ms: int, block_ms: Optional[int]) -> None:
+        self._args = (client, key, ttl_ms, block_ms)
+        self._lease: Optional[Lease] = None
+
+    def __enter__(self) -> Lease:
+        client, key, ttl_ms, block_ms = self._args
+        lease = client.acquire(key, ttl_ms, block_ms)
+        if lease is None:
+            raise LeaseBusy(f"{key!r} is held by another owner")
+        self._lease = lease
+        return lease
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        assert self._lease is not None
+        self._lease.__exit__(exc_type, exc, tb)
 
 
 def _grace(conn: Conn, timeout: float) -> Optional[Tuple[int, str]]:

@@ -26,8 +26,10 @@ from redis.backoff import NoBackoff
 
 from ._common import (
     SHORT_S,
+    AlreadyHeld,
     LeaseBusy,
     LeaseGrace,
+    LeaseLost,
     Loss,
     ReleasePlan,
     acquire_args,
@@ -35,6 +37,7 @@ from ._common import (
     check_ttl,
     connection_kwargs,
     grace_of,
+    lost_during,
     lost_reply,
     new_owner,
     release_plan,
@@ -307,11 +310,16 @@ class AsyncLease:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
+        """As the sync :meth:`Lease.__exit__`: releases, and raises
+        :class:`LeaseLost` when a block that ended normally lost the lease."""
+        lost = lost_during(self.lost.reason)
         try:
             await self.release()
         except Exception:
             if exc is None:
                 raise
+        if exc is None and lost is not None:
+            raise LeaseLost(lost)
 
 
 def _cancel_soon(loop: asyncio.AbstractEventLoop, task: "asyncio.Task[None]") -> None:
@@ -402,6 +410,7 @@ class AsyncLeaseClient:
         watchdog: bool = True,
     ) -> None:
         self._target = _Target(client, io_timeout)
+        self._held: "weakref.WeakValueDictionary[Any, AsyncLease]" = weakref.WeakValueDictionary()
         self.io_timeout = io_timeout
         self.block_margin = block_margin
         self.retries = retries
@@ -412,6 +421,9 @@ class AsyncLeaseClient:
     ) -> Optional[AsyncLease]:
         """As :meth:`redis_lease.LeaseClient.acquire`."""
         check_ttl(ttl_ms, block_ms)
+        mine = self._held.get(key)
+        if mine is not None and not mine._released and not mine.lost.is_set():
+            raise AlreadyHeld(key)
         owner = new_owner()
         wait_until = None if not block_ms else time.monotonic() + block_ms / 1000
         attempt = 0
@@ -450,7 +462,9 @@ class AsyncLeaseClient:
                 if grace is not None:
                     raise LeaseGrace(key, *grace)
                 return None
-            return await self._start(key, owner, int(token), ttl_ms, sent, conn)
+            lease = await self._start(key, owner, int(token), ttl_ms, sent, conn)
+            self._held[key] = lease
+            return lease
 
     async def _start(
         self, key: Any, owner: str, token: int, ttl_ms: int, sent: float, conn: Conn
