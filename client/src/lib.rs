@@ -82,6 +82,22 @@ pub enum Block {
     Forever,
 }
 
+/// What an acquire asks for (`LEASE.ACQUIRE ... [LIMIT n | SHARED]`); set
+/// it with `LeaseClient::with_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// One holder at a time (a lock). The default.
+    #[default]
+    Exclusive,
+    /// Any number of readers at once, no writer meanwhile (a read/write
+    /// lock's read side; a writer is an exclusive acquire). A reader's token
+    /// fences reads only: a fenced write is [`Error::SharedWrite`].
+    Shared,
+    /// Up to `n` holders at once (a semaphore whose permits expire), each
+    /// with its own token.
+    Limit(u32),
+}
+
 /// Why a lease is no longer held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Loss {
@@ -123,6 +139,10 @@ pub enum Error {
         /// Why it runs.
         reason: String,
     },
+    /// A `SHARED` holder's token fenced a write command: refused by the
+    /// server, nothing run. Readers fence reads only; take the lease
+    /// exclusively to write.
+    SharedWrite,
     /// This client (or a clone of it) already holds a lease on this key, not
     /// released and not lost: a second acquire would wait on itself (with
     /// `BLOCK`) or be refused. Use the lease you hold, or release it first.
@@ -144,6 +164,9 @@ impl fmt::Display for Error {
             ),
             Error::Lost(loss) => loss.fmt(f),
             Error::InvalidTtl(ttl) => write!(f, "ttl must be at least 1 ms, not {ttl:?}"),
+            Error::SharedWrite => f.write_str(
+                "a SHARED holder's token cannot fence a write command; nothing was run",
+            ),
             Error::AlreadyHeld(key) => write!(
                 f,
                 "{key:?} is already held by this client: use that lease or release it first"
@@ -171,6 +194,11 @@ impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
         if e.code() == Some("STALE") {
             Error::Stale
+        } else if e
+            .detail()
+            .is_some_and(|d| d.contains("a SHARED holder's token cannot fence a write command"))
+        {
+            Error::SharedWrite
         } else {
             Error::Redis(e)
         }
@@ -309,12 +337,22 @@ pub(crate) fn acquire_cmd(
     key: &str,
     owner: &str,
     ttl: Duration,
+    mode: Mode,
     block: Block,
     wait_until: Option<Instant>,
     opts: &Options,
 ) -> (redis::Cmd, Option<Duration>) {
     let mut cmd = redis::cmd("LEASE.ACQUIRE");
     cmd.arg(key).arg(owner).arg(millis(ttl));
+    match mode {
+        Mode::Exclusive => {}
+        Mode::Shared => {
+            cmd.arg("SHARED");
+        }
+        Mode::Limit(n) => {
+            cmd.arg("LIMIT").arg(n);
+        }
+    }
     let read = match (block, wait_until) {
         (Block::Forever, _) => {
             cmd.arg("BLOCK").arg(0);
@@ -393,6 +431,7 @@ mod tests {
             "k",
             "o",
             Duration::from_secs(1),
+            Mode::Exclusive,
             Block::For(Duration::from_secs(1)),
             Some(past),
             &opts,
@@ -403,6 +442,7 @@ mod tests {
             "k",
             "o",
             Duration::from_secs(1),
+            Mode::Exclusive,
             Block::Forever,
             None,
             &opts,

@@ -10,7 +10,7 @@ use redis::cluster::{ClusterClient, ClusterConfig, ClusterConnection};
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult};
 
 use crate::{
-    Block, Error, Loss, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd, grace_of,
+    Block, Error, Loss, Mode, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd, grace_of,
     lost_during, lost_reply, millis, new_owner, normalize, release_plan, renew_every, retry_pause,
     short,
 };
@@ -77,6 +77,7 @@ impl Conn {
 pub struct LeaseClient {
     backend: Backend,
     opts: Options,
+    mode: Mode,
     /// The loss signals of the leases this client (and its clones) took, by
     /// key: a second acquire of a key still held fails at once.
     held: Arc<Mutex<HashMap<String, LossSignal>>>,
@@ -93,6 +94,7 @@ impl LeaseClient {
         LeaseClient {
             backend: Backend::One(client),
             opts: Options::default(),
+            mode: Mode::Exclusive,
             held: Arc::default(),
         }
     }
@@ -105,8 +107,17 @@ impl LeaseClient {
         LeaseClient {
             backend: Backend::Cluster(Box::new(client)),
             opts: Options::default(),
+            mode: Mode::Exclusive,
             held: Arc::default(),
         }
+    }
+
+    /// The same client taking leases of `mode` (exclusive by default;
+    /// [`Mode::Shared`] readers, [`Mode::Limit`] permits). Clones share
+    /// what this client holds.
+    pub fn with_mode(mut self, mode: Mode) -> LeaseClient {
+        self.mode = mode;
+        self
     }
 
     /// The same client with other timeouts and retries.
@@ -146,7 +157,7 @@ impl LeaseClient {
         };
         let mut attempt = 0;
         loop {
-            let (cmd, read) = acquire_cmd(key, &owner, ttl, block, wait_until, &self.opts);
+            let (cmd, read) = acquire_cmd(key, &owner, ttl, self.mode, block, wait_until, &self.opts);
             let mut sent = Instant::now();
             let result = Conn::open(&self.backend, &self.opts).and_then(|mut conn| {
                 sent = Instant::now();

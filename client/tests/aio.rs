@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{Frozen, Server, info_int, ok, ok_text, token_of, wait_until, waiters};
 use redis_lease_client::aio::LeaseClient;
-use redis_lease_client::{Block, Error, Loss};
+use redis_lease_client::{Block, Error, Loss, Mode};
 use support::{LossyProxy, blocked_acquirer, competitor, try_acquire};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -93,6 +93,25 @@ both! {
             assert!(lease.release().await.unwrap());
             let again = lc.acquire("job", MS(5000), Block::NoWait).await.unwrap().unwrap();
             assert!(again.release().await.unwrap());
+        });
+    }
+
+    fn shared_and_limit_modes(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        ok(&mut c, &["SET", "docdata", "v"]);
+        rt().block_on(async {
+            let reader = || client(&s).with_mode(Mode::Shared);
+            let a = reader().acquire("doc", MS(600), Block::NoWait).await.unwrap().unwrap();
+            let b = reader().acquire("doc", MS(600), Block::NoWait).await.unwrap().unwrap();
+            assert!(client(&s).acquire("doc", MS(600), Block::NoWait).await.unwrap().is_none());
+            let w: Result<(), Error> = a.fence(redis::cmd("SET").arg("docdata").arg("x")).await;
+            assert!(matches!(w, Err(Error::SharedWrite)), "{w:?}");
+            tokio::time::sleep(MS(1000)).await;
+            assert!(!a.is_lost() && !b.is_lost(), "renewed");
+            assert!(a.release().await.unwrap() && b.release().await.unwrap());
+            let p = client(&s).with_mode(Mode::Limit(2)).acquire("pool", MS(600), Block::NoWait).await.unwrap();
+            assert!(p.is_some());
         });
     }
 

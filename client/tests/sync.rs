@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{Frozen, Server, info_int, ok, ok_text, token_of, wait_until, waiters};
-use redis_lease_client::{Block, Error, LeaseClient, Loss, Options};
+use redis_lease_client::{Block, Error, LeaseClient, Loss, Mode, Options};
 use support::{LossyProxy, blocked_acquirer, competitor, try_acquire};
 
 fn client(s: &Server) -> LeaseClient {
@@ -323,6 +323,39 @@ both! {
         assert!(lease.release().unwrap());
         let again = lc.acquire("job", MS(5000), Block::NoWait).unwrap().expect("free again after the release");
         assert!(again.release().unwrap());
+    }
+
+    fn shared_and_limit_modes(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let reader = || client(&s).with_mode(Mode::Shared);
+        let mut held: Vec<_> = (0..3)
+            .map(|_| reader().acquire("doc", MS(600), Block::NoWait).unwrap().expect("readers share it"))
+            .collect();
+        assert!(client(&s).acquire("doc", MS(600), Block::NoWait).unwrap().is_none(), "no writer meanwhile");
+        ok(&mut c, &["SET", "docdata", "v"]);
+        let v: String = held[0].fence(redis::cmd("GET").arg("docdata")).unwrap();
+        assert_eq!(v, "v");
+        let w: Result<(), Error> = held[0].fence(redis::cmd("SET").arg("docdata").arg("x"));
+        assert!(matches!(w, Err(Error::SharedWrite)), "{w:?}");
+        assert_eq!(ok_text(&mut c, &["GET", "docdata"]), "v");
+        thread::sleep(MS(1500));
+        assert!(held.iter().all(|h| !h.is_lost()), "the watchdog renews every reader");
+        for h in held.drain(..) {
+            assert!(h.release().unwrap());
+        }
+        // LIMIT 2: two permits, a third waits for one to come back.
+        let permit = || client(&s).with_mode(Mode::Limit(2));
+        let p1 = permit().acquire("pool", MS(600), Block::NoWait).unwrap().unwrap();
+        let p2 = permit().acquire("pool", MS(600), Block::NoWait).unwrap().unwrap();
+        assert_ne!(p1.token(), p2.token());
+        assert!(permit().acquire("pool", MS(600), Block::NoWait).unwrap().is_none());
+        let third = permit();
+        let waiter = thread::spawn(move || third.acquire("pool", MS(600), Block::For(MS(5000))).unwrap());
+        thread::sleep(MS(300));
+        assert!(p1.release().unwrap());
+        let p3 = waiter.join().unwrap().expect("p1's place, handed over");
+        assert!(p3.token() > p2.token());
     }
 
     fn a_ttl_under_a_millisecond_is_an_error(kind) {

@@ -23,7 +23,7 @@ from conftest import (
     wait_until,
     waiters,
 )
-from redis_lease import AlreadyHeld, LeaseBusy, LeaseGrace, LeaseLost, Loss, StaleToken
+from redis_lease import AlreadyHeld, LeaseBusy, LeaseGrace, LeaseLost, Loss, SharedWrite, StaleToken
 from redis_lease.aio import AsyncLeaseClient
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -329,5 +329,27 @@ def test_a_second_acquire_of_a_key_this_client_holds_fails_at_once(server):
         again = await client.acquire("job", 5000)
         assert again is not None
         await again.release()
+
+    asyncio.run(main())
+
+
+def test_shared_and_limit_modes(server):
+    r = server.client()
+    r.set("docdata", "v")
+
+    async def main():
+        a = await aclient(server).acquire("doc", 600, shared=True)
+        b = await aclient(server).acquire("doc", 600, shared=True)
+        assert a is not None and b is not None
+        assert await aclient(server).acquire("doc", 600) is None
+        assert await a.fence("GET", "docdata") == b"v"
+        with pytest.raises(SharedWrite):
+            await a.fence("SET", "docdata", "x")
+        await asyncio.sleep(1.0)
+        assert not a.lost.is_set() and not b.lost.is_set(), "renewed"
+        await a.release()
+        await b.release()
+        async with aclient(server).lease("pool", 600, limit=2) as p:
+            assert p.token > 0
 
     asyncio.run(main())

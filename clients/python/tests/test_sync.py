@@ -20,7 +20,17 @@ from conftest import (
     wait_until,
     waiters,
 )
-from redis_lease import FOREVER, AlreadyHeld, LeaseBusy, LeaseClient, LeaseGrace, LeaseLost, Loss, StaleToken
+from redis_lease import (
+    FOREVER,
+    AlreadyHeld,
+    LeaseBusy,
+    LeaseClient,
+    LeaseGrace,
+    LeaseLost,
+    Loss,
+    SharedWrite,
+    StaleToken,
+)
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -380,3 +390,35 @@ def test_a_second_acquire_of_a_key_this_client_holds_fails_at_once(server):
     again = client.acquire("job", 5000)  # released: free to take again
     assert again is not None
     again.release()
+
+
+def test_shared_and_limit_modes(server):
+    r = server.client()
+    readers = [LeaseClient(server.client()) for _ in range(3)]
+    held = [c.acquire("doc", 600, shared=True) for c in readers]
+    assert all(h is not None for h in held), "readers share it"
+    writer = LeaseClient(server.client())
+    assert writer.acquire("doc", 600) is None, "no writer while readers hold it"
+    # A reader fences reads; its fenced write is refused clearly.
+    r.set("docdata", "v")
+    assert held[0].fence("GET", "docdata") == b"v"
+    with pytest.raises(SharedWrite):
+        held[0].fence("SET", "docdata", "x")
+    assert r.get("docdata") == b"v"
+    # The watchdog renews every reader over several ttls.
+    time.sleep(1.5)
+    assert not any(h.lost.is_set() for h in held)
+    for h in held:
+        assert h.release()
+    # LIMIT 2: two permits, a third waits for one to come back.
+    sem = [LeaseClient(server.client()) for _ in range(3)]
+    p1 = sem[0].acquire("pool", 600, limit=2)
+    p2 = sem[1].acquire("pool", 600, limit=2)
+    assert p1 is not None and p2 is not None and p1.token != p2.token
+    assert sem[2].acquire("pool", 600, limit=2) is None
+    threading.Timer(0.3, p1.release).start()
+    with sem[2].lease("pool", 600, block_ms=5000, limit=2) as p3:
+        assert p3.token > p2.token, "p1's place, handed over"
+    with pytest.raises(ValueError):
+        sem[2].acquire("pool", 600, shared=True, limit=2)
+    p2.release()

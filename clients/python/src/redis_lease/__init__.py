@@ -20,6 +20,7 @@ from ._common import (
     LeaseGrace,
     LeaseLost,
     Loss,
+    SharedWrite,
     StaleToken,
     new_owner,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "LeaseLost",
     "Loss",
     "LossSignal",
+    "SharedWrite",
     "StaleToken",
     "new_owner",
 ]

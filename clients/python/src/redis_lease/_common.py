@@ -76,6 +76,12 @@ class StaleToken(LeaseError, exceptions.ResponseError):
     held now, and the fenced command was not run."""
 
 
+class SharedWrite(LeaseError, exceptions.ResponseError):
+    """A ``shared=True`` holder's token fenced a write command: refused by the
+    server, nothing run. Readers fence reads only; take the lease exclusively
+    to write."""
+
+
 class AlreadyHeld(LeaseError):
     """This client already holds a lease on this key (not released, not
     lost): a second acquire would wait on itself (with ``block_ms``) or be
@@ -117,7 +123,20 @@ def check_stale(e: exceptions.ResponseError) -> BaseException:
     """``STALE ...`` as :class:`StaleToken`, anything else unchanged."""
     if str(e).startswith("STALE"):
         return StaleToken(str(e))
+    if "a SHARED holder's token cannot fence a write command" in str(e):
+        return SharedWrite(str(e))
     return e
+
+
+def mode_args(shared: bool, limit: Optional[int]) -> Tuple[Any, ...]:
+    """``SHARED`` or ``LIMIT n`` (or nothing: exclusive) for an acquire."""
+    if shared and limit is not None:
+        raise ValueError("a lease is shared or limited, not both")
+    if limit is not None:
+        if not isinstance(limit, int) or limit < 1:
+            raise ValueError("limit must be a positive integer")
+        return ("LIMIT", limit)
+    return ("SHARED",) if shared else ()
 
 
 def acquire_args(
@@ -128,11 +147,12 @@ def acquire_args(
     wait_until: Optional[float],
     io_timeout: float,
     block_margin: float,
+    mode: Tuple[Any, ...] = (),
 ) -> Tuple[Tuple[Any, ...], Optional[float]]:
     """The ``LEASE.ACQUIRE`` of one attempt and its read timeout in seconds
     (``None``: no limit). ``wait_until``: monotonic end of a ``block_ms > 0``
     wait."""
-    args: Tuple[Any, ...] = ("LEASE.ACQUIRE", key, owner, int(ttl_ms))
+    args: Tuple[Any, ...] = ("LEASE.ACQUIRE", key, owner, int(ttl_ms)) + mode
     if block_ms is None:
         return args, io_timeout
     if block_ms == FOREVER:

@@ -30,6 +30,7 @@ from ._common import (
     grace_of,
     lost_during,
     lost_reply,
+    mode_args,
     new_owner,
     release_plan,
     renew_every,
@@ -380,8 +381,21 @@ class LeaseClient:
         self.retries = retries
         self.watchdog = watchdog
 
-    def acquire(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> Optional[Lease]:
+    def acquire(
+        self,
+        key: Any,
+        ttl_ms: int,
+        block_ms: Optional[int] = None,
+        *,
+        shared: bool = False,
+        limit: Optional[int] = None,
+    ) -> Optional[Lease]:
         """Takes the lease on ``key`` for ``ttl_ms`` with a fresh random owner.
+
+        ``shared=True`` takes a reader's place (any number of readers, no
+        writer meanwhile; its token fences reads only, a fenced write raises
+        :class:`SharedWrite`); ``limit=n`` one of ``n`` places (a semaphore
+        with expiring permits). Default: exclusive.
 
         ``block_ms``: ``None`` does not wait; ``n > 0`` waits up to ``n`` ms;
         ``FOREVER`` (0) waits until the lease is ours (no read timeout).
@@ -395,6 +409,7 @@ class LeaseClient:
         same token. A retry waits only for what is left of ``block_ms``.
         """
         check_ttl(ttl_ms, block_ms)
+        mode = mode_args(shared, limit)
         with self._held_lock:
             mine = self._held.get(key)
             if mine is not None and not mine._released and not mine.lost.is_set():
@@ -405,7 +420,7 @@ class LeaseClient:
         redirects = 0
         while True:
             args, timeout = acquire_args(
-                key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin
+                key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, mode
             )
             conn = None
             try:
@@ -460,7 +475,9 @@ class LeaseClient:
             lease.lost._lose(Loss.REFUSED)
         return lease
 
-    def lease(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> "_LeaseContext":
+    def lease(
+        self, key: Any, ttl_ms: int, block_ms: Optional[int] = None, **mode: Any
+    ) -> "_LeaseContext":
         """For ``with``: acquires on entry (raising :class:`LeaseBusy` when the
         lease was not obtained, :class:`LeaseGrace` for a grace period) and
         releases on exit; a block that ends normally after the lease was lost
@@ -469,7 +486,7 @@ class LeaseClient:
             with client.lease("lock", 30000, block_ms=5000) as lease:
                 lease.fence("HSET", "data", "k", "v")
         """
-        return _LeaseContext(self, key, ttl_ms, block_ms)
+        return _LeaseContext(self, key, ttl_ms, block_ms, mode)
 
     def run(
         self,
@@ -477,12 +494,13 @@ class LeaseClient:
         ttl_ms: int,
         work: Callable[[Lease], Any],
         block_ms: Optional[int] = None,
+        **mode: Any,
     ) -> Any:
         """Runs ``work(lease)`` holding the lease and releases it however
         ``work`` ends; returns what ``work`` returns. ``work`` polls
         ``lease.lost.is_set()`` to know when to stop. Raises
         :class:`LeaseBusy` when the lease was not obtained."""
-        with self.lease(key, ttl_ms, block_ms) as lease:
+        with self.lease(key, ttl_ms, block_ms, **mode) as lease:
             return work(lease)
 
 
@@ -490,13 +508,14 @@ class _LeaseContext:
     """``with client.lease(...) as lease``: acquires on entry, releases on
     exit (as the asyncio one)."""
 
-    def __init__(self, client: "LeaseClient", key: Any, ttl_ms: int, block_ms: Optional[int]) -> None:
+    def __init__(self, client: "LeaseClient", key: Any, ttl_ms: int, block_ms: Optional[int], mode: Any) -> None:
         self._args = (client, key, ttl_ms, block_ms)
+        self._mode = mode
         self._lease: Optional[Lease] = None
 
     def __enter__(self) -> Lease:
         client, key, ttl_ms, block_ms = self._args
-        lease = client.acquire(key, ttl_ms, block_ms)
+        lease = client.acquire(key, ttl_ms, block_ms, **self._mode)
         if lease is None:
             raise LeaseBusy(f"{key!r} is held by another owner")
         self._lease = lease

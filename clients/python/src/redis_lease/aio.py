@@ -39,6 +39,7 @@ from ._common import (
     grace_of,
     lost_during,
     lost_reply,
+    mode_args,
     new_owner,
     release_plan,
     renew_every,
@@ -368,13 +369,14 @@ class _LeaseContext:
     """``async with client.lease(...) as lease``: acquires on entry, releases
     on exit. Also awaitable: ``lease = await client.lease(...)``."""
 
-    def __init__(self, client: "AsyncLeaseClient", key: Any, ttl_ms: int, block_ms: Optional[int]):
+    def __init__(self, client: "AsyncLeaseClient", key: Any, ttl_ms: int, block_ms: Optional[int], mode: Any):
         self._args = (client, key, ttl_ms, block_ms)
+        self._mode = mode
         self._lease: Optional[AsyncLease] = None
 
     async def _get(self) -> AsyncLease:
         client, key, ttl_ms, block_ms = self._args
-        lease = await client.acquire(key, ttl_ms, block_ms)
+        lease = await client.acquire(key, ttl_ms, block_ms, **self._mode)
         if lease is None:
             raise LeaseBusy(f"{key!r} is held by another owner")
         return lease
@@ -417,10 +419,17 @@ class AsyncLeaseClient:
         self.watchdog = watchdog
 
     async def acquire(
-        self, key: Any, ttl_ms: int, block_ms: Optional[int] = None
+        self,
+        key: Any,
+        ttl_ms: int,
+        block_ms: Optional[int] = None,
+        *,
+        shared: bool = False,
+        limit: Optional[int] = None,
     ) -> Optional[AsyncLease]:
         """As :meth:`redis_lease.LeaseClient.acquire`."""
         check_ttl(ttl_ms, block_ms)
+        mode = mode_args(shared, limit)
         mine = self._held.get(key)
         if mine is not None and not mine._released and not mine.lost.is_set():
             raise AlreadyHeld(key)
@@ -430,7 +439,7 @@ class AsyncLeaseClient:
         redirects = 0
         while True:
             args, timeout = acquire_args(
-                key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin
+                key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, mode
             )
             conn = None
             try:
@@ -486,11 +495,13 @@ class AsyncLeaseClient:
             lease.lost._lose(Loss.REFUSED)
         return lease
 
-    def lease(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> _LeaseContext:
+    def lease(
+        self, key: Any, ttl_ms: int, block_ms: Optional[int] = None, **mode: Any
+    ) -> _LeaseContext:
         """``async with client.lease(key, ttl_ms, block_ms) as lease:``
         acquires (raising :class:`LeaseBusy` when it cannot) and releases on
         exit, also when the block raises or is cancelled."""
-        return _LeaseContext(self, key, ttl_ms, block_ms)
+        return _LeaseContext(self, key, ttl_ms, block_ms, mode)
 
     async def run(
         self,
@@ -498,8 +509,9 @@ class AsyncLeaseClient:
         ttl_ms: int,
         work: Callable[[AsyncLease], Awaitable[T]],
         block_ms: Optional[int] = None,
+        **mode: Any,
     ) -> T:
         """Awaits ``work(lease)`` holding the lease, releases it however
         ``work`` ends, and returns its result."""
-        async with self.lease(key, ttl_ms, block_ms) as lease:
+        async with self.lease(key, ttl_ms, block_ms, **mode) as lease:
             return await work(lease)
