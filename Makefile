@@ -21,7 +21,7 @@ SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9
             REDIS80_SERVER=$(REDIS80)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration client-test py-test deps deps-build deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration client-test py-test deps deps-build deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
 
 all: build
 
@@ -135,6 +135,15 @@ fmt:
 lint: deps-build
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace --all-features -- -D warnings
+
+# The helpers as packages, into target/package/: the Rust crate (cargo
+# package, which builds it from the packaged files) and the Python wheel and
+# sdist (python -m build in the test virtualenv).
+package: pyenv
+	$(CARGO) package -p redis-lease-client --allow-dirty
+	$(PYENV)/bin/python -m pip install -q --disable-pip-version-check build
+	$(PYENV)/bin/python -m build --outdir target/package/python clients/python
+	rm -rf clients/python/build clients/python/src/redis_lease.egg-info
 
 # Every server of the test matrix (Redis 7.0, Valkey 8.1, Valkey 9.1), one
 # after the other, each on its own fresh process: see bench/README.md.

@@ -388,3 +388,24 @@ fn unsafe_is_written_only_behind_the_wall() {
         "the wall holds the raw calls ({seen_in_wall} files)"
     );
 }
+
+/// The `version = "..."` line of a manifest (Cargo.toml, pyproject.toml).
+fn manifest_version(rel: &str) -> String {
+    let text = fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    text.lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("{rel} has no version line"))
+        .to_string()
+}
+
+#[test]
+fn the_helpers_versions_follow_the_modules() {
+    let module = manifest_version("Cargo.toml");
+    assert_eq!(manifest_version("client/Cargo.toml"), module, "client/Cargo.toml");
+    assert_eq!(
+        manifest_version("clients/python/pyproject.toml"),
+        module,
+        "clients/python/pyproject.toml"
+    );
+}

@@ -1,5 +1,6 @@
 //! The async (tokio) helpers against real servers (Redis 7.0, Valkey 8.1 and
 //! 9.1): the same properties as tests/sync.rs.
+#![cfg(feature = "tokio")]
 
 #[path = "../../tests/common/mod.rs"]
 mod common;

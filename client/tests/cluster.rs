@@ -2,6 +2,7 @@
 //! harness): every lease call goes to the master of the lease key's slot,
 //! and to no other node; fenced writes land there; the watchdog renews
 //! there. Sync and async.
+#![cfg(feature = "tokio")]
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
