@@ -402,7 +402,11 @@ fn manifest_version(rel: &str) -> String {
 #[test]
 fn the_helpers_versions_follow_the_modules() {
     let module = manifest_version("Cargo.toml");
-    assert_eq!(manifest_version("client/Cargo.toml"), module, "client/Cargo.toml");
+    assert_eq!(
+        manifest_version("client/Cargo.toml"),
+        module,
+        "client/Cargo.toml"
+    );
     assert_eq!(
         manifest_version("clients/python/pyproject.toml"),
         module,

@@ -164,9 +164,9 @@ impl fmt::Display for Error {
             ),
             Error::Lost(loss) => loss.fmt(f),
             Error::InvalidTtl(ttl) => write!(f, "ttl must be at least 1 ms, not {ttl:?}"),
-            Error::SharedWrite => f.write_str(
-                "a SHARED holder's token cannot fence a write command; nothing was run",
-            ),
+            Error::SharedWrite => {
+                f.write_str("a SHARED holder's token cannot fence a write command; nothing was run")
+            }
             Error::AlreadyHeld(key) => write!(
                 f,
                 "{key:?} is already held by this client: use that lease or release it first"

@@ -157,7 +157,8 @@ impl LeaseClient {
         };
         let mut attempt = 0;
         loop {
-            let (cmd, read) = acquire_cmd(key, &owner, ttl, self.mode, block, wait_until, &self.opts);
+            let (cmd, read) =
+                acquire_cmd(key, &owner, ttl, self.mode, block, wait_until, &self.opts);
             let mut sent = Instant::now();
             let result = Conn::open(&self.backend, &self.opts).and_then(|mut conn| {
                 sent = Instant::now();

@@ -295,9 +295,9 @@ fn has_data_files(ctx: Ctx) -> bool {
     let rdb = ctx
         .config_get(c"dbfilename")
         .is_none_or(|f| std::path::Path::new(&f).exists());
-    let aof = ctx.config_get(c"appenddirname").is_none_or(|d| {
-        std::fs::read_dir(d).is_ok_and(|mut entries| entries.next().is_some())
-    });
+    let aof = ctx
+        .config_get(c"appenddirname")
+        .is_none_or(|d| std::fs::read_dir(d).is_ok_and(|mut entries| entries.next().is_some()));
     rdb || aof
 }
 
