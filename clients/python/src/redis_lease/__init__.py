@@ -25,6 +25,7 @@ from ._common import (
     new_owner,
 )
 from ._sync import Lease, LeaseClient, LossSignal
+from .lock import Lock
 
 __all__ = [
     "FOREVER",
@@ -35,6 +36,7 @@ __all__ = [
     "LeaseError",
     "LeaseGrace",
     "LeaseLost",
+    "Lock",
     "Loss",
     "LossSignal",
     "SharedWrite",

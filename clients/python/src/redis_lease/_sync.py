@@ -389,6 +389,7 @@ class LeaseClient:
         *,
         shared: bool = False,
         limit: Optional[int] = None,
+        _owner: Optional[str] = None,
     ) -> Optional[Lease]:
         """Takes the lease on ``key`` for ``ttl_ms`` with a fresh random owner.
 
@@ -414,7 +415,7 @@ class LeaseClient:
             mine = self._held.get(key)
             if mine is not None and not mine._released and not mine.lost.is_set():
                 raise AlreadyHeld(key)
-        owner = new_owner()
+        owner = _owner or new_owner()
         wait_until = None if not block_ms else time.monotonic() + block_ms / 1000
         attempt = 0
         redirects = 0
