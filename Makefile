@@ -102,7 +102,7 @@ run: deps build
 
 # Unit tests of the pure core, then integration tests against real
 # redis-server and valkey-server processes, then the client helpers' tests
-# (Rust crate client/, Python package clients/python) against them too.
+# (Rust crate clients/rust, Python package clients/python) against them too.
 test: deps deps-exporter servers unit integration client-test py-test
 
 unit:

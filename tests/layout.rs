@@ -403,9 +403,9 @@ fn manifest_version(rel: &str) -> String {
 fn the_helpers_versions_follow_the_modules() {
     let module = manifest_version("Cargo.toml");
     assert_eq!(
-        manifest_version("client/Cargo.toml"),
+        manifest_version("clients/rust/Cargo.toml"),
         module,
-        "client/Cargo.toml"
+        "clients/rust/Cargo.toml"
     );
     assert_eq!(
         manifest_version("clients/python/pyproject.toml"),

@@ -39,7 +39,7 @@ impl Kind {
 }
 
 /// The repository root: the module's package, also when this harness is
-/// compiled into the client crate's tests (client/tests/, through `#[path]`).
+/// compiled into the client crate's tests (clients/rust/tests/, through `#[path]`).
 pub(super) fn manifest_dir() -> PathBuf {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     here.ancestors()

@@ -2,7 +2,7 @@
 //! 9.1): the same properties as tests/sync.rs.
 #![cfg(feature = "tokio")]
 
-#[path = "../../tests/common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 mod support;
 
@@ -339,6 +339,6 @@ fn the_readme_shows_the_async_example_that_runs() {
         .collect();
     assert!(
         readme.contains(&body),
-        "client/README.md does not show examples/quickstart_async.rs as it is"
+        "clients/rust/README.md does not show examples/quickstart_async.rs as it is"
     );
 }

@@ -3,7 +3,7 @@
 //! paused server, lost acquire replies, the fence after a loss, and release
 //! on every way out.
 
-#[path = "../../tests/common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 mod support;
 
@@ -425,6 +425,6 @@ fn the_readme_shows_the_example_that_runs() {
         .collect();
     assert!(
         readme.contains(&body),
-        "client/README.md does not show examples/quickstart.rs as it is"
+        "clients/rust/README.md does not show examples/quickstart.rs as it is"
     );
 }

@@ -4,7 +4,7 @@
 //! there. Sync and async.
 #![cfg(feature = "tokio")]
 
-#[path = "../../tests/common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};

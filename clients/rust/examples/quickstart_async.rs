@@ -1,4 +1,4 @@
-//! The async example in client/README.md (tests/aio.rs runs it and checks
+//! The async example in clients/rust/README.md (tests/aio.rs runs it and checks
 //! that the README shows this code):
 //! `cargo run -p redis-lease-client --features tokio --example quickstart_async [url]`.
 

@@ -1,4 +1,4 @@
-//! The example in client/README.md (tests/sync.rs runs it and checks that the
+//! The example in clients/rust/README.md (tests/sync.rs runs it and checks that the
 //! README shows this code). Run it against a server with the module loaded:
 //! `cargo run -p redis-lease-client --example quickstart [redis://host:port/]`.
 
