@@ -335,3 +335,16 @@ def test_no_timeout_is_a_renewed_lease(server, monkeypatch):
     time.sleep(1.5)  # over two ttls: the watchdog renews it
     assert lock.owned() and not lock.lost.is_set()
     lock.release()
+
+
+def test_a_grace_period_is_waited_out_or_is_not_acquired(server):
+    r = server.client()
+    r.execute_command("CONFIG", "SET", "lease.grace-ms", "600")
+    r.execute_command("REPLICAOF", "127.0.0.1", "1")
+    r.execute_command("REPLICAOF", "NO", "ONE")
+    assert not Lock(r, "foo").acquire(blocking=False), "as a held lock: False"
+    start = time.monotonic()
+    lock = Lock(r, "foo", blocking_timeout=5)
+    assert lock.acquire(), "blocking: waits the grace out"
+    assert time.monotonic() - start < 3
+    lock.release()

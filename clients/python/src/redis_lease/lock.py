@@ -29,7 +29,7 @@ from typing import Any, Optional, Type, Union
 
 from redis.exceptions import LockError, LockNotOwnedError
 
-from ._common import FOREVER, Loss
+from ._common import FOREVER, LeaseGrace, Loss
 from ._sync import Lease, LeaseClient, LossSignal
 
 Number = Union[int, float]
@@ -120,7 +120,26 @@ class Lock:
         owner = None
         if token is not None:
             owner = token.decode() if isinstance(token, bytes) else str(token)
-        lease = client.acquire(self.name, ttl_ms, block_ms, _owner=owner)
+        end = None if blocking_timeout is None else time.monotonic() + blocking_timeout
+        # Bounded: a grace period ends, and each round waits for it or for
+        # the rest of blocking_timeout.
+        for _ in range(1000):
+            try:
+                lease = client.acquire(self.name, ttl_ms, block_ms, _owner=owner)
+                break
+            except LeaseGrace as grace:
+                # The server's grace period (after a failover): not acquired
+                # yet. Without blocking, as redis-py: False. Blocking: wait
+                # it out, within blocking_timeout.
+                left = None if end is None else end - time.monotonic()
+                if not blocking or (left is not None and left <= 0):
+                    return False
+                pause = grace.remaining_ms / 1000
+                time.sleep(pause if left is None else min(pause, left))
+                if block_ms not in (None, FOREVER) and end is not None:
+                    block_ms = max(int((end - time.monotonic()) * 1000), 1)
+        else:
+            return False
         if lease is None:
             return False
         self.local.lease = lease
