@@ -17,7 +17,6 @@
 //! response timeout is switched off on the connections made here; on a
 //! [`ClusterClient`] do not set one shorter than your `BLOCK` waits).
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::ops::Deref;
@@ -32,9 +31,9 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::{
-    Block, Error, Loss, Mode, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd, grace_of,
-    lost_during, lost_reply, millis, new_owner, normalize, release_plan, renew_every, retry_pause,
-    short,
+    Block, Error, Held, Loss, Mode, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd,
+    grace_of, lost_during, lost_reply, millis, new_owner, normalize, release_failed, release_opts,
+    release_plan, renew_every, retry_pause, work_result,
 };
 
 #[derive(Clone)]
@@ -122,7 +121,7 @@ pub struct LeaseClient {
     mode: Mode,
     /// The loss signals of the leases this client (and its clones) took, by
     /// key: a second acquire of a key still held fails at once.
-    held: Arc<Mutex<HashMap<String, LossSignal>>>,
+    held: Held,
 }
 
 impl LeaseClient {
@@ -137,7 +136,7 @@ impl LeaseClient {
             backend: Backend::One(client),
             opts: Options::default(),
             mode: Mode::Exclusive,
-            held: Arc::default(),
+            held: Held::default(),
         }
     }
 
@@ -147,7 +146,7 @@ impl LeaseClient {
             backend: Backend::Cluster(Box::new(client)),
             opts: Options::default(),
             mode: Mode::Exclusive,
-            held: Arc::default(),
+            held: Held::default(),
         }
     }
 
@@ -176,7 +175,7 @@ impl LeaseClient {
         block: Block,
     ) -> Result<Option<Lease>, Error> {
         check_ttl(ttl)?;
-        self.check_not_held(key)?;
+        self.held.check(key)?;
         let block = normalize(block);
         let owner = new_owner();
         let wait_until = match block {
@@ -212,10 +211,8 @@ impl LeaseClient {
                 }
                 Ok((conn, Some(token))) => {
                     let lease = Lease::start(self, key, owner, token, ttl, sent, conn).await;
-                    self.held
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(key.to_string(), lease.signal());
+                    let signal = lease.signal();
+                    self.held.insert(key, move || signal.loss().is_none());
                     return Ok(Some(lease));
                 }
                 Err(e) if lost_reply(&e) && attempt < self.opts.retries => {
@@ -224,17 +221,6 @@ impl LeaseClient {
                 }
                 Err(e) => return Err(e.into()),
             }
-        }
-    }
-
-    /// As the sync client's: [`Error::AlreadyHeld`] for a key this client
-    /// holds.
-    fn check_not_held(&self, key: &str) -> Result<(), Error> {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        held.retain(|_, signal| signal.loss().is_none());
-        match held.contains_key(key) {
-            true => Err(Error::AlreadyHeld(key.to_string())),
-            false => Ok(()),
         }
     }
 
@@ -262,10 +248,7 @@ impl LeaseClient {
         let result = work(lease.handle()).await;
         let lost = lost_during(lease.loss());
         let _ = lease.release().await;
-        match (result, lost) {
-            (Ok(_), Some(loss)) => Err(Error::Lost(loss).into()),
-            (result, _) => result.map(Some),
-        }
+        work_result(result, lost)
     }
 }
 
@@ -502,28 +485,23 @@ impl LeaseHandle {
         self.stop_watchdog();
         let mut cmd = redis::cmd("LEASE.RELEASE");
         cmd.arg(&self.0.key).arg(&self.0.owner);
-        let opts = match plan {
-            ReleasePlan::Nothing => return Ok(false),
-            ReleasePlan::Short => {
-                // One attempt on the connection there is: no check first.
-                *self.0.conn_used.lock().unwrap_or_else(|p| p.into_inner()) =
-                    (Instant::now(), self.0.dropped.load(Ordering::Relaxed));
-                short(&self.0.opts)
-            }
-            ReleasePlan::Full => self.0.opts.clone(),
+        let Some(opts) = release_opts(plan, &self.0.opts) else {
+            return Ok(false);
         };
+        if plan == ReleasePlan::Short {
+            // One attempt on the connection there is: no check first.
+            *self.0.conn_used.lock().unwrap_or_else(|p| p.into_inner()) =
+                (Instant::now(), self.0.dropped.load(Ordering::Relaxed));
+        }
         let mut attempt = 0;
         loop {
             match self.call_with::<i64>(&cmd, opts.io_timeout, &opts).await {
                 Ok(n) => return Ok(n == 1),
-                Err(Error::Redis(e)) if lost_reply(&e) && attempt < opts.retries => {
-                    attempt += 1;
+                Err(e) => {
+                    if let Some(answer) = release_failed(e, &mut attempt, &opts, plan) {
+                        return answer;
+                    }
                 }
-                // Known lost, and no answer in time: it ends at its ttl.
-                Err(Error::Redis(e)) if lost_reply(&e) && plan == ReleasePlan::Short => {
-                    return Ok(false);
-                }
-                Err(e) => return Err(e),
             }
         }
     }

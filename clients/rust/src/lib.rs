@@ -58,7 +58,9 @@
 
 #![warn(missing_docs)]
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod sync;
@@ -282,6 +284,48 @@ pub(crate) fn lost_during(loss: Option<Loss>) -> Option<Loss> {
     loss.filter(|l| matches!(l, Loss::Refused | Loss::Expired))
 }
 
+/// What `with_lease` returns: the work's result, unless the work went well
+/// and the lease was lost during it (`lost`, from [`lost_during`], read
+/// before the release): its work may have overlapped the next holder's.
+pub(crate) fn work_result<T, E: From<Error>>(
+    result: Result<T, E>,
+    lost: Option<Loss>,
+) -> Result<Option<T>, E> {
+    match (result, lost) {
+        (Ok(_), Some(loss)) => Err(Error::Lost(loss).into()),
+        (result, _) => result.map(Some),
+    }
+}
+
+/// The leases a client (and its clones) took, by key, each with a way to
+/// ask whether it is still held: a second acquire of a key still held
+/// fails at once ([`Error::AlreadyHeld`]).
+type StillHeld = Box<dyn Fn() -> bool + Send>;
+
+#[derive(Clone, Default)]
+pub(crate) struct Held(Arc<Mutex<HashMap<String, StillHeld>>>);
+
+impl Held {
+    /// [`Error::AlreadyHeld`] when a lease on `key` is neither released
+    /// nor lost.
+    pub(crate) fn check(&self, key: &str) -> Result<(), Error> {
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        held.retain(|_, still_held| still_held());
+        match held.contains_key(key) {
+            true => Err(Error::AlreadyHeld(key.to_string())),
+            false => Ok(()),
+        }
+    }
+
+    /// A lease on `key`, held while `still_held` says so.
+    pub(crate) fn insert(&self, key: &str, still_held: impl Fn() -> bool + Send + 'static) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_string(), Box::new(still_held));
+    }
+}
+
 /// A ttl is at least 1 ms ([`Error::InvalidTtl`] otherwise).
 pub(crate) fn check_ttl(ttl: Duration) -> Result<(), Error> {
     if ttl < Duration::from_millis(1) {
@@ -324,6 +368,38 @@ pub(crate) fn short(opts: &Options) -> Options {
         retries: 0,
         ..opts.clone()
     }
+}
+
+/// The options a release is sent with under `plan` (`None`: nothing sent).
+pub(crate) fn release_opts(plan: ReleasePlan, opts: &Options) -> Option<Options> {
+    match plan {
+        ReleasePlan::Nothing => None,
+        ReleasePlan::Short => Some(short(opts)),
+        ReleasePlan::Full => Some(opts.clone()),
+    }
+}
+
+/// After release attempt `attempt` failed with `e`: `None` to send it again
+/// (a lost reply, retries left), else the answer. A lease known lost whose
+/// one attempt got no answer is `Ok(false)`: it ends at its ttl.
+pub(crate) fn release_failed(
+    e: Error,
+    attempt: &mut u32,
+    opts: &Options,
+    plan: ReleasePlan,
+) -> Option<Result<bool, Error>> {
+    if let Error::Redis(r) = &e
+        && lost_reply(r)
+    {
+        if *attempt < opts.retries {
+            *attempt += 1;
+            return None;
+        }
+        if plan == ReleasePlan::Short {
+            return Some(Ok(false));
+        }
+    }
+    Some(Err(e))
 }
 
 /// Whole milliseconds of `d`, at least 1.
@@ -489,6 +565,37 @@ mod tests {
         assert_eq!(release_plan(None), ReleasePlan::Full);
         assert_eq!(release_plan(Some(Loss::Expired)), ReleasePlan::Short);
         assert_eq!(release_plan(Some(Loss::Refused)), ReleasePlan::Nothing);
+        let io = || {
+            Error::Redis(redis::RedisError::from(std::io::Error::from(
+                std::io::ErrorKind::TimedOut,
+            )))
+        };
+        let opts = Options::default();
+        let mut attempt = 0;
+        assert!(
+            release_failed(io(), &mut attempt, &opts, ReleasePlan::Full).is_none(),
+            "a lost reply is sent again"
+        );
+        assert_eq!(attempt, 1);
+        attempt = opts.retries;
+        assert!(matches!(
+            release_failed(io(), &mut attempt, &opts, ReleasePlan::Full),
+            Some(Err(_))
+        ));
+        let mut attempt = 0;
+        let s = short(&opts);
+        assert!(
+            matches!(
+                release_failed(io(), &mut attempt, &s, ReleasePlan::Short),
+                Some(Ok(false))
+            ),
+            "known lost: one try"
+        );
+        assert!(matches!(
+            release_failed(Error::Stale, &mut attempt, &opts, ReleasePlan::Full),
+            Some(Err(Error::Stale))
+        ));
+        assert!(release_opts(ReleasePlan::Nothing, &opts).is_none());
         let s = short(&Options::default());
         assert_eq!(
             (s.connect_timeout, s.io_timeout, s.retries),

@@ -1,7 +1,6 @@
 //! The blocking API: [`LeaseClient`], the [`Lease`] guard, its [`LossSignal`]
 //! and the watchdog thread.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -10,9 +9,9 @@ use redis::cluster::{ClusterClient, ClusterConfig, ClusterConnection};
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult};
 
 use crate::{
-    Block, Error, Loss, Mode, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd, grace_of,
-    lost_during, lost_reply, millis, new_owner, normalize, release_plan, renew_every, retry_pause,
-    short,
+    Block, Error, Held, Loss, Mode, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd,
+    grace_of, lost_during, lost_reply, millis, new_owner, normalize, release_failed, release_opts,
+    release_plan, renew_every, retry_pause, work_result,
 };
 
 /// Where the connections go: one server, or a cluster.
@@ -80,7 +79,7 @@ pub struct LeaseClient {
     mode: Mode,
     /// The loss signals of the leases this client (and its clones) took, by
     /// key: a second acquire of a key still held fails at once.
-    held: Arc<Mutex<HashMap<String, LossSignal>>>,
+    held: Held,
 }
 
 impl LeaseClient {
@@ -95,7 +94,7 @@ impl LeaseClient {
             backend: Backend::One(client),
             opts: Options::default(),
             mode: Mode::Exclusive,
-            held: Arc::default(),
+            held: Held::default(),
         }
     }
 
@@ -108,7 +107,7 @@ impl LeaseClient {
             backend: Backend::Cluster(Box::new(client)),
             opts: Options::default(),
             mode: Mode::Exclusive,
-            held: Arc::default(),
+            held: Held::default(),
         }
     }
 
@@ -148,7 +147,7 @@ impl LeaseClient {
     /// plus [`Options::block_margin`] (none for `Block::Forever`).
     pub fn acquire(&self, key: &str, ttl: Duration, block: Block) -> Result<Option<Lease>, Error> {
         check_ttl(ttl)?;
-        self.check_not_held(key)?;
+        self.held.check(key)?;
         let block = normalize(block);
         let owner = new_owner();
         let wait_until = match block {
@@ -178,10 +177,8 @@ impl LeaseClient {
                 }
                 Ok((conn, Some(token))) => {
                     let lease = Lease::start(self, key, owner, token, ttl, sent, conn);
-                    self.held
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(key.to_string(), lease.signal());
+                    let signal = lease.signal();
+                    self.held.insert(key, move || signal.loss().is_none());
                     return Ok(Some(lease));
                 }
                 Err(e) if lost_reply(&e) && attempt < self.opts.retries => {
@@ -190,17 +187,6 @@ impl LeaseClient {
                 }
                 Err(e) => return Err(e.into()),
             }
-        }
-    }
-
-    /// [`Error::AlreadyHeld`] when this client holds a lease on `key` that is
-    /// neither released nor lost.
-    fn check_not_held(&self, key: &str) -> Result<(), Error> {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        held.retain(|_, signal| signal.loss().is_none());
-        match held.contains_key(key) {
-            true => Err(Error::AlreadyHeld(key.to_string())),
-            false => Ok(()),
         }
     }
 
@@ -230,12 +216,7 @@ impl LeaseClient {
         let result = work(&mut lease);
         let lost = lost_during(lease.loss());
         let _ = lease.release();
-        match (result, lost) {
-            // The work ended well but the lease was lost meanwhile: it may
-            // have overlapped the next holder's.
-            (Ok(_), Some(loss)) => Err(Error::Lost(loss).into()),
-            (result, _) => result.map(Some),
-        }
+        work_result(result, lost)
     }
 }
 
@@ -587,28 +568,22 @@ impl Lease {
         self.signal.finish();
         let mut cmd = redis::cmd("LEASE.RELEASE");
         cmd.arg(&self.key).arg(&self.owner);
-        let opts = match plan {
-            ReleasePlan::Nothing => return Ok(false),
-            ReleasePlan::Short => {
-                // One attempt on the connection there is: no check first.
-                self.conn_used = (Instant::now(), self.signal.dropped());
-                short(&self.opts)
-            }
-            ReleasePlan::Full => self.opts.clone(),
+        let Some(opts) = release_opts(plan, &self.opts) else {
+            return Ok(false);
         };
+        if plan == ReleasePlan::Short {
+            // One attempt on the connection there is: no check first.
+            self.conn_used = (Instant::now(), self.signal.dropped());
+        }
         let mut attempt = 0;
         loop {
-            let result = self.call_with::<i64>(&cmd, opts.io_timeout, &opts);
-            match result {
+            match self.call_with::<i64>(&cmd, opts.io_timeout, &opts) {
                 Ok(n) => return Ok(n == 1),
-                Err(Error::Redis(e)) if lost_reply(&e) && attempt < opts.retries => {
-                    attempt += 1;
+                Err(e) => {
+                    if let Some(answer) = release_failed(e, &mut attempt, &opts, plan) {
+                        return answer;
+                    }
                 }
-                // Known lost, and no answer in time: it ends at its ttl.
-                Err(Error::Redis(e)) if lost_reply(&e) && plan == ReleasePlan::Short => {
-                    return Ok(false);
-                }
-                Err(e) => return Err(e),
             }
         }
     }
