@@ -19,9 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 fn deploy_file(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("deploy/prometheus")
-        .join(rel)
+    repo_file(&format!("deploy/prometheus/{rel}"))
 }
 
 /// The exporter binary: `LEASE_EXPORTER`, or `prometheus-redis-exporter`

@@ -49,12 +49,6 @@ use rand::{RngExt, SeedableRng};
 // ---------------------------------------------------------------------------
 // Small helpers.
 
-/// `INFO <section>` as text, `None` when the node does not answer.
-fn try_info(port: u16, section: &str) -> Option<String> {
-    let mut c = quick_conn(port)?;
-    redis::cmd("INFO").arg(section).query(&mut c).ok()
-}
-
 fn grace_remaining(c: &mut redis::Connection) -> i64 {
     info_int(c, "lease_grace_remaining_ms")
 }

@@ -20,6 +20,7 @@
 //! `lease.max-ttl-ms` (3 s) so that the grace periods are short. Every node
 //! loads the module; the Sentinels do not.
 mod common;
+use common::grace;
 use common::*;
 
 use std::path::{Path, PathBuf};
@@ -39,9 +40,7 @@ const SHORT: [&str; 2] = ["--lease.max-ttl-ms", "3000"];
 const CLUSTER_TTL: &str = "3000";
 
 fn deploy_file(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("deploy")
-        .join(rel)
+    repo_file(&format!("deploy/{rel}"))
 }
 
 /// `deploy/<rel>` copied to `to`, with the module path of this build on its
@@ -88,10 +87,6 @@ fn assert_module_loaded(s: &Server) {
     );
 }
 
-fn grace_reason(c: &mut redis::Connection) -> String {
-    info_field(c, "lease_grace_reason").expect("lease_grace_reason")
-}
-
 // ---------------------------------------------------------------------------
 // 1. Standalone.
 
@@ -101,7 +96,7 @@ compat! {
         let conf = node_conf("standalone.conf", &files.join("redis.conf"));
         let s = Server::start_with(kind, Opts::default().config_file(&conf));
         let mut c = s.conn();
-        assert_eq!(grace_reason(&mut c), "none", "a first start with appendfsync always");
+        assert_eq!(grace::reason(&mut c), "none", "a first start with appendfsync always");
         assert!(s.log().contains("no grace period: the AOF is written with appendfsync always"));
         assert_eq!(info_field(&mut c, "lease_eviction_may_lose_leases").as_deref(), Some("0"));
         assert_eq!(info_field(&mut c, "lease_max_ttl_ms").as_deref(), Some("60000"));
@@ -111,7 +106,7 @@ compat! {
         // kill -9, and a start from the same file on the same data.
         let s = s.restart_with(Opts::default().config_file(&conf));
         let mut c = s.conn();
-        assert_eq!(grace_reason(&mut c), "none", "a start after a crash with appendfsync always");
+        assert_eq!(grace::reason(&mut c), "none", "a start after a crash with appendfsync always");
         assert_eq!(token_of(&mut c, "job:1"), Some(t), "the lease survived the crash");
         assert_eq!(ok(&mut c, &["LEASE.RENEW", "job:1", "worker-a", "30000"]), Value::Int(1));
         let t2 = acquire(&mut c, "job:2", "worker-b", "30000");
@@ -252,7 +247,7 @@ fn sentinel_failover(kind: Kind) {
     for n in &nodes {
         assert_module_loaded(n);
         assert_eq!(
-            grace_reason(&mut n.conn()),
+            grace::reason(&mut n.conn()),
             "none",
             "{kind:?} :{} at its first start",
             n.port
@@ -295,7 +290,6 @@ fn sentinel_failover(kind: Kind) {
             .collect::<Vec<_>>(),
         sentinels[0].log_tail(20)
     );
-    let sentinel_ports: Vec<u16> = sentinels.iter().map(|s| s.port).collect();
 
     // What CONFIG REWRITE does to a temporary setting: the old master is
     // given `lease.grace-ms 0`, and Sentinel's rewrite puts it in its file.
@@ -319,18 +313,10 @@ fn sentinel_failover(kind: Kind) {
                     break;
                 }
                 let sent = Instant::now();
-                let master = quick_conn(sentinel_ports[sentinel]).and_then(|mut s| {
-                    let addr: Vec<String> = redis::cmd("SENTINEL")
-                        .arg("get-master-addr-by-name")
-                        .arg("leases")
-                        .query(&mut s)
-                        .ok()?;
-                    addr.get(1)?.parse::<u16>().ok()
-                });
-                let got = match master.and_then(quick_conn) {
+                let got = match sentinels[sentinel].master_port().and_then(quick_conn) {
                     Some(mut c) => holder_call(&mut c, key, holding),
                     None => {
-                        sentinel = (sentinel + 1) % sentinel_ports.len();
+                        sentinel = (sentinel + 1) % sentinels.len();
                         Got::Unreachable
                     }
                 };
@@ -362,7 +348,7 @@ fn sentinel_failover(kind: Kind) {
                 return false;
             };
             new_master = Some(m);
-            try_info_text(m, "replication").is_some_and(|i| {
+            try_info(m, "replication").is_some_and(|i| {
                 i.contains("role:master") && i.matches("state=online").count() == 2
             })
         });
@@ -465,14 +451,6 @@ fn sentinel_failover(kind: Kind) {
     let _ = std::fs::remove_dir_all(&files);
 }
 
-/// `INFO <section>` of the server on `port`, when it answers.
-fn try_info_text(port: u16, section: &str) -> Option<String> {
-    redis::cmd("INFO")
-        .arg(section)
-        .query(&mut quick_conn(port)?)
-        .ok()
-}
-
 mod sentinel_setup_fails_over_to_a_replica {
     use super::*;
     #[test]
@@ -494,7 +472,7 @@ fn cluster_failover(kind: Kind) {
     let cluster = Cluster::start_from(kind, 3, 1, |_| from_file(&conf, CLUSTER_TTL));
     for n in &cluster.nodes {
         assert_module_loaded(n);
-        assert_eq!(grace_reason(&mut n.conn()), "none");
+        assert_eq!(grace::reason(&mut n.conn()), "none");
     }
     let key = "{job}:lock";
     let slot = cluster.slot_of(key);

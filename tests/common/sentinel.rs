@@ -20,6 +20,13 @@ pub fn quick_conn(port: u16) -> Option<redis::Connection> {
     Some(c)
 }
 
+/// `INFO <section>` of the server on `port` as text, `None` when it does
+/// not answer.
+pub fn try_info(port: u16, section: &str) -> Option<String> {
+    let mut c = quick_conn(port)?;
+    redis::cmd("INFO").arg(section).query(&mut c).ok()
+}
+
 /// A running Sentinel watching the master it calls `name`.
 pub struct Sentinel {
     pub port: u16,

@@ -48,6 +48,11 @@ pub(super) fn manifest_dir() -> PathBuf {
         .unwrap_or(here)
 }
 
+/// A file of the repository, by its path from the root (`deploy/...`).
+pub fn repo_file(rel: &str) -> PathBuf {
+    manifest_dir().join(rel)
+}
+
 /// The module under test: `$LEASE_MODULE`, else the debug build.
 pub fn module_path() -> PathBuf {
     let path = std::env::var_os("LEASE_MODULE")

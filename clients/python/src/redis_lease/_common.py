@@ -92,6 +92,13 @@ class AlreadyHeld(LeaseError):
         super().__init__(f"{key!r} is already held by this client: use that lease or release it first")
 
 
+def still_held(lease: Any) -> bool:
+    """Is ``lease`` (a sync or an asyncio one, or None) neither released nor
+    lost? A second acquire of its key by the same client is then
+    :class:`AlreadyHeld`."""
+    return lease is not None and not lease._released and not lease.lost.is_set()
+
+
 def lost_during(reason: Optional[Loss]) -> Optional[Loss]:
     """The loss to report when a block ends normally: a lease that was
     refused or expired during the work (not one the work released)."""

@@ -35,6 +35,7 @@ from ._common import (
     release_plan,
     renew_every,
     retry_pause,
+    still_held,
 )
 
 Conn = Any  # a redis.connection.Connection (or a subclass: SSL, unix socket)
@@ -413,7 +414,7 @@ class LeaseClient:
         mode = mode_args(shared, limit)
         with self._held_lock:
             mine = self._held.get(key)
-            if mine is not None and not mine._released and not mine.lost.is_set():
+            if still_held(mine):
                 raise AlreadyHeld(key)
         owner = _owner or new_owner()
         wait_until = None if not block_ms else time.monotonic() + block_ms / 1000

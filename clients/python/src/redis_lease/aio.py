@@ -44,6 +44,7 @@ from ._common import (
     release_plan,
     renew_every,
     retry_pause,
+    still_held,
 )
 
 __all__ = ["AsyncLeaseClient", "AsyncLease", "AsyncLossSignal"]
@@ -431,7 +432,7 @@ class AsyncLeaseClient:
         check_ttl(ttl_ms, block_ms)
         mode = mode_args(shared, limit)
         mine = self._held.get(key)
-        if mine is not None and not mine._released and not mine.lost.is_set():
+        if still_held(mine):
             raise AlreadyHeld(key)
         owner = new_owner()
         wait_until = None if not block_ms else time.monotonic() + block_ms / 1000
