@@ -1,8 +1,11 @@
 //! The async API, on tokio (feature `tokio`): the same helpers as the sync
 //! API, with futures.
 //!
-//! - [`LeaseClient::acquire`] returns a [`Lease`] guard; its watchdog is a
-//!   tokio task with its own connection.
+//! - [`LeaseClient::acquire`] returns a [`Lease`] guard. A client and its
+//!   clones share one multiplexed connection for every lease's calls (a
+//!   blocking acquire takes a connection of its own while it waits) and one
+//!   watchdog task, which renews all their leases in batches, one pipeline
+//!   per round, on a connection of its own.
 //! - A [`Lease`] derefs to a [`LeaseHandle`] (token, fence, renew, loss
 //!   signal). Handles are cheap clones, `Send`, for other tasks.
 //! - [`Lease::release`] gives it back. Dropping the guard stops the
@@ -13,6 +16,9 @@
 //!   releases it however the job ends (the guard's drop covers a panic, and
 //!   a `with_lease` future dropped before it finished).
 //!
+//! What to send and what a reply means is decided in `protocol.rs`, as for
+//! the sync API; this file only does the async I/O.
+//!
 //! Every call is bounded by a tokio timeout of its own (the redis crate's
 //! response timeout is switched off on the connections made here; on a
 //! [`ClusterClient`] do not set one shorter than your `BLOCK` waits).
@@ -21,20 +27,20 @@ use std::future::Future;
 use std::io;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::cluster::{ClusterClient, ClusterConfig};
-use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError, RedisResult};
-use tokio::sync::watch;
-use tokio::task::AbortHandle;
+use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError, RedisResult, Value};
+use tokio::sync::{Notify, watch};
 
-use crate::{
-    Block, Error, Held, Loss, Mode, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd,
-    grace_of, lost_during, lost_reply, millis, new_owner, normalize, release_failed, release_opts,
-    release_plan, renew_every, retry_pause, work_result,
+use crate::protocol::{
+    Fresh, Held, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule, acquire_cmd, check_ttl,
+    grace_of, lost_during, lost_reply, normalize, release_cmd, release_failed, release_opts,
+    release_plan, renew_cmd, renew_every, waits, work_result,
 };
+use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd, new_owner};
 
 #[derive(Clone)]
 enum Backend {
@@ -109,15 +115,241 @@ impl Conn {
             None => call.await,
         }
     }
+    /// Sends the renewals `cmds` and reads every reply within `read`: one
+    /// pipeline on one server; on a cluster each renewal goes to its
+    /// slot's master at once, all in flight together (the cluster
+    /// connection pipelines them per node).
+    async fn renew_all(&mut self, cmds: &[Cmd], read: Duration) -> RedisResult<Vec<Reply>> {
+        let send = async {
+            let values: Vec<Value> = match self {
+                Conn::One(c) => {
+                    let mut pipe = redis::pipe();
+                    pipe.ignore_errors();
+                    for cmd in cmds {
+                        pipe.add_command(cmd.clone());
+                    }
+                    pipe.query_async(c).await?
+                }
+                Conn::Cluster(c) => {
+                    let mut set = tokio::task::JoinSet::new();
+                    for (i, cmd) in cmds.iter().enumerate() {
+                        let (mut c, cmd) = (c.clone(), cmd.clone());
+                        set.spawn(async move { (i, cmd.query_async::<Value>(&mut c).await) });
+                    }
+                    let mut values = vec![Value::Nil; cmds.len()];
+                    while let Some(done) = set.join_next().await {
+                        if let Ok((i, Ok(v))) = done {
+                            values[i] = v;
+                        }
+                    }
+                    values
+                }
+            };
+            Ok::<_, RedisError>(values)
+        };
+        let values = tokio::time::timeout(read.max(Duration::from_millis(1)), send)
+            .await
+            .map_err(|_| timed_out("no reply in time"))??;
+        Ok(values.into_iter().map(Reply::from).collect())
+    }
+}
+
+/// What one client and its clones share: the multiplexed connection every
+/// lease's calls go over, an idle pool of connections for blocking
+/// acquires (a connection blocked in `BLOCK` carries nothing else), and the
+/// watchdog task with its schedule.
+struct Hub {
+    backend: Backend,
+    opts: Options,
+    shared: Mutex<Option<(Conn, Fresh)>>,
+    idle: Mutex<Vec<(Conn, Fresh)>>,
+    /// Connections found closed: a connection older than the last drop is
+    /// checked before use.
+    drops: AtomicU64,
+    dog: Mutex<Dog>,
+    wake: Notify,
+}
+
+struct Dog {
+    schedule: Schedule<LossSignal>,
+    /// The watchdog task runs (it ends when no lease is left).
+    running: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Hub {
+    fn new(backend: Backend, opts: Options) -> Arc<Hub> {
+        Arc::new(Hub {
+            backend,
+            opts,
+            shared: Mutex::new(None),
+            idle: Mutex::new(Vec::new()),
+            drops: AtomicU64::new(0),
+            dog: Mutex::new(Dog {
+                schedule: Schedule::default(),
+                running: false,
+            }),
+            wake: Notify::new(),
+        })
+    }
+
+    fn drops(&self) -> u64 {
+        self.drops.load(Ordering::Relaxed)
+    }
+
+    fn dropped(&self) {
+        self.drops.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The shared connection: checked with `PING` first when suspect
+    /// (unless `check` is false), opened when there is none or it is dead.
+    async fn shared(&self, opts: &Options, check: bool) -> RedisResult<Conn> {
+        let current = lock(&self.shared).clone();
+        if let Some((mut conn, fresh)) = current {
+            if !check || !fresh.suspect(self.drops()) || conn.alive(opts.io_timeout).await {
+                return Ok(conn);
+            }
+            self.dropped();
+        }
+        let conn = Conn::open(&self.backend, opts).await?;
+        *lock(&self.shared) = Some((conn.clone(), Fresh::now(self.drops())));
+        Ok(conn)
+    }
+
+    /// Runs `cmd` on the shared connection, waiting at most `read`. A lost
+    /// reply closes it for every caller: the next call opens another.
+    async fn call<T: FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+        read: Duration,
+        opts: &Options,
+        check: bool,
+    ) -> Result<T, Error> {
+        let mut conn = self.shared(opts, check).await?;
+        let result = conn.call(cmd, Some(read)).await;
+        let mut shared = lock(&self.shared);
+        match &result {
+            Err(e) if lost_reply(e) => {
+                *shared = None;
+                self.dropped();
+            }
+            _ => {
+                if let Some((_, fresh)) = shared.as_mut() {
+                    *fresh = Fresh::now(self.drops());
+                }
+            }
+        }
+        Ok(result?)
+    }
+
+    /// A connection of its own for a blocking acquire: an idle one
+    /// (checked when suspect), else a new one.
+    async fn take(&self, opts: &Options) -> RedisResult<Conn> {
+        loop {
+            let idle = lock(&self.idle).pop();
+            match idle {
+                Some((mut conn, fresh)) => {
+                    if !fresh.suspect(self.drops()) || conn.alive(opts.io_timeout).await {
+                        return Ok(conn);
+                    }
+                    self.dropped();
+                }
+                None => return Conn::open(&self.backend, opts).await,
+            }
+        }
+    }
+
+    fn give(&self, conn: Conn) {
+        let mut idle = lock(&self.idle);
+        if idle.len() < POOL_IDLE {
+            idle.push((conn, Fresh::now(self.drops())));
+        }
+    }
+
+    /// Watches a lease (first renewal at `first`), spawning the watchdog
+    /// task on the current runtime when none runs.
+    fn watch(
+        self: &Arc<Hub>,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        first: Instant,
+        signal: LossSignal,
+    ) -> u64 {
+        let mut dog = lock(&self.dog);
+        let id = dog.schedule.add(key, owner, ttl, first, signal);
+        if !dog.running {
+            dog.running = true;
+            tokio::spawn(self.clone().run_watchdog());
+        }
+        self.wake.notify_one();
+        id
+    }
+
+    fn forget(&self, id: u64) {
+        lock(&self.dog).schedule.remove(id);
+    }
+
+    /// The watchdog: sends each batch the schedule makes and hands the
+    /// replies back, until no lease is left.
+    async fn run_watchdog(self: Arc<Hub>) {
+        let mut conn: Option<Conn> = None;
+        loop {
+            let next = {
+                let mut dog = lock(&self.dog);
+                let next = dog.schedule.next(Instant::now(), self.opts.io_timeout);
+                if matches!(next, Next::Idle) {
+                    dog.running = false;
+                    return;
+                }
+                next
+            };
+            let batch = match next {
+                Next::Send(batch) => batch,
+                Next::Sleep(until) => {
+                    let until = tokio::time::Instant::from_std(until);
+                    let _ = tokio::time::timeout_at(until, self.wake.notified()).await;
+                    continue;
+                }
+                Next::Idle => return,
+            };
+            if conn.is_none() {
+                conn = Conn::open(&self.backend, &self.opts).await.ok();
+            }
+            let replies = match conn.as_mut() {
+                Some(c) => c.renew_all(&batch.cmds, batch.read).await,
+                None => Err(timed_out("no connection")),
+            };
+            let replies = replies.unwrap_or_else(|e| {
+                if lost_reply(&e) {
+                    conn = None;
+                    self.dropped();
+                }
+                Vec::new()
+            });
+            lock(&self.dog).schedule.settle(&batch, replies);
+        }
+    }
+
+    fn stats(&self) -> WatchdogStats {
+        let dog = lock(&self.dog);
+        WatchdogStats {
+            leases: dog.schedule.len(),
+            renewals: dog.schedule.renewals,
+            round_trips: dog.schedule.round_trips,
+        }
+    }
 }
 
 /// Opens leases on one server or a cluster, from async code. Cheap to
-/// clone; every lease gets its own connections (one for the holder, one for
-/// its watchdog).
+/// clone; the clones share one multiplexed connection and one watchdog
+/// task, which renews every lease they hold in batches.
 #[derive(Clone)]
 pub struct LeaseClient {
-    backend: Backend,
-    opts: Options,
+    hub: Arc<Hub>,
     mode: Mode,
     /// The loss signals of the leases this client (and its clones) took, by
     /// key: a second acquire of a key still held fails at once.
@@ -132,19 +364,17 @@ impl LeaseClient {
 
     /// Leases on the server of `client`.
     pub fn new(client: redis::Client) -> LeaseClient {
-        LeaseClient {
-            backend: Backend::One(client),
-            opts: Options::default(),
-            mode: Mode::Exclusive,
-            held: Held::default(),
-        }
+        LeaseClient::on(Backend::One(client))
     }
 
     /// Leases on a Redis Cluster, routed by the lease key's slot.
     pub fn cluster(client: ClusterClient) -> LeaseClient {
+        LeaseClient::on(Backend::Cluster(Box::new(client)))
+    }
+
+    fn on(backend: Backend) -> LeaseClient {
         LeaseClient {
-            backend: Backend::Cluster(Box::new(client)),
-            opts: Options::default(),
+            hub: Hub::new(backend, Options::default()),
             mode: Mode::Exclusive,
             held: Held::default(),
         }
@@ -158,10 +388,16 @@ impl LeaseClient {
         self
     }
 
-    /// The same client with other timeouts and retries.
+    /// The same client with other timeouts and retries (and connections and
+    /// a watchdog of its own).
     pub fn with_options(mut self, opts: Options) -> LeaseClient {
-        self.opts = opts;
+        self.hub = Hub::new(self.hub.backend.clone(), opts);
         self
+    }
+
+    /// What the watchdog shared by this client and its clones did so far.
+    pub fn watchdog_stats(&self) -> WatchdogStats {
+        self.hub.stats()
     }
 
     /// Takes the lease on `key` for `ttl`, with a fresh random owner id; as
@@ -176,6 +412,7 @@ impl LeaseClient {
     ) -> Result<Option<Lease>, Error> {
         check_ttl(ttl)?;
         self.held.check(key)?;
+        let (hub, opts) = (&self.hub, &self.hub.opts);
         let block = normalize(block);
         let owner = new_owner();
         let wait_until = match block {
@@ -184,42 +421,67 @@ impl LeaseClient {
         };
         let mut attempt = 0;
         loop {
-            let (cmd, read) =
-                acquire_cmd(key, &owner, ttl, self.mode, block, wait_until, &self.opts);
-            let mut sent = Instant::now();
-            let result = match Conn::open(&self.backend, &self.opts).await {
-                Ok(mut conn) => {
-                    sent = Instant::now();
-                    conn.call::<Option<u64>>(&cmd, read)
-                        .await
-                        .map(|t| (conn, t))
+            let (cmd, read) = acquire_cmd(key, &owner, ttl, self.mode, block, wait_until, opts);
+            // A call that may block waits on a connection of its own; one
+            // that does not shares the client's.
+            let own = waits(&cmd);
+            let conn = match own {
+                true => hub.take(opts).await,
+                false => hub.shared(opts, true).await,
+            };
+            let mut conn = match conn {
+                Ok(conn) => conn,
+                Err(e) if lost_reply(&e) && attempt < opts.retries => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
+                    continue;
                 }
-                Err(e) => Err(e),
+                Err(e) => return Err(e.into()),
+            };
+            let sent = Instant::now();
+            let result = conn.call::<Option<u64>>(&cmd, read).await;
+            let give = |conn: Conn| {
+                if own {
+                    hub.give(conn)
+                }
             };
             match result {
-                Ok((mut conn, None)) => {
+                Ok(None) => {
                     // Null: another owner, or the server's grace period;
                     // the server says which.
                     let info = conn
-                        .call::<String>(redis::cmd("INFO").arg("lease"), Some(self.opts.io_timeout))
+                        .call::<String>(redis::cmd("INFO").arg("lease"), Some(opts.io_timeout))
                         .await
                         .unwrap_or_default();
+                    give(conn);
                     return match grace_of(&info) {
                         Some(grace) => Err(grace),
                         None => Ok(None),
                     };
                 }
-                Ok((conn, Some(token))) => {
-                    let lease = Lease::start(self, key, owner, token, ttl, sent, conn).await;
+                Ok(Some(token)) => {
+                    let lease = Lease::start(self, key, owner, token, ttl, sent, &mut conn).await;
+                    give(conn);
                     let signal = lease.signal();
                     self.held.insert(key, move || signal.loss().is_none());
                     return Ok(Some(lease));
                 }
-                Err(e) if lost_reply(&e) && attempt < self.opts.retries => {
+                Err(e) if !lost_reply(&e) => {
+                    give(conn);
+                    return Err(e.into());
+                }
+                Err(e) => {
+                    // A lost reply: its connection is closed, not reused.
+                    if !own {
+                        *lock(&hub.shared) = None;
+                    }
+                    hub.dropped();
+                    if attempt >= opts.retries {
+                        return Err(e.into());
+                    }
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
                 }
-                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -322,27 +584,34 @@ impl LossSignal {
     }
 }
 
+impl Renewable for LossSignal {
+    fn live(&self) -> bool {
+        self.loss().is_none()
+    }
+
+    fn deadline(&self) -> Instant {
+        LossSignal::deadline(self)
+    }
+
+    fn renewed(&self, sent: Instant, ttl: Duration) -> bool {
+        self.extend(sent, ttl)
+    }
+
+    fn refused(&self) {
+        self.lose(Loss::Refused)
+    }
+}
+
 struct Inner {
     key: String,
     owner: String,
     token: u64,
     ttl: Duration,
-    conn: Mutex<Option<Conn>>,
-    backend: Backend,
-    opts: Options,
+    hub: Arc<Hub>,
     signal: LossSignal,
-    watchdog: Mutex<Option<AbortHandle>>,
-    /// How often the watchdog found its connection closed (shared with
-    /// it), and when `conn` last answered with that count then: an idle or
-    /// suspect connection is checked before the next call, as in the sync
-    /// `Lease`.
-    dropped: Arc<AtomicU64>,
-    conn_used: Mutex<(Instant, u64)>,
+    /// Its place in the watchdog's schedule.
+    watched: Mutex<Option<u64>>,
 }
-
-/// As the sync API's: a holder connection idle this long is checked with
-/// `PING` before its next call.
-const IDLE_CHECK: Duration = Duration::from_millis(100);
 
 /// What a job holding a lease works with: token, fenced writes, renewal and
 /// the loss signal (no release: the [`Lease`] guard does that). Cheap to
@@ -386,67 +655,19 @@ impl LeaseHandle {
         self.0.signal.lost().await
     }
 
-    async fn call<T: FromRedisValue>(&self, cmd: &Cmd, read: Duration) -> Result<T, Error> {
-        self.call_with(cmd, read, &self.0.opts).await
-    }
-
-    /// `call`, opening a connection (when there is none) with `opts`.
-    async fn call_with<T: FromRedisValue>(
-        &self,
-        cmd: &Cmd,
-        read: Duration,
-        opts: &Options,
-    ) -> Result<T, Error> {
-        let current = self
-            .0
-            .conn
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let dropped = self.0.dropped.load(Ordering::Relaxed);
-        let (used, seen) = *self.0.conn_used.lock().unwrap_or_else(|p| p.into_inner());
-        // An idle or suspect connection is checked first: nothing sent on a
-        // closed one can have reached the server, so the call goes out
-        // once, on a new connection (a fence too).
-        let current = match current {
-            Some(mut c) if seen != dropped || used.elapsed() >= IDLE_CHECK => {
-                c.alive(opts.io_timeout).await.then_some(c)
-            }
-            other => other,
-        };
-        let mut conn = match current {
-            Some(c) => c,
-            None => {
-                let c = Conn::open(&self.0.backend, opts).await?;
-                *self.0.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
-                c
-            }
-        };
-        let result = conn.call(cmd, Some(read)).await;
-        match &result {
-            Err(e) if lost_reply(e) => {
-                *self.0.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
-            }
-            _ => {
-                *self.0.conn_used.lock().unwrap_or_else(|p| p.into_inner()) =
-                    (Instant::now(), dropped);
-            }
-        }
-        Ok(result?)
-    }
-
     /// Renews now, besides the watchdog: `Ok(true)` renewed, `Ok(false)` the
     /// server says the lease is not ours (the loss signal turns on).
     pub async fn renew(&self) -> Result<bool, Error> {
         let sent = Instant::now();
+        let hub = &self.0.hub;
         let read = self
             .0
             .signal
             .deadline()
             .saturating_duration_since(sent)
-            .min(self.0.opts.io_timeout);
+            .min(hub.opts.io_timeout);
         let cmd = renew_cmd(&self.0.key, &self.0.owner, self.0.ttl);
-        match self.call::<i64>(&cmd, read).await? {
+        match hub.call::<i64>(&cmd, read, &hub.opts, true).await? {
             1 => Ok(self.0.signal.extend(sent, self.0.ttl)),
             _ => {
                 self.0.signal.lose(Loss::Refused);
@@ -456,10 +677,13 @@ impl LeaseHandle {
     }
 
     /// `cmd` run through the fence (`LEASE.FENCE key token <cmd>`); a
-    /// `STALE` refusal is [`Error::Stale`] and nothing was run.
+    /// `STALE` refusal is [`Error::Stale`] and nothing was run. A
+    /// connection the server closed while idle is replaced first.
     pub async fn fence<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
         let fenced = fence_cmd(&self.0.key, self.0.token, cmd);
-        self.call(&fenced, self.0.opts.io_timeout).await
+        let hub = &self.0.hub;
+        hub.call(&fenced, hub.opts.io_timeout, &hub.opts, true)
+            .await
     }
 
     /// The fenced form of `cmd`, for a connection or pipeline of your own.
@@ -468,34 +692,35 @@ impl LeaseHandle {
     }
 
     fn stop_watchdog(&self) {
-        if let Some(h) = self
-            .0
-            .watchdog
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            h.abort();
+        if let Some(id) = lock(&self.0.watched).take() {
+            self.0.hub.forget(id);
         }
         self.0.signal.lose(Loss::Released);
     }
 
-    async fn release(&self) -> Result<bool, Error> {
+    /// Stops the watchdog and says how the release goes, from what the
+    /// loss signal said before.
+    fn finish(&self) -> ReleasePlan {
         let plan = release_plan(self.0.signal.loss());
         self.stop_watchdog();
-        let mut cmd = redis::cmd("LEASE.RELEASE");
-        cmd.arg(&self.0.key).arg(&self.0.owner);
-        let Some(opts) = release_opts(plan, &self.0.opts) else {
+        plan
+    }
+
+    async fn release(&self, plan: ReleasePlan) -> Result<bool, Error> {
+        let cmd = release_cmd(&self.0.key, &self.0.owner);
+        let Some(opts) = release_opts(plan, &self.0.hub.opts) else {
             return Ok(false);
         };
-        if plan == ReleasePlan::Short {
-            // One attempt on the connection there is: no check first.
-            *self.0.conn_used.lock().unwrap_or_else(|p| p.into_inner()) =
-                (Instant::now(), self.0.dropped.load(Ordering::Relaxed));
-        }
+        // Known lost: one attempt on the connection there is, no check.
+        let check = plan != ReleasePlan::Short;
         let mut attempt = 0;
         loop {
-            match self.call_with::<i64>(&cmd, opts.io_timeout, &opts).await {
+            match self
+                .0
+                .hub
+                .call::<i64>(&cmd, opts.io_timeout, &opts, check)
+                .await
+            {
                 Ok(n) => return Ok(n == 1),
                 Err(e) => {
                     if let Some(answer) = release_failed(e, &mut attempt, &opts, plan) {
@@ -530,9 +755,9 @@ impl Lease {
         token: u64,
         ttl: Duration,
         sent: Instant,
-        conn: Conn,
+        conn: &mut Conn,
     ) -> Lease {
-        let mut conn = conn;
+        let hub = client.hub.clone();
         // As in the sync API: after a long wait, count from a renewal sent
         // now rather than from the acquire.
         let mut deadline = sent + ttl;
@@ -540,40 +765,27 @@ impl Lease {
         if sent.elapsed() >= renew_every(ttl) {
             let renewed = Instant::now();
             let cmd = renew_cmd(key, &owner, ttl);
-            match conn.call::<i64>(&cmd, Some(client.opts.io_timeout)).await {
+            match conn.call::<i64>(&cmd, Some(hub.opts.io_timeout)).await {
                 Ok(1) => deadline = renewed + ttl,
                 Ok(_) => loss = Some(Loss::Refused),
                 Err(_) => {}
             }
         }
         let (tx, _) = watch::channel(State { deadline, loss });
+        let signal = LossSignal(Arc::new(tx));
+        let watched = (hub.opts.watchdog && loss.is_none()).then(|| {
+            let first = deadline - ttl + renew_every(ttl);
+            hub.watch(key, &owner, ttl, first, signal.clone())
+        });
         let handle = LeaseHandle(Arc::new(Inner {
             key: key.to_string(),
             owner,
             token,
             ttl,
-            conn: Mutex::new(Some(conn)),
-            backend: client.backend.clone(),
-            opts: client.opts.clone(),
-            signal: LossSignal(Arc::new(tx)),
-            watchdog: Mutex::new(None),
-            dropped: Arc::new(AtomicU64::new(0)),
-            conn_used: Mutex::new((Instant::now(), 0)),
+            hub,
+            signal,
+            watched: Mutex::new(watched),
         }));
-        if client.opts.watchdog {
-            let dog = Watchdog {
-                signal: handle.0.signal.clone(),
-                dropped: handle.0.dropped.clone(),
-                backend: client.backend.clone(),
-                opts: client.opts.clone(),
-                renew: renew_cmd(key, &handle.0.owner, ttl),
-                ttl,
-            };
-            let first = handle.0.signal.deadline() - ttl + renew_every(ttl);
-            let task = tokio::spawn(dog.run(first));
-            *handle.0.watchdog.lock().unwrap_or_else(|p| p.into_inner()) =
-                Some(task.abort_handle());
-        }
         Lease {
             handle,
             released: false,
@@ -589,7 +801,8 @@ impl Lease {
     /// `Ok(false)` it was lost before. A lost reply is retried.
     pub async fn release(mut self) -> Result<bool, Error> {
         self.released = true;
-        self.handle.release().await
+        let plan = self.handle.finish();
+        self.handle.release(plan).await
     }
 }
 
@@ -598,11 +811,11 @@ impl Drop for Lease {
         if self.released {
             return;
         }
-        self.handle.stop_watchdog();
+        let plan = self.handle.finish();
         let handle = self.handle.clone();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                let _ = handle.release().await;
+                let _ = handle.release(plan).await;
             });
         }
     }
@@ -615,73 +828,5 @@ impl std::fmt::Debug for Lease {
             .field("token", &self.handle.0.token)
             .field("loss", &self.handle.loss())
             .finish()
-    }
-}
-
-fn renew_cmd(key: &str, owner: &str, ttl: Duration) -> Cmd {
-    let mut cmd = redis::cmd("LEASE.RENEW");
-    cmd.arg(key).arg(owner).arg(millis(ttl));
-    cmd
-}
-
-struct Watchdog {
-    signal: LossSignal,
-    dropped: Arc<AtomicU64>,
-    backend: Backend,
-    opts: Options,
-    renew: Cmd,
-    ttl: Duration,
-}
-
-impl Watchdog {
-    async fn run(self, mut next: Instant) {
-        let mut rx = self.signal.0.subscribe();
-        let mut conn: Option<Conn> = None;
-        loop {
-            let st = *rx.borrow_and_update();
-            if st.loss().is_some() {
-                return;
-            }
-            let now = Instant::now();
-            if now < next {
-                let wake = tokio::time::Instant::from_std(next.min(st.deadline));
-                let _ = tokio::time::timeout_at(wake, rx.changed()).await;
-                continue;
-            }
-            let read = st
-                .deadline
-                .saturating_duration_since(now)
-                .min(self.opts.io_timeout);
-            let reply = match conn.as_mut() {
-                Some(c) => c.call::<i64>(&self.renew, Some(read)).await,
-                None => match Conn::open(&self.backend, &self.opts).await {
-                    Ok(mut c) => {
-                        let r = c.call::<i64>(&self.renew, Some(read)).await;
-                        conn = Some(c);
-                        r
-                    }
-                    Err(e) => Err(e),
-                },
-            };
-            match reply {
-                Ok(1) => {
-                    if !self.signal.extend(now, self.ttl) {
-                        return;
-                    }
-                    next = now + renew_every(self.ttl);
-                }
-                Ok(_) => {
-                    self.signal.lose(Loss::Refused);
-                    return;
-                }
-                Err(e) => {
-                    if lost_reply(&e) {
-                        conn = None;
-                        self.dropped.fetch_add(1, Ordering::Relaxed);
-                    }
-                    next = Instant::now() + retry_pause(self.ttl);
-                }
-            }
-        }
     }
 }

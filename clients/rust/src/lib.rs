@@ -10,8 +10,9 @@
 //!   was lost is picked up again (same token) instead of being left orphaned
 //!   until its ttl runs out. The read timeout is longer than the `BLOCK`
 //!   timeout, so a wait is never cut short by the client;
-//! - **a watchdog** renews the lease at about a third of its ttl, on its own
-//!   connection, and signals the loss at once: when a renewal answers 0, or
+//! - **a watchdog** renews the lease at about a third of its ttl (one per
+//!   client for all its leases, batching the renewals that are due into one
+//!   pipeline, on a connection of its own), and signals the loss at once: when a renewal answers 0, or
 //!   when the lease's client-side deadline passes with no successful renewal.
 //!   That deadline is `ttl` from when the acquire was *sent*, moved to `ttl`
 //!   from when each successful renewal was sent. It is checked where the
@@ -58,11 +59,10 @@
 
 #![warn(missing_docs)]
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+mod protocol;
 mod sync;
 pub use sync::{Lease, LeaseClient, LossSignal};
 
@@ -207,6 +207,18 @@ impl From<redis::RedisError> for Error {
     }
 }
 
+/// What a client's watchdog did: see `LeaseClient::watchdog_stats` (sync and async).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WatchdogStats {
+    /// Leases it renews now.
+    pub leases: usize,
+    /// Renewals it sent so far.
+    pub renewals: u64,
+    /// Pipelines that carried them (one round trip each; a batch on a
+    /// cluster is one pipeline per node).
+    pub round_trips: u64,
+}
+
 /// Timeouts and retries. [`Options::default`] suits most uses.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -258,221 +270,6 @@ pub fn fence_cmd(key: &str, token: u64, cmd: &redis::Cmd) -> redis::Cmd {
     fenced
 }
 
-/// Is `e` a reply that may have been lost (so the command may or may not
-/// have run): an I/O error, a dropped connection, a timeout.
-pub(crate) fn lost_reply(e: &redis::RedisError) -> bool {
-    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
-}
-
-/// The grace period an `INFO lease` text says runs, as [`Error::Grace`];
-/// `None` when none runs (or the text cannot say).
-pub(crate) fn grace_of(info: &str) -> Option<Error> {
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
-    };
-    let remaining: u64 = field("lease_grace_remaining_ms")?.parse().ok()?;
-    (remaining > 0).then(|| Error::Grace {
-        remaining: Duration::from_millis(remaining),
-        reason: field("lease_grace_reason").unwrap_or("unknown").to_string(),
-    })
-}
-
-/// The loss to report when the work of a `with_lease` ended well: a lease
-/// refused or expired during it (not one the work released).
-pub(crate) fn lost_during(loss: Option<Loss>) -> Option<Loss> {
-    loss.filter(|l| matches!(l, Loss::Refused | Loss::Expired))
-}
-
-/// What `with_lease` returns: the work's result, unless the work went well
-/// and the lease was lost during it (`lost`, from [`lost_during`], read
-/// before the release): its work may have overlapped the next holder's.
-pub(crate) fn work_result<T, E: From<Error>>(
-    result: Result<T, E>,
-    lost: Option<Loss>,
-) -> Result<Option<T>, E> {
-    match (result, lost) {
-        (Ok(_), Some(loss)) => Err(Error::Lost(loss).into()),
-        (result, _) => result.map(Some),
-    }
-}
-
-/// The leases a client (and its clones) took, by key, each with a way to
-/// ask whether it is still held: a second acquire of a key still held
-/// fails at once ([`Error::AlreadyHeld`]).
-type StillHeld = Box<dyn Fn() -> bool + Send>;
-
-#[derive(Clone, Default)]
-pub(crate) struct Held(Arc<Mutex<HashMap<String, StillHeld>>>);
-
-impl Held {
-    /// [`Error::AlreadyHeld`] when a lease on `key` is neither released
-    /// nor lost.
-    pub(crate) fn check(&self, key: &str) -> Result<(), Error> {
-        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        held.retain(|_, still_held| still_held());
-        match held.contains_key(key) {
-            true => Err(Error::AlreadyHeld(key.to_string())),
-            false => Ok(()),
-        }
-    }
-
-    /// A lease on `key`, held while `still_held` says so.
-    pub(crate) fn insert(&self, key: &str, still_held: impl Fn() -> bool + Send + 'static) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_string(), Box::new(still_held));
-    }
-}
-
-/// A ttl is at least 1 ms ([`Error::InvalidTtl`] otherwise).
-pub(crate) fn check_ttl(ttl: Duration) -> Result<(), Error> {
-    if ttl < Duration::from_millis(1) {
-        return Err(Error::InvalidTtl(ttl));
-    }
-    Ok(())
-}
-
-/// How a release is sent, given what the holder knows of its lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReleasePlan {
-    /// Held (or not known lost): sent, and a lost reply retried.
-    Full,
-    /// The deadline passed with no successful renewal: the server may
-    /// still hold it (it was paused, say), so one attempt bounded by
-    /// [`SHORT_RELEASE`] (connect and reply), no retry.
-    Short,
-    /// A renewal was refused: the server said it is not ours. Nothing sent.
-    Nothing,
-}
-
-/// The bound of the one release attempt after the deadline passed.
-pub(crate) const SHORT_RELEASE: Duration = Duration::from_millis(250);
-
-/// The release of a lease whose loss signal says `loss` (before the
-/// release itself sets it).
-pub(crate) fn release_plan(loss: Option<Loss>) -> ReleasePlan {
-    match loss {
-        Some(Loss::Refused) => ReleasePlan::Nothing,
-        Some(Loss::Expired) => ReleasePlan::Short,
-        _ => ReleasePlan::Full,
-    }
-}
-
-/// `opts` with every wait cut to [`SHORT_RELEASE`], no retry.
-pub(crate) fn short(opts: &Options) -> Options {
-    Options {
-        connect_timeout: opts.connect_timeout.min(SHORT_RELEASE),
-        io_timeout: opts.io_timeout.min(SHORT_RELEASE),
-        retries: 0,
-        ..opts.clone()
-    }
-}
-
-/// The options a release is sent with under `plan` (`None`: nothing sent).
-pub(crate) fn release_opts(plan: ReleasePlan, opts: &Options) -> Option<Options> {
-    match plan {
-        ReleasePlan::Nothing => None,
-        ReleasePlan::Short => Some(short(opts)),
-        ReleasePlan::Full => Some(opts.clone()),
-    }
-}
-
-/// After release attempt `attempt` failed with `e`: `None` to send it again
-/// (a lost reply, retries left), else the answer. A lease known lost whose
-/// one attempt got no answer is `Ok(false)`: it ends at its ttl.
-pub(crate) fn release_failed(
-    e: Error,
-    attempt: &mut u32,
-    opts: &Options,
-    plan: ReleasePlan,
-) -> Option<Result<bool, Error>> {
-    if let Error::Redis(r) = &e
-        && lost_reply(r)
-    {
-        if *attempt < opts.retries {
-            *attempt += 1;
-            return None;
-        }
-        if plan == ReleasePlan::Short {
-            return Some(Ok(false));
-        }
-    }
-    Some(Err(e))
-}
-
-/// Whole milliseconds of `d`, at least 1.
-pub(crate) fn millis(d: Duration) -> u64 {
-    (d.as_millis() as u64).max(1)
-}
-
-/// The `LEASE.ACQUIRE` of one attempt, and how long to wait for its reply
-/// (`None`: no read timeout). `wait_until`: the end of a `Block::For` wait.
-pub(crate) fn acquire_cmd(
-    key: &str,
-    owner: &str,
-    ttl: Duration,
-    mode: Mode,
-    block: Block,
-    wait_until: Option<Instant>,
-    opts: &Options,
-) -> (redis::Cmd, Option<Duration>) {
-    let mut cmd = redis::cmd("LEASE.ACQUIRE");
-    cmd.arg(key).arg(owner).arg(millis(ttl));
-    match mode {
-        Mode::Exclusive => {}
-        Mode::Shared => {
-            cmd.arg("SHARED");
-        }
-        Mode::Limit(n) => {
-            cmd.arg("LIMIT").arg(n);
-        }
-    }
-    let read = match (block, wait_until) {
-        (Block::Forever, _) => {
-            cmd.arg("BLOCK").arg(0);
-            None
-        }
-        (Block::For(_), Some(end)) => {
-            // What is left of the wait. Nothing left (a retry at the end):
-            // ask once without BLOCK, never `BLOCK 0` (which waits forever).
-            // Rounded up: a wait of 300 ms asked a few microseconds later
-            // is still `BLOCK 300`, never less than what was asked.
-            let left = end
-                .saturating_duration_since(Instant::now())
-                .as_micros()
-                .div_ceil(1000) as u64;
-            if left > 0 {
-                cmd.arg("BLOCK").arg(left);
-                Some(Duration::from_millis(left) + opts.block_margin)
-            } else {
-                Some(opts.io_timeout)
-            }
-        }
-        _ => Some(opts.io_timeout),
-    };
-    (cmd, read)
-}
-
-/// `Block::For` shorter than 1 ms is `NoWait`.
-pub(crate) fn normalize(block: Block) -> Block {
-    match block {
-        Block::For(d) if d.as_millis() == 0 => Block::NoWait,
-        b => b,
-    }
-}
-
-/// The renewal interval for `ttl`: a third of it (at least 1 ms).
-pub(crate) fn renew_every(ttl: Duration) -> Duration {
-    (ttl / 3).max(Duration::from_millis(1))
-}
-
-/// The pause before a renewal that failed (not refused) is tried again.
-pub(crate) fn retry_pause(ttl: Duration) -> Duration {
-    (ttl / 20).clamp(Duration::from_millis(5), Duration::from_millis(250))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -497,110 +294,6 @@ mod tests {
             .collect();
         let want: Vec<&[u8]> = vec![b"LEASE.FENCE", b"lock", b"42", b"HSET", b"k", b"f", b"1"];
         assert_eq!(args, want);
-    }
-
-    #[test]
-    fn a_block_retry_with_nothing_left_does_not_wait_forever() {
-        let opts = Options::default();
-        let past = Instant::now() - Duration::from_secs(1);
-        let (c, read) = acquire_cmd(
-            "k",
-            "o",
-            Duration::from_secs(1),
-            Mode::Exclusive,
-            Block::For(Duration::from_secs(1)),
-            Some(past),
-            &opts,
-        );
-        assert_eq!(c.args_iter().count(), 4, "no BLOCK option");
-        assert_eq!(read, Some(opts.io_timeout));
-        let (c, read) = acquire_cmd(
-            "k",
-            "o",
-            Duration::from_secs(1),
-            Mode::Exclusive,
-            Block::Forever,
-            None,
-            &opts,
-        );
-        assert_eq!(c.args_iter().count(), 6);
-        assert_eq!(read, None);
-        assert_eq!(
-            normalize(Block::For(Duration::from_micros(10))),
-            Block::NoWait
-        );
-    }
-
-    #[test]
-    fn a_grace_period_is_read_from_info_lease() {
-        let info = "# lease\r\nlease_grace_remaining_ms:4210\r\nlease_grace_reason:promoted\r\n";
-        match grace_of(info) {
-            Some(Error::Grace { remaining, reason }) => {
-                assert_eq!(
-                    (remaining, reason.as_str()),
-                    (Duration::from_millis(4210), "promoted")
-                )
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(grace_of("lease_grace_remaining_ms:0\nlease_grace_reason:none").is_none());
-        assert!(grace_of("").is_none());
-    }
-
-    #[test]
-    fn a_ttl_under_a_millisecond_is_an_error() {
-        assert!(matches!(
-            check_ttl(Duration::from_micros(999)),
-            Err(Error::InvalidTtl(_))
-        ));
-        assert!(matches!(
-            check_ttl(Duration::ZERO),
-            Err(Error::InvalidTtl(_))
-        ));
-        assert!(check_ttl(Duration::from_millis(1)).is_ok());
-    }
-
-    #[test]
-    fn a_lease_known_lost_is_released_briefly_or_not_at_all() {
-        assert_eq!(release_plan(None), ReleasePlan::Full);
-        assert_eq!(release_plan(Some(Loss::Expired)), ReleasePlan::Short);
-        assert_eq!(release_plan(Some(Loss::Refused)), ReleasePlan::Nothing);
-        let io = || {
-            Error::Redis(redis::RedisError::from(std::io::Error::from(
-                std::io::ErrorKind::TimedOut,
-            )))
-        };
-        let opts = Options::default();
-        let mut attempt = 0;
-        assert!(
-            release_failed(io(), &mut attempt, &opts, ReleasePlan::Full).is_none(),
-            "a lost reply is sent again"
-        );
-        assert_eq!(attempt, 1);
-        attempt = opts.retries;
-        assert!(matches!(
-            release_failed(io(), &mut attempt, &opts, ReleasePlan::Full),
-            Some(Err(_))
-        ));
-        let mut attempt = 0;
-        let s = short(&opts);
-        assert!(
-            matches!(
-                release_failed(io(), &mut attempt, &s, ReleasePlan::Short),
-                Some(Ok(false))
-            ),
-            "known lost: one try"
-        );
-        assert!(matches!(
-            release_failed(Error::Stale, &mut attempt, &opts, ReleasePlan::Full),
-            Some(Err(Error::Stale))
-        ));
-        assert!(release_opts(ReleasePlan::Nothing, &opts).is_none());
-        let s = short(&Options::default());
-        assert_eq!(
-            (s.connect_timeout, s.io_timeout, s.retries),
-            (SHORT_RELEASE, SHORT_RELEASE, 0)
-        );
     }
 
     #[test]

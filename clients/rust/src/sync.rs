@@ -1,18 +1,21 @@
 //! The blocking API: [`LeaseClient`], the [`Lease`] guard, its [`LossSignal`]
-//! and the watchdog thread.
+//! and the client's watchdog thread. What to send and what a reply means is
+//! decided in `protocol.rs`; this file only does the blocking I/O.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::cluster::{ClusterClient, ClusterConfig, ClusterConnection};
-use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult};
+use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, Value};
 
-use crate::{
-    Block, Error, Held, Loss, Mode, Options, ReleasePlan, acquire_cmd, check_ttl, fence_cmd,
-    grace_of, lost_during, lost_reply, millis, new_owner, normalize, release_failed, release_opts,
-    release_plan, renew_every, retry_pause, work_result,
+use crate::protocol::{
+    Fresh, Held, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule, acquire_cmd, check_ttl,
+    grace_of, lost_during, lost_reply, normalize, release_cmd, release_failed, release_opts,
+    release_plan, renew_cmd, renew_every, work_result,
 };
+use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd, new_owner};
 
 /// Where the connections go: one server, or a cluster.
 #[derive(Clone)]
@@ -68,14 +71,230 @@ impl Conn {
             }
         }
     }
+
+    /// Sends the renewals `cmds` as one pipeline (one per node on a
+    /// cluster) and reads every reply within `read`.
+    fn renew_all(&mut self, cmds: &[Cmd], read: Duration) -> RedisResult<Vec<Reply>> {
+        let read = Some(read.max(Duration::from_millis(1)));
+        let values: Vec<Value> = match self {
+            Conn::One(c) => {
+                c.set_read_timeout(read)?;
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors();
+                for cmd in cmds {
+                    pipe.add_command(cmd.clone());
+                }
+                pipe.query(c)?
+            }
+            Conn::Cluster(c) => {
+                c.set_read_timeout(read)?;
+                let mut pipe = redis::cluster::cluster_pipe();
+                for cmd in cmds {
+                    pipe.add_command(cmd.clone());
+                }
+                match pipe.query(c) {
+                    Ok(values) => values,
+                    // An error reply fails a cluster pipeline whole: each
+                    // renewal alone then, so that one key's error does not
+                    // hold back the others.
+                    Err(e) if !lost_reply(&e) => cmds
+                        .iter()
+                        .map(|cmd| cmd.query(&mut **c as &mut dyn ConnectionLike))
+                        .map(|r| r.unwrap_or(Value::Nil))
+                        .collect(),
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        Ok(values.into_iter().map(Reply::from).collect())
+    }
 }
 
-/// Opens leases on one server or a cluster. Cheap to clone; every lease
-/// gets its own connections (one for the holder, one for its watchdog).
-#[derive(Clone)]
-pub struct LeaseClient {
+/// The connections and the watchdog one client and its clones share: an
+/// idle pool of connections for every lease's calls (renew, release,
+/// fence, acquire), and one thread that renews every lease of the client
+/// in batches, on a connection of its own. A thousand leases cost the same
+/// two or three connections and one thread as one lease.
+struct Hub {
     backend: Backend,
     opts: Options,
+    idle: Mutex<Vec<(Conn, Fresh)>>,
+    /// Connections found closed (by any call or the watchdog): every idle
+    /// connection older than the last drop is checked before use.
+    drops: AtomicU64,
+    dog: Mutex<Dog>,
+    wake: Condvar,
+}
+
+struct Dog {
+    schedule: Schedule<LossSignal>,
+    /// The watchdog thread runs (it stops when no lease is left).
+    running: bool,
+}
+
+impl Hub {
+    fn new(backend: Backend, opts: Options) -> Arc<Hub> {
+        Arc::new(Hub {
+            backend,
+            opts,
+            idle: Mutex::new(Vec::new()),
+            drops: AtomicU64::new(0),
+            dog: Mutex::new(Dog {
+                schedule: Schedule::default(),
+                running: false,
+            }),
+            wake: Condvar::new(),
+        })
+    }
+
+    fn drops(&self) -> u64 {
+        self.drops.load(Ordering::Relaxed)
+    }
+
+    fn dropped(&self) {
+        self.drops.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection for one call: an idle one (checked with `PING` when
+    /// suspect, unless `check` is false), else a new one within `opts`.
+    fn take(&self, opts: &Options, check: bool) -> RedisResult<Conn> {
+        loop {
+            let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            match idle {
+                Some((mut conn, fresh)) => {
+                    if !check || !fresh.suspect(self.drops()) || conn.alive(opts.io_timeout) {
+                        return Ok(conn);
+                    }
+                    self.dropped();
+                }
+                None => return Conn::open(&self.backend, opts),
+            }
+        }
+    }
+
+    /// A connection that answered goes back to the pool (or is closed when
+    /// the pool is full).
+    fn give(&self, conn: Conn) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < POOL_IDLE {
+            idle.push((conn, Fresh::now(self.drops())));
+        }
+    }
+
+    /// Runs `cmd` on a pooled connection (read timeout `read`). A
+    /// connection whose reply was lost is closed, never reused.
+    fn call<T: FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+        read: Option<Duration>,
+        opts: &Options,
+        check: bool,
+    ) -> Result<T, Error> {
+        let mut conn = self.take(opts, check)?;
+        let result = conn.call(cmd, read);
+        match &result {
+            Err(e) if lost_reply(e) => self.dropped(),
+            _ => self.give(conn),
+        }
+        Ok(result?)
+    }
+
+    /// Watches a lease (first renewal at `first`), starting the watchdog
+    /// thread when none runs.
+    fn watch(
+        self: &Arc<Hub>,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        first: Instant,
+        signal: LossSignal,
+    ) -> u64 {
+        let mut dog = self.dog.lock().unwrap_or_else(|p| p.into_inner());
+        let id = dog.schedule.add(key, owner, ttl, first, signal);
+        if !dog.running {
+            dog.running = true;
+            let hub = self.clone();
+            thread::Builder::new()
+                .name("lease-watchdog".into())
+                .spawn(move || hub.run_watchdog())
+                .expect("spawn the lease watchdog thread");
+        }
+        self.wake.notify_all();
+        id
+    }
+
+    fn forget(&self, id: u64) {
+        self.dog
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .schedule
+            .remove(id);
+    }
+
+    /// The watchdog: sends each batch the schedule makes, one pipeline,
+    /// and hands the replies back, until no lease is left.
+    fn run_watchdog(&self) {
+        let mut conn: Option<Conn> = None;
+        loop {
+            let batch = {
+                let mut dog = self.dog.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    let now = Instant::now();
+                    match dog.schedule.next(now, self.opts.io_timeout) {
+                        Next::Send(batch) => break batch,
+                        Next::Sleep(until) => {
+                            dog = self
+                                .wake
+                                .wait_timeout(dog, until.saturating_duration_since(now))
+                                .unwrap_or_else(|p| p.into_inner())
+                                .0;
+                        }
+                        Next::Idle => {
+                            dog.running = false;
+                            return;
+                        }
+                    }
+                }
+            };
+            let replies = match conn.as_mut() {
+                Some(c) => c.renew_all(&batch.cmds, batch.read),
+                None => Conn::open(&self.backend, &self.opts).and_then(|mut c| {
+                    let r = c.renew_all(&batch.cmds, batch.read);
+                    conn = Some(c);
+                    r
+                }),
+            };
+            let replies = match replies {
+                Ok(replies) => replies,
+                Err(e) => {
+                    if lost_reply(&e) {
+                        conn = None;
+                        self.dropped();
+                    }
+                    Vec::new()
+                }
+            };
+            let mut dog = self.dog.lock().unwrap_or_else(|p| p.into_inner());
+            dog.schedule.settle(&batch, replies);
+        }
+    }
+
+    fn stats(&self) -> WatchdogStats {
+        let dog = self.dog.lock().unwrap_or_else(|p| p.into_inner());
+        WatchdogStats {
+            leases: dog.schedule.len(),
+            renewals: dog.schedule.renewals,
+            round_trips: dog.schedule.round_trips,
+        }
+    }
+}
+
+/// Opens leases on one server or a cluster. Cheap to clone; the clones
+/// share one pool of connections and one watchdog thread, which renews
+/// every lease they hold in batches (one pipeline per round).
+#[derive(Clone)]
+pub struct LeaseClient {
+    hub: Arc<Hub>,
     mode: Mode,
     /// The loss signals of the leases this client (and its clones) took, by
     /// key: a second acquire of a key still held fails at once.
@@ -90,12 +309,7 @@ impl LeaseClient {
 
     /// Leases on the server of `client`.
     pub fn new(client: redis::Client) -> LeaseClient {
-        LeaseClient {
-            backend: Backend::One(client),
-            opts: Options::default(),
-            mode: Mode::Exclusive,
-            held: Held::default(),
-        }
+        LeaseClient::on(Backend::One(client))
     }
 
     /// Leases on a Redis Cluster: every call goes to the master of the lease
@@ -103,9 +317,12 @@ impl LeaseClient {
     /// Keep the keys of a fenced command in that slot with a hash tag
     /// (`{acct:7}:lock` and `{acct:7}`).
     pub fn cluster(client: ClusterClient) -> LeaseClient {
+        LeaseClient::on(Backend::Cluster(Box::new(client)))
+    }
+
+    fn on(backend: Backend) -> LeaseClient {
         LeaseClient {
-            backend: Backend::Cluster(Box::new(client)),
-            opts: Options::default(),
+            hub: Hub::new(backend, Options::default()),
             mode: Mode::Exclusive,
             held: Held::default(),
         }
@@ -119,35 +336,44 @@ impl LeaseClient {
         self
     }
 
-    /// The same client with other timeouts and retries.
+    /// The same client with other timeouts and retries (and a pool and a
+    /// watchdog of its own).
     pub fn with_options(mut self, opts: Options) -> LeaseClient {
-        self.opts = opts;
+        self.hub = Hub::new(self.hub.backend.clone(), opts);
         self
     }
 
     /// The options in force.
     pub fn options(&self) -> &Options {
-        &self.opts
+        &self.hub.opts
+    }
+
+    /// What the watchdog shared by this client and its clones did so far:
+    /// the leases it renews, the renewals sent and the round trips that
+    /// carried them.
+    pub fn watchdog_stats(&self) -> WatchdogStats {
+        self.hub.stats()
     }
 
     /// Takes the lease on `key` for `ttl` (whole milliseconds), with a fresh
     /// random owner id.
     ///
-    /// - `Ok(Some(lease))`: the lease is ours; its watchdog is running.
+    /// - `Ok(Some(lease))`: the lease is ours; the watchdog renews it.
     /// - `Ok(None)`: another owner holds it (after waiting, with `block`).
     /// - `Err(Error::Grace { remaining, .. })`: the server refused it for its
     ///   grace period (read from its `INFO lease` after the null reply).
     /// - `Err(..)`: an error reply, or no reply after [`Options::retries`]
     ///   retries.
     ///
-    /// A lost reply (I/O error, timeout) is retried on a new connection with
-    /// the same owner: if the lost call took the lease, the retry gets the
-    /// same token back. A `Block::For` retry waits only for what is left of
-    /// the wait. The read timeout of a blocking call is its `BLOCK` timeout
-    /// plus [`Options::block_margin`] (none for `Block::Forever`).
+    /// A lost reply (I/O error, timeout) is retried on another connection
+    /// with the same owner: if the lost call took the lease, the retry gets
+    /// the same token back. A `Block::For` retry waits only for what is left
+    /// of the wait. The read timeout of a blocking call is its `BLOCK`
+    /// timeout plus [`Options::block_margin`] (none for `Block::Forever`).
     pub fn acquire(&self, key: &str, ttl: Duration, block: Block) -> Result<Option<Lease>, Error> {
         check_ttl(ttl)?;
         self.held.check(key)?;
+        let (hub, opts) = (&self.hub, &self.hub.opts);
         let block = normalize(block);
         let owner = new_owner();
         let wait_until = match block {
@@ -156,36 +382,50 @@ impl LeaseClient {
         };
         let mut attempt = 0;
         loop {
-            let (cmd, read) =
-                acquire_cmd(key, &owner, ttl, self.mode, block, wait_until, &self.opts);
-            let mut sent = Instant::now();
-            let result = Conn::open(&self.backend, &self.opts).and_then(|mut conn| {
-                sent = Instant::now();
-                conn.call::<Option<u64>>(&cmd, read).map(|t| (conn, t))
-            });
+            let (cmd, read) = acquire_cmd(key, &owner, ttl, self.mode, block, wait_until, opts);
+            let mut conn = match hub.take(opts, true) {
+                Ok(conn) => conn,
+                Err(e) if lost_reply(&e) && attempt < opts.retries => {
+                    attempt += 1;
+                    thread::sleep(Duration::from_millis(20 * attempt as u64));
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let sent = Instant::now();
+            let result = conn.call::<Option<u64>>(&cmd, read);
             match result {
-                Ok((mut conn, None)) => {
+                Ok(None) => {
                     // Null: another owner, or the server's grace period;
                     // the server says which.
                     let info = conn
-                        .call::<String>(redis::cmd("INFO").arg("lease"), Some(self.opts.io_timeout))
+                        .call::<String>(redis::cmd("INFO").arg("lease"), Some(opts.io_timeout))
                         .unwrap_or_default();
+                    hub.give(conn);
                     return match grace_of(&info) {
                         Some(grace) => Err(grace),
                         None => Ok(None),
                     };
                 }
-                Ok((conn, Some(token))) => {
+                Ok(Some(token)) => {
                     let lease = Lease::start(self, key, owner, token, ttl, sent, conn);
                     let signal = lease.signal();
                     self.held.insert(key, move || signal.loss().is_none());
                     return Ok(Some(lease));
                 }
-                Err(e) if lost_reply(&e) && attempt < self.opts.retries => {
+                Err(e) if !lost_reply(&e) => {
+                    hub.give(conn);
+                    return Err(e.into());
+                }
+                Err(e) => {
+                    // A lost reply: its connection is closed, not reused.
+                    hub.dropped();
+                    if attempt >= opts.retries {
+                        return Err(e.into());
+                    }
                     attempt += 1;
                     thread::sleep(Duration::from_millis(20 * attempt as u64));
                 }
-                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -227,10 +467,6 @@ struct State {
     loss: Option<Loss>,
     /// The holder is done (released or dropped): the watchdog stops.
     stop: bool,
-    /// How often the watchdog found its connection closed (the server
-    /// restarted, say): the holder's idle connection is then checked
-    /// before its next call.
-    dropped: u64,
 }
 
 struct Shared {
@@ -252,7 +488,6 @@ impl LossSignal {
                 deadline,
                 loss: None,
                 stop: false,
-                dropped: 0,
             }),
             cond: Condvar::new(),
         }))
@@ -260,14 +495,6 @@ impl LossSignal {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.0.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn dropped(&self) -> u64 {
-        self.lock().dropped
-    }
-
-    fn note_dropped(&self) {
-        self.lock().dropped += 1;
     }
 
     /// Turns the deadline into a loss when it has passed.
@@ -355,32 +582,41 @@ impl LossSignal {
     }
 }
 
+impl Renewable for LossSignal {
+    fn live(&self) -> bool {
+        let mut st = self.lock();
+        !st.stop && self.check(&mut st).is_none()
+    }
+
+    fn deadline(&self) -> Instant {
+        LossSignal::deadline(self)
+    }
+
+    fn renewed(&self, sent: Instant, ttl: Duration) -> bool {
+        self.extend(sent, ttl)
+    }
+
+    fn refused(&self) {
+        self.lose(Loss::Refused)
+    }
+}
+
 /// A held lease: the guard of one acquisition. Released when dropped.
 ///
-/// It has its own connection (for [`fence`](Lease::fence),
-/// [`renew`](Lease::renew), [`release`](Lease::release)); the watchdog has
-/// another.
+/// Its calls ([`fence`](Lease::fence), [`renew`](Lease::renew),
+/// [`release`](Lease::release)) go over the client's pool of connections;
+/// the client's watchdog renews it.
 pub struct Lease {
     key: String,
     owner: String,
     token: u64,
     ttl: Duration,
-    conn: Option<Conn>,
-    /// When `conn` last answered, and the watchdog's drop count then.
-    conn_used: (Instant, u64),
-    backend: Backend,
-    opts: Options,
+    hub: Arc<Hub>,
+    /// Its place in the watchdog's schedule.
+    watched: Option<u64>,
     signal: LossSignal,
     released: bool,
 }
-
-/// A holder's connection idle this long is checked (`PING`) before its
-/// next call, as redis-py's `health_check_interval` does: the server may
-/// have closed it meanwhile (a restart, `CLIENT KILL`, its idle
-/// `timeout`), and a command sent on a closed connection fails without
-/// saying whether it ran. The check costs one round trip, only after a
-/// pause; calls in a row go straight out.
-const IDLE_CHECK: Duration = Duration::from_millis(100);
 
 impl Lease {
     fn start(
@@ -392,6 +628,7 @@ impl Lease {
         sent: Instant,
         conn: Conn,
     ) -> Lease {
+        let hub = client.hub.clone();
         let mut conn = conn;
         // The deadline counts from when the acquire was sent. After a long
         // wait (a blocking acquire is granted long after it was sent) that
@@ -400,44 +637,38 @@ impl Lease {
         // can renew).
         let mut deadline = sent + ttl;
         let mut refused = false;
+        let mut answered = true;
         if sent.elapsed() >= renew_every(ttl) {
             let renewed = Instant::now();
-            match conn.call::<i64>(&renew_cmd(key, &owner, ttl), Some(client.opts.io_timeout)) {
+            match conn.call::<i64>(&renew_cmd(key, &owner, ttl), Some(hub.opts.io_timeout)) {
                 Ok(1) => deadline = renewed + ttl,
                 Ok(_) => refused = true,
-                Err(_) => {}
+                Err(e) => answered = !lost_reply(&e),
             }
         }
-        let lease = Lease {
+        if answered {
+            hub.give(conn);
+        } else {
+            hub.dropped();
+        }
+        let signal = LossSignal::new(deadline);
+        if refused {
+            signal.lose(Loss::Refused);
+        }
+        let watched = hub.opts.watchdog.then(|| {
+            let first = deadline - ttl + renew_every(ttl);
+            hub.watch(key, &owner, ttl, first, signal.clone())
+        });
+        Lease {
             key: key.to_string(),
             owner,
             token,
             ttl,
-            conn: Some(conn),
-            conn_used: (Instant::now(), 0),
-            backend: client.backend.clone(),
-            opts: client.opts.clone(),
-            signal: LossSignal::new(deadline),
+            hub,
+            watched,
+            signal,
             released: false,
-        };
-        if refused {
-            lease.signal.lose(Loss::Refused);
         }
-        if lease.opts.watchdog {
-            let dog = Watchdog {
-                signal: lease.signal.clone(),
-                backend: lease.backend.clone(),
-                opts: lease.opts.clone(),
-                renew: renew_cmd(&lease.key, &lease.owner, ttl),
-                ttl,
-            };
-            let first = lease.signal.deadline() - ttl + renew_every(ttl);
-            thread::Builder::new()
-                .name("lease-watchdog".into())
-                .spawn(move || dog.run(first))
-                .expect("spawn the lease watchdog thread");
-        }
-        lease
     }
 
     /// The fencing token of this lease.
@@ -475,58 +706,18 @@ impl Lease {
         self.signal.wait(timeout)
     }
 
-    /// The holder's connection, reopened when a call lost it. One idle
-    /// for [`IDLE_CHECK`], or after the watchdog found the server had
-    /// closed its own, is checked with a `PING` first and replaced when
-    /// dead: nothing sent on it can have reached the server, so the call
-    /// goes out once, on the new connection (a fence too).
-    fn conn(&mut self, opts: &Options) -> Result<&mut Conn, Error> {
-        let dropped = self.signal.dropped();
-        let (used, seen) = self.conn_used;
-        if let Some(c) = self.conn.as_mut()
-            && (seen != dropped || used.elapsed() >= IDLE_CHECK)
-            && !c.alive(opts.io_timeout)
-        {
-            self.conn = None;
-        }
-        if self.conn.is_none() {
-            self.conn = Some(Conn::open(&self.backend, opts)?);
-        }
-        self.conn_used.1 = dropped;
-        Ok(self.conn.as_mut().expect("just opened"))
-    }
-
-    /// Runs `cmd` on the holder's connection; drops the connection after an
-    /// I/O error so the next call opens a new one.
-    fn call<T: FromRedisValue>(&mut self, cmd: &Cmd, read: Duration) -> Result<T, Error> {
-        let opts = self.opts.clone();
-        self.call_with(cmd, read, &opts)
-    }
-
-    /// `call`, with the connection checked or opened within `opts`.
-    fn call_with<T: FromRedisValue>(
-        &mut self,
-        cmd: &Cmd,
-        read: Duration,
-        opts: &Options,
-    ) -> Result<T, Error> {
-        let result = self.conn(opts)?.call(cmd, Some(read));
-        match &result {
-            Err(e) if lost_reply(e) => self.conn = None,
-            _ => self.conn_used.0 = Instant::now(),
-        }
-        Ok(result?)
-    }
-
     /// Renews now (`LEASE.RENEW key owner ttl`), besides the watchdog.
     /// `Ok(true)`: renewed, the deadline moves to `ttl` from now. `Ok(false)`:
     /// the server says the lease is not ours; the loss signal turns on.
     pub fn renew(&mut self) -> Result<bool, Error> {
         let sent = Instant::now();
         let left = self.signal.deadline().saturating_duration_since(sent);
-        let read = left.min(self.opts.io_timeout);
+        let read = left.min(self.hub.opts.io_timeout);
         let cmd = renew_cmd(&self.key, &self.owner, self.ttl);
-        match self.call::<i64>(&cmd, read)? {
+        match self
+            .hub
+            .call::<i64>(&cmd, Some(read), &self.hub.opts, true)?
+        {
             1 => Ok(self.signal.extend(sent, self.ttl)),
             _ => {
                 self.signal.lose(Loss::Refused);
@@ -538,11 +729,13 @@ impl Lease {
     /// `cmd` run through the fence: `LEASE.FENCE key token <cmd>`. The
     /// server runs it only while this lease's token is current, in the same
     /// step; else [`Error::Stale`] and nothing is run. It is sent even when
-    /// the loss signal is on: the server decides.
+    /// the loss signal is on: the server decides. A connection that the
+    /// server closed while idle is replaced before the fence goes out
+    /// (nothing sent on it can have run, so sending on a new one is safe).
     pub fn fence<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, Error> {
         let fenced = fence_cmd(&self.key, self.token, cmd);
-        let read = self.opts.io_timeout;
-        self.call(&fenced, read)
+        let opts = &self.hub.opts;
+        self.hub.call(&fenced, Some(opts.io_timeout), opts, true)
     }
 
     /// The fenced form of `cmd`, to send on a connection of your own (or in
@@ -566,18 +759,21 @@ impl Lease {
         self.released = true;
         let plan = release_plan(self.signal.loss());
         self.signal.finish();
-        let mut cmd = redis::cmd("LEASE.RELEASE");
-        cmd.arg(&self.key).arg(&self.owner);
-        let Some(opts) = release_opts(plan, &self.opts) else {
+        if let Some(id) = self.watched.take() {
+            self.hub.forget(id);
+        }
+        let cmd = release_cmd(&self.key, &self.owner);
+        let Some(opts) = release_opts(plan, &self.hub.opts) else {
             return Ok(false);
         };
-        if plan == ReleasePlan::Short {
-            // One attempt on the connection there is: no check first.
-            self.conn_used = (Instant::now(), self.signal.dropped());
-        }
+        // Known lost: one attempt on a connection there is, no check first.
+        let check = plan != ReleasePlan::Short;
         let mut attempt = 0;
         loop {
-            match self.call_with::<i64>(&cmd, opts.io_timeout, &opts) {
+            match self
+                .hub
+                .call::<i64>(&cmd, Some(opts.io_timeout), &opts, check)
+            {
                 Ok(n) => return Ok(n == 1),
                 Err(e) => {
                     if let Some(answer) = release_failed(e, &mut attempt, &opts, plan) {
@@ -604,82 +800,5 @@ impl std::fmt::Debug for Lease {
             .field("ttl", &self.ttl)
             .field("loss", &self.signal.loss())
             .finish()
-    }
-}
-
-fn renew_cmd(key: &str, owner: &str, ttl: Duration) -> Cmd {
-    let mut cmd = redis::cmd("LEASE.RENEW");
-    cmd.arg(key).arg(owner).arg(millis(ttl));
-    cmd
-}
-
-/// The renewing thread of one lease, on its own connection.
-struct Watchdog {
-    signal: LossSignal,
-    backend: Backend,
-    opts: Options,
-    renew: Cmd,
-    ttl: Duration,
-}
-
-impl Watchdog {
-    /// Renews at `next`, then every third of the ttl after each success,
-    /// and soon again after a failure, until the holder is done or the lease
-    /// is lost. Each renewal waits for its reply at most until the deadline.
-    fn run(self, mut next: Instant) {
-        let mut conn: Option<Conn> = None;
-        loop {
-            let deadline = {
-                let mut st = self.signal.lock();
-                loop {
-                    if st.stop || self.signal.check(&mut st).is_some() {
-                        return;
-                    }
-                    let now = Instant::now();
-                    if now >= next {
-                        break st.deadline;
-                    }
-                    let wake = next.min(st.deadline);
-                    st = self
-                        .signal
-                        .0
-                        .cond
-                        .wait_timeout(st, wake.saturating_duration_since(now))
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
-                }
-            };
-            let sent = Instant::now();
-            let read = deadline
-                .saturating_duration_since(sent)
-                .min(self.opts.io_timeout);
-            let reply = match conn.as_mut() {
-                Some(c) => c.call::<i64>(&self.renew, Some(read)),
-                None => Conn::open(&self.backend, &self.opts).and_then(|mut c| {
-                    let r = c.call::<i64>(&self.renew, Some(read));
-                    conn = Some(c);
-                    r
-                }),
-            };
-            match reply {
-                Ok(1) => {
-                    if !self.signal.extend(sent, self.ttl) {
-                        return;
-                    }
-                    next = sent + renew_every(self.ttl);
-                }
-                Ok(_) => {
-                    self.signal.lose(Loss::Refused);
-                    return;
-                }
-                Err(e) => {
-                    if lost_reply(&e) {
-                        conn = None;
-                        self.signal.note_dropped();
-                    }
-                    next = Instant::now() + retry_pause(self.ttl);
-                }
-            }
-        }
     }
 }

@@ -13,7 +13,7 @@ mod quickstart_async;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Frozen, Server, info_int, ok, ok_text, token_of, wait_until, waiters};
+use common::{Frozen, Server, info_int, info_value, ok, ok_text, token_of, wait_until, waiters};
 use redis_lease_client::aio::LeaseClient;
 use redis_lease_client::{Block, Error, Loss, Mode};
 use support::{LossyProxy, blocked_acquirer, competitor, try_acquire};
@@ -33,6 +33,46 @@ fn client(s: &Server) -> LeaseClient {
 }
 
 both! {
+    fn many_leases_share_two_connections_and_batched_renewals(kind) {
+        // As in tests/sync.rs: 300 leases of one client share one
+        // multiplexed connection and one watchdog task that pipelines.
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let clients = |c: &mut redis::Connection| -> i64 {
+            info_value(c, "clients", "connected_clients").unwrap().parse().unwrap()
+        };
+        let base = clients(&mut c);
+        let client = client(&s);
+        let ttl = MS(900);
+        rt().block_on(async {
+            let mut leases = Vec::new();
+            for i in 0..300 {
+                leases.push(client.acquire(&format!("job:{i}"), ttl, Block::NoWait).await.unwrap().unwrap());
+            }
+            tokio::time::sleep(ttl * 3).await;
+            assert!(leases.iter().all(|l| !l.is_lost()), "every lease is still held");
+            for (i, l) in leases.iter().enumerate().step_by(37) {
+                assert_eq!(token_of(&mut c, &format!("job:{i}")), Some(l.token() as i64));
+            }
+            let stats = client.watchdog_stats();
+            assert_eq!(stats.leases, 300);
+            assert!(stats.renewals >= 300 * 6, "{stats:?}");
+            assert!(stats.round_trips * 50 <= stats.renewals, "batched: {stats:?}");
+            assert_eq!(clients(&mut c) - base, 2, "the shared connection and the watchdog's");
+            ok(&mut c, &["DEL", "job:7"]);
+            let took = Instant::now();
+            let lost = tokio::time::timeout(ttl, leases[7].lost()).await;
+            assert_eq!(lost.ok(), Some(Loss::Refused));
+            assert!(took.elapsed() <= ttl / 3 + MS(150), "noticed after {:?}", took.elapsed());
+            assert_eq!(leases.iter().filter(|l| l.is_lost()).count(), 1);
+            for l in leases {
+                let _ = l.release().await;
+            }
+        });
+        assert_eq!(info_int(&mut c, "lease_released"), 299);
+        assert_eq!(client.watchdog_stats().leases, 0);
+    }
+
     fn a_fence_after_the_server_dropped_the_connection_is_sent_on_a_new_one(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

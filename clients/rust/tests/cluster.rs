@@ -153,4 +153,52 @@ both! {
             assert_routed(&cluster, master, tag);
         }
     }
+
+    fn one_watchdog_renews_leases_on_every_master_at_once(kind) {
+        // Leases on every master held together: the sync watchdog sends one
+        // pipeline per node each round, the async one all renewals in
+        // flight at once; every lease stays held on its own master.
+        let cluster = Cluster::start(kind, 3, 0);
+        let nodes = vec![format!("redis://127.0.0.1:{}/", cluster.nodes[0].port)];
+        let ttl = Duration::from_millis(600);
+        let locks: Vec<String> = (0..30).map(|i| format!("{{job{i}}}:lock")).collect();
+        let lc = LeaseClient::cluster(ClusterClient::new(nodes.clone()).unwrap());
+        let leases: Vec<_> = locks
+            .iter()
+            .map(|l| lc.acquire(l, ttl, Block::NoWait).unwrap().expect("free"))
+            .collect();
+        std::thread::sleep(ttl * 3);
+        for (lock, lease) in locks.iter().zip(&leases) {
+            assert!(!lease.is_lost(), "{lock} lost");
+            assert_eq!(cluster.token(lock), Some(lease.token() as i64));
+        }
+        let stats = lc.watchdog_stats();
+        assert!(stats.renewals >= 30 * 6 && stats.round_trips * 10 <= stats.renewals, "{stats:?}");
+        drop(leases);
+        assert!(locks.iter().all(|l| cluster.token(l).is_none()));
+
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let alc = redis_lease_client::aio::LeaseClient::cluster(ClusterClient::new(nodes).unwrap());
+        rt.block_on(async {
+            let mut leases = Vec::new();
+            for l in &locks {
+                leases.push(alc.acquire(l, ttl, Block::NoWait).await.unwrap().expect("free"));
+            }
+            tokio::time::sleep(ttl * 3).await;
+            for (lock, lease) in locks.iter().zip(&leases) {
+                assert!(!lease.is_lost(), "{lock} lost");
+                assert_eq!(cluster.token(lock), Some(lease.token() as i64));
+            }
+            let stats = alc.watchdog_stats();
+            assert!(stats.renewals >= 30 * 6 && stats.round_trips * 10 <= stats.renewals, "{stats:?}");
+            for l in leases {
+                assert!(l.release().await.unwrap());
+            }
+        });
+        assert!(locks.iter().all(|l| cluster.token(l).is_none()));
+    }
 }

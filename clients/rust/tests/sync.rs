@@ -15,7 +15,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Frozen, Server, info_int, ok, ok_text, token_of, wait_until, waiters};
+use common::{Frozen, Server, info_int, info_value, ok, ok_text, token_of, wait_until, waiters};
 use redis_lease_client::{Block, Error, LeaseClient, Loss, Mode, Options};
 use support::{LossyProxy, blocked_acquirer, competitor, try_acquire};
 
@@ -401,6 +401,41 @@ both! {
         assert!(!lease.release().unwrap());
         assert!(began.elapsed() < MS(100));
         assert_eq!(info_int(&mut c, "lease_release_failed"), released, "no LEASE.RELEASE sent");
+    }
+
+    fn many_leases_share_two_connections_and_batched_renewals(kind) {
+        // 300 leases of one client: every call shares the client's pool,
+        // one watchdog renews them all in pipelines, and a loss still shows
+        // within a third of the ttl.
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let clients = |c: &mut redis::Connection| -> i64 {
+            info_value(c, "clients", "connected_clients").unwrap().parse().unwrap()
+        };
+        let base = clients(&mut c);
+        let client = client(&s);
+        let ttl = MS(900);
+        let leases: Vec<_> = (0..300)
+            .map(|i| client.acquire(&format!("job:{i}"), ttl, Block::NoWait).unwrap().unwrap())
+            .collect();
+        thread::sleep(ttl * 3);
+        assert!(leases.iter().all(|l| !l.is_lost()), "every lease is still held");
+        for (i, l) in leases.iter().enumerate().step_by(37) {
+            assert_eq!(token_of(&mut c, &format!("job:{i}")), Some(l.token() as i64));
+        }
+        let stats = client.watchdog_stats();
+        assert_eq!(stats.leases, 300);
+        assert!(stats.renewals >= 300 * 6, "{stats:?}");
+        assert!(stats.round_trips * 50 <= stats.renewals, "batched: {stats:?}");
+        assert_eq!(clients(&mut c) - base, 2, "one pooled connection and the watchdog's");
+        ok(&mut c, &["DEL", "job:7"]);
+        let took = Instant::now();
+        assert_eq!(leases[7].wait_lost(Some(ttl)), Some(Loss::Refused));
+        assert!(took.elapsed() <= ttl / 3 + MS(150), "noticed after {:?}", took.elapsed());
+        assert_eq!(leases.iter().filter(|l| l.is_lost()).count(), 1);
+        drop(leases);
+        assert_eq!(info_int(&mut c, "lease_released"), 299);
+        assert!(wait_until(Duration::from_secs(2), || client.watchdog_stats().leases == 0));
     }
 
     fn the_readme_example_runs(kind) {

@@ -1,0 +1,683 @@
+//! The protocol written once for the sync and the async API: the commands
+//! and their read timeouts, the retry plans, the deadline arithmetic, the
+//! held-keys registry, and the watchdog's schedule, which batches the
+//! renewals that are due into one pipeline. The I/O layers (`sync.rs`,
+//! `aio.rs`) only send what these functions decide and hand the replies
+//! back.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::{Block, Error, Loss, Mode, Options};
+
+/// Is `e` a reply that may have been lost (so the command may or may not
+/// have run): an I/O error, a dropped connection, a timeout.
+pub(crate) fn lost_reply(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// The grace period an `INFO lease` text says runs, as [`Error::Grace`];
+/// `None` when none runs (or the text cannot say).
+pub(crate) fn grace_of(info: &str) -> Option<Error> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+    };
+    let remaining: u64 = field("lease_grace_remaining_ms")?.parse().ok()?;
+    (remaining > 0).then(|| Error::Grace {
+        remaining: Duration::from_millis(remaining),
+        reason: field("lease_grace_reason").unwrap_or("unknown").to_string(),
+    })
+}
+
+/// The loss to report when the work of a `with_lease` ended well: a lease
+/// refused or expired during it (not one the work released).
+pub(crate) fn lost_during(loss: Option<Loss>) -> Option<Loss> {
+    loss.filter(|l| matches!(l, Loss::Refused | Loss::Expired))
+}
+
+/// What `with_lease` returns: the work's result, unless the work went well
+/// and the lease was lost during it (`lost`, from [`lost_during`], read
+/// before the release): its work may have overlapped the next holder's.
+pub(crate) fn work_result<T, E: From<Error>>(
+    result: Result<T, E>,
+    lost: Option<Loss>,
+) -> Result<Option<T>, E> {
+    match (result, lost) {
+        (Ok(_), Some(loss)) => Err(Error::Lost(loss).into()),
+        (result, _) => result.map(Some),
+    }
+}
+
+/// The leases a client (and its clones) took, by key, each with a way to
+/// ask whether it is still held: a second acquire of a key still held
+/// fails at once ([`Error::AlreadyHeld`]).
+type StillHeld = Box<dyn Fn() -> bool + Send>;
+
+#[derive(Clone, Default)]
+pub(crate) struct Held(Arc<Mutex<HashMap<String, StillHeld>>>);
+
+impl Held {
+    /// [`Error::AlreadyHeld`] when a lease on `key` is neither released
+    /// nor lost.
+    pub(crate) fn check(&self, key: &str) -> Result<(), Error> {
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        held.retain(|_, still_held| still_held());
+        match held.contains_key(key) {
+            true => Err(Error::AlreadyHeld(key.to_string())),
+            false => Ok(()),
+        }
+    }
+
+    /// A lease on `key`, held while `still_held` says so.
+    pub(crate) fn insert(&self, key: &str, still_held: impl Fn() -> bool + Send + 'static) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_string(), Box::new(still_held));
+    }
+}
+
+/// A ttl is at least 1 ms ([`Error::InvalidTtl`] otherwise).
+pub(crate) fn check_ttl(ttl: Duration) -> Result<(), Error> {
+    if ttl < Duration::from_millis(1) {
+        return Err(Error::InvalidTtl(ttl));
+    }
+    Ok(())
+}
+
+/// How a release is sent, given what the holder knows of its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleasePlan {
+    /// Held (or not known lost): sent, and a lost reply retried.
+    Full,
+    /// The deadline passed with no successful renewal: the server may
+    /// still hold it (it was paused, say), so one attempt bounded by
+    /// [`SHORT_RELEASE`] (connect and reply), no retry.
+    Short,
+    /// A renewal was refused: the server said it is not ours. Nothing sent.
+    Nothing,
+}
+
+/// The bound of the one release attempt after the deadline passed.
+pub(crate) const SHORT_RELEASE: Duration = Duration::from_millis(250);
+
+/// The release of a lease whose loss signal says `loss` (before the
+/// release itself sets it).
+pub(crate) fn release_plan(loss: Option<Loss>) -> ReleasePlan {
+    match loss {
+        Some(Loss::Refused) => ReleasePlan::Nothing,
+        Some(Loss::Expired) => ReleasePlan::Short,
+        _ => ReleasePlan::Full,
+    }
+}
+
+/// `opts` with every wait cut to [`SHORT_RELEASE`], no retry.
+pub(crate) fn short(opts: &Options) -> Options {
+    Options {
+        connect_timeout: opts.connect_timeout.min(SHORT_RELEASE),
+        io_timeout: opts.io_timeout.min(SHORT_RELEASE),
+        retries: 0,
+        ..opts.clone()
+    }
+}
+
+/// The options a release is sent with under `plan` (`None`: nothing sent).
+pub(crate) fn release_opts(plan: ReleasePlan, opts: &Options) -> Option<Options> {
+    match plan {
+        ReleasePlan::Nothing => None,
+        ReleasePlan::Short => Some(short(opts)),
+        ReleasePlan::Full => Some(opts.clone()),
+    }
+}
+
+/// After release attempt `attempt` failed with `e`: `None` to send it again
+/// (a lost reply, retries left), else the answer. A lease known lost whose
+/// one attempt got no answer is `Ok(false)`: it ends at its ttl.
+pub(crate) fn release_failed(
+    e: Error,
+    attempt: &mut u32,
+    opts: &Options,
+    plan: ReleasePlan,
+) -> Option<Result<bool, Error>> {
+    if let Error::Redis(r) = &e
+        && lost_reply(r)
+    {
+        if *attempt < opts.retries {
+            *attempt += 1;
+            return None;
+        }
+        if plan == ReleasePlan::Short {
+            return Some(Ok(false));
+        }
+    }
+    Some(Err(e))
+}
+
+/// Whole milliseconds of `d`, at least 1.
+pub(crate) fn millis(d: Duration) -> u64 {
+    (d.as_millis() as u64).max(1)
+}
+
+/// The `LEASE.ACQUIRE` of one attempt, and how long to wait for its reply
+/// (`None`: no read timeout). `wait_until`: the end of a `Block::For` wait.
+pub(crate) fn acquire_cmd(
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+    mode: Mode,
+    block: Block,
+    wait_until: Option<Instant>,
+    opts: &Options,
+) -> (redis::Cmd, Option<Duration>) {
+    let mut cmd = redis::cmd("LEASE.ACQUIRE");
+    cmd.arg(key).arg(owner).arg(millis(ttl));
+    match mode {
+        Mode::Exclusive => {}
+        Mode::Shared => {
+            cmd.arg("SHARED");
+        }
+        Mode::Limit(n) => {
+            cmd.arg("LIMIT").arg(n);
+        }
+    }
+    let read = match (block, wait_until) {
+        (Block::Forever, _) => {
+            cmd.arg("BLOCK").arg(0);
+            None
+        }
+        (Block::For(_), Some(end)) => {
+            // What is left of the wait. Nothing left (a retry at the end):
+            // ask once without BLOCK, never `BLOCK 0` (which waits forever).
+            // Rounded up: a wait of 300 ms asked a few microseconds later
+            // is still `BLOCK 300`, never less than what was asked.
+            let left = end
+                .saturating_duration_since(Instant::now())
+                .as_micros()
+                .div_ceil(1000) as u64;
+            if left > 0 {
+                cmd.arg("BLOCK").arg(left);
+                Some(Duration::from_millis(left) + opts.block_margin)
+            } else {
+                Some(opts.io_timeout)
+            }
+        }
+        _ => Some(opts.io_timeout),
+    };
+    (cmd, read)
+}
+
+/// Does this `LEASE.ACQUIRE` wait (`BLOCK`)? It then needs a connection
+/// of its own: a blocked connection carries nothing else meanwhile.
+pub(crate) fn waits(cmd: &redis::Cmd) -> bool {
+    cmd.args_iter()
+        .skip(4)
+        .any(|a| matches!(a, redis::Arg::Simple(b) if b == b"BLOCK"))
+}
+
+/// One renewal's reply: an integer, or anything else (an error reply).
+impl From<redis::Value> for Reply {
+    fn from(value: redis::Value) -> Reply {
+        match value {
+            redis::Value::Int(n) => Reply::Int(n),
+            _ => Reply::Failed,
+        }
+    }
+}
+
+/// `Block::For` shorter than 1 ms is `NoWait`.
+pub(crate) fn normalize(block: Block) -> Block {
+    match block {
+        Block::For(d) if d.as_millis() == 0 => Block::NoWait,
+        b => b,
+    }
+}
+
+/// The renewal interval for `ttl`: a third of it (at least 1 ms).
+pub(crate) fn renew_every(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(1))
+}
+
+/// The pause before a renewal that failed (not refused) is tried again.
+pub(crate) fn retry_pause(ttl: Duration) -> Duration {
+    (ttl / 20).clamp(Duration::from_millis(5), Duration::from_millis(250))
+}
+
+/// A renewal due within this of a batch goes out with it (early, which is
+/// harmless: the deadline only moves later), so leases taken at different
+/// moments fall into step and share their round trips.
+pub(crate) fn renew_window(ttl: Duration) -> Duration {
+    ttl / 12
+}
+
+/// `LEASE.RENEW key owner ttl-ms`.
+pub(crate) fn renew_cmd(key: &str, owner: &str, ttl: Duration) -> redis::Cmd {
+    let mut cmd = redis::cmd("LEASE.RENEW");
+    cmd.arg(key).arg(owner).arg(millis(ttl));
+    cmd
+}
+
+/// `LEASE.RELEASE key owner`.
+pub(crate) fn release_cmd(key: &str, owner: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("LEASE.RELEASE");
+    cmd.arg(key).arg(owner);
+    cmd
+}
+
+/// A connection idle this long is checked (`PING`) before its next call,
+/// as redis-py's `health_check_interval` does: the server may have closed
+/// it meanwhile (a restart, `CLIENT KILL`, its idle `timeout`), and a
+/// command sent on a closed connection fails without saying whether it
+/// ran. The check costs one round trip, only after a pause; calls in a row
+/// go straight out.
+pub(crate) const IDLE_CHECK: Duration = Duration::from_millis(100);
+
+/// At most this many idle connections stay open per client (the rest are
+/// closed when they come back): concurrent calls open more, a quiet client
+/// keeps few.
+pub(crate) const POOL_IDLE: usize = 8;
+
+/// When a connection last answered, and the client's count of dropped
+/// connections then: a connection idle for [`IDLE_CHECK`], or one that
+/// predates a drop seen on another connection (the server restarted, say),
+/// is checked before it is used.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fresh {
+    used: Instant,
+    drops: u64,
+}
+
+impl Fresh {
+    /// A connection that answered now, with `drops` seen so far.
+    pub(crate) fn now(drops: u64) -> Fresh {
+        Fresh {
+            used: Instant::now(),
+            drops,
+        }
+    }
+
+    /// Must it answer a `PING` before it carries a command?
+    pub(crate) fn suspect(&self, drops: u64) -> bool {
+        self.drops != drops || self.used.elapsed() >= IDLE_CHECK
+    }
+}
+
+/// What the watchdog's schedule needs of a lease's loss signal.
+pub(crate) trait Renewable {
+    /// Neither lost nor released: worth renewing.
+    fn live(&self) -> bool;
+    /// The client-side deadline now.
+    fn deadline(&self) -> Instant;
+    /// A renewal sent at `sent` answered 1. False: lost or released
+    /// meanwhile, renew no more.
+    fn renewed(&self, sent: Instant, ttl: Duration) -> bool;
+    /// A renewal answered 0: the server says the lease is not ours.
+    fn refused(&self);
+}
+
+struct Entry<S> {
+    ttl: Duration,
+    next: Instant,
+    cmd: redis::Cmd,
+    signal: S,
+}
+
+/// The renewals of one batch: one pipeline per server.
+pub(crate) struct Batch {
+    ids: Vec<u64>,
+    /// The `LEASE.RENEW` of each lease of the batch, in order.
+    pub(crate) cmds: Vec<redis::Cmd>,
+    /// When the batch is sent: each success counts its ttl from here.
+    pub(crate) sent: Instant,
+    /// How long to wait for the replies: until the latest deadline of the
+    /// batch (a reply after it renews nothing), at most the io timeout.
+    pub(crate) read: Duration,
+}
+
+/// The reply to one renewal of a batch.
+pub(crate) enum Reply {
+    /// An integer reply: 1 renewed, 0 refused.
+    Int(i64),
+    /// An error reply, or no reply: tried again after a pause.
+    Failed,
+}
+
+/// The watchdog's plan for every lease of a client: when each renewal is
+/// due, which renewals go out together, what each reply does to its lease.
+/// One per client (and its clones), whatever the number of leases; the I/O
+/// layer only sends [`Batch`]es and hands their replies to
+/// [`Schedule::settle`].
+pub(crate) struct Schedule<S> {
+    leases: HashMap<u64, Entry<S>>,
+    next_id: u64,
+    /// Renewals sent, and the round trips that carried them.
+    pub(crate) renewals: u64,
+    pub(crate) round_trips: u64,
+}
+
+impl<S> Default for Schedule<S> {
+    fn default() -> Self {
+        Schedule {
+            leases: HashMap::new(),
+            next_id: 0,
+            renewals: 0,
+            round_trips: 0,
+        }
+    }
+}
+
+/// What the watchdog does next.
+pub(crate) enum Next {
+    /// Send this batch now.
+    Send(Batch),
+    /// Sleep until then (or until a lease is added).
+    Sleep(Instant),
+    /// No lease left: stop.
+    Idle,
+}
+
+impl<S: Renewable> Schedule<S> {
+    /// Watches a lease: its first renewal is due at `first`. Returns its id.
+    pub(crate) fn add(
+        &mut self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        first: Instant,
+        signal: S,
+    ) -> u64 {
+        self.next_id += 1;
+        let entry = Entry {
+            ttl,
+            next: first,
+            cmd: renew_cmd(key, owner, ttl),
+            signal,
+        };
+        self.leases.insert(self.next_id, entry);
+        self.next_id
+    }
+
+    /// Stops watching a lease (released).
+    pub(crate) fn remove(&mut self, id: u64) {
+        self.leases.remove(&id);
+    }
+
+    /// How many leases are watched.
+    pub(crate) fn len(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// At `now`: forgets the leases lost or released, then either the batch
+    /// of every renewal due within its window (when at least one is due),
+    /// or when to look again.
+    pub(crate) fn next(&mut self, now: Instant, io_timeout: Duration) -> Next {
+        self.leases.retain(|_, e| e.signal.live());
+        let Some(first) = self.leases.values().map(|e| e.next).min() else {
+            return Next::Idle;
+        };
+        if first > now {
+            return Next::Sleep(first);
+        }
+        let mut batch = Batch {
+            ids: Vec::new(),
+            cmds: Vec::new(),
+            sent: now,
+            read: Duration::from_millis(1),
+        };
+        for (id, e) in &self.leases {
+            if e.next <= now + renew_window(e.ttl) {
+                batch.ids.push(*id);
+                batch.cmds.push(e.cmd.clone());
+                let left = e.signal.deadline().saturating_duration_since(now);
+                batch.read = batch.read.max(left.min(io_timeout));
+            }
+        }
+        Next::Send(batch)
+    }
+
+    /// The replies to `batch`, in its order (fewer than its commands, or
+    /// none: the rest got no reply). A 1 moves the lease's deadline and its
+    /// next renewal to a third of the ttl after the batch was sent; a 0 is
+    /// the loss; anything else is tried again soon.
+    pub(crate) fn settle(&mut self, batch: &Batch, replies: Vec<Reply>) {
+        self.round_trips += 1;
+        self.renewals += batch.ids.len() as u64;
+        let mut replies = replies.into_iter();
+        for id in &batch.ids {
+            let reply = replies.next().unwrap_or(Reply::Failed);
+            let Some(e) = self.leases.get_mut(id) else {
+                continue;
+            };
+            match reply {
+                Reply::Int(1) if e.signal.renewed(batch.sent, e.ttl) => {
+                    e.next = batch.sent + renew_every(e.ttl);
+                }
+                Reply::Int(1) => {
+                    self.leases.remove(id);
+                }
+                Reply::Int(_) => {
+                    e.signal.refused();
+                    self.leases.remove(id);
+                }
+                Reply::Failed => e.next = Instant::now() + retry_pause(e.ttl),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_retry_with_nothing_left_does_not_wait_forever() {
+        let opts = Options::default();
+        let past = Instant::now() - Duration::from_secs(1);
+        let (c, read) = acquire_cmd(
+            "k",
+            "o",
+            Duration::from_secs(1),
+            Mode::Exclusive,
+            Block::For(Duration::from_secs(1)),
+            Some(past),
+            &opts,
+        );
+        assert_eq!(c.args_iter().count(), 4, "no BLOCK option");
+        assert!(!waits(&c));
+        assert_eq!(read, Some(opts.io_timeout));
+        let (c, read) = acquire_cmd(
+            "k",
+            "o",
+            Duration::from_secs(1),
+            Mode::Exclusive,
+            Block::Forever,
+            None,
+            &opts,
+        );
+        assert_eq!(c.args_iter().count(), 6);
+        assert!(waits(&c));
+        assert_eq!(read, None);
+        assert_eq!(
+            normalize(Block::For(Duration::from_micros(10))),
+            Block::NoWait
+        );
+    }
+
+    #[test]
+    fn a_grace_period_is_read_from_info_lease() {
+        let info = "# lease\r\nlease_grace_remaining_ms:4210\r\nlease_grace_reason:promoted\r\n";
+        match grace_of(info) {
+            Some(Error::Grace { remaining, reason }) => {
+                assert_eq!(
+                    (remaining, reason.as_str()),
+                    (Duration::from_millis(4210), "promoted")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(grace_of("lease_grace_remaining_ms:0\nlease_grace_reason:none").is_none());
+        assert!(grace_of("").is_none());
+    }
+
+    #[test]
+    fn a_ttl_under_a_millisecond_is_an_error() {
+        assert!(matches!(
+            check_ttl(Duration::from_micros(999)),
+            Err(Error::InvalidTtl(_))
+        ));
+        assert!(matches!(
+            check_ttl(Duration::ZERO),
+            Err(Error::InvalidTtl(_))
+        ));
+        assert!(check_ttl(Duration::from_millis(1)).is_ok());
+    }
+
+    #[test]
+    fn a_lease_known_lost_is_released_briefly_or_not_at_all() {
+        assert_eq!(release_plan(None), ReleasePlan::Full);
+        assert_eq!(release_plan(Some(Loss::Expired)), ReleasePlan::Short);
+        assert_eq!(release_plan(Some(Loss::Refused)), ReleasePlan::Nothing);
+        let io = || {
+            Error::Redis(redis::RedisError::from(std::io::Error::from(
+                std::io::ErrorKind::TimedOut,
+            )))
+        };
+        let opts = Options::default();
+        let mut attempt = 0;
+        assert!(
+            release_failed(io(), &mut attempt, &opts, ReleasePlan::Full).is_none(),
+            "a lost reply is sent again"
+        );
+        assert_eq!(attempt, 1);
+        attempt = opts.retries;
+        assert!(matches!(
+            release_failed(io(), &mut attempt, &opts, ReleasePlan::Full),
+            Some(Err(_))
+        ));
+        let mut attempt = 0;
+        let s = short(&opts);
+        assert!(
+            matches!(
+                release_failed(io(), &mut attempt, &s, ReleasePlan::Short),
+                Some(Ok(false))
+            ),
+            "known lost: one try"
+        );
+        assert!(matches!(
+            release_failed(Error::Stale, &mut attempt, &opts, ReleasePlan::Full),
+            Some(Err(Error::Stale))
+        ));
+        assert!(release_opts(ReleasePlan::Nothing, &opts).is_none());
+        let s = short(&Options::default());
+        assert_eq!(
+            (s.connect_timeout, s.io_timeout, s.retries),
+            (SHORT_RELEASE, SHORT_RELEASE, 0)
+        );
+    }
+
+    /// A loss signal for the schedule's tests: a deadline and a loss.
+    #[derive(Clone, Default)]
+    struct Probe(Arc<Mutex<(Option<Instant>, Option<Loss>)>>);
+
+    impl Probe {
+        fn new(deadline: Instant) -> Probe {
+            Probe(Arc::new(Mutex::new((Some(deadline), None))))
+        }
+        fn loss(&self) -> Option<Loss> {
+            self.0.lock().unwrap().1
+        }
+    }
+
+    impl Renewable for Probe {
+        fn live(&self) -> bool {
+            self.loss().is_none()
+        }
+        fn deadline(&self) -> Instant {
+            self.0.lock().unwrap().0.unwrap()
+        }
+        fn renewed(&self, sent: Instant, ttl: Duration) -> bool {
+            let mut st = self.0.lock().unwrap();
+            st.0 = Some(sent + ttl);
+            st.1.is_none()
+        }
+        fn refused(&self) {
+            self.0.lock().unwrap().1 = Some(Loss::Refused);
+        }
+    }
+
+    fn sent(next: Next) -> Batch {
+        match next {
+            Next::Send(b) => b,
+            Next::Sleep(_) => panic!("sleeps"),
+            Next::Idle => panic!("idle"),
+        }
+    }
+
+    #[test]
+    fn renewals_due_together_share_one_batch() {
+        let ttl = Duration::from_millis(1200);
+        let t0 = Instant::now();
+        let mut s = Schedule::default();
+        // Due at +400 ms, +450 ms (within the 100 ms window) and +700 ms.
+        let probes: Vec<Probe> = (0..3).map(|_| Probe::new(t0 + ttl)).collect();
+        for (i, at) in [400u64, 450, 700].iter().enumerate() {
+            s.add(
+                &format!("k{i}"),
+                "o",
+                ttl,
+                t0 + Duration::from_millis(*at),
+                probes[i].clone(),
+            );
+        }
+        assert!(
+            matches!(s.next(t0, Duration::from_secs(5)), Next::Sleep(t) if t == t0 + Duration::from_millis(400))
+        );
+        let now = t0 + Duration::from_millis(400);
+        let b = sent(s.next(now, Duration::from_secs(5)));
+        assert_eq!(b.cmds.len(), 2, "the one due 50 ms later goes along");
+        assert!(b.read <= Duration::from_millis(800) && b.read > Duration::from_millis(700));
+        s.settle(&b, vec![Reply::Int(1), Reply::Int(1)]);
+        assert_eq!((s.renewals, s.round_trips, s.len()), (2, 1, 3));
+        // Both now due at now + 400 ms: in step from here on.
+        assert!(
+            matches!(s.next(now, Duration::from_secs(5)), Next::Sleep(t) if t == t0 + Duration::from_millis(700))
+        );
+        let b = sent(s.next(t0 + Duration::from_millis(700), Duration::from_secs(5)));
+        assert_eq!(b.cmds.len(), 3, "700 and 800 within the window");
+        // A refusal is the loss and ends the watch; no reply is tried again.
+        s.settle(&b, vec![Reply::Int(0)]);
+        let lost = probes
+            .iter()
+            .filter(|p| p.loss() == Some(Loss::Refused))
+            .count();
+        assert_eq!(lost, 1);
+        assert_eq!(s.len(), 2);
+        let b = sent(s.next(
+            Instant::now() + Duration::from_millis(300),
+            Duration::from_secs(5),
+        ));
+        assert_eq!(
+            b.cmds.len(),
+            2,
+            "the two with no reply come back within the retry pause"
+        );
+    }
+
+    #[test]
+    fn lost_or_released_leases_leave_the_schedule() {
+        let ttl = Duration::from_millis(300);
+        let now = Instant::now();
+        let mut s = Schedule::default();
+        let p = Probe::new(now + ttl);
+        let id = s.add("k", "o", ttl, now, p.clone());
+        let q = Probe::new(now + ttl);
+        s.add("k2", "o", ttl, now, q.clone());
+        q.refused();
+        let b = sent(s.next(now, Duration::from_secs(5)));
+        assert_eq!(b.cmds.len(), 1, "the lost one is not renewed");
+        s.remove(id);
+        s.settle(&b, vec![Reply::Int(1)]);
+        assert!(matches!(s.next(now, Duration::from_secs(5)), Next::Idle));
+    }
+}
