@@ -233,6 +233,11 @@ def waiters(r: redis.Redis, key: str) -> int:
     return 0 if info is None else int(info["waiters"])
 
 
+def lease_clients(r: redis.Redis) -> int:
+    """How many connections to the server last ran a ``LEASE.*`` command."""
+    return sum(1 for c in r.client_list() if c["cmd"].lower().startswith("lease."))
+
+
 def info_int(r: redis.Redis, name: str) -> int:
     return int(r.info("lease")["lease_" + name])
 

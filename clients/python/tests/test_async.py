@@ -19,6 +19,7 @@ from conftest import (
     blocked_acquirer,
     competitor,
     info_int,
+    lease_clients,
     token_of,
     wait_until,
     waiters,
@@ -353,3 +354,36 @@ def test_shared_and_limit_modes(server):
             assert p.token > 0
 
     asyncio.run(main())
+
+
+def test_many_leases_share_connections_and_batched_renewals(server):
+    # As in test_sync.py: 300 leases of one client share its pool and one
+    # watchdog task that pipelines.
+    r = server.client()
+    ttl = 900
+
+    async def main():
+        client = aclient(server)
+        leases = [await client.acquire(f"job:{i}", ttl) for i in range(300)]
+        await asyncio.sleep(ttl * 3 / 1000)
+        assert not any(lease.lost.is_set() for lease in leases), "every lease is still held"
+        for i in range(0, 300, 37):
+            assert token_of(r, f"job:{i}") == leases[i].token
+        stats = client.watchdog_stats()
+        assert stats["leases"] == 300
+        assert stats["renewals"] >= 300 * 6, stats
+        assert stats["round_trips"] * 50 <= stats["renewals"], f"batched: {stats}"
+        assert lease_clients(r) == 2, "one pooled connection and the watchdog's"
+        r.delete("job:7")
+        began = time.monotonic()
+        await asyncio.wait_for(leases[7].lost.wait(), ttl / 1000)
+        assert leases[7].lost.reason == Loss.REFUSED
+        assert time.monotonic() - began <= ttl / 3000 + 0.15
+        assert sum(lease.lost.is_set() for lease in leases) == 1
+        for lease in leases:
+            await lease.release()
+        assert client.watchdog_stats()["leases"] == 0
+        await client.close()
+
+    asyncio.run(main())
+    assert info_int(r, "released") == 299

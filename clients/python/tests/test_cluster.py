@@ -106,3 +106,44 @@ def test_lease_calls_are_routed_by_the_lease_key_slot(cluster):
             assert_routed(cluster, owner, tag)
 
     asyncio.run(main())
+
+
+def test_one_watchdog_renews_leases_on_every_master_at_once(cluster):
+    # Leases on every master held together: each watchdog round sends one
+    # pipeline per node (at once, for asyncio), and every lease stays held
+    # on its own master.
+    locks = [f"{{job{i}}}:lock" for i in range(30)]
+    masters = {int(cluster.nodes[0].client().execute_command("CLUSTER", "KEYSLOT", lock)) for lock in locks}
+    assert len({node_of_slot(cluster, slot).port for slot in masters}) == 3, "keys on every master"
+
+    def token(lock):
+        slot = int(cluster.nodes[0].client().execute_command("CLUSTER", "KEYSLOT", lock))
+        info = lease_info(node_of_slot(cluster, slot).client(), lock)
+        return None if info is None else int(info["token"])
+
+    client = LeaseClient(RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port))
+    leases = [client.acquire(lock, 600) for lock in locks]
+    time.sleep(1.8)
+    for lock, lease in zip(locks, leases):
+        assert not lease.lost.is_set(), lock
+        assert token(lock) == lease.token
+    stats = client.watchdog_stats()
+    assert stats["renewals"] >= 30 * 6 and stats["round_trips"] * 5 <= stats["renewals"], stats
+    for lease in leases:
+        assert lease.release()
+    assert all(token(lock) is None for lock in locks)
+
+    async def main():
+        aclient = AsyncLeaseClient(AsyncRedisCluster(host="127.0.0.1", port=cluster.nodes[0].port))
+        leases = [await aclient.acquire(lock, 600) for lock in locks]
+        await asyncio.sleep(1.8)
+        for lock, lease in zip(locks, leases):
+            assert not lease.lost.is_set(), lock
+            assert token(lock) == lease.token
+        stats = aclient.watchdog_stats()
+        assert stats["renewals"] >= 30 * 6 and stats["round_trips"] * 5 <= stats["renewals"], stats
+        for lease in leases:
+            assert await lease.release()
+
+    asyncio.run(main())
+    assert all(token(lock) is None for lock in locks)

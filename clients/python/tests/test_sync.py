@@ -16,6 +16,7 @@ from conftest import (
     blocked_acquirer,
     competitor,
     info_int,
+    lease_clients,
     token_of,
     wait_until,
     waiters,
@@ -422,3 +423,38 @@ def test_shared_and_limit_modes(server):
     with pytest.raises(ValueError):
         sem[2].acquire("pool", 600, shared=True, limit=2)
     p2.release()
+
+
+def test_many_leases_share_connections_and_batched_renewals(server):
+    # 300 leases of one client: their calls share the client's pool, one
+    # watchdog thread renews them all in pipelines, and a loss still shows
+    # within a third of the ttl.
+    r = server.client()
+    def watchdogs():
+        return {t for t in threading.enumerate() if t.name == "lease-watchdog"}
+
+    before = watchdogs()
+    client = LeaseClient(server.client())
+    ttl = 900
+    leases = [client.acquire(f"job:{i}", ttl) for i in range(300)]
+    time.sleep(ttl * 3 / 1000)
+    assert not any(lease.lost.is_set() for lease in leases), "every lease is still held"
+    for i in range(0, 300, 37):
+        assert token_of(r, f"job:{i}") == leases[i].token
+    stats = client.watchdog_stats()
+    assert stats["leases"] == 300
+    assert stats["renewals"] >= 300 * 6, stats
+    assert stats["round_trips"] * 50 <= stats["renewals"], f"batched: {stats}"
+    assert lease_clients(r) == 2, "one pooled connection and the watchdog's"
+    (dog,) = watchdogs() - before  # one watchdog thread
+    r.delete("job:7")
+    began = time.monotonic()
+    assert leases[7].lost.wait(ttl / 1000) and leases[7].lost.reason == Loss.REFUSED
+    assert time.monotonic() - began <= ttl / 3000 + 0.15
+    assert sum(lease.lost.is_set() for lease in leases) == 1
+    for lease in leases:
+        lease.release()
+    assert info_int(r, "released") == 299
+    assert wait_until(2, lambda: client.watchdog_stats()["leases"] == 0)
+    dog.join(2)
+    assert not dog.is_alive(), "the watchdog ends with its last lease"

@@ -3,12 +3,13 @@ command arguments and timing rules."""
 
 from __future__ import annotations
 
+import collections
 import enum
 import math
 import secrets
 import socket
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple, Union
 
 import redis
 from redis import exceptions
@@ -232,3 +233,169 @@ def release_plan(loss: Optional[Loss]) -> ReleasePlan:
     if loss == Loss.EXPIRED:
         return ReleasePlan.SHORT
     return ReleasePlan.FULL
+
+
+def release_attempts(plan: ReleasePlan, io_timeout: float, retries: int) -> List[Tuple[float, Optional[float]]]:
+    """The attempts of a release under ``plan``: ``(read timeout, connect
+    timeout or None for the default)`` each. Known lost after a refusal:
+    none. Past its deadline: one short one. Else one plus ``retries`` (a lost
+    reply is sent again with the same owner; a second release answers 0)."""
+    if plan is ReleasePlan.NONE:
+        return []
+    if plan is ReleasePlan.SHORT:
+        return [(SHORT_S, SHORT_S)]
+    return [(io_timeout, None)] * (retries + 1)
+
+
+def release_failed(e: BaseException, attempt: int, attempts: int, plan: ReleasePlan) -> Optional[bool]:
+    """Release attempt ``attempt`` (of ``attempts``) failed with ``e``: None to
+    try the next one, False for a lease known lost whose one short attempt got
+    no answer (it ends at its ttl); anything else re-raises ``e``."""
+    if lost_reply(e):
+        if attempt + 1 < attempts:
+            return None
+        if plan is ReleasePlan.SHORT:
+            return False
+    raise e
+
+
+class Attempts:
+    """The retry plan of one acquire: a lost reply is sent again with the same
+    owner (``retries`` times, pausing a little longer each time), a cluster
+    redirection after the slots are learnt again (five times)."""
+
+    def __init__(self, retries: int) -> None:
+        self.retries = retries
+        self.lost = 0
+        self.redirects = 0
+
+    def after(self, e: BaseException) -> Optional[Tuple[float, bool]]:
+        """``(pause in seconds, refresh the slots first)`` before the next
+        try, or None: give up with ``e``."""
+        if isinstance(e, (exceptions.MovedError, exceptions.AskError, exceptions.TryAgainError)):
+            self.redirects += 1
+            return None if self.redirects > 5 else (0.0, True)
+        if lost_reply(e) and self.lost < self.retries:
+            self.lost += 1
+            return 0.02 * self.lost, False
+        return None
+
+
+def deadline_after(sent: float, ttl_ms: int, renewed: Optional[float], reply: Any) -> Tuple[float, bool]:
+    """A new lease's deadline and whether it is refused: ttl after the acquire
+    was sent, or after the renewal sent at ``renewed`` right after a long wait
+    (``reply`` its answer; None: it got none)."""
+    if renewed is None or reply is None:
+        return sent + ttl_ms / 1000, False
+    if reply == 1:
+        return renewed + ttl_ms / 1000, False
+    return sent + ttl_ms / 1000, True
+
+
+def needs_fresh_renewal(sent: float, ttl_ms: int) -> bool:
+    """After a blocking acquire granted long after it was sent, the deadline
+    counted from the send is near: renew at once and count from that."""
+    return time.monotonic() - sent >= renew_every(ttl_ms)
+
+
+def renew_window(ttl_ms: int) -> float:
+    """A renewal due within this many seconds of a batch goes with it (early,
+    which is harmless), so leases fall into step and share round trips."""
+    return ttl_ms / 12000
+
+
+#: At most this many idle connections stay open per node and client.
+POOL_IDLE = 8
+
+
+class Batch:
+    """The renewals of one watchdog round: sent as one pipeline per node."""
+
+    def __init__(self, sent: float) -> None:
+        self.ids: List[int] = []
+        self.keys: List[Any] = []
+        self.args: List[Tuple[Any, ...]] = []
+        #: When it was sent: each success counts its ttl from here.
+        self.sent = sent
+        #: How long to wait for the replies: until the latest deadline of the
+        #: batch, at most the io timeout.
+        self.timeout = 0.001
+
+
+class Schedule:
+    """The watchdog's plan for every lease of a client: when each renewal is
+    due, which go out together, what each reply does to its lease. One per
+    client, whatever the number of leases; the sync and the asyncio watchdog
+    only send its batches and hand the replies to :meth:`settle`.
+
+    A signal here is a :class:`LossSignal` or an :class:`AsyncLossSignal`
+    (``is_set()``, ``deadline``, ``_extend()``, ``_lose()``)."""
+
+    def __init__(self) -> None:
+        self._leases: Dict[int, List[Any]] = {}
+        self._next_id = 0
+        #: Ids of leases collected by the garbage collector: a finalizer only
+        #: appends here (no lock, safe at any moment), ``next`` forgets them.
+        self.gone: Deque[int] = collections.deque()
+        self.renewals = 0
+        self.round_trips = 0
+
+    def add(self, key: Any, owner: str, ttl_ms: int, first: float, signal: Any) -> int:
+        self._next_id += 1
+        self._leases[self._next_id] = [key, ttl_ms, first, ("LEASE.RENEW", key, owner, ttl_ms), signal]
+        return self._next_id
+
+    def remove(self, lease_id: int) -> None:
+        self._leases.pop(lease_id, None)
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def next(self, now: float, io_timeout: float) -> Union[Batch, float, None]:
+        """Forgets the leases lost, released or collected; then the batch of
+        every renewal due within its window (when one is due), else the
+        monotonic time to look again, or None when no lease is left."""
+        while self.gone:
+            self._leases.pop(self.gone.popleft(), None)
+        for lease_id in [i for i, e in self._leases.items() if e[4].is_set()]:
+            del self._leases[lease_id]
+        if not self._leases:
+            return None
+        first = min(e[2] for e in self._leases.values())
+        if first > now:
+            return first
+        batch = Batch(now)
+        for lease_id, (key, ttl_ms, next_at, args, signal) in self._leases.items():
+            if next_at <= now + renew_window(ttl_ms):
+                batch.ids.append(lease_id)
+                batch.keys.append(key)
+                batch.args.append(args)
+                batch.timeout = max(batch.timeout, min(signal.deadline - now, io_timeout))
+        return batch
+
+    def settle(self, batch: Batch, replies: List[Any], pipelines: int = 1) -> None:
+        """The replies to ``batch`` in its order (an exception, or None, for
+        one that failed or never came). 1 moves the lease's deadline and next
+        renewal to a third of the ttl after the batch was sent; 0 is the loss;
+        anything else is tried again soon."""
+        self.round_trips += pipelines
+        self.renewals += len(batch.ids)
+        for n, lease_id in enumerate(batch.ids):
+            entry = self._leases.get(lease_id)
+            if entry is None:
+                continue
+            reply = replies[n] if n < len(replies) else None
+            ttl_ms, signal = entry[1], entry[4]
+            if reply == 1:
+                if signal._extend(batch.sent, ttl_ms):
+                    entry[2] = batch.sent + renew_every(ttl_ms)
+                else:
+                    del self._leases[lease_id]
+            elif isinstance(reply, int) and not isinstance(reply, bool):
+                signal._lose(Loss.REFUSED)
+                del self._leases[lease_id]
+            else:
+                entry[2] = time.monotonic() + retry_pause(ttl_ms)
+
+    def stats(self) -> Dict[str, int]:
+        return {"leases": len(self._leases), "renewals": self.renewals, "round_trips": self.round_trips}

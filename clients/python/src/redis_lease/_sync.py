@@ -1,5 +1,6 @@
 """The sync helpers: :class:`LeaseClient`, :class:`Lease`, :class:`LossSignal`
-and the watchdog thread."""
+and the client's watchdog thread. What to send and what a reply means is
+decided in ``_common.py``; this file only does the blocking I/O."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import threading
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Callable, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
 import redis
 from redis import exceptions
@@ -16,25 +17,30 @@ from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from ._common import (
-    SHORT_S,
+    POOL_IDLE,
     AlreadyHeld,
+    Attempts,
+    Batch,
     LeaseBusy,
     LeaseGrace,
     LeaseLost,
     Loss,
-    ReleasePlan,
+    Schedule,
     acquire_args,
     check_stale,
     check_ttl,
     connection_kwargs,
+    deadline_after,
     grace_of,
     lost_during,
     lost_reply,
     mode_args,
+    needs_fresh_renewal,
     new_owner,
+    release_attempts,
+    release_failed,
     release_plan,
     renew_every,
-    retry_pause,
     still_held,
 )
 
@@ -48,6 +54,12 @@ class _Target:
     def __init__(self, client: Union[redis.Redis, RedisCluster], io_timeout: float) -> None:
         self.client = client
         self.io_timeout = io_timeout
+
+    def node(self, key: Any) -> Any:
+        """Which node serves ``key`` (None: the one server): the pool's key."""
+        if isinstance(self.client, RedisCluster):
+            return self.client.get_node_from_key(key).name  # type: ignore[no-untyped-call]
+        return None
 
     def connect(self, key: Any, timeout: Optional[float] = None) -> Conn:
         """A new connection, every wait on it bounded by ``io_timeout`` (or
@@ -78,6 +90,20 @@ def _call(conn: Conn, args: Tuple[Any, ...], timeout: Optional[float]) -> Any:
     return conn.read_response(timeout=None if timeout is None else max(timeout, 0.001))
 
 
+def _pipeline(conn: Conn, commands: List[Tuple[Any, ...]], timeout: float) -> List[Any]:
+    """Sends ``commands`` in one write and reads every reply, all within
+    ``timeout`` seconds: each reply, or the error reply as an exception."""
+    end = time.monotonic() + timeout
+    conn.send_packed_command(conn.pack_commands(commands))
+    replies: List[Any] = []
+    for _ in commands:
+        try:
+            replies.append(conn.read_response(timeout=max(end - time.monotonic(), 0.001)))
+        except exceptions.ResponseError as e:
+            replies.append(e)
+    return replies
+
+
 def _usable(conn: Conn) -> bool:
     """Is an idle connection of ours still open? With no reply due, anything
     readable on it is the server's close (or garbage): not usable."""
@@ -85,6 +111,63 @@ def _usable(conn: Conn) -> bool:
         return not conn.can_read(timeout=0)
     except Exception:
         return False
+
+
+class _Pool:
+    """The idle connections of one client, per node: every lease's calls
+    (acquire, renew, fence, release) take one and give it back, so a
+    thousand leases need as many connections as calls run at once."""
+
+    def __init__(self, target: _Target) -> None:
+        self._target = target
+        self._idle: Dict[Any, List[Conn]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: Any, timeout: Optional[float] = None) -> Tuple[Any, Conn]:
+        """``(node, connection)`` for a call on ``key``: an idle one still
+        open (one the server closed while idle is replaced: nothing sent on
+        it would reach the server, so a new one is safe, for a fence too),
+        else a new one."""
+        node = self._target.node(key)
+        while True:
+            with self._lock:
+                idle = self._idle.get(node)
+                conn = idle.pop() if idle else None
+            if conn is None:
+                return node, self._target.connect(key, timeout)
+            if _usable(conn):
+                return node, conn
+            _close(conn)
+
+    def give(self, node: Any, conn: Conn) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(node, [])
+            if len(idle) < POOL_IDLE:
+                idle.append(conn)
+                return
+        _close(conn)
+
+    def call(self, key: Any, args: Tuple[Any, ...], timeout: float, connect_timeout: Optional[float] = None) -> Any:
+        """Runs ``args`` on a pooled connection. A connection whose reply was
+        lost (or that an interrupt left mid-call) is closed, never reused."""
+        node, conn = self.take(key, connect_timeout)
+        try:
+            reply = _call(conn, args, timeout)
+        except exceptions.ResponseError as e:
+            self.give(node, conn)
+            raise check_stale(e) from None
+        except BaseException:
+            _close(conn)
+            raise
+        self.give(node, conn)
+        return reply
+
+    def close(self) -> None:
+        with self._lock:
+            conns = [c for idle in self._idle.values() for c in idle]
+            self._idle.clear()
+        for conn in conns:
+            _close(conn)
 
 
 class LossSignal:
@@ -161,20 +244,13 @@ class Lease:
     """A held lease: the guard of one acquisition, and a context manager that
     releases it on exit (also when the block raises).
 
-    ``token`` is its fencing token; ``lost`` its :class:`LossSignal`. It has a
-    connection of its own for :meth:`fence`, :meth:`renew` and
-    :meth:`release`; its watchdog thread has another.
+    ``token`` is its fencing token; ``lost`` its :class:`LossSignal`. Its
+    calls (:meth:`fence`, :meth:`renew`, :meth:`release`) go over the
+    client's pool of connections; the client's watchdog renews it.
     """
 
     def __init__(
-        self,
-        client: "LeaseClient",
-        key: Any,
-        owner: str,
-        token: int,
-        ttl_ms: int,
-        deadline: float,
-        conn: Conn,
+        self, client: "LeaseClient", key: Any, owner: str, token: int, ttl_ms: int, deadline: float
     ) -> None:
         self.key = key
         self.token: int = token
@@ -182,52 +258,22 @@ class Lease:
         self.lost = LossSignal(deadline)
         self._owner = owner
         self._client = client
-        self._conn: Optional[Conn] = conn
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._released = False
+        self._watched: Optional[int] = None
         if client.watchdog:
-            # The thread holds no reference to the lease: a lease dropped
+            first = deadline - ttl_ms / 1000 + renew_every(ttl_ms)
+            self._watched = client._watch(key, owner, ttl_ms, first, self.lost)
+            # The schedule holds the signal, not the lease: a lease dropped
             # without release() (no with block) is garbage-collected, which
-            # stops its watchdog, and the lease then ends at its ttl.
-            threading.Thread(
-                target=_watchdog,
-                args=(self.lost, self._stop, client, key, owner, ttl_ms),
-                name="lease-watchdog",
-                daemon=True,
-            ).start()
-            weakref.finalize(self, self._stop.set)
+            # ends its renewals, and the lease then ends at its ttl.
+            weakref.finalize(self, client._schedule.gone.append, self._watched)
 
     def __repr__(self) -> str:  # never the owner: it is the holder's credential
         return f"<Lease key={self.key!r} token={self.token} lost={self.lost.reason}>"
 
-    def _holder_call(
-        self, args: Tuple[Any, ...], timeout: float, connect_timeout: Optional[float] = None
-    ) -> Any:
-        with self._lock:
-            if self._conn is not None and not _usable(self._conn):
-                # Closed by the server while idle (a restart, CLIENT KILL,
-                # its idle timeout): nothing sent on it would reach the
-                # server, so a new connection is safe, for a fence too.
-                self._drop_conn()
-            if self._conn is None:
-                self._conn = self._client._target.connect(self.key, connect_timeout)
-            try:
-                return _call(self._conn, args, timeout)
-            except exceptions.ResponseError as e:
-                raise check_stale(e) from None
-            except BaseException as e:
-                if lost_reply(e):
-                    self._drop_conn()
-                raise
-
-    def _drop_conn(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.disconnect()
-            except Exception:
-                pass
-            self._conn = None
+    def _call(self, args: Tuple[Any, ...], timeout: float) -> Any:
+        """``args`` on a connection of the client's pool."""
+        return self._client._pool.call(self.key, args, timeout)
 
     def fence(self, *command: Any) -> Any:
         """Runs ``command`` through the fence (``LEASE.FENCE key token
@@ -235,7 +281,7 @@ class Lease:
         atomic step. Returns the command's reply; raises :class:`StaleToken`
         (nothing run) when the token is not current. It is sent even after
         the loss signal: the server decides."""
-        return self._holder_call(self.fence_args(*command), self._client.io_timeout)
+        return self._call(self.fence_args(*command), self._client.io_timeout)
 
     def fence_args(self, *command: Any) -> Tuple[Any, ...]:
         """The fenced form of ``command``, for ``execute_command`` on a client
@@ -248,13 +294,14 @@ class Lease:
         loss signal is set)."""
         sent = time.monotonic()
         timeout = min(max(self.lost.deadline - sent, 0.001), self._client.io_timeout)
-        if self._holder_call(("LEASE.RENEW", self.key, self._owner, self.ttl_ms), timeout) == 1:
+        args = ("LEASE.RENEW", self.key, self._owner, self.ttl_ms)
+        if self._call(args, timeout) == 1:
             return self.lost._extend(sent, self.ttl_ms)
         self.lost._lose(Loss.REFUSED)
         return False
 
     def release(self) -> bool:
-        """Gives the lease back and stops the watchdog. True: it was ours.
+        """Gives the lease back and stops its renewals. True: it was ours.
         False: it was lost before (or released already). A lost reply is
         retried with the same owner. Once the lease is known lost it waits
         little: after a refused renewal nothing is sent; after the deadline
@@ -262,31 +309,20 @@ class Lease:
         if self._released:
             return False
         self._released = True
-        self._stop.set()
         plan = release_plan(self.lost.reason)
         self.lost._lose(Loss.RELEASED)
-        attempt = 0
+        if self._watched is not None:
+            self._client._forget(self._watched)
+        attempts = release_attempts(plan, self._client.io_timeout, self._client.retries)
         args = ("LEASE.RELEASE", self.key, self._owner)
-        try:
-            if plan is ReleasePlan.NONE:
-                return False
-            if plan is ReleasePlan.SHORT:
-                try:
-                    return bool(self._holder_call(args, SHORT_S, SHORT_S) == 1)
-                except Exception as e:
-                    if lost_reply(e):
-                        return False
-                    raise
-            while True:
-                try:
-                    return bool(self._holder_call(args, self._client.io_timeout) == 1)
-                except Exception as e:
-                    if not lost_reply(e) or attempt >= self._client.retries:
-                        raise
-                    attempt += 1
-        finally:
-            with self._lock:
-                self._drop_conn()
+        for n, (timeout, connect_timeout) in enumerate(attempts):
+            try:
+                return bool(self._client._pool.call(self.key, args, timeout, connect_timeout) == 1)
+            except Exception as e:
+                answer = release_failed(e, n, len(attempts), plan)
+                if answer is not None:
+                    return answer
+        return False
 
     def __enter__(self) -> "Lease":
         return self
@@ -311,47 +347,6 @@ class Lease:
             raise LeaseLost(lost)
 
 
-def _watchdog(
-    lost: LossSignal, stop: threading.Event, client: "LeaseClient", key: Any, owner: str, ttl_ms: int
-) -> None:
-    """Renews a third of the ttl after each success, sooner after a failure,
-    until the holder is done (``stop``) or the lease is lost. Each renewal
-    waits for its reply at most until the deadline."""
-    next_at = lost.deadline - ttl_ms / 1000 + renew_every(ttl_ms)
-    conn: Optional[Conn] = None
-    args = ("LEASE.RENEW", key, owner, ttl_ms)
-    try:
-        while not stop.is_set() and not lost.is_set():
-            now = time.monotonic()
-            if now < next_at:
-                stop.wait(min(next_at, lost.deadline) - now)
-                continue
-            timeout = min(max(lost.deadline - now, 0.001), client.io_timeout)
-            try:
-                if conn is None:
-                    conn = client._target.connect(key)
-                reply = _call(conn, args, timeout)
-            except Exception as e:
-                if lost_reply(e) and conn is not None:
-                    conn.disconnect()
-                    conn = None
-                elif isinstance(e, (exceptions.MovedError, exceptions.AskError)):
-                    client._target.refresh()
-                    conn = None
-                next_at = time.monotonic() + retry_pause(ttl_ms)
-                continue
-            if reply == 1:
-                if not lost._extend(now, ttl_ms):
-                    return
-                next_at = now + renew_every(ttl_ms)
-            else:
-                lost._lose(Loss.REFUSED)
-                return
-    finally:
-        if conn is not None:
-            conn.disconnect()
-
-
 class LeaseClient:
     """Takes leases on the server of a :class:`redis.Redis`, or on the master of
     the lease key's slot of a :class:`redis.cluster.RedisCluster`.
@@ -363,6 +358,10 @@ class LeaseClient:
     - ``retries``: how often a lost acquire (or release) reply is retried, on
       a new connection, with the same owner. Default 3.
     - ``watchdog``: renew in the background. Default True.
+
+    All its leases share its connections (a pool per node: as many as calls
+    run at once, at most 8 kept idle) and one watchdog thread, which renews
+    them in batches: one pipeline per node each round.
     """
 
     def __init__(
@@ -375,12 +374,92 @@ class LeaseClient:
         watchdog: bool = True,
     ) -> None:
         self._target = _Target(client, io_timeout)
+        self._pool = _Pool(self._target)
         self._held: "weakref.WeakValueDictionary[Any, Lease]" = weakref.WeakValueDictionary()
         self._held_lock = threading.Lock()
+        self._schedule = Schedule()
+        self._wake = threading.Condition()
+        self._running = False
         self.io_timeout = io_timeout
         self.block_margin = block_margin
         self.retries = retries
         self.watchdog = watchdog
+
+    def close(self) -> None:
+        """Closes the idle connections (leases still held keep working: their
+        calls open new ones)."""
+        self._pool.close()
+
+    def watchdog_stats(self) -> Dict[str, int]:
+        """What the watchdog did so far: ``leases`` it renews now,
+        ``renewals`` sent, and the ``round_trips`` (pipelines) that carried
+        them."""
+        with self._wake:
+            return self._schedule.stats()
+
+    def _watch(self, key: Any, owner: str, ttl_ms: int, first: float, signal: LossSignal) -> int:
+        """Renews a lease from ``first`` on; starts the watchdog thread when
+        none runs."""
+        with self._wake:
+            lease_id = self._schedule.add(key, owner, ttl_ms, first, signal)
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run_watchdog, name="lease-watchdog", daemon=True).start()
+            self._wake.notify()
+            return lease_id
+
+    def _forget(self, lease_id: int) -> None:
+        with self._wake:
+            self._schedule.remove(lease_id)
+
+    def _run_watchdog(self) -> None:
+        """Sends each batch the schedule makes, one pipeline per node, and
+        hands the replies back, until no lease is left."""
+        conns: Dict[Any, Conn] = {}
+        try:
+            while True:
+                with self._wake:
+                    while True:
+                        now = time.monotonic()
+                        step = self._schedule.next(now, self.io_timeout)
+                        if isinstance(step, Batch):
+                            break
+                        if step is None:
+                            self._running = False
+                            return
+                        self._wake.wait(step - now)
+                replies, pipelines = self._send(step, conns)
+                with self._wake:
+                    self._schedule.settle(step, replies, pipelines)
+        finally:
+            for conn in conns.values():
+                _close(conn)
+
+    def _send(self, batch: Batch, conns: Dict[Any, Conn]) -> Tuple[List[Any], int]:
+        """The renewals of ``batch``, one pipeline per node, on the watchdog's
+        own connections: each reply in the batch's order (None: none came)."""
+        by_node: Dict[Any, List[int]] = {}
+        for n, key in enumerate(batch.keys):
+            try:
+                by_node.setdefault(self._target.node(key), []).append(n)
+            except Exception:
+                pass  # no node serves its slot now: tried again soon
+        replies: List[Any] = [None] * len(batch.ids)
+        end = batch.sent + batch.timeout
+        for node, indexes in by_node.items():
+            conn = conns.get(node)
+            try:
+                if conn is None:
+                    conn = conns[node] = self._target.connect(batch.keys[indexes[0]])
+                got = _pipeline(conn, [batch.args[n] for n in indexes], max(end - time.monotonic(), 0.001))
+            except Exception:
+                _close(conns.pop(node, None))
+                continue
+            for n, reply in zip(indexes, got):
+                replies[n] = reply
+            if any(isinstance(r, (exceptions.MovedError, exceptions.AskError)) for r in got):
+                self._target.refresh()
+        return replies, len(by_node)
 
     def acquire(
         self,
@@ -418,61 +497,52 @@ class LeaseClient:
                 raise AlreadyHeld(key)
         owner = _owner or new_owner()
         wait_until = None if not block_ms else time.monotonic() + block_ms / 1000
-        attempt = 0
-        redirects = 0
+        attempts = Attempts(self.retries)
         while True:
             args, timeout = acquire_args(
                 key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, mode
             )
             conn = None
             try:
-                conn = self._target.connect(key)
+                node, conn = self._pool.take(key)
                 sent = time.monotonic()
                 token = _call(conn, args, timeout)
-            except (exceptions.MovedError, exceptions.AskError, exceptions.TryAgainError):
-                _close(conn)
-                redirects += 1
-                if redirects > 5:
-                    raise
-                self._target.refresh()
-                continue
             except Exception as e:
                 _close(conn)
-                if lost_reply(e) and attempt < self.retries:
-                    attempt += 1
-                    time.sleep(0.02 * attempt)
-                    continue
+                step = attempts.after(e)
+                if step is None:
+                    raise
+                pause, refresh = step
+                if refresh:
+                    self._target.refresh()
+                time.sleep(pause)
+                continue
+            except BaseException:
+                _close(conn)
                 raise
-            if token is None:
-                try:
+            try:
+                if token is None:
                     grace = _grace(conn, self.io_timeout)
-                finally:
-                    _close(conn)
-                if grace is not None:
-                    raise LeaseGrace(key, *grace)
-                return None
-            lease = self._start(key, owner, int(token), ttl_ms, sent, conn)
+                    if grace is not None:
+                        raise LeaseGrace(key, *grace)
+                    return None
+                lease = self._start(key, owner, int(token), ttl_ms, sent, conn)
+            finally:
+                self._pool.give(node, conn)
             with self._held_lock:
                 self._held[key] = lease
             return lease
 
     def _start(self, key: Any, owner: str, token: int, ttl_ms: int, sent: float, conn: Conn) -> Lease:
-        # The deadline counts from when the acquire was sent. After a long
-        # wait (a blocking acquire is granted long after it was sent), renew
-        # at once and count from the renewal: its 1 says the lease is ours
-        # now, with the same token.
-        deadline = sent + ttl_ms / 1000
-        refused = False
-        if time.monotonic() - sent >= renew_every(ttl_ms):
+        renewed = reply = None
+        if needs_fresh_renewal(sent, ttl_ms):
             renewed = time.monotonic()
             try:
-                if _call(conn, ("LEASE.RENEW", key, owner, ttl_ms), self.io_timeout) == 1:
-                    deadline = renewed + ttl_ms / 1000
-                else:
-                    refused = True
+                reply = _call(conn, ("LEASE.RENEW", key, owner, ttl_ms), self.io_timeout)
             except Exception:
                 pass
-        lease = Lease(self, key, owner, token, ttl_ms, deadline, conn)
+        deadline, refused = deadline_after(sent, ttl_ms, renewed, reply)
+        lease = Lease(self, key, owner, token, ttl_ms, deadline)
         if refused:
             lease.lost._lose(Loss.REFUSED)
         return lease

@@ -1,5 +1,6 @@
 """The asyncio helpers, for :class:`redis.asyncio.Redis` and
-:class:`redis.asyncio.cluster.RedisCluster`: the same rules as the sync ones.
+:class:`redis.asyncio.cluster.RedisCluster`: the same rules as the sync ones,
+decided in ``_common.py``; this file only does the asyncio I/O.
 
 ::
 
@@ -16,7 +17,7 @@ import asyncio
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union
 
 import redis.asyncio as aredis
 from redis import exceptions
@@ -25,25 +26,29 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from ._common import (
-    SHORT_S,
+    POOL_IDLE,
     AlreadyHeld,
+    Attempts,
+    Batch,
     LeaseBusy,
     LeaseGrace,
     LeaseLost,
     Loss,
-    ReleasePlan,
+    Schedule,
     acquire_args,
     check_stale,
     check_ttl,
     connection_kwargs,
+    deadline_after,
     grace_of,
     lost_during,
-    lost_reply,
+    needs_fresh_renewal,
     mode_args,
     new_owner,
+    release_attempts,
+    release_failed,
     release_plan,
     renew_every,
-    retry_pause,
     still_held,
 )
 
@@ -57,6 +62,14 @@ class _Target:
     def __init__(self, client: Union[aredis.Redis, RedisCluster], io_timeout: float) -> None:
         self.client = client
         self.io_timeout = io_timeout
+
+    def node(self, key: Any) -> Any:
+        """Which node serves ``key`` (None: the one server), once the
+        cluster's slots are known: the pool's key."""
+        if isinstance(self.client, RedisCluster) and self.client.nodes_manager.slots_cache:
+            node = self.client.get_node_from_key(key)
+            return None if node is None else node.name
+        return None
 
     async def connect(self, key: Any, timeout: float) -> Conn:
         """A new connection within ``timeout``; every later wait on it is
@@ -138,6 +151,80 @@ async def _usable(conn: Conn) -> bool:
         return False
 
 
+async def _pipeline(conn: Conn, commands: List[Tuple[Any, ...]], timeout: float) -> List[Any]:
+    """Sends ``commands`` in one write and reads every reply within
+    ``timeout`` seconds: each reply, or the error reply as an exception."""
+
+    async def go() -> List[Any]:
+        await conn.send_packed_command(conn.pack_commands(commands))
+        replies: List[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await conn.read_response(timeout=_FOREVER_S))
+            except exceptions.ResponseError as e:
+                replies.append(e)
+        return replies
+
+    try:
+        return await asyncio.wait_for(go(), max(timeout, 0.001))
+    except asyncio.TimeoutError:
+        await _close(conn)
+        raise exceptions.TimeoutError("no reply in time") from None
+
+
+class _Pool:
+    """The idle connections of one client, per node, as the sync one: every
+    lease's calls take one and give it back, so a thousand leases need as
+    many connections as calls run at once."""
+
+    def __init__(self, target: _Target) -> None:
+        self._target = target
+        self._idle: Dict[Any, List[Conn]] = {}
+
+    async def take(self, key: Any, timeout: float) -> Tuple[Any, Conn]:
+        """``(node, connection)`` for a call on ``key``: an idle one still
+        open (one closed by the server while idle is replaced: nothing sent
+        on it would reach the server), else a new one within ``timeout``."""
+        while True:
+            node = self._target.node(key)
+            idle = self._idle.get(node)
+            if not idle:
+                conn = await self._target.connect(key, timeout)
+                return self._target.node(key), conn
+            conn = idle.pop()
+            if await _usable(conn):
+                return node, conn
+            await _close(conn)
+
+    async def give(self, node: Any, conn: Conn) -> None:
+        idle = self._idle.setdefault(node, [])
+        if len(idle) < POOL_IDLE:
+            idle.append(conn)
+        else:
+            await _close(conn)
+
+    async def call(self, key: Any, args: Tuple[Any, ...], timeout: float, connect_timeout: float) -> Any:
+        """Runs ``args`` on a pooled connection; one whose reply was lost (or
+        whose call was cancelled) is closed, never reused."""
+        node, conn = await self.take(key, connect_timeout)
+        try:
+            reply = await _call(conn, args, timeout)
+        except exceptions.ResponseError as e:
+            await self.give(node, conn)
+            raise check_stale(e) from None
+        except BaseException:
+            await _close(conn)
+            raise
+        await self.give(node, conn)
+        return reply
+
+    async def close(self) -> None:
+        conns = [c for idle in self._idle.values() for c in idle]
+        self._idle.clear()
+        for conn in conns:
+            await _close(conn)
+
+
 class AsyncLossSignal:
     """The loss signal of a lease, like an :class:`asyncio.Event` that is set
     once and stays set: ``is_set()`` (never waits, and turns true at the
@@ -195,17 +282,11 @@ class AsyncLossSignal:
 
 class AsyncLease:
     """A held lease (async): ``token``, ``lost``, ``fence()``, ``renew()``,
-    ``release()``; an async context manager that releases on exit."""
+    ``release()``; an async context manager that releases on exit. Its calls
+    go over the client's pool; the client's watchdog task renews it."""
 
     def __init__(
-        self,
-        client: "AsyncLeaseClient",
-        key: Any,
-        owner: str,
-        token: int,
-        ttl_ms: int,
-        deadline: float,
-        conn: Conn,
+        self, client: "AsyncLeaseClient", key: Any, owner: str, token: int, ttl_ms: int, deadline: float
     ) -> None:
         self.key = key
         self.token: int = token
@@ -213,47 +294,27 @@ class AsyncLease:
         self.lost = AsyncLossSignal(deadline)
         self._owner = owner
         self._client = client
-        self._conn: Optional[Conn] = conn
-        self._lock = asyncio.Lock()
         self._released = False
-        self._task: Optional["asyncio.Task[None]"] = None
+        self._watched: Optional[int] = None
         if client.watchdog:
-            # The task holds no reference to the lease: a lease dropped
-            # without release() is garbage-collected, which cancels it.
-            self._task = asyncio.ensure_future(_watchdog(self.lost, client, key, owner, ttl_ms))
-            loop = asyncio.get_running_loop()
-            weakref.finalize(self, _cancel_soon, loop, self._task)
+            first = deadline - ttl_ms / 1000 + renew_every(ttl_ms)
+            self._watched = client._watch(key, owner, ttl_ms, first, self.lost)
+            # As the sync Lease: a lease collected without release() ends its
+            # renewals, and then ends at its ttl.
+            weakref.finalize(self, client._schedule.gone.append, self._watched)
 
     def __repr__(self) -> str:
         return f"<AsyncLease key={self.key!r} token={self.token} lost={self.lost.reason}>"
 
-    async def _holder_call(
-        self, args: Tuple[Any, ...], timeout: float, connect_timeout: Optional[float] = None
-    ) -> Any:
-        async with self._lock:
-            if self._conn is not None and not await _usable(self._conn):
-                # Closed by the server while idle: a new connection is safe,
-                # as in the sync Lease.
-                conn, self._conn = self._conn, None
-                await _close(conn)
-            if self._conn is None:
-                self._conn = await self._client._target.connect(
-                    self.key, connect_timeout or self._client.io_timeout
-                )
-            try:
-                return await _call(self._conn, args, timeout)
-            except exceptions.ResponseError as e:
-                raise check_stale(e) from None
-            except BaseException as e:
-                if lost_reply(e) or isinstance(e, asyncio.CancelledError):
-                    conn, self._conn = self._conn, None
-                    await _close(conn)
-                raise
+    async def _call(self, args: Tuple[Any, ...], timeout: float, connect_timeout: Optional[float] = None) -> Any:
+        """``args`` on a connection of the client's pool."""
+        client = self._client
+        return await client._pool.call(self.key, args, timeout, connect_timeout or client.io_timeout)
 
     async def fence(self, *command: Any) -> Any:
         """``LEASE.FENCE key token command...``: the command's reply, or
         :class:`StaleToken` when the token is not current (nothing run)."""
-        return await self._holder_call(self.fence_args(*command), self._client.io_timeout)
+        return await self._call(self.fence_args(*command), self._client.io_timeout)
 
     def fence_args(self, *command: Any) -> Tuple[Any, ...]:
         """The fenced form of ``command`` for ``execute_command``."""
@@ -264,44 +325,32 @@ class AsyncLease:
         sent = time.monotonic()
         timeout = min(max(self.lost.deadline - sent, 0.001), self._client.io_timeout)
         args = ("LEASE.RENEW", self.key, self._owner, self.ttl_ms)
-        if await self._holder_call(args, timeout) == 1:
+        if await self._call(args, timeout) == 1:
             return self.lost._extend(sent, self.ttl_ms)
         self.lost._lose(Loss.REFUSED)
         return False
 
     async def release(self) -> bool:
-        """Gives the lease back and stops the watchdog. True: it was ours. A
+        """Gives the lease back and stops its renewals. True: it was ours. A
         lost reply is retried with the same owner. Once the lease is known
         lost it waits little, as the sync :meth:`Lease.release`."""
         if self._released:
             return False
         self._released = True
-        if self._task is not None:
-            self._task.cancel()
         plan = release_plan(self.lost.reason)
         self.lost._lose(Loss.RELEASED)
-        attempt = 0
+        if self._watched is not None:
+            self._client._schedule.remove(self._watched)
+        attempts = release_attempts(plan, self._client.io_timeout, self._client.retries)
         args = ("LEASE.RELEASE", self.key, self._owner)
-        try:
-            if plan is ReleasePlan.NONE:
-                return False
-            if plan is ReleasePlan.SHORT:
-                try:
-                    return bool(await self._holder_call(args, SHORT_S, SHORT_S) == 1)
-                except Exception as e:
-                    if lost_reply(e):
-                        return False
-                    raise
-            while True:
-                try:
-                    return bool(await self._holder_call(args, self._client.io_timeout) == 1)
-                except Exception as e:
-                    if not lost_reply(e) or attempt >= self._client.retries:
-                        raise
-                    attempt += 1
-        finally:
-            conn, self._conn = self._conn, None
-            await _close(conn)
+        for n, (timeout, connect_timeout) in enumerate(attempts):
+            try:
+                return bool(await self._call(args, timeout, connect_timeout) == 1)
+            except Exception as e:
+                answer = release_failed(e, n, len(attempts), plan)
+                if answer is not None:
+                    return answer
+        return False
 
     async def __aenter__(self) -> "AsyncLease":
         return self
@@ -322,48 +371,6 @@ class AsyncLease:
                 raise
         if exc is None and lost is not None:
             raise LeaseLost(lost)
-
-
-def _cancel_soon(loop: asyncio.AbstractEventLoop, task: "asyncio.Task[None]") -> None:
-    if not loop.is_closed():
-        loop.call_soon_threadsafe(task.cancel)
-
-
-async def _watchdog(lost: AsyncLossSignal, client: "AsyncLeaseClient", key: Any, owner: str, ttl_ms: int) -> None:
-    """As the sync watchdog; cancelled by release()."""
-    next_at = lost.deadline - ttl_ms / 1000 + renew_every(ttl_ms)
-    conn: Optional[Conn] = None
-    args = ("LEASE.RENEW", key, owner, ttl_ms)
-    try:
-        while not lost.is_set():
-            now = time.monotonic()
-            if now < next_at:
-                await asyncio.sleep(min(next_at, lost.deadline) - now)
-                continue
-            timeout = min(max(lost.deadline - now, 0.001), client.io_timeout)
-            try:
-                if conn is None:
-                    conn = await client._target.connect(key, timeout)
-                reply = await _call(conn, args, timeout)
-            except Exception as e:
-                if lost_reply(e):
-                    await _close(conn)
-                    conn = None
-                elif isinstance(e, (exceptions.MovedError, exceptions.AskError)):
-                    await client._target.refresh()
-                    await _close(conn)
-                    conn = None
-                next_at = time.monotonic() + retry_pause(ttl_ms)
-                continue
-            if reply == 1:
-                if not lost._extend(now, ttl_ms):
-                    return
-                next_at = now + renew_every(ttl_ms)
-            else:
-                lost._lose(Loss.REFUSED)
-                return
-    finally:
-        await _close(conn)
 
 
 class _LeaseContext:
@@ -401,7 +408,9 @@ class _LeaseContext:
 
 class AsyncLeaseClient:
     """Takes leases from asyncio code; the options are those of
-    :class:`redis_lease.LeaseClient`."""
+    :class:`redis_lease.LeaseClient`. All its leases share its connections (a
+    pool per node) and one watchdog task, which renews them in batches: one
+    pipeline per node each round."""
 
     def __init__(
         self,
@@ -413,11 +422,84 @@ class AsyncLeaseClient:
         watchdog: bool = True,
     ) -> None:
         self._target = _Target(client, io_timeout)
+        self._pool = _Pool(self._target)
         self._held: "weakref.WeakValueDictionary[Any, AsyncLease]" = weakref.WeakValueDictionary()
+        self._schedule = Schedule()
+        self._wake = asyncio.Event()
+        self._task: Optional["asyncio.Task[None]"] = None
         self.io_timeout = io_timeout
         self.block_margin = block_margin
         self.retries = retries
         self.watchdog = watchdog
+
+    async def close(self) -> None:
+        """Closes the idle connections (leases still held keep working)."""
+        await self._pool.close()
+
+    def watchdog_stats(self) -> Dict[str, int]:
+        """As :meth:`redis_lease.LeaseClient.watchdog_stats`."""
+        return self._schedule.stats()
+
+    def _watch(self, key: Any, owner: str, ttl_ms: int, first: float, signal: AsyncLossSignal) -> int:
+        """Renews a lease from ``first`` on; starts the watchdog task (on the
+        running loop) when none runs."""
+        lease_id = self._schedule.add(key, owner, ttl_ms, first, signal)
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._task = asyncio.ensure_future(self._run_watchdog())
+        self._wake.set()
+        return lease_id
+
+    async def _run_watchdog(self) -> None:
+        """Sends each batch the schedule makes, one pipeline per node, and
+        hands the replies back, until no lease is left."""
+        conns: Dict[Any, Conn] = {}
+        try:
+            while True:
+                now = time.monotonic()
+                step = self._schedule.next(now, self.io_timeout)
+                if step is None:
+                    return
+                if not isinstance(step, Batch):
+                    self._wake.clear()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), max(step - now, 0.001))
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                replies, pipelines = await self._send(step, conns)
+                self._schedule.settle(step, replies, pipelines)
+        finally:
+            for conn in conns.values():
+                await _close(conn)
+
+    async def _send(self, batch: Batch, conns: Dict[Any, Conn]) -> Tuple[List[Any], int]:
+        """The renewals of ``batch``, one pipeline per node (all nodes at
+        once), on the watchdog's own connections."""
+        by_node: Dict[Any, List[int]] = {}
+        for n, key in enumerate(batch.keys):
+            by_node.setdefault(self._target.node(key), []).append(n)
+        replies: List[Any] = [None] * len(batch.ids)
+        end = batch.sent + batch.timeout
+
+        async def one(node: Any, indexes: List[int]) -> None:
+            conn = conns.get(node)
+            try:
+                if conn is None:
+                    conn = conns[node] = await self._target.connect(
+                        batch.keys[indexes[0]], max(end - time.monotonic(), 0.001)
+                    )
+                got = await _pipeline(conn, [batch.args[n] for n in indexes], max(end - time.monotonic(), 0.001))
+            except Exception:
+                await _close(conns.pop(node, None))
+                return
+            for n, reply in zip(indexes, got):
+                replies[n] = reply
+            if any(isinstance(r, (exceptions.MovedError, exceptions.AskError)) for r in got):
+                await self._target.refresh()
+
+        await asyncio.gather(*(one(node, idx) for node, idx in by_node.items()))
+        return replies, len(by_node)
 
     async def acquire(
         self,
@@ -436,62 +518,53 @@ class AsyncLeaseClient:
             raise AlreadyHeld(key)
         owner = new_owner()
         wait_until = None if not block_ms else time.monotonic() + block_ms / 1000
-        attempt = 0
-        redirects = 0
+        attempts = Attempts(self.retries)
         while True:
             args, timeout = acquire_args(
                 key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, mode
             )
             conn = None
             try:
-                conn = await self._target.connect(key, self.io_timeout)
+                node, conn = await self._pool.take(key, self.io_timeout)
                 sent = time.monotonic()
                 token = await _call(conn, args, timeout)
-            except (exceptions.MovedError, exceptions.AskError, exceptions.TryAgainError):
-                await _close(conn)
-                redirects += 1
-                if redirects > 5:
-                    raise
-                await self._target.refresh()
-                continue
             except Exception as e:
                 await _close(conn)
-                if lost_reply(e) and attempt < self.retries:
-                    attempt += 1
-                    await asyncio.sleep(0.02 * attempt)
-                    continue
-                raise
+                step = attempts.after(e)
+                if step is None:
+                    raise
+                pause, refresh = step
+                if refresh:
+                    await self._target.refresh()
+                await asyncio.sleep(pause)
+                continue
             except BaseException:
                 await _close(conn)
                 raise
-            if token is None:
-                try:
+            try:
+                if token is None:
                     grace = await _grace(conn, self.io_timeout)
-                finally:
-                    await _close(conn)
-                if grace is not None:
-                    raise LeaseGrace(key, *grace)
-                return None
-            lease = await self._start(key, owner, int(token), ttl_ms, sent, conn)
+                    if grace is not None:
+                        raise LeaseGrace(key, *grace)
+                    return None
+                lease = await self._start(key, owner, int(token), ttl_ms, sent, conn)
+            finally:
+                await self._pool.give(node, conn)
             self._held[key] = lease
             return lease
 
     async def _start(
         self, key: Any, owner: str, token: int, ttl_ms: int, sent: float, conn: Conn
     ) -> AsyncLease:
-        deadline = sent + ttl_ms / 1000
-        refused = False
-        if time.monotonic() - sent >= renew_every(ttl_ms):
+        renewed = reply = None
+        if needs_fresh_renewal(sent, ttl_ms):
             renewed = time.monotonic()
             try:
                 reply = await _call(conn, ("LEASE.RENEW", key, owner, ttl_ms), self.io_timeout)
-                if reply == 1:
-                    deadline = renewed + ttl_ms / 1000
-                else:
-                    refused = True
             except Exception:
                 pass
-        lease = AsyncLease(self, key, owner, token, ttl_ms, deadline, conn)
+        deadline, refused = deadline_after(sent, ttl_ms, renewed, reply)
+        lease = AsyncLease(self, key, owner, token, ttl_ms, deadline)
         if refused:
             lease.lost._lose(Loss.REFUSED)
         return lease

@@ -225,7 +225,7 @@ class Lock:
 
     def _renew(self, lease: Lease, ms: int, what: str) -> bool:
         sent = time.monotonic()
-        if lease._holder_call(("LEASE.RENEW", self.name, lease._owner, ms), lease._client.io_timeout) != 1:
+        if lease._call(("LEASE.RENEW", self.name, lease._owner, ms), lease._client.io_timeout) != 1:
             lease.lost._lose(Loss.REFUSED)
             raise LockNotOwnedError(f"Cannot {what} a lock that's no longer owned", lock_name=self.name)
         lease.lost._extend(sent, ms)

@@ -1,0 +1,88 @@
+"""The protocol core the sync and asyncio helpers share (``_common.py``),
+without a server: the watchdog's schedule and the retry plans."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from redis import exceptions
+
+from redis_lease import Loss
+from redis_lease._common import Attempts, Batch, ReleasePlan, Schedule, release_attempts, release_failed
+
+
+class Probe:
+    """A loss signal as the schedule sees one."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.reason = None
+
+    def is_set(self) -> bool:
+        return self.reason is not None
+
+    def _extend(self, sent: float, ttl_ms: int) -> bool:
+        self.deadline = sent + ttl_ms / 1000
+        return self.reason is None
+
+    def _lose(self, reason: Loss) -> None:
+        self.reason = reason
+
+
+def test_renewals_due_together_share_one_batch():
+    t0 = time.monotonic()
+    s = Schedule()
+    probes = [Probe(t0 + 1.2) for _ in range(3)]
+    for i, at in enumerate([0.4, 0.45, 0.7]):
+        s.add(f"k{i}", "o", 1200, t0 + at, probes[i])
+    assert s.next(t0, 5.0) == pytest.approx(t0 + 0.4)
+    batch = s.next(t0 + 0.4, 5.0)
+    assert isinstance(batch, Batch) and batch.keys == ["k0", "k1"], "the one due 50 ms later goes along"
+    assert 0.7 < batch.timeout <= 0.8
+    s.settle(batch, [1, 1])
+    assert s.stats() == {"leases": 3, "renewals": 2, "round_trips": 1}
+    batch = s.next(t0 + 0.71, 5.0)
+    assert sorted(batch.keys) == ["k0", "k1", "k2"], "in step from here on"
+    # A 0 is the loss and ends the watch; an error or no reply comes back soon.
+    replies = [0, exceptions.ResponseError("WRONGTYPE")]
+    s.settle(batch, replies, pipelines=2)
+    assert sum(p.reason == Loss.REFUSED for p in probes) == 1
+    assert len(s) == 2 and s.round_trips == 3
+    again = s.next(time.monotonic() + 0.3, 5.0)
+    assert isinstance(again, Batch) and len(again.ids) == 2
+
+
+def test_lost_released_and_collected_leases_leave_the_schedule():
+    now = time.monotonic()
+    s = Schedule()
+    a = s.add("a", "o", 300, now, Probe(now + 0.3))
+    lost = Probe(now + 0.3)
+    s.add("b", "o", 300, now, lost)
+    gone = s.add("c", "o", 300, now, Probe(now + 0.3))
+    lost._lose(Loss.REFUSED)
+    s.gone.append(gone)  # what a collected lease's finalizer does
+    batch = s.next(now, 5.0)
+    assert batch.keys == ["a"]
+    s.remove(a)
+    s.settle(batch, [1])
+    assert s.next(now, 5.0) is None
+
+
+def test_the_retry_plans():
+    assert release_attempts(ReleasePlan.NONE, 5.0, 3) == []
+    assert release_attempts(ReleasePlan.SHORT, 5.0, 3) == [(0.25, 0.25)]
+    assert len(release_attempts(ReleasePlan.FULL, 5.0, 3)) == 4
+    lost = exceptions.TimeoutError("no reply")
+    assert release_failed(lost, 0, 4, ReleasePlan.FULL) is None
+    with pytest.raises(exceptions.TimeoutError):
+        release_failed(lost, 3, 4, ReleasePlan.FULL)
+    assert release_failed(lost, 0, 1, ReleasePlan.SHORT) is False
+    with pytest.raises(exceptions.ResponseError):
+        release_failed(exceptions.ResponseError("ERR"), 0, 4, ReleasePlan.FULL)
+    plan = Attempts(2)
+    assert plan.after(lost) == (0.02, False)
+    assert plan.after(lost) == (0.04, False)
+    assert plan.after(lost) is None
+    assert Attempts(0).after(exceptions.MovedError("1 127.0.0.1:7000")) == (0.0, True)
+    assert Attempts(3).after(exceptions.ResponseError("ERR")) is None
