@@ -147,7 +147,7 @@ package: pyenv
 
 # Every server of the test matrix (Redis 7.0, Valkey 8.1, Valkey 9.1), one
 # after the other, each on its own fresh process: see bench/README.md.
-bench: deps servers build
+bench: deps servers build pyenv
 	bash bench/run.sh
 
 clean:

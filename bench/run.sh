@@ -19,6 +19,8 @@ OUT=${BENCH_OUT:-$ROOT/bench/RESULTS.md}
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 case $TARGET_DIR in /*) ;; *) TARGET_DIR=$ROOT/$TARGET_DIR ;; esac
 HANDOFF=$TARGET_DIR/release/handoff
+# Part F's Python rows: the venv of `make pyenv`, with clients/python installed.
+PYTHON=${BENCH_PYTHON:-$ROOT/.tools/pyenv/bin/python}
 
 # --- the matrix: one run of this script per server (BENCH_ONE=1) ------------
 if [ -z "${BENCH_ONE:-}" ]; then
@@ -583,6 +585,11 @@ else B4_NOTE=""; fi
 log "B hand-off (handoff, bench/src/; its B4 mass timeout, when on, takes about 30 s)"
 PART_B=$(HANDOFF_KV=$KV CLK_TCK=$(getconf CLK_TCK) "$HANDOFF" "$PORT" "$SERVER_PID")
 
+# --- F. the helpers holding many leases in one process ---------------------------
+log "F helpers: ${HELPER_LEASES:-10000} leases held by one process (bench/src/helpers.rs, bench/helpers.py)"
+PART_F=$(HANDOFF_KV=$KV "$HANDOFF" helpers "$PORT"
+         HANDOFF_KV=$KV "$PYTHON" "$ROOT/bench/helpers.py" "$PORT")
+
 INFO_LEASE=$(cli info lease | tr -d '\r' | grep -v '^#' | grep . | paste -sd' ' -)
 log "done"
 
@@ -755,6 +762,8 @@ row() { # label, operation, command
   echo
   [ -n "$B4_NOTE" ] && { echo "$B4_NOTE"; echo; }
   echo "$PART_B"
+  echo
+  echo "$PART_F"
   echo
   echo "## Server counters at the end (INFO lease)"
   echo

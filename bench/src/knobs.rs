@@ -84,6 +84,15 @@ knobs! {
             "C: the counted window of one run, ms";
         cycle_warm_ms = "CYCLE_WARM_MS", 300, min 0:
             "C: the warm-up before the counted window, ms";
+        // E: the helpers holding many leases.
+        helper_leases = "HELPER_LEASES", 10000, min 1:
+            "F: leases one process holds through each helper";
+        helper_ttl_ms = "HELPER_TTL_MS", 3000, min 30:
+            "F: their ttl, ms (the watchdog renews at a third of it)";
+        helper_hold_ms = "HELPER_HOLD_MS", 6000, min 100:
+            "F: the counted window while they are held, ms";
+        helper_refused = "HELPER_REFUSED", 100, min 1:
+            "F: leases deleted on the server to time the loss signal";
     }
     texts {
         handoff_only = "HANDOFF_ONLY":

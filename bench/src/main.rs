@@ -3,13 +3,14 @@
 //!
 //!     handoff <port> <server-pid>   part B: blocking hand-off (B1 to B4)
 //!     handoff cycles <port>         part C: full lock cycles per second
+//!     handoff helpers <port>        part F: the Rust helpers holding many leases
 //!
 //! Prints Markdown to stdout. Never fails on a slow result: it measures, it
 //! does not judge. bench/README.md says what each section measures; its
 //! "Knobs" section lists the environment variables (src/knobs.rs reads them).
 //!
 //! The modules: one per section (handoff: B1 and B2, herd: B3, mass: B4 with
-//! crowd, its sockets; cycles: C), and what they share: resp (the RESP
+//! crowd, its sockets; cycles: C; helpers: F), and what they share: resp (the RESP
 //! client), server (readings of the server), stats, clock, knobs, kv (the
 //! HANDOFF_KV lines), scripts (the recipes' Lua).
 
@@ -17,6 +18,7 @@ mod clock;
 mod crowd;
 mod cycles;
 mod handoff;
+mod helpers;
 mod herd;
 mod knobs;
 mod kv;
@@ -38,10 +40,11 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let run = match args.as_slice() {
         [mode, port] if mode == "cycles" => part_c(port),
+        [mode, port] if mode == "helpers" => part_e(port),
         [port, pid] => part_b(port, pid),
         _ => {
             eprintln!(
-                "usage: handoff <port> <server-pid> | handoff cycles <port>\n\n\
+                "usage: handoff <port> <server-pid> | handoff cycles <port> | handoff helpers <port>\n\n\
                  Knobs (environment variables, [default]):\n{}",
                 knobs::describe()
             );
@@ -71,6 +74,13 @@ fn part_c(port: &str) -> Res<()> {
     let port = arg("port", port)?;
     let knobs = Knobs::from_env()?;
     cycles::section(port, &knobs, &KvFile::new(knobs.handoff_kv.as_deref()))
+}
+
+/// `handoff helpers <port>`.
+fn part_e(port: &str) -> Res<()> {
+    let port = arg("port", port)?;
+    let knobs = Knobs::from_env()?;
+    helpers::section(port, &knobs, &KvFile::new(knobs.handoff_kv.as_deref()))
 }
 
 /// `handoff <port> <server-pid>`: the sections that HANDOFF_ONLY leaves on.

@@ -26,6 +26,11 @@ pub fn blocked_clients(c: &mut Conn) -> Res<i64> {
     Ok(info_value(c, "clients", "blocked_clients")?.parse()?)
 }
 
+/// `connected_clients` of INFO clients.
+pub fn connected_clients(c: &mut Conn) -> Res<i64> {
+    Ok(info_value(c, "clients", "connected_clients")?.parse()?)
+}
+
 /// used_cpu_sys + used_cpu_user of INFO cpu (getrusage), in ms.
 pub fn info_cpu_ms(c: &mut Conn) -> Res<f64> {
     let info = c.call(&["INFO", "cpu"])?.text()?;

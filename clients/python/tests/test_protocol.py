@@ -37,6 +37,14 @@ def test_renewals_due_together_share_one_batch():
     for i, at in enumerate([0.4, 0.45, 0.7]):
         s.add(f"k{i}", "o", 1200, t0 + at, probes[i])
     assert s.next(t0, 5.0) == pytest.approx(t0 + 0.4)
+    # The watchdog sleeps until +0.4 s: a lease due later wakes nothing, one
+    # due sooner does.
+    late, wake = s.add("late", "o", 1200, t0 + 0.9, Probe(t0 + 1.2))
+    assert not wake
+    s.remove(late)
+    soon, wake = s.add("soon", "o", 1200, t0 + 0.3, Probe(t0 + 1.2))
+    assert wake
+    s.remove(soon)
     batch = s.next(t0 + 0.4, 5.0)
     assert isinstance(batch, Batch) and batch.keys == ["k0", "k1"], "the one due 50 ms later goes along"
     assert 0.7 < batch.timeout <= 0.8
@@ -56,10 +64,11 @@ def test_renewals_due_together_share_one_batch():
 def test_lost_released_and_collected_leases_leave_the_schedule():
     now = time.monotonic()
     s = Schedule()
-    a = s.add("a", "o", 300, now, Probe(now + 0.3))
+    a, wake = s.add("a", "o", 300, now, Probe(now + 0.3))
+    assert wake, "a watchdog that is not running is started"
     lost = Probe(now + 0.3)
     s.add("b", "o", 300, now, lost)
-    gone = s.add("c", "o", 300, now, Probe(now + 0.3))
+    gone, _ = s.add("c", "o", 300, now, Probe(now + 0.3))
     lost._lose(Loss.REFUSED)
     s.gone.append(gone)  # what a collected lease's finalizer does
     batch = s.next(now, 5.0)

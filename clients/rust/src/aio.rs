@@ -280,12 +280,14 @@ impl Hub {
         signal: LossSignal,
     ) -> u64 {
         let mut dog = lock(&self.dog);
-        let id = dog.schedule.add(key, owner, ttl, first, signal);
+        let (id, wake) = dog.schedule.add(key, owner, ttl, first, signal);
         if !dog.running {
             dog.running = true;
             tokio::spawn(self.clone().run_watchdog());
         }
-        self.wake.notify_one();
+        if wake {
+            self.wake.notify_one();
+        }
         id
     }
 

@@ -55,27 +55,40 @@ pub(crate) fn work_result<T, E: From<Error>>(
 /// fails at once ([`Error::AlreadyHeld`]).
 type StillHeld = Box<dyn Fn() -> bool + Send>;
 
+#[derive(Default)]
+struct HeldKeys {
+    keys: HashMap<String, StillHeld>,
+    /// The size after the last sweep: the map is swept of ended leases when
+    /// it has doubled since, so each check costs O(1) on average.
+    swept: usize,
+}
+
 #[derive(Clone, Default)]
-pub(crate) struct Held(Arc<Mutex<HashMap<String, StillHeld>>>);
+pub(crate) struct Held(Arc<Mutex<HeldKeys>>);
 
 impl Held {
     /// [`Error::AlreadyHeld`] when a lease on `key` is neither released
     /// nor lost.
     pub(crate) fn check(&self, key: &str) -> Result<(), Error> {
         let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        held.retain(|_, still_held| still_held());
-        match held.contains_key(key) {
-            true => Err(Error::AlreadyHeld(key.to_string())),
-            false => Ok(()),
+        match held.keys.get(key) {
+            Some(still_held) if still_held() => Err(Error::AlreadyHeld(key.to_string())),
+            Some(_) => {
+                held.keys.remove(key);
+                Ok(())
+            }
+            None => Ok(()),
         }
     }
 
     /// A lease on `key`, held while `still_held` says so.
     pub(crate) fn insert(&self, key: &str, still_held: impl Fn() -> bool + Send + 'static) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_string(), Box::new(still_held));
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        held.keys.insert(key.to_string(), Box::new(still_held));
+        if held.keys.len() > 2 * held.swept.max(64) {
+            held.keys.retain(|_, still_held| still_held());
+            held.swept = held.keys.len();
+        }
     }
 }
 
@@ -351,6 +364,10 @@ pub(crate) enum Reply {
 pub(crate) struct Schedule<S> {
     leases: HashMap<u64, Entry<S>>,
     next_id: u64,
+    /// When the watchdog looks again (`None`: it is not running): a lease
+    /// added whose first renewal is due later needs no wake-up, so adding
+    /// many leases does not make the watchdog scan them all each time.
+    looks_at: Option<Instant>,
     /// Renewals sent, and the round trips that carried them.
     pub(crate) renewals: u64,
     pub(crate) round_trips: u64,
@@ -361,6 +378,7 @@ impl<S> Default for Schedule<S> {
         Schedule {
             leases: HashMap::new(),
             next_id: 0,
+            looks_at: None,
             renewals: 0,
             round_trips: 0,
         }
@@ -378,7 +396,8 @@ pub(crate) enum Next {
 }
 
 impl<S: Renewable> Schedule<S> {
-    /// Watches a lease: its first renewal is due at `first`. Returns its id.
+    /// Watches a lease: its first renewal is due at `first`. Returns its id,
+    /// and whether the watchdog must be woken (it would look too late).
     pub(crate) fn add(
         &mut self,
         key: &str,
@@ -386,7 +405,7 @@ impl<S: Renewable> Schedule<S> {
         ttl: Duration,
         first: Instant,
         signal: S,
-    ) -> u64 {
+    ) -> (u64, bool) {
         self.next_id += 1;
         let entry = Entry {
             ttl,
@@ -395,7 +414,8 @@ impl<S: Renewable> Schedule<S> {
             signal,
         };
         self.leases.insert(self.next_id, entry);
-        self.next_id
+        let wake = self.looks_at.is_none_or(|at| first < at);
+        (self.next_id, wake)
     }
 
     /// Stops watching a lease (released).
@@ -414,8 +434,11 @@ impl<S: Renewable> Schedule<S> {
     pub(crate) fn next(&mut self, now: Instant, io_timeout: Duration) -> Next {
         self.leases.retain(|_, e| e.signal.live());
         let Some(first) = self.leases.values().map(|e| e.next).min() else {
+            self.looks_at = None;
             return Next::Idle;
         };
+        // After a batch the watchdog looks again at once (settle, then next).
+        self.looks_at = Some(first.max(now));
         if first > now {
             return Next::Sleep(first);
         }
@@ -633,6 +656,16 @@ mod tests {
         assert!(
             matches!(s.next(t0, Duration::from_secs(5)), Next::Sleep(t) if t == t0 + Duration::from_millis(400))
         );
+        // The watchdog sleeps until +400 ms: a lease due later wakes nothing,
+        // one due sooner does.
+        let late = Probe::new(t0 + ttl);
+        let (id, wake) = s.add("late", "o", ttl, t0 + Duration::from_millis(900), late);
+        assert!(!wake);
+        s.remove(id);
+        let soon = Probe::new(t0 + ttl);
+        let (id, wake) = s.add("soon", "o", ttl, t0 + Duration::from_millis(300), soon);
+        assert!(wake);
+        s.remove(id);
         let now = t0 + Duration::from_millis(400);
         let b = sent(s.next(now, Duration::from_secs(5)));
         assert_eq!(b.cmds.len(), 2, "the one due 50 ms later goes along");
@@ -670,7 +703,8 @@ mod tests {
         let now = Instant::now();
         let mut s = Schedule::default();
         let p = Probe::new(now + ttl);
-        let id = s.add("k", "o", ttl, now, p.clone());
+        let (id, wake) = s.add("k", "o", ttl, now, p.clone());
+        assert!(wake, "a watchdog that is not running is started");
         let q = Probe::new(now + ttl);
         s.add("k2", "o", ttl, now, q.clone());
         q.refused();

@@ -210,7 +210,7 @@ impl Hub {
         signal: LossSignal,
     ) -> u64 {
         let mut dog = self.dog.lock().unwrap_or_else(|p| p.into_inner());
-        let id = dog.schedule.add(key, owner, ttl, first, signal);
+        let (id, wake) = dog.schedule.add(key, owner, ttl, first, signal);
         if !dog.running {
             dog.running = true;
             let hub = self.clone();
@@ -219,7 +219,9 @@ impl Hub {
                 .spawn(move || hub.run_watchdog())
                 .expect("spawn the lease watchdog thread");
         }
-        self.wake.notify_all();
+        if wake {
+            self.wake.notify_all();
+        }
         id
     }
 

@@ -337,13 +337,19 @@ class Schedule:
         #: Ids of leases collected by the garbage collector: a finalizer only
         #: appends here (no lock, safe at any moment), ``next`` forgets them.
         self.gone: Deque[int] = collections.deque()
+        #: When the watchdog looks again (None: it is not running): a lease
+        #: added whose first renewal is due later needs no wake-up, so adding
+        #: many leases does not make the watchdog scan them all each time.
+        self._looks_at: Optional[float] = None
         self.renewals = 0
         self.round_trips = 0
 
-    def add(self, key: Any, owner: str, ttl_ms: int, first: float, signal: Any) -> int:
+    def add(self, key: Any, owner: str, ttl_ms: int, first: float, signal: Any) -> Tuple[int, bool]:
+        """Watches a lease from ``first`` on: its id, and whether the watchdog
+        must be woken (it would look too late)."""
         self._next_id += 1
         self._leases[self._next_id] = [key, ttl_ms, first, ("LEASE.RENEW", key, owner, ttl_ms), signal]
-        return self._next_id
+        return self._next_id, self._looks_at is None or first < self._looks_at
 
     def remove(self, lease_id: int) -> None:
         self._leases.pop(lease_id, None)
@@ -360,8 +366,11 @@ class Schedule:
         for lease_id in [i for i, e in self._leases.items() if e[4].is_set()]:
             del self._leases[lease_id]
         if not self._leases:
+            self._looks_at = None
             return None
         first = min(e[2] for e in self._leases.values())
+        # After a batch the watchdog looks again at once (settle, then next).
+        self._looks_at = max(first, now)
         if first > now:
             return first
         batch = Batch(now)

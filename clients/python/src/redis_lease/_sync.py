@@ -401,11 +401,12 @@ class LeaseClient:
         """Renews a lease from ``first`` on; starts the watchdog thread when
         none runs."""
         with self._wake:
-            lease_id = self._schedule.add(key, owner, ttl_ms, first, signal)
+            lease_id, wake = self._schedule.add(key, owner, ttl_ms, first, signal)
             if not self._running:
                 self._running = True
                 threading.Thread(target=self._run_watchdog, name="lease-watchdog", daemon=True).start()
-            self._wake.notify()
+            elif wake:
+                self._wake.notify()
             return lease_id
 
     def _forget(self, lease_id: int) -> None:

@@ -443,11 +443,12 @@ class AsyncLeaseClient:
     def _watch(self, key: Any, owner: str, ttl_ms: int, first: float, signal: AsyncLossSignal) -> int:
         """Renews a lease from ``first`` on; starts the watchdog task (on the
         running loop) when none runs."""
-        lease_id = self._schedule.add(key, owner, ttl_ms, first, signal)
+        lease_id, wake = self._schedule.add(key, owner, ttl_ms, first, signal)
         if self._task is None or self._task.done():
             self._wake = asyncio.Event()
             self._task = asyncio.ensure_future(self._run_watchdog())
-        self._wake.set()
+        elif wake:
+            self._wake.set()
         return lease_id
 
     async def _run_watchdog(self) -> None:
