@@ -124,10 +124,15 @@ pub struct AcquireOptions {
     pub block_ms: Option<i64>,
     /// `LIMIT n`, `SHARED`, or neither (exclusive).
     pub mode: Mode,
+    /// `FLOOR token` (design.md S9): the token is at least this. Exclusive
+    /// leases only; how far ahead it may be is checked against the clock
+    /// where the acquire is decided (`decide::check_floor`).
+    pub floor: Option<u64>,
 }
 
 /// Parses the options of LEASE.ACQUIRE (case-insensitive names, each at
-/// most once; `LIMIT` and `SHARED` exclude each other).
+/// most once; `LIMIT` and `SHARED` exclude each other, and `FLOOR` goes
+/// with neither).
 pub fn parse_acquire_options(opts: &[&[u8]]) -> Result<AcquireOptions, LeaseError> {
     let mut out = AcquireOptions::default();
     let mut i = 0;
@@ -157,9 +162,19 @@ pub fn parse_acquire_options(opts: &[&[u8]]) -> Result<AcquireOptions, LeaseErro
             }
             out.mode = Mode::Shared;
             i += 1;
+        } else if name.eq_ignore_ascii_case(b"FLOOR") {
+            if out.floor.is_some() {
+                return Err(LeaseError::RepeatedOption("FLOOR"));
+            }
+            let value = opts.get(i + 1).ok_or(LeaseError::MissingValue("FLOOR"))?;
+            out.floor = Some(parse_in_range(value, "FLOOR", 1, MAX_TOKEN as i64)? as u64);
+            i += 2;
         } else {
             return Err(LeaseError::UnknownOption(printable(name)));
         }
+    }
+    if out.floor.is_some() && out.mode != Mode::Exclusive {
+        return Err(LeaseError::FloorNotExclusive);
     }
     Ok(out)
 }
@@ -311,6 +326,7 @@ mod tests {
             Ok(AcquireOptions {
                 block_ms: Some(100),
                 mode: Mode::Exclusive,
+                floor: None,
             })
         );
         assert_eq!(
@@ -341,7 +357,8 @@ mod tests {
             parse_acquire_options(&[b"SHARED", b"BLOCK", b"5"]),
             Ok(AcquireOptions {
                 block_ms: Some(5),
-                mode: Mode::Shared
+                mode: Mode::Shared,
+                floor: None,
             })
         );
         assert_eq!(
@@ -381,6 +398,42 @@ mod tests {
             Err(LeaseError::ExclusiveOptions("LIMIT", "SHARED"))
         );
         assert!(LeaseError::LimitOne.to_string().contains("leave LIMIT out"));
+    }
+
+    #[test]
+    fn floor_option() {
+        let floor = |o: &[&[u8]]| parse_acquire_options(o).map(|o| o.floor);
+        assert_eq!(floor(&[b"FLOOR", b"42"]), Ok(Some(42)));
+        assert_eq!(floor(&[b"floor", b"42", b"BLOCK", b"5"]), Ok(Some(42)));
+        assert_eq!(floor(&[b"BLOCK", b"5"]), Ok(None));
+        assert_eq!(floor(&[b"FLOOR"]), Err(LeaseError::MissingValue("FLOOR")));
+        assert_eq!(
+            floor(&[b"FLOOR", b"1", b"FLOOR", b"2"]),
+            Err(LeaseError::RepeatedOption("FLOOR"))
+        );
+        assert_eq!(
+            floor(&[b"FLOOR", b"x"]),
+            Err(LeaseError::NotInteger("FLOOR"))
+        );
+        for bad in [&b"0"[..], b"-1", b"9007199254740992"] {
+            assert_eq!(
+                floor(&[b"FLOOR", bad]),
+                Err(LeaseError::OutOfRange {
+                    what: "FLOOR",
+                    min: 1,
+                    max: MAX_TOKEN as i64
+                })
+            );
+        }
+        assert_eq!(floor(&[b"FLOOR", b"9007199254740991"]), Ok(Some(MAX_TOKEN)));
+        for with in [&[&b"SHARED"[..]][..], &[b"LIMIT", b"3"]] {
+            let mut o: Vec<&[u8]> = vec![b"FLOOR", b"7"];
+            o.extend_from_slice(with);
+            assert_eq!(
+                parse_acquire_options(&o),
+                Err(LeaseError::FloorNotExclusive)
+            );
+        }
     }
 
     #[test]

@@ -48,7 +48,17 @@ impl TokenClock {
 
     /// Issues the next token at `now_ms`; `None` once 2^53-1 is reached.
     pub fn issue(&mut self, now_ms: i64) -> Option<u64> {
-        let token = self.peek(now_ms)?;
+        self.issue_at_least(now_ms, 0)
+    }
+
+    /// Issues the next token at `now_ms`, at least `floor` (`FLOOR`,
+    /// design.md S9: `max(last + 1, now_ms * 1024, floor)`); `None` once
+    /// 2^53-1 is reached.
+    pub fn issue_at_least(&mut self, now_ms: i64, floor: u64) -> Option<u64> {
+        let token = self.peek(now_ms)?.max(floor);
+        if token > MAX_TOKEN {
+            return None;
+        }
         self.last = token;
         Some(token)
     }
@@ -99,6 +109,19 @@ mod tests {
         assert!(bound < MAX_TOKEN, "the bound leaves room to issue tokens");
         assert_eq!(max_acceptable(i64::MAX), MAX_TOKEN);
         assert_eq!(max_acceptable(i64::MIN), 0);
+    }
+
+    #[test]
+    fn a_floor_raises_the_token_and_the_clock() {
+        let mut c = TokenClock::new();
+        let far = NOW as u64 * 1024 + 1_000_000;
+        assert_eq!(c.issue_at_least(NOW, far), Some(far));
+        assert_eq!(c.issue(NOW), Some(far + 1), "the clock is at the floor now");
+        assert_eq!(
+            c.issue_at_least(NOW, 5),
+            Some(far + 2),
+            "a low floor changes nothing"
+        );
     }
 
     #[test]

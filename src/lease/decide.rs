@@ -24,31 +24,62 @@ pub enum Acquire {
     /// The key was free: a new lease with this token and deadline (the
     /// effect that stores it makes the record).
     Created { token: u64, deadline_ms: i64 },
-    /// The caller already holds it: keep the token, move the deadline.
-    Reacquired { token: u64, deadline_ms: i64 },
+    /// The caller already holds it: keep the token (raised to a `FLOOR`
+    /// above it: `raised`), move the deadline.
+    Reacquired {
+        token: u64,
+        deadline_ms: i64,
+        raised: bool,
+    },
     /// Someone else holds it: answer null, change nothing.
     Contended,
 }
 
+/// `floor`: the `FLOOR` token (0 without the option), already checked
+/// ([`check_floor`]). A new lease's token is at least it; a holder's
+/// re-acquire raises its token to it (design.md S9).
 pub fn acquire(
     current: Option<&Lease>,
     owner: &[u8],
     ttl_ms: i64,
+    floor: u64,
     now_ms: i64,
     clock: &mut TokenClock,
 ) -> Result<Acquire, LeaseError> {
     let deadline_ms = now_ms + ttl_ms;
     Ok(match live(current, now_ms) {
         None => {
-            let token = clock.issue(now_ms).ok_or(LeaseError::TokensExhausted)?;
+            let token = clock
+                .issue_at_least(now_ms, floor)
+                .ok_or(LeaseError::TokensExhausted)?;
             Acquire::Created { token, deadline_ms }
         }
-        Some(l) if l.is_held_by(owner) => Acquire::Reacquired {
-            token: l.token,
-            deadline_ms,
-        },
+        Some(l) if l.is_held_by(owner) => {
+            let token = l.token.max(floor);
+            let raised = token != l.token;
+            if raised {
+                clock.observe(token);
+            }
+            Acquire::Reacquired {
+                token,
+                deadline_ms,
+                raised,
+            }
+        }
         Some(_) => Acquire::Contended,
     })
+}
+
+/// A `FLOOR` token at most a year of wall clock ahead of `now_ms` (the
+/// bound of stored tokens, design.md S2), so that no client can exhaust the
+/// token clock.
+pub fn check_floor(floor: Option<u64>, now_ms: i64) -> Result<u64, LeaseError> {
+    let max = super::clock::max_acceptable(now_ms);
+    match floor {
+        Some(t) if t > max => Err(LeaseError::FloorTooFar(max)),
+        Some(t) => Ok(t),
+        None => Ok(0),
+    }
 }
 
 /// LEASE.RENEW: the new deadline when `owner` holds the lease, else `None`.
@@ -316,7 +347,7 @@ mod tests {
     #[test]
     fn acquire_free_creates_with_a_fresh_token() {
         let mut clock = TokenClock::new();
-        let a = acquire(None, b"a", 1000, NOW, &mut clock).unwrap();
+        let a = acquire(None, b"a", 1000, 0, NOW, &mut clock).unwrap();
         let Acquire::Created { token, deadline_ms } = a else {
             panic!("{a:?}")
         };
@@ -330,13 +361,57 @@ mod tests {
         let cur = held(b"a", 77, NOW + 10);
         let last = clock.last();
         assert_eq!(
-            acquire(Some(&cur), b"a", 500, NOW, &mut clock),
+            acquire(Some(&cur), b"a", 500, 0, NOW, &mut clock),
             Ok(Acquire::Reacquired {
                 token: 77,
-                deadline_ms: NOW + 500
+                deadline_ms: NOW + 500,
+                raised: false
             })
         );
         assert_eq!(clock.last(), last, "no token issued");
+        // FLOOR below the token changes nothing; above it raises the token
+        // and the clock.
+        assert_eq!(
+            acquire(Some(&cur), b"a", 500, 50, NOW, &mut clock),
+            Ok(Acquire::Reacquired {
+                token: 77,
+                deadline_ms: NOW + 500,
+                raised: false
+            })
+        );
+        assert_eq!(
+            acquire(Some(&cur), b"a", 500, 900, NOW, &mut clock),
+            Ok(Acquire::Reacquired {
+                token: 900,
+                deadline_ms: NOW + 500,
+                raised: true
+            })
+        );
+        assert_eq!(clock.last(), 900);
+    }
+
+    #[test]
+    fn a_floor_sets_a_new_token_and_is_bounded_by_a_year() {
+        let mut clock = TokenClock::new();
+        let far = NOW as u64 * 1024 + 5000;
+        assert!(matches!(
+            acquire(None, b"a", 1000, far, NOW, &mut clock),
+            Ok(Acquire::Created { token, .. }) if token == far
+        ));
+        let cur = held(b"a", 77, NOW + 10);
+        assert_eq!(
+            acquire(Some(&cur), b"b", 500, far * 2, NOW, &mut clock),
+            Ok(Acquire::Contended),
+            "another owner's lease: nothing changes"
+        );
+        assert_eq!(clock.last(), far);
+        let max = crate::lease::clock::max_acceptable(NOW);
+        assert_eq!(check_floor(Some(max), NOW), Ok(max));
+        assert_eq!(
+            check_floor(Some(max + 1), NOW),
+            Err(LeaseError::FloorTooFar(max))
+        );
+        assert_eq!(check_floor(None, NOW), Ok(0));
     }
 
     #[test]
@@ -344,7 +419,7 @@ mod tests {
         let mut clock = TokenClock::new();
         let cur = held(b"a", 77, NOW + 10);
         assert_eq!(
-            acquire(Some(&cur), b"b", 500, NOW, &mut clock),
+            acquire(Some(&cur), b"b", 500, 0, NOW, &mut clock),
             Ok(Acquire::Contended)
         );
         assert_eq!(clock.last(), 0);
@@ -355,7 +430,7 @@ mod tests {
         let mut clock = TokenClock::new();
         let cur = held(b"a", 77, NOW - 1);
         assert!(matches!(
-            acquire(Some(&cur), b"b", 500, NOW, &mut clock),
+            acquire(Some(&cur), b"b", 500, 0, NOW, &mut clock),
             Ok(Acquire::Created { .. })
         ));
         assert_eq!(renew(Some(&cur), b"a", 10, NOW), None);
@@ -416,7 +491,7 @@ mod tests {
         let mut clock = TokenClock::new();
         clock.observe(crate::lease::limits::MAX_TOKEN);
         assert_eq!(
-            acquire(None, b"a", 1, 0, &mut clock),
+            acquire(None, b"a", 1, 0, 0, &mut clock),
             Err(LeaseError::TokensExhausted)
         );
     }

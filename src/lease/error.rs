@@ -34,6 +34,11 @@ pub enum LeaseError {
     ExclusiveOptions(&'static str, &'static str),
     /// `LIMIT 1`: an exclusive lease is asked for without `LIMIT`.
     LimitOne,
+    /// `FLOOR` with `LIMIT` or `SHARED`: a quorum lease is exclusive.
+    FloorNotExclusive,
+    /// A `FLOOR` token more than a year of wall clock ahead of this
+    /// server's clock (the largest allowed at this moment).
+    FloorTooFar(u64),
     /// An acquire whose mode does not fit how the key is held: a `LIMIT`
     /// other than the key's, or `LIMIT` against exclusive or shared and
     /// the reverse.
@@ -95,6 +100,14 @@ impl fmt::Display for LeaseError {
                 f,
                 "ERR LIMIT 1 is an exclusive lease: leave LIMIT out (LIMIT must be 2..{})",
                 MAX_LIMIT
+            ),
+            LeaseError::FloorNotExclusive => write!(
+                f,
+                "ERR FLOOR is for exclusive leases: it cannot be given with LIMIT or SHARED"
+            ),
+            LeaseError::FloorTooFar(max) => write!(
+                f,
+                "ERR FLOOR token is more than 365 days ahead of this server's clock (at most {max} now)"
             ),
             LeaseError::ModeMismatch { held, asked } => write!(
                 f,
@@ -187,6 +200,8 @@ mod tests {
             LeaseError::RepeatedOption("BLOCK"),
             LeaseError::MissingValue("BLOCK"),
             LeaseError::ExclusiveOptions("LIMIT", "SHARED"),
+            LeaseError::FloorNotExclusive,
+            LeaseError::FloorTooFar(5),
             LeaseError::LimitOne,
             LeaseError::ModeMismatch {
                 held: Mode::Limit(3),

@@ -299,6 +299,7 @@ impl Core {
             owner: OWNERS[owner],
             ttl_ms: ttl,
             mode,
+            floor: 0,
             may_wait: block.is_some(),
         };
         let env = Env {

@@ -31,6 +31,9 @@ pub enum Event {
     /// A holder's retry: same token, new deadline (`reacquired`,
     /// `lease.renew`).
     Reacquire,
+    /// A holder's retry whose `FLOOR` raised its token (`reacquired`, and
+    /// `lease.acquire`: a new token).
+    ReacquireRaised,
     /// A renewal (`renewed`, `lease.renew`).
     Renew,
     /// A release by its holder (`released`, `lease.release`).
@@ -194,6 +197,9 @@ pub struct AcquireRequest<'a> {
     pub owner: &'a [u8],
     pub ttl_ms: i64,
     pub mode: Mode,
+    /// `FLOOR token` (0: none; exclusive only, checked by the parser and
+    /// `decide::check_floor`): the token is at least this.
+    pub floor: u64,
     /// `BLOCK` was given and the call may block here (not in MULTI or a
     /// script).
     pub may_wait: bool,
@@ -280,7 +286,7 @@ pub fn acquire<'a>(
         return Ok(refused(&req, end, Count::GraceRefused));
     }
     Ok(
-        match decide::acquire(current, req.owner, req.ttl_ms, now, env.clock)? {
+        match decide::acquire(current, req.owner, req.ttl_ms, req.floor, now, env.clock)? {
             Acquire::Created { token, deadline_ms } => {
                 let mut out = Outcome::new(Answer::Token(token));
                 out.commits.push(
@@ -293,7 +299,11 @@ pub fn acquire<'a>(
                 );
                 out
             }
-            Acquire::Reacquired { token, deadline_ms } => {
+            Acquire::Reacquired {
+                token,
+                deadline_ms,
+                raised,
+            } => {
                 let mut out = Outcome::new(Answer::Token(token));
                 out.commits.push(
                     Effect::Apply {
@@ -301,7 +311,13 @@ pub fn acquire<'a>(
                         token,
                         deadline_ms,
                     },
-                    Event::Reacquire,
+                    // A FLOOR that raised the token is notified as an
+                    // acquire (a new token), counted as a re-acquire.
+                    if raised {
+                        Event::ReacquireRaised
+                    } else {
+                        Event::Reacquire
+                    },
                 );
                 out.then = Then::RecheckAt(deadline_ms);
                 out
@@ -758,6 +774,7 @@ fn apply_step<H>(key: &mut impl Key, queue: &mut impl Queue<H>, step: Step<H>) {
         Step::Reacquired {
             owner,
             token,
+            raised,
             deadline_ms,
             waiters,
             refused,
@@ -780,7 +797,10 @@ fn apply_step<H>(key: &mut impl Key, queue: &mut impl Queue<H>, step: Step<H>) {
                 Some(effect) => {
                     key.commit(Commit {
                         effect,
-                        event: Event::Reacquire,
+                        event: match raised {
+                            true => Event::ReacquireRaised,
+                            false => Event::Reacquire,
+                        },
                     });
                     Ok(token)
                 }

@@ -29,6 +29,8 @@ pub struct Waiter<H> {
     pub ttl_ms: i64,
     /// When its `BLOCK` timeout passes (unix ms); `None` waits forever.
     pub timeout_at: Option<i64>,
+    /// Its `FLOOR` (0: none): the token it is served with is at least this.
+    pub floor: u64,
 }
 
 /// One step of serving a queue (`WaitRegistry::grant_next`).
@@ -50,10 +52,12 @@ pub enum Step<H> {
         refused: Vec<(Waiter<H>, LeaseError)>,
     },
     /// The oldest waiter's owner holds the key already, in its mode: its
-    /// deadline moves to `deadline_ms` and `waiters` get its token.
+    /// deadline moves to `deadline_ms` and `waiters` get its token (raised
+    /// to their `FLOOR`: `raised`).
     Reacquired {
         owner: Box<[u8]>,
         token: u64,
+        raised: bool,
         deadline_ms: i64,
         waiters: Vec<Waiter<H>>,
         refused: Vec<(Waiter<H>, LeaseError)>,
@@ -117,6 +121,21 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         ttl_ms: i64,
         timeout_at: Option<i64>,
     ) -> u64 {
+        self.push_at_least(slot, handle, owner, mode, ttl_ms, timeout_at, 0)
+    }
+
+    /// [`push`](Self::push) of an acquire with `FLOOR floor`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn push_at_least(
+        &mut self,
+        slot: Slot,
+        handle: H,
+        owner: &[u8],
+        mode: Mode,
+        ttl_ms: i64,
+        timeout_at: Option<i64>,
+        floor: u64,
+    ) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.total += 1;
@@ -138,6 +157,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
                 mode,
                 ttl_ms,
                 timeout_at,
+                floor,
             },
         );
         if let Some(at) = timeout_at {
@@ -188,14 +208,30 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         let q = self.queues.get(slot)?;
         let head = q.waiters.values().next()?;
         let (head_id, mode, owner) = (head.id, head.mode, head.owner.clone());
+        // The token of a grant is at least the FLOOR of every waiter it
+        // answers (the oldest, and that owner's retries in the same mode).
+        let floor = q.by_owner.get(&owner).map_or(0, |ids| {
+            ids.iter()
+                .filter_map(|id| q.waiters.get(id))
+                .filter(|w| w.mode == mode)
+                .map(|w| w.floor)
+                .max()
+                .unwrap_or(0)
+        });
         let token = match decide::acquire_mode(held, mode, &owner, false, now_ms) {
             Ok(Decision::Contended) => return None,
             Err(error) => {
                 let waiter = self.take(slot, head_id)?;
                 return Some(Step::Refused { waiter, error });
             }
-            Ok(Decision::Reacquired { token }) => Err(token),
-            Ok(Decision::New) => match clock.issue(now_ms) {
+            Ok(Decision::Reacquired { token: held }) => {
+                let token = held.max(floor);
+                if token > held {
+                    clock.observe(token);
+                }
+                Err((token, token > held))
+            }
+            Ok(Decision::New) => match clock.issue_at_least(now_ms, floor) {
                 Some(token) => Ok(token),
                 None => {
                     let waiter = self.take(slot, head_id)?;
@@ -225,9 +261,10 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
                 waiters,
                 refused,
             },
-            Err(token) => Step::Reacquired {
+            Err((token, raised)) => Step::Reacquired {
                 owner,
                 token,
+                raised,
                 deadline_ms,
                 waiters,
                 refused,
@@ -508,6 +545,36 @@ mod tests {
             })
         ));
         assert_eq!(clock.last(), 0, "no token issued");
+    }
+
+    #[test]
+    fn a_floor_raises_the_grant_and_a_waiting_holder_s_token() {
+        let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
+        let mut clock = TokenClock::new();
+        let s = slot("k");
+        r.push_at_least(s.clone(), 1, b"w", X, 100, None, 5_000);
+        r.push_at_least(s.clone(), 2, b"w", X, 100, None, 9_000);
+        r.push(s.clone(), 3, b"x", X, 100, None);
+        let Some(Step::Grant { token, waiters, .. }) = r.grant_next(&s, Held::Free, 1, &mut clock)
+        else {
+            panic!("a grant")
+        };
+        assert_eq!(token, 9_000, "the highest floor of the owner's calls");
+        assert_eq!(waiters.len(), 2);
+        assert_eq!(clock.last(), 9_000);
+        // Owner x holds the key and waits again with a floor above its token.
+        r.push_at_least(s.clone(), 4, b"x", X, 100, None, 20_000);
+        let held = Lease::new(b"x", 10_000, 5_000);
+        let step = r.grant_next(&s, Held::Exclusive(&held), 1000, &mut clock);
+        assert!(matches!(
+            step,
+            Some(Step::Reacquired {
+                token: 20_000,
+                raised: true,
+                ..
+            })
+        ));
+        assert_eq!(clock.last(), 20_000);
     }
 
     #[test]

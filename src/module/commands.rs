@@ -50,7 +50,7 @@ fn finish(
     ctx: Ctx,
     w: &mut KeyWriter,
     out: &Outcome<'_>,
-    wait: Option<(&[u8], crate::lease::Mode, i64, i64)>,
+    wait: Option<waiters::Want<'_>>,
 ) -> Reply {
     for c in out.commits.iter_ref() {
         w.commit(c);
@@ -62,9 +62,9 @@ fn finish(
     match out.then {
         Then::Nothing => {}
         Then::Wait { recheck_at } => {
-            if let Some((owner, mode, ttl, timeout)) = wait {
+            if let Some(want) = wait {
                 let slot = (ctx.selected_db(), name.bytes().to_vec());
-                return waiters::block(ctx, slot, owner, mode, ttl, timeout, recheck_at);
+                return waiters::block(ctx, slot, want, recheck_at);
             }
         }
         Then::RecheckAt(at) => waiters::lease_ends_at(ctx, name, at),
@@ -87,7 +87,7 @@ fn finish(
     }
 }
 
-/// LEASE.ACQUIRE key owner ttl-ms [LIMIT n | SHARED] [BLOCK timeout-ms]
+/// LEASE.ACQUIRE key owner ttl-ms [LIMIT n | SHARED] [FLOOR token] [BLOCK timeout-ms]
 pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() < 4 {
         return Err(LeaseError::Arity("lease.acquire"));
@@ -114,10 +114,12 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         waiters_ahead = waiters::waiting(&slot) > 0;
     }
     let may_wait = opts.block_ms.is_some() && blocked::may_block(ctx);
+    let floor = decide::check_floor(opts.floor, now)?;
     let req = AcquireRequest {
         owner,
         ttl_ms: ttl,
         mode: opts.mode,
+        floor,
         may_wait,
     };
     let early = ended_early(ctx, name);
@@ -139,7 +141,13 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             },
         )
     })?;
-    let wait = opts.block_ms.map(|t| (owner, opts.mode, ttl, t));
+    let wait = opts.block_ms.map(|timeout_ms| waiters::Want {
+        owner,
+        mode: opts.mode,
+        ttl_ms: ttl,
+        timeout_ms,
+        floor,
+    });
     Ok(finish(ctx, &mut w, &out, wait))
 }
 

@@ -231,6 +231,10 @@ impl KeyWriter {
                 STATS.reacquired.incr();
                 notify(c"lease.renew");
             }
+            Event::ReacquireRaised => {
+                STATS.reacquired.incr();
+                notify(c"lease.acquire");
+            }
             Event::Renew => {
                 STATS.renewed.incr();
                 notify(c"lease.renew");

@@ -122,15 +122,26 @@ pub struct Unblocked {
 /// Blocks the calling client until it gets the lease of `slot` in `mode`
 /// or `timeout_ms` passes (0: forever). `recheck_at` is when the current
 /// holder's time will have ended, to re-check the key then.
-pub fn block(
-    ctx: Ctx,
-    slot: Slot,
-    owner: &[u8],
-    mode: Mode,
-    ttl_ms: i64,
-    timeout_ms: i64,
-    recheck_at: i64,
-) -> Reply {
+/// What a blocked acquire waits for.
+#[derive(Debug, Clone, Copy)]
+pub struct Want<'a> {
+    pub owner: &'a [u8],
+    pub mode: Mode,
+    pub ttl_ms: i64,
+    /// Its `BLOCK` timeout (0: none).
+    pub timeout_ms: i64,
+    /// Its `FLOOR` (0: none).
+    pub floor: u64,
+}
+
+pub fn block(ctx: Ctx, slot: Slot, want: Want<'_>, recheck_at: i64) -> Reply {
+    let Want {
+        owner,
+        mode,
+        ttl_ms,
+        timeout_ms,
+        floor,
+    } = want;
     let Some(bc) = blocked::block(ctx) else {
         return Reply::Null;
     };
@@ -138,7 +149,7 @@ pub fn block(
     // so `now + timeout` may be up to 1 ms less than `timeout` away; a wait
     // is never shorter than its BLOCK (at most 1 ms longer).
     let timeout_at = (timeout_ms > 0).then(|| now_ms() + timeout_ms + 1);
-    reg(|r| r.push(slot.clone(), bc, owner, mode, ttl_ms, timeout_at));
+    reg(|r| r.push_at_least(slot.clone(), bc, owner, mode, ttl_ms, timeout_at, floor));
     arm(&slot, recheck_at);
     arm_timeouts();
     Reply::Sent

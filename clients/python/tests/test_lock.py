@@ -348,3 +348,15 @@ def test_a_grace_period_is_waited_out_or_is_not_acquired(server):
     assert lock.acquire(), "blocking: waits the grace out"
     assert time.monotonic() - start < 3
     lock.release()
+
+
+def test_the_readme_lock_example_runs_as_written(server):
+    import pathlib
+
+    readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## A drop-in for redis-py's Lock", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    r = server.client()
+    exec(compile(code, "README.md", "exec"), {"r": r})
+    assert r.get("out") == b"v"
+    assert lease_info(r, "resource") is None, "released at the end of the with block"

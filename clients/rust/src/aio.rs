@@ -36,17 +36,11 @@ use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError, RedisResult,
 use tokio::sync::{Notify, watch};
 
 use crate::protocol::{
-    Fresh, Held, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule, acquire_cmd, check_ttl,
-    grace_of, lost_during, lost_reply, normalize, release_cmd, release_failed, release_opts,
-    release_plan, renew_cmd, renew_every, waits, work_result,
+    Acquire, Backend, Fresh, Held, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule,
+    lost_during, lost_reply, refused, release_cmd, release_failed, release_opts, release_plan,
+    renew_cmd, renew_every, renews_first, start, waits, work_result,
 };
-use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd, new_owner};
-
-#[derive(Clone)]
-enum Backend {
-    One(redis::Client),
-    Cluster(Box<ClusterClient>),
-}
+use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd};
 
 #[derive(Clone)]
 enum Conn {
@@ -412,18 +406,11 @@ impl LeaseClient {
         ttl: Duration,
         block: Block,
     ) -> Result<Option<Lease>, Error> {
-        check_ttl(ttl)?;
-        self.held.check(key)?;
         let (hub, opts) = (&self.hub, &self.hub.opts);
-        let block = normalize(block);
-        let owner = new_owner();
-        let wait_until = match block {
-            Block::For(d) => Some(Instant::now() + d),
-            _ => None,
-        };
-        let mut attempt = 0;
+        let mut plan = Acquire::new(key, ttl, self.mode, block, opts)?;
+        self.held.check(key)?;
         loop {
-            let (cmd, read) = acquire_cmd(key, &owner, ttl, self.mode, block, wait_until, opts);
+            let (cmd, read) = plan.attempt();
             // A call that may block waits on a connection of its own; one
             // that does not shares the client's.
             let own = waits(&cmd);
@@ -433,21 +420,21 @@ impl LeaseClient {
             };
             let mut conn = match conn {
                 Ok(conn) => conn,
-                Err(e) if lost_reply(&e) && attempt < opts.retries => {
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
+                Err(e) => match plan.retry(&e) {
+                    Some(pause) => {
+                        tokio::time::sleep(pause).await;
+                        continue;
+                    }
+                    None => return Err(e.into()),
+                },
             };
             let sent = Instant::now();
-            let result = conn.call::<Option<u64>>(&cmd, read).await;
             let give = |conn: Conn| {
                 if own {
                     hub.give(conn)
                 }
             };
-            match result {
+            match conn.call::<Option<u64>>(&cmd, read).await {
                 Ok(None) => {
                     // Null: another owner, or the server's grace period;
                     // the server says which.
@@ -456,12 +443,10 @@ impl LeaseClient {
                         .await
                         .unwrap_or_default();
                     give(conn);
-                    return match grace_of(&info) {
-                        Some(grace) => Err(grace),
-                        None => Ok(None),
-                    };
+                    return refused(&info);
                 }
                 Ok(Some(token)) => {
+                    let owner = std::mem::take(&mut plan.owner);
                     let lease = Lease::start(self, key, owner, token, ttl, sent, &mut conn).await;
                     give(conn);
                     let signal = lease.signal();
@@ -478,11 +463,10 @@ impl LeaseClient {
                         *lock(&hub.shared) = None;
                     }
                     hub.dropped();
-                    if attempt >= opts.retries {
-                        return Err(e.into());
+                    match plan.retry(&e) {
+                        Some(pause) => tokio::time::sleep(pause).await,
+                        None => return Err(e.into()),
                     }
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
                 }
             }
         }
@@ -762,17 +746,18 @@ impl Lease {
         let hub = client.hub.clone();
         // As in the sync API: after a long wait, count from a renewal sent
         // now rather than from the acquire.
-        let mut deadline = sent + ttl;
-        let mut loss = None;
-        if sent.elapsed() >= renew_every(ttl) {
-            let renewed = Instant::now();
-            let cmd = renew_cmd(key, &owner, ttl);
-            match conn.call::<i64>(&cmd, Some(hub.opts.io_timeout)).await {
-                Ok(1) => deadline = renewed + ttl,
-                Ok(_) => loss = Some(Loss::Refused),
-                Err(_) => {}
+        let renewal = match renews_first(sent, ttl) {
+            true => {
+                let renewed = Instant::now();
+                let cmd = renew_cmd(key, &owner, ttl);
+                Some((
+                    renewed,
+                    conn.call::<i64>(&cmd, Some(hub.opts.io_timeout)).await,
+                ))
             }
-        }
+            false => None,
+        };
+        let (deadline, loss) = start(sent, ttl, renewal.as_ref().map(|(at, r)| (*at, r)));
         let (tx, _) = watch::channel(State { deadline, loss });
         let signal = LossSignal(Arc::new(tx));
         let watched = (hub.opts.watchdog && loss.is_none()).then(|| {

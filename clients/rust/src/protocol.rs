@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::{Block, Error, Loss, Mode, Options};
+use crate::{Block, Error, Loss, Mode, Options, new_owner};
 
 /// Is `e` a reply that may have been lost (so the command may or may not
 /// have run): an I/O error, a dropped connection, a timeout.
@@ -219,6 +219,112 @@ pub(crate) fn acquire_cmd(
         _ => Some(opts.io_timeout),
     };
     (cmd, read)
+}
+
+/// Where the connections go: one server, or a cluster (sync and async
+/// clients alike).
+#[derive(Clone)]
+pub(crate) enum Backend {
+    One(redis::Client),
+    Cluster(Box<redis::cluster::ClusterClient>),
+}
+
+/// One acquisition: its owner, what is left of its wait, and its retries.
+/// The sync and async `acquire` loops ask it what to send and whether to
+/// try again.
+pub(crate) struct Acquire<'a> {
+    key: &'a str,
+    pub(crate) owner: String,
+    ttl: Duration,
+    mode: Mode,
+    block: Block,
+    wait_until: Option<Instant>,
+    opts: &'a Options,
+    lost: u32,
+}
+
+impl<'a> Acquire<'a> {
+    /// Checks the ttl; a fresh owner; the wait starts now.
+    pub(crate) fn new(
+        key: &'a str,
+        ttl: Duration,
+        mode: Mode,
+        block: Block,
+        opts: &'a Options,
+    ) -> Result<Acquire<'a>, Error> {
+        check_ttl(ttl)?;
+        let block = normalize(block);
+        let wait_until = match block {
+            Block::For(d) => Some(Instant::now() + d),
+            _ => None,
+        };
+        Ok(Acquire {
+            key,
+            owner: new_owner(),
+            ttl,
+            mode,
+            block,
+            wait_until,
+            opts,
+            lost: 0,
+        })
+    }
+
+    /// The command of the next attempt and its read timeout.
+    pub(crate) fn attempt(&self) -> (redis::Cmd, Option<Duration>) {
+        acquire_cmd(
+            self.key,
+            &self.owner,
+            self.ttl,
+            self.mode,
+            self.block,
+            self.wait_until,
+            self.opts,
+        )
+    }
+
+    /// The attempt failed with `e`: the pause before the next one (a lost
+    /// reply with retries left, sent again with the same owner, a little
+    /// later each time), or `None`: give up with `e`.
+    pub(crate) fn retry(&mut self, e: &redis::RedisError) -> Option<Duration> {
+        if !lost_reply(e) || self.lost >= self.opts.retries {
+            return None;
+        }
+        self.lost += 1;
+        Some(Duration::from_millis(20 * self.lost as u64))
+    }
+}
+
+/// What a null acquire reply means, given the server's `INFO lease` read
+/// right after it: another owner holds the lease (`Ok(None)`), or the
+/// server is in its grace period ([`Error::Grace`]).
+pub(crate) fn refused<T>(info: &str) -> Result<Option<T>, Error> {
+    match grace_of(info) {
+        Some(grace) => Err(grace),
+        None => Ok(None),
+    }
+}
+
+/// Does a new lease renew at once? After a blocking acquire granted long
+/// after it was sent, the deadline counted from the send is near or past.
+pub(crate) fn renews_first(sent: Instant, ttl: Duration) -> bool {
+    sent.elapsed() >= renew_every(ttl)
+}
+
+/// A new lease's deadline, and its loss if the renewal at once (sent at
+/// `renewed`, answering `reply`) said it is not ours: `ttl` from the
+/// acquire's send, or from that renewal's when it answered 1. A renewal
+/// with no answer changes nothing.
+pub(crate) fn start(
+    sent: Instant,
+    ttl: Duration,
+    renewal: Option<(Instant, &redis::RedisResult<i64>)>,
+) -> (Instant, Option<Loss>) {
+    match renewal {
+        Some((renewed, Ok(1))) => (renewed + ttl, None),
+        Some((_, Ok(_))) => (sent + ttl, Some(Loss::Refused)),
+        _ => (sent + ttl, None),
+    }
 }
 
 /// Does this `LEASE.ACQUIRE` wait (`BLOCK`)? It then needs a connection
@@ -713,5 +819,56 @@ mod tests {
         s.remove(id);
         s.settle(&b, vec![Reply::Int(1)]);
         assert!(matches!(s.next(now, Duration::from_secs(5)), Next::Idle));
+    }
+
+    #[test]
+    fn an_acquire_retries_lost_replies_only_and_a_little_later_each_time() {
+        let opts = Options {
+            retries: 2,
+            ..Options::default()
+        };
+        let ttl = Duration::from_secs(1);
+        assert!(matches!(
+            Acquire::new("k", Duration::ZERO, Mode::Exclusive, Block::NoWait, &opts),
+            Err(Error::InvalidTtl(_))
+        ));
+        let mut plan = Acquire::new("k", ttl, Mode::Exclusive, Block::NoWait, &opts).unwrap();
+        let lost = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        let refused = redis::RedisError::from((redis::ErrorKind::Client, "ERR"));
+        assert_eq!(plan.retry(&refused), None, "an error reply is the answer");
+        assert_eq!(plan.retry(&lost), Some(Duration::from_millis(20)));
+        assert_eq!(plan.retry(&lost), Some(Duration::from_millis(40)));
+        assert_eq!(plan.retry(&lost), None, "retries spent");
+        let owner = plan.owner.clone();
+        let (cmd, _) = plan.attempt();
+        assert!(
+            cmd.args_iter()
+                .any(|a| matches!(a, redis::Arg::Simple(b) if b == owner.as_bytes())),
+            "the same owner every time"
+        );
+    }
+
+    #[test]
+    fn a_lease_granted_late_counts_from_its_first_renewal() {
+        let ttl = Duration::from_secs(3);
+        let sent = Instant::now() - Duration::from_secs(2);
+        assert!(renews_first(sent, ttl));
+        assert!(!renews_first(Instant::now(), ttl));
+        let now = Instant::now();
+        assert_eq!(start(sent, ttl, Some((now, &Ok(1)))), (now + ttl, None));
+        assert_eq!(
+            start(sent, ttl, Some((now, &Ok(0)))),
+            (sent + ttl, Some(Loss::Refused))
+        );
+        let lost = Err(redis::RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::TimedOut,
+        )));
+        assert_eq!(start(sent, ttl, Some((now, &lost))), (sent + ttl, None));
+        assert_eq!(start(sent, ttl, None), (sent + ttl, None));
+        assert!(matches!(refused::<u64>(""), Ok(None)));
+        assert!(matches!(
+            refused::<u64>("lease_grace_remaining_ms:10"),
+            Err(Error::Grace { .. })
+        ));
     }
 }

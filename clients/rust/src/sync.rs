@@ -11,18 +11,11 @@ use redis::cluster::{ClusterClient, ClusterConfig, ClusterConnection};
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, Value};
 
 use crate::protocol::{
-    Fresh, Held, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule, acquire_cmd, check_ttl,
-    grace_of, lost_during, lost_reply, normalize, release_cmd, release_failed, release_opts,
-    release_plan, renew_cmd, renew_every, work_result,
+    Acquire, Backend, Fresh, Held, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule,
+    lost_during, lost_reply, refused, release_cmd, release_failed, release_opts, release_plan,
+    renew_cmd, renew_every, renews_first, start, work_result,
 };
-use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd, new_owner};
-
-/// Where the connections go: one server, or a cluster.
-#[derive(Clone)]
-enum Backend {
-    One(redis::Client),
-    Cluster(Box<ClusterClient>),
-}
+use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd};
 
 /// One connection of either kind.
 enum Conn {
@@ -373,30 +366,23 @@ impl LeaseClient {
     /// of the wait. The read timeout of a blocking call is its `BLOCK`
     /// timeout plus [`Options::block_margin`] (none for `Block::Forever`).
     pub fn acquire(&self, key: &str, ttl: Duration, block: Block) -> Result<Option<Lease>, Error> {
-        check_ttl(ttl)?;
-        self.held.check(key)?;
         let (hub, opts) = (&self.hub, &self.hub.opts);
-        let block = normalize(block);
-        let owner = new_owner();
-        let wait_until = match block {
-            Block::For(d) => Some(Instant::now() + d),
-            _ => None,
-        };
-        let mut attempt = 0;
+        let mut plan = Acquire::new(key, ttl, self.mode, block, opts)?;
+        self.held.check(key)?;
         loop {
-            let (cmd, read) = acquire_cmd(key, &owner, ttl, self.mode, block, wait_until, opts);
+            let (cmd, read) = plan.attempt();
             let mut conn = match hub.take(opts, true) {
                 Ok(conn) => conn,
-                Err(e) if lost_reply(&e) && attempt < opts.retries => {
-                    attempt += 1;
-                    thread::sleep(Duration::from_millis(20 * attempt as u64));
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
+                Err(e) => match plan.retry(&e) {
+                    Some(pause) => {
+                        thread::sleep(pause);
+                        continue;
+                    }
+                    None => return Err(e.into()),
+                },
             };
             let sent = Instant::now();
-            let result = conn.call::<Option<u64>>(&cmd, read);
-            match result {
+            match conn.call::<Option<u64>>(&cmd, read) {
                 Ok(None) => {
                     // Null: another owner, or the server's grace period;
                     // the server says which.
@@ -404,13 +390,10 @@ impl LeaseClient {
                         .call::<String>(redis::cmd("INFO").arg("lease"), Some(opts.io_timeout))
                         .unwrap_or_default();
                     hub.give(conn);
-                    return match grace_of(&info) {
-                        Some(grace) => Err(grace),
-                        None => Ok(None),
-                    };
+                    return refused(&info);
                 }
                 Ok(Some(token)) => {
-                    let lease = Lease::start(self, key, owner, token, ttl, sent, conn);
+                    let lease = Lease::start(self, key, plan.owner, token, ttl, sent, conn);
                     let signal = lease.signal();
                     self.held.insert(key, move || signal.loss().is_none());
                     return Ok(Some(lease));
@@ -422,11 +405,10 @@ impl LeaseClient {
                 Err(e) => {
                     // A lost reply: its connection is closed, not reused.
                     hub.dropped();
-                    if attempt >= opts.retries {
-                        return Err(e.into());
+                    match plan.retry(&e) {
+                        Some(pause) => thread::sleep(pause),
+                        None => return Err(e.into()),
                     }
-                    attempt += 1;
-                    thread::sleep(Duration::from_millis(20 * attempt as u64));
                 }
             }
         }
@@ -637,25 +619,19 @@ impl Lease {
         // is near or past: renew at once, and count from the renewal. Its 1
         // says the lease is ours now with the same token (only the holder
         // can renew).
-        let mut deadline = sent + ttl;
-        let mut refused = false;
-        let mut answered = true;
-        if sent.elapsed() >= renew_every(ttl) {
+        let renewal = renews_first(sent, ttl).then(|| {
             let renewed = Instant::now();
-            match conn.call::<i64>(&renew_cmd(key, &owner, ttl), Some(hub.opts.io_timeout)) {
-                Ok(1) => deadline = renewed + ttl,
-                Ok(_) => refused = true,
-                Err(e) => answered = !lost_reply(&e),
-            }
+            let cmd = renew_cmd(key, &owner, ttl);
+            (renewed, conn.call::<i64>(&cmd, Some(hub.opts.io_timeout)))
+        });
+        match &renewal {
+            Some((_, Err(e))) if lost_reply(e) => hub.dropped(),
+            _ => hub.give(conn),
         }
-        if answered {
-            hub.give(conn);
-        } else {
-            hub.dropped();
-        }
+        let (deadline, loss) = start(sent, ttl, renewal.as_ref().map(|(at, r)| (*at, r)));
         let signal = LossSignal::new(deadline);
-        if refused {
-            signal.lose(Loss::Refused);
+        if let Some(loss) = loss {
+            signal.lose(loss);
         }
         let watched = hub.opts.watchdog.then(|| {
             let first = deadline - ttl + renew_every(ttl);

@@ -49,6 +49,20 @@ fn option(name: &'static CStr, kind: raw::RedisModuleCommandArgType, token: &'st
     }
 }
 
+/// `LIMIT limit | SHARED | FLOOR token`: an acquire's mode, or the floor of
+/// an exclusive lease's token (design.md S9), which excludes both.
+fn acquire_mode_arg() -> Arg {
+    Arg {
+        flags: raw::REDISMODULE_CMD_ARG_OPTIONAL,
+        subargs: vec![
+            option(c"limit", INTEGER, c"LIMIT"),
+            option(c"shared", PURE_TOKEN, c"SHARED"),
+            option(c"token", INTEGER, c"FLOOR"),
+        ],
+        ..arg(c"mode", ONEOF)
+    }
+}
+
 /// `LIMIT limit | SHARED`: how a counting or shared lease is held.
 fn mode_arg(flags: u32) -> Arg {
     Arg {
@@ -111,15 +125,18 @@ fn specs() -> Vec<Spec> {
             flags: "write deny-oom blocking",
             arity: -4,
             key_flags: RW | ACCESS | UPDATE,
-            summary: c"Acquires a lease (exclusive, one of n with LIMIT n, or shared with SHARED) and returns its fencing token; null when it is taken",
+            summary: c"Acquires a lease (exclusive, one of n with LIMIT n, or shared with SHARED) and returns its fencing token (at least FLOOR's); null when it is taken",
             complexity: c"O(1) for an exclusive lease; O(log n) with n holders or waiters",
             since: V1,
-            history: &[(c"0.2.0", c"Added the `LIMIT` and `SHARED` options.")],
+            history: &[
+                (c"0.2.0", c"Added the `LIMIT` and `SHARED` options."),
+                (c"0.3.0", c"Added the `FLOOR` option (quorum leases)."),
+            ],
             args: vec![
                 arg(c"key", KEY),
                 arg(c"owner", STRING),
                 arg(c"ttl-ms", INTEGER),
-                mode_arg(OPTIONAL),
+                acquire_mode_arg(),
                 Arg {
                     flags: OPTIONAL,
                     ..option(c"timeout-ms", INTEGER, c"BLOCK")

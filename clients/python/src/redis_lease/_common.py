@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import weakref
 import math
 import secrets
 import socket
@@ -408,3 +409,69 @@ class Schedule:
 
     def stats(self) -> Dict[str, int]:
         return {"leases": len(self._leases), "renewals": self.renewals, "round_trips": self.round_trips}
+
+
+class LeaseCore:
+    """What a sync and an asyncio lease share (their I/O aside): the token,
+    the loss signal, its place in the client's watchdog schedule, the
+    commands it sends and the start of its release."""
+
+    def __init__(self, client: Any, key: Any, owner: str, token: int, ttl_ms: int, lost: Any) -> None:
+        self.key = key
+        self.token: int = token
+        self.ttl_ms = ttl_ms
+        self.lost = lost
+        self._owner = owner
+        self._client = client
+        self._released = False
+        self._watched: Optional[int] = None
+        if client.watchdog:
+            first = lost.deadline - ttl_ms / 1000 + renew_every(ttl_ms)
+            self._watched = client._watch(key, owner, ttl_ms, first, lost)
+            # The schedule holds the signal, not the lease: a lease dropped
+            # without release() (no with block) is garbage-collected, which
+            # ends its renewals, and the lease then ends at its ttl.
+            weakref.finalize(self, client._schedule.gone.append, self._watched)
+
+    def __repr__(self) -> str:  # never the owner: it is the holder's credential
+        return f"<{type(self).__name__} key={self.key!r} token={self.token} lost={self.lost.reason}>"
+
+    def fence_args(self, *command: Any) -> Tuple[Any, ...]:
+        """The fenced form of ``command`` (``LEASE.FENCE key token
+        command...``), for ``execute_command`` on a client or pipeline of
+        your own."""
+        return ("LEASE.FENCE", self.key, self.token) + command
+
+    def _renewal(self) -> Tuple[Tuple[Any, ...], float, float]:
+        """A renewal now: its command, when it is sent, and its read timeout
+        (until the deadline, at most the io timeout)."""
+        sent = time.monotonic()
+        timeout = min(max(self.lost.deadline - sent, 0.001), self._client.io_timeout)
+        return ("LEASE.RENEW", self.key, self._owner, self.ttl_ms), sent, timeout
+
+    def _renewed(self, reply: Any, sent: float) -> bool:
+        """What a renewal's reply means: True renewed, False lost (the signal
+        is set)."""
+        if reply == 1:
+            return bool(self.lost._extend(sent, self.ttl_ms))
+        self.lost._lose(Loss.REFUSED)
+        return False
+
+    def _release_plan(self) -> Tuple[ReleasePlan, List[Tuple[float, Optional[float]]], Tuple[Any, ...]]:
+        """Starts the release: no more renewals, the signal reads released
+        (unless lost before), and how the ``LEASE.RELEASE`` goes: its plan,
+        its attempts (none when already released) and its command."""
+        plan = release_plan(self.lost.reason)
+        attempts: List[Tuple[float, Optional[float]]] = []
+        if not self._released:
+            self._released = True
+            self.lost._lose(Loss.RELEASED)
+            if self._watched is not None:
+                self._client._forget(self._watched)
+            attempts = release_attempts(plan, self._client.io_timeout, self._client.retries)
+        return plan, attempts, ("LEASE.RELEASE", self.key, self._owner)
+
+    def _exit_loss(self) -> Optional[Loss]:
+        """The loss to raise when a block ends normally (read before its
+        release)."""
+        return lost_during(self.lost.reason)

@@ -23,6 +23,7 @@ from ._common import (
     Batch,
     LeaseBusy,
     LeaseGrace,
+    LeaseCore,
     LeaseLost,
     Loss,
     Schedule,
@@ -32,15 +33,11 @@ from ._common import (
     connection_kwargs,
     deadline_after,
     grace_of,
-    lost_during,
-    lost_reply,
     mode_args,
     needs_fresh_renewal,
     new_owner,
-    release_attempts,
     release_failed,
     release_plan,
-    renew_every,
     still_held,
 )
 
@@ -240,7 +237,7 @@ class LossSignal:
             self._event.set()
 
 
-class Lease:
+class Lease(LeaseCore):
     """A held lease: the guard of one acquisition, and a context manager that
     releases it on exit (also when the block raises).
 
@@ -252,28 +249,11 @@ class Lease:
     def __init__(
         self, client: "LeaseClient", key: Any, owner: str, token: int, ttl_ms: int, deadline: float
     ) -> None:
-        self.key = key
-        self.token: int = token
-        self.ttl_ms = ttl_ms
-        self.lost = LossSignal(deadline)
-        self._owner = owner
-        self._client = client
-        self._released = False
-        self._watched: Optional[int] = None
-        if client.watchdog:
-            first = deadline - ttl_ms / 1000 + renew_every(ttl_ms)
-            self._watched = client._watch(key, owner, ttl_ms, first, self.lost)
-            # The schedule holds the signal, not the lease: a lease dropped
-            # without release() (no with block) is garbage-collected, which
-            # ends its renewals, and the lease then ends at its ttl.
-            weakref.finalize(self, client._schedule.gone.append, self._watched)
+        super().__init__(client, key, owner, token, ttl_ms, LossSignal(deadline))
 
-    def __repr__(self) -> str:  # never the owner: it is the holder's credential
-        return f"<Lease key={self.key!r} token={self.token} lost={self.lost.reason}>"
-
-    def _call(self, args: Tuple[Any, ...], timeout: float) -> Any:
+    def _call(self, args: Tuple[Any, ...], timeout: float, connect_timeout: Optional[float] = None) -> Any:
         """``args`` on a connection of the client's pool."""
-        return self._client._pool.call(self.key, args, timeout)
+        return self._client._pool.call(self.key, args, timeout, connect_timeout)
 
     def fence(self, *command: Any) -> Any:
         """Runs ``command`` through the fence (``LEASE.FENCE key token
@@ -283,22 +263,12 @@ class Lease:
         the loss signal: the server decides."""
         return self._call(self.fence_args(*command), self._client.io_timeout)
 
-    def fence_args(self, *command: Any) -> Tuple[Any, ...]:
-        """The fenced form of ``command``, for ``execute_command`` on a client
-        or pipeline of your own."""
-        return ("LEASE.FENCE", self.key, self.token) + command
-
     def renew(self) -> bool:
         """Renews now (the watchdog does it anyway). True: renewed, the
         deadline moves to ttl from now. False: the lease is not ours (the
         loss signal is set)."""
-        sent = time.monotonic()
-        timeout = min(max(self.lost.deadline - sent, 0.001), self._client.io_timeout)
-        args = ("LEASE.RENEW", self.key, self._owner, self.ttl_ms)
-        if self._call(args, timeout) == 1:
-            return self.lost._extend(sent, self.ttl_ms)
-        self.lost._lose(Loss.REFUSED)
-        return False
+        args, sent, timeout = self._renewal()
+        return self._renewed(self._call(args, timeout), sent)
 
     def release(self) -> bool:
         """Gives the lease back and stops its renewals. True: it was ours.
@@ -306,18 +276,10 @@ class Lease:
         retried with the same owner. Once the lease is known lost it waits
         little: after a refused renewal nothing is sent; after the deadline
         passed one attempt, bounded by a quarter of a second, no retry."""
-        if self._released:
-            return False
-        self._released = True
-        plan = release_plan(self.lost.reason)
-        self.lost._lose(Loss.RELEASED)
-        if self._watched is not None:
-            self._client._forget(self._watched)
-        attempts = release_attempts(plan, self._client.io_timeout, self._client.retries)
-        args = ("LEASE.RELEASE", self.key, self._owner)
+        plan, attempts, args = self._release_plan()
         for n, (timeout, connect_timeout) in enumerate(attempts):
             try:
-                return bool(self._client._pool.call(self.key, args, timeout, connect_timeout) == 1)
+                return bool(self._call(args, timeout, connect_timeout) == 1)
             except Exception as e:
                 answer = release_failed(e, n, len(attempts), plan)
                 if answer is not None:
@@ -336,7 +298,7 @@ class Lease:
         """Releases; a block that ended normally after the lease was lost
         (refused or expired) raises :class:`LeaseLost`: its work may have
         overlapped the next holder's."""
-        lost = lost_during(self.lost.reason)
+        lost = self._exit_loss()
         try:
             self.release()
         except Exception:

@@ -32,6 +32,7 @@ from ._common import (
     Batch,
     LeaseBusy,
     LeaseGrace,
+    LeaseCore,
     LeaseLost,
     Loss,
     Schedule,
@@ -41,14 +42,11 @@ from ._common import (
     connection_kwargs,
     deadline_after,
     grace_of,
-    lost_during,
     needs_fresh_renewal,
     mode_args,
     new_owner,
-    release_attempts,
     release_failed,
     release_plan,
-    renew_every,
     still_held,
 )
 
@@ -280,7 +278,7 @@ class AsyncLossSignal:
         self._event.set()
 
 
-class AsyncLease:
+class AsyncLease(LeaseCore):
     """A held lease (async): ``token``, ``lost``, ``fence()``, ``renew()``,
     ``release()``; an async context manager that releases on exit. Its calls
     go over the client's pool; the client's watchdog task renews it."""
@@ -288,23 +286,7 @@ class AsyncLease:
     def __init__(
         self, client: "AsyncLeaseClient", key: Any, owner: str, token: int, ttl_ms: int, deadline: float
     ) -> None:
-        self.key = key
-        self.token: int = token
-        self.ttl_ms = ttl_ms
-        self.lost = AsyncLossSignal(deadline)
-        self._owner = owner
-        self._client = client
-        self._released = False
-        self._watched: Optional[int] = None
-        if client.watchdog:
-            first = deadline - ttl_ms / 1000 + renew_every(ttl_ms)
-            self._watched = client._watch(key, owner, ttl_ms, first, self.lost)
-            # As the sync Lease: a lease collected without release() ends its
-            # renewals, and then ends at its ttl.
-            weakref.finalize(self, client._schedule.gone.append, self._watched)
-
-    def __repr__(self) -> str:
-        return f"<AsyncLease key={self.key!r} token={self.token} lost={self.lost.reason}>"
+        super().__init__(client, key, owner, token, ttl_ms, AsyncLossSignal(deadline))
 
     async def _call(self, args: Tuple[Any, ...], timeout: float, connect_timeout: Optional[float] = None) -> Any:
         """``args`` on a connection of the client's pool."""
@@ -316,33 +298,16 @@ class AsyncLease:
         :class:`StaleToken` when the token is not current (nothing run)."""
         return await self._call(self.fence_args(*command), self._client.io_timeout)
 
-    def fence_args(self, *command: Any) -> Tuple[Any, ...]:
-        """The fenced form of ``command`` for ``execute_command``."""
-        return ("LEASE.FENCE", self.key, self.token) + command
-
     async def renew(self) -> bool:
         """Renews now. True: renewed. False: not ours (``lost`` is set)."""
-        sent = time.monotonic()
-        timeout = min(max(self.lost.deadline - sent, 0.001), self._client.io_timeout)
-        args = ("LEASE.RENEW", self.key, self._owner, self.ttl_ms)
-        if await self._call(args, timeout) == 1:
-            return self.lost._extend(sent, self.ttl_ms)
-        self.lost._lose(Loss.REFUSED)
-        return False
+        args, sent, timeout = self._renewal()
+        return self._renewed(await self._call(args, timeout), sent)
 
     async def release(self) -> bool:
         """Gives the lease back and stops its renewals. True: it was ours. A
         lost reply is retried with the same owner. Once the lease is known
         lost it waits little, as the sync :meth:`Lease.release`."""
-        if self._released:
-            return False
-        self._released = True
-        plan = release_plan(self.lost.reason)
-        self.lost._lose(Loss.RELEASED)
-        if self._watched is not None:
-            self._client._schedule.remove(self._watched)
-        attempts = release_attempts(plan, self._client.io_timeout, self._client.retries)
-        args = ("LEASE.RELEASE", self.key, self._owner)
+        plan, attempts, args = self._release_plan()
         for n, (timeout, connect_timeout) in enumerate(attempts):
             try:
                 return bool(await self._call(args, timeout, connect_timeout) == 1)
@@ -363,7 +328,7 @@ class AsyncLease:
     ) -> None:
         """As the sync :meth:`Lease.__exit__`: releases, and raises
         :class:`LeaseLost` when a block that ended normally lost the lease."""
-        lost = lost_during(self.lost.reason)
+        lost = self._exit_loss()
         try:
             await self.release()
         except Exception:
@@ -439,6 +404,9 @@ class AsyncLeaseClient:
     def watchdog_stats(self) -> Dict[str, int]:
         """As :meth:`redis_lease.LeaseClient.watchdog_stats`."""
         return self._schedule.stats()
+
+    def _forget(self, lease_id: int) -> None:
+        self._schedule.remove(lease_id)
 
     def _watch(self, key: Any, owner: str, ttl_ms: int, first: float, signal: AsyncLossSignal) -> int:
         """Renews a lease from ``first`` on; starts the watchdog task (on the
