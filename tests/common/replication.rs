@@ -35,6 +35,8 @@ pub fn replica_of(kind: Kind, master: &Server) -> Server {
 /// shorter than its timeouts.
 pub struct Link {
     pub port: u16,
+    /// Where new connections go (`retarget`).
+    upstream: std::sync::Arc<std::sync::atomic::AtomicU16>,
     cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
@@ -48,7 +50,8 @@ impl Link {
         listener.set_nonblocking(true).unwrap();
         let cut = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
-        let (c, s) = (cut.clone(), stop.clone());
+        let to = Arc::new(std::sync::atomic::AtomicU16::new(upstream));
+        let (c, s, u) = (cut.clone(), stop.clone(), to.clone());
         thread::spawn(move || {
             // Bounded: 10 minutes, 60,000 rounds of 10 ms.
             let start = Instant::now();
@@ -58,6 +61,7 @@ impl Link {
                 }
                 match listener.accept() {
                     Ok((down, _)) => {
+                        let upstream = u.load(Ordering::SeqCst);
                         let Ok(up) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
                             continue;
                         };
@@ -73,7 +77,18 @@ impl Link {
                 }
             }
         });
-        Link { port, cut, stop }
+        Link {
+            port,
+            upstream: to,
+            cut,
+            stop,
+        }
+    }
+
+    /// New connections go to `port` from now on (a server restarted on
+    /// another port keeps its address for the clients).
+    pub fn retarget(&self, port: u16) {
+        self.upstream.store(port, Ordering::SeqCst);
     }
 
     /// Cuts the link: nothing goes through either way until `heal`.

@@ -63,7 +63,9 @@ use std::fmt;
 use std::time::Duration;
 
 mod protocol;
+pub mod quorum;
 mod sync;
+pub use quorum::{QuorumClient, QuorumLease};
 pub use sync::{Lease, LeaseClient, LossSignal};
 
 #[cfg(feature = "tokio")]

@@ -466,7 +466,7 @@ struct Shared {
 pub struct LossSignal(Arc<Shared>);
 
 impl LossSignal {
-    fn new(deadline: Instant) -> LossSignal {
+    pub(crate) fn new(deadline: Instant) -> LossSignal {
         LossSignal(Arc::new(Shared {
             state: Mutex::new(State {
                 deadline,
@@ -535,7 +535,7 @@ impl LossSignal {
 
     /// A renewal sent at `sent` succeeded: the deadline moves to `sent +
     /// ttl`. False (and no change) once the lease is lost or stopped.
-    fn extend(&self, sent: Instant, ttl: Duration) -> bool {
+    pub(crate) fn extend(&self, sent: Instant, ttl: Duration) -> bool {
         let mut st = self.lock();
         if st.stop || self.check(&mut st).is_some() {
             return false;
@@ -546,7 +546,7 @@ impl LossSignal {
     }
 
     /// Records a loss (the first one counts) and wakes every waiter.
-    fn lose(&self, loss: Loss) {
+    pub(crate) fn lose(&self, loss: Loss) {
         let mut st = self.lock();
         if self.check(&mut st).is_none() {
             st.loss = Some(loss);
@@ -556,7 +556,7 @@ impl LossSignal {
 
     /// The holder is done: stops the watchdog, and the signal reads
     /// `Released` unless it was lost before.
-    fn finish(&self) {
+    pub(crate) fn finish(&self) {
         let mut st = self.lock();
         st.stop = true;
         if self.check(&mut st).is_none() {

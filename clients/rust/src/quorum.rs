@@ -1,0 +1,451 @@
+//! Quorum leases over independent masters with one fencing token (design.md
+//! S9), sync: [`QuorumClient`] and its [`QuorumLease`].
+//!
+//! N masters that do not replicate to each other, `q = N/2 + 1`. An
+//! acquisition takes the lease on every master at once (step 1), and, when
+//! at least `q` granted, commits the highest token `T` back to them with
+//! `LEASE.ACQUIRE ... FLOOR T` (step 3): held when `q` answer exactly `T`
+//! while its validity (`ttl - drift` from the first send) lasts. Each
+//! master's token clock then works as a ballot, so tokens of successive
+//! holdings strictly increase although the masters' clocks differ. The
+//! watchdog renews on every master and signals the loss when fewer than a
+//! majority renewed in time.
+
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::{Cmd, FromRedisValue, RedisResult};
+
+use crate::protocol::{lost_reply, release_cmd, renew_cmd, renew_every, retry_pause};
+use crate::{Block, Error, Loss, LossSignal, Options, fence_cmd, new_owner};
+
+/// The clock drift allowed for a ttl: 1% of it plus 2 ms (as Redlock).
+pub fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// One master: its client and its idle connections.
+struct Node {
+    client: redis::Client,
+    idle: Mutex<Vec<redis::Connection>>,
+}
+
+impl Node {
+    /// Runs `cmd` within `timeout` (connect included for a new connection).
+    /// A connection whose reply was lost is closed.
+    fn call<T: FromRedisValue>(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<T> {
+        let timeout = timeout.max(Duration::from_millis(1));
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut conn = match idle {
+            Some(c) => c,
+            None => self.client.get_connection_with_timeout(timeout)?,
+        };
+        conn.set_read_timeout(Some(timeout))?;
+        conn.set_write_timeout(Some(timeout))?;
+        let result = cmd.query(&mut conn);
+        match &result {
+            Err(e) if lost_reply(e) => {}
+            _ => self
+                .idle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(conn),
+        }
+        result
+    }
+}
+
+struct Inner {
+    nodes: Vec<Node>,
+    opts: Options,
+    /// Skip step 3 (the commit of `T`): only for tests that show why the
+    /// step exists.
+    commit: bool,
+}
+
+impl Inner {
+    fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// How long one master may take to answer one step.
+    fn node_timeout(&self, ttl: Duration) -> Duration {
+        self.opts.io_timeout.min(ttl / 3)
+    }
+
+    /// `cmd_for(i)` on every master `i` of `on` at once: each reply, in the
+    /// order of `on`.
+    fn each<T: FromRedisValue + Send>(
+        &self,
+        on: &[usize],
+        timeout: Duration,
+        cmd_for: impl Fn(usize) -> Cmd + Sync,
+    ) -> Vec<RedisResult<T>> {
+        thread::scope(|s| {
+            let calls: Vec<_> = on
+                .iter()
+                .map(|&i| {
+                    let cmd = cmd_for(i);
+                    let node = &self.nodes[i];
+                    s.spawn(move || node.call::<T>(&cmd, timeout))
+                })
+                .collect();
+            calls
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(redis::RedisError::from((
+                            redis::ErrorKind::Client,
+                            "panicked",
+                        )))
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn all(&self) -> Vec<usize> {
+        (0..self.nodes.len()).collect()
+    }
+
+    /// `LEASE.RELEASE key owner` everywhere: how many released.
+    fn release_everywhere(&self, key: &str, owner: &str, timeout: Duration) -> usize {
+        self.each::<i64>(&self.all(), timeout, |_| release_cmd(key, owner))
+            .into_iter()
+            .filter(|r| matches!(r, Ok(1)))
+            .count()
+    }
+}
+
+/// Takes quorum leases on N independent masters. Cheap to clone.
+#[derive(Clone)]
+pub struct QuorumClient(Arc<Inner>);
+
+impl QuorumClient {
+    /// Leases on the masters at `urls` (at least one; three or five in
+    /// practice). They must not replicate to each other, and each must run
+    /// its grace period after a restart (`lease.grace-ms`, design.md S7).
+    pub fn open(urls: &[&str]) -> Result<QuorumClient, Error> {
+        let clients = urls
+            .iter()
+            .map(|u| redis::Client::open(*u))
+            .collect::<RedisResult<Vec<_>>>()?;
+        Ok(QuorumClient::new(clients))
+    }
+
+    /// Leases on the masters of `clients`.
+    pub fn new(clients: Vec<redis::Client>) -> QuorumClient {
+        let nodes = clients
+            .into_iter()
+            .map(|client| Node {
+                client,
+                idle: Mutex::new(Vec::new()),
+            })
+            .collect();
+        QuorumClient(Arc::new(Inner {
+            nodes,
+            opts: Options::default(),
+            commit: true,
+        }))
+    }
+
+    /// The same client with other timeouts (`io_timeout` bounds each
+    /// master's answer to one step, at most a third of the ttl).
+    pub fn with_options(self, opts: Options) -> QuorumClient {
+        let inner = Arc::try_unwrap(self.0).unwrap_or_else(|a| Inner {
+            nodes: a
+                .nodes
+                .iter()
+                .map(|n| Node {
+                    client: n.client.clone(),
+                    idle: Mutex::new(Vec::new()),
+                })
+                .collect(),
+            opts: a.opts.clone(),
+            commit: a.commit,
+        });
+        QuorumClient(Arc::new(Inner { opts, ..inner }))
+    }
+
+    /// Skips step 3, the commit of the highest token to a majority. Unsafe:
+    /// tokens may then go backwards when the masters' clocks differ. Only
+    /// for tests that show why the step exists.
+    #[doc(hidden)]
+    pub fn without_the_commit_step(self) -> QuorumClient {
+        let inner = Arc::try_unwrap(self.0).unwrap_or_else(|_| panic!("clone-free client only"));
+        QuorumClient(Arc::new(Inner {
+            commit: false,
+            ..inner
+        }))
+    }
+
+    /// How many masters make a majority.
+    pub fn quorum(&self) -> usize {
+        self.0.quorum()
+    }
+
+    /// Takes the lease on `key` for `ttl` on a majority, with one token.
+    /// `Ok(None)`: no majority within `block` (tries again after a random
+    /// back-off while the wait lasts). A master that does not answer in
+    /// time counts as not granting; an ambiguous outcome is safe to retry,
+    /// because the same owner is used for every try of one call.
+    pub fn acquire(
+        &self,
+        key: &str,
+        ttl: Duration,
+        block: Block,
+    ) -> Result<Option<QuorumLease>, Error> {
+        crate::protocol::check_ttl(ttl)?;
+        let inner = &self.0;
+        let owner = new_owner();
+        let until = match block {
+            Block::NoWait => Some(Instant::now()),
+            Block::For(d) => Some(Instant::now() + d),
+            Block::Forever => None,
+        };
+        loop {
+            if let Some(held) = self.attempt(key, &owner, ttl)? {
+                return Ok(Some(held));
+            }
+            let timeout = inner.node_timeout(ttl);
+            inner.release_everywhere(key, &owner, timeout);
+            let pause = backoff(ttl);
+            if until.is_some_and(|u| Instant::now() + pause >= u) {
+                return Ok(None);
+            }
+            thread::sleep(pause);
+        }
+    }
+
+    /// Steps 1 and 3 once: the lease, or `None` (released by the caller).
+    fn attempt(&self, key: &str, owner: &str, ttl: Duration) -> Result<Option<QuorumLease>, Error> {
+        let inner = &self.0;
+        let timeout = inner.node_timeout(ttl);
+        let t0 = Instant::now();
+        let valid_until = t0 + ttl - drift(ttl).min(ttl);
+        let ms = crate::protocol::millis(ttl);
+        let acquire = |floor: Option<u64>| {
+            let mut cmd = redis::cmd("LEASE.ACQUIRE");
+            cmd.arg(key).arg(owner).arg(ms);
+            if let Some(t) = floor {
+                cmd.arg("FLOOR").arg(t);
+            }
+            cmd
+        };
+        let granted: Vec<(usize, u64)> = inner
+            .each::<Option<u64>>(&inner.all(), timeout, |_| acquire(None))
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, r)| Some((i, r.ok()??)))
+            .collect();
+        if granted.len() < inner.quorum() {
+            return Ok(None);
+        }
+        let top = granted
+            .iter()
+            .map(|&(_, t)| t)
+            .max()
+            .expect("a majority granted");
+        let committed: Vec<usize> = if inner.commit {
+            let on: Vec<usize> = granted.iter().map(|&(i, _)| i).collect();
+            inner
+                .each::<Option<u64>>(&on, timeout, |_| acquire(Some(top)))
+                .into_iter()
+                .zip(&on)
+                .filter(|(r, _)| matches!(r, Ok(Some(t)) if *t == top))
+                .map(|(_, &i)| i)
+                .collect()
+        } else {
+            granted.iter().map(|&(i, _)| i).collect()
+        };
+        if committed.len() < inner.quorum() || Instant::now() >= valid_until {
+            return Ok(None);
+        }
+        Ok(Some(QuorumLease::start(
+            self,
+            key,
+            owner,
+            top,
+            ttl,
+            valid_until,
+            committed,
+        )))
+    }
+}
+
+/// A random pause before another try: up to a tenth of the ttl (at least
+/// 1 ms, at most 50 ms), so that contenders fall out of step.
+fn backoff(ttl: Duration) -> Duration {
+    let top = (ttl / 10).clamp(Duration::from_millis(1), Duration::from_millis(50));
+    top.mul_f64(rand::random::<f64>())
+        .max(Duration::from_micros(200))
+}
+
+/// A quorum lease: one token `T` committed on a majority. Released when
+/// dropped.
+pub struct QuorumLease {
+    key: String,
+    owner: String,
+    token: u64,
+    ttl: Duration,
+    committed: Vec<usize>,
+    client: QuorumClient,
+    signal: LossSignal,
+    released: bool,
+}
+
+impl QuorumLease {
+    fn start(
+        client: &QuorumClient,
+        key: &str,
+        owner: &str,
+        token: u64,
+        ttl: Duration,
+        valid_until: Instant,
+        committed: Vec<usize>,
+    ) -> QuorumLease {
+        let lease = QuorumLease {
+            key: key.to_string(),
+            owner: owner.to_string(),
+            token,
+            ttl,
+            committed,
+            client: client.clone(),
+            signal: LossSignal::new(valid_until),
+            released: false,
+        };
+        if client.0.opts.watchdog {
+            let (client, signal) = (client.clone(), lease.signal.clone());
+            let (key, owner) = (lease.key.clone(), lease.owner.clone());
+            thread::Builder::new()
+                .name("quorum-watchdog".into())
+                .spawn(move || watchdog(&client, &key, &owner, ttl, &signal))
+                .expect("spawn the quorum watchdog thread");
+        }
+        lease
+    }
+
+    /// The fencing token, the same on every master that committed it.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lease key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The masters (indexes in the client's list) that committed the token.
+    pub fn committed(&self) -> &[usize] {
+        &self.committed
+    }
+
+    /// The loss signal: on at the end of the validity (`ttl - drift` from
+    /// the last send that a majority renewed), when a majority refused a
+    /// renewal, or on release.
+    pub fn signal(&self) -> LossSignal {
+        self.signal.clone()
+    }
+
+    /// Why the lease is lost, `None` while it is held.
+    pub fn loss(&self) -> Option<Loss> {
+        self.signal.loss()
+    }
+
+    /// True once the lease is lost.
+    pub fn is_lost(&self) -> bool {
+        self.signal.is_lost()
+    }
+
+    /// Renews now on every master: `Ok(true)` when a majority renewed (the
+    /// validity moves to `ttl - drift` from now).
+    pub fn renew(&self) -> Result<bool, Error> {
+        Ok(renew_round(&self.client, &self.key, &self.owner, self.ttl, &self.signal) == Some(true))
+    }
+
+    /// `cmd` fenced with the token on every master that committed it
+    /// (`LEASE.FENCE key T cmd`): the first reply of a master that ran it,
+    /// or [`Error::Stale`] when fewer than a majority ran it.
+    pub fn fence<T: FromRedisValue + Send>(&self, cmd: &Cmd) -> Result<T, Error> {
+        let inner = &self.client.0;
+        let fenced = fence_cmd(&self.key, self.token, cmd);
+        let replies =
+            inner.each::<redis::Value>(&self.committed, inner.opts.io_timeout, |_| fenced.clone());
+        let ran: Vec<redis::Value> = replies.into_iter().filter_map(Result::ok).collect();
+        if ran.len() < inner.quorum() {
+            return Err(Error::Stale);
+        }
+        let first = ran.into_iter().next().expect("a majority ran it");
+        Ok(T::from_redis_value(first).map_err(redis::RedisError::from)?)
+    }
+
+    /// Gives the lease back on every master: `Ok(true)` when a majority
+    /// released it.
+    pub fn release(mut self) -> Result<bool, Error> {
+        Ok(self.release_inner())
+    }
+
+    fn release_inner(&mut self) -> bool {
+        if self.released {
+            return false;
+        }
+        self.released = true;
+        self.signal.finish();
+        let inner = &self.client.0;
+        let n = inner.release_everywhere(&self.key, &self.owner, inner.node_timeout(self.ttl));
+        n >= inner.quorum()
+    }
+}
+
+impl Drop for QuorumLease {
+    fn drop(&mut self) {
+        self.release_inner();
+    }
+}
+
+/// One renewal on every master, sent now: `Some(true)` a majority renewed
+/// (the validity moved), `Some(false)` too many refused (the loss),
+/// `None` not enough answers (try again soon).
+fn renew_round(
+    client: &QuorumClient,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+    signal: &LossSignal,
+) -> Option<bool> {
+    let inner = &client.0;
+    let sent = Instant::now();
+    let replies = inner.each::<i64>(&inner.all(), inner.node_timeout(ttl), |_| {
+        renew_cmd(key, owner, ttl)
+    });
+    let renewed = replies.iter().filter(|r| matches!(r, Ok(1))).count();
+    let refused = replies.iter().filter(|r| matches!(r, Ok(0))).count();
+    if renewed >= inner.quorum() {
+        return Some(signal.extend(sent, ttl - drift(ttl).min(ttl)));
+    }
+    if refused > inner.nodes.len() - inner.quorum() {
+        signal.lose(Loss::Refused);
+        return Some(false);
+    }
+    None
+}
+
+/// Renews every third of the ttl on every master until the lease is lost
+/// or released.
+fn watchdog(client: &QuorumClient, key: &str, owner: &str, ttl: Duration, signal: &LossSignal) {
+    let mut next = Instant::now() + renew_every(ttl);
+    loop {
+        if signal
+            .wait(Some(next.saturating_duration_since(Instant::now())))
+            .is_some()
+        {
+            return;
+        }
+        match renew_round(client, key, owner, ttl, signal) {
+            Some(true) => next = Instant::now() + renew_every(ttl),
+            Some(false) => return,
+            None => next = Instant::now() + retry_pause(ttl),
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! Quorum leases (design.md S9) against five real masters on one machine,
+//! no replication between them, no persistence, each with its grace on.
+//!
+//! The history test: several workers take one lease over and over while
+//! faults are injected (a master killed with SIGKILL and restarted empty,
+//! a master stopped for a second, a worker that pauses past its validity).
+//! A checker that uses only the workers' own records then asks: do the
+//! tokens of successive holdings strictly increase, do no two validity
+//! windows overlap, and did the resource, which accepts only tokens at
+//! least as high as the highest it saw, ever accept one out of order?
+//! Two controls show that the checker can fail: without the commit step
+//! (one master's clock ahead makes tokens go backwards), and without the
+//! grace on restart (two holders at once).
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{ClockShift, Link, Opts, Server, info_int, wait_until};
+use redis_lease_client::{Block, Options, QuorumClient};
+
+const MS: fn(u64) -> Duration = Duration::from_millis;
+const N: usize = 5;
+
+/// Five masters, each behind a relay that keeps its address across
+/// restarts; `grace` ms of grace (0: none); master 0's clock shifted by
+/// `shift` when given.
+struct Masters {
+    kind: common::Kind,
+    opts: Vec<Opts>,
+    servers: Vec<Mutex<Option<Server>>>,
+    relays: Vec<Link>,
+}
+
+impl Masters {
+    fn start(kind: common::Kind, grace: &str, shift: Option<&ClockShift>) -> Masters {
+        let opts: Vec<Opts> = (0..N)
+            .map(|i| {
+                let o = Opts::default().module_args(&["grace-ms", grace]);
+                match (i, shift) {
+                    (0, Some(s)) => o.clock(s),
+                    _ => o,
+                }
+            })
+            .collect();
+        let servers: Vec<Server> = opts
+            .iter()
+            .map(|o| Server::start_with(kind, o.clone()))
+            .collect();
+        let relays = servers.iter().map(|s| Link::to(s.port)).collect();
+        let m = Masters {
+            kind,
+            opts,
+            servers: servers.into_iter().map(|s| Mutex::new(Some(s))).collect(),
+            relays,
+        };
+        for i in 0..N {
+            m.wait_grace_over(i);
+        }
+        m
+    }
+
+    fn conn(&self, i: usize) -> redis::Connection {
+        self.servers[i].lock().unwrap().as_ref().unwrap().conn()
+    }
+
+    fn wait_grace_over(&self, i: usize) {
+        let mut c = self.conn(i);
+        assert!(
+            wait_until(Duration::from_secs(10), || info_int(
+                &mut c,
+                "lease_grace_remaining_ms"
+            ) == 0),
+            "master {i}: the grace never ended"
+        );
+    }
+
+    fn client(&self) -> QuorumClient {
+        let urls: Vec<String> = self
+            .relays
+            .iter()
+            .map(|r| format!("redis://127.0.0.1:{}/", r.port))
+            .collect();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let opts = Options {
+            io_timeout: MS(100),
+            watchdog: false,
+            ..Options::default()
+        };
+        QuorumClient::open(&urls).unwrap().with_options(opts)
+    }
+
+    /// SIGKILL, then a start on an empty data directory at the same address.
+    fn kill_and_restart(&self, i: usize) {
+        let mut slot = self.servers[i].lock().unwrap();
+        let old = slot.take().unwrap();
+        drop(old);
+        let s = Server::start_with(self.kind, self.opts[i].clone());
+        self.relays[i].retarget(s.port);
+        *slot = Some(s);
+    }
+
+    /// SIGSTOP for `d`, then SIGCONT.
+    fn stop_for(&self, i: usize, d: Duration) {
+        let slot = self.servers[i].lock().unwrap();
+        let frozen = common::Frozen::stop(slot.as_ref().unwrap());
+        thread::sleep(d);
+        drop(frozen);
+    }
+}
+
+/// One holding, as its worker recorded it.
+#[derive(Debug, Clone, Copy)]
+struct Holding {
+    worker: usize,
+    token: u64,
+    /// When step 3 succeeded, and the end of the validity the worker
+    /// counted on (its deadline, or its release if earlier).
+    from: Instant,
+    until: Instant,
+}
+
+/// The resource: accepts a write only with a token at least as high as the
+/// highest it accepted.
+#[derive(Default)]
+struct Resource {
+    highest: u64,
+    accepted: Vec<u64>,
+    rejected: usize,
+}
+
+impl Resource {
+    fn write(&mut self, token: u64) -> bool {
+        if token < self.highest {
+            self.rejected += 1;
+            return false;
+        }
+        self.highest = token;
+        self.accepted.push(token);
+        true
+    }
+}
+
+/// What the checker found in the records: every violation, by kind.
+#[derive(Debug, Default)]
+struct Verdict {
+    tokens_not_increasing: Vec<(Holding, Holding)>,
+    overlapping: Vec<(Holding, Holding)>,
+    out_of_order_writes: usize,
+}
+
+impl Verdict {
+    fn clean(&self) -> bool {
+        self.tokens_not_increasing.is_empty()
+            && self.overlapping.is_empty()
+            && self.out_of_order_writes == 0
+    }
+}
+
+fn check(holdings: &[Holding], resource: &Resource) -> Verdict {
+    let mut h = holdings.to_vec();
+    h.sort_by_key(|x| x.from);
+    let mut v = Verdict::default();
+    for w in h.windows(2) {
+        if w[1].token <= w[0].token {
+            v.tokens_not_increasing.push((w[0], w[1]));
+        }
+    }
+    for (i, a) in h.iter().enumerate() {
+        for b in &h[i + 1..] {
+            if b.from < a.until && a.worker != b.worker {
+                v.overlapping.push((*a, *b));
+            }
+        }
+    }
+    v.out_of_order_writes = resource.accepted.windows(2).filter(|w| w[1] < w[0]).count();
+    v
+}
+
+/// One worker's loop until `stop`: acquire, a few writes within the
+/// validity, release; when `pause_every` is `Some(n)`, every n-th holding
+/// pauses past its validity and then writes (the stale write).
+fn worker(
+    id: usize,
+    client: QuorumClient,
+    ttl: Duration,
+    stop: Arc<AtomicBool>,
+    resource: Arc<Mutex<Resource>>,
+    pause_every: Option<usize>,
+) -> Vec<Holding> {
+    let mut out = Vec::new();
+    let started = Instant::now();
+    for round in 0..10_000 {
+        if stop.load(Ordering::SeqCst) || started.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+        let Ok(Some(lease)) = client.acquire("job", ttl, Block::For(MS(500))) else {
+            continue;
+        };
+        let from = Instant::now();
+        let deadline = lease.signal().deadline();
+        let pause = pause_every.is_some_and(|n| round % n == n - 1);
+        if pause {
+            thread::sleep(deadline.saturating_duration_since(Instant::now()) + ttl);
+            resource.lock().unwrap().write(lease.token());
+            out.push(Holding {
+                worker: id,
+                token: lease.token(),
+                from,
+                until: deadline,
+            });
+            drop(lease);
+            continue;
+        }
+        let token = lease.token();
+        for _ in 0..3 {
+            if lease.is_lost() {
+                break;
+            }
+            resource.lock().unwrap().write(token);
+            thread::sleep(MS(5));
+        }
+        let until = Instant::now().min(deadline);
+        let _ = lease.release();
+        out.push(Holding {
+            worker: id,
+            token,
+            from,
+            until,
+        });
+    }
+    out
+}
+
+/// The records of two holdings taken one after the other by two workers.
+fn two_holdings(first: (u64, Instant, Instant), second: (u64, Instant, Instant)) -> Vec<Holding> {
+    vec![
+        Holding {
+            worker: 0,
+            token: first.0,
+            from: first.1,
+            until: first.2,
+        },
+        Holding {
+            worker: 1,
+            token: second.0,
+            from: second.1,
+            until: second.2,
+        },
+    ]
+}
+
+/// Control of the commit step: master 0's clock runs an hour ahead, so its
+/// tokens are the highest. A holding on all five, released; then one
+/// without master 0 (stopped). With the commit step the second token is
+/// higher; without it, it is lower: the checker must say so.
+fn commit_control(kind: common::Kind, commit: bool) -> Verdict {
+    let shift = ClockShift::new(3_600_000);
+    let masters = Masters::start(kind, "0", Some(&shift));
+    let client = match commit {
+        true => masters.client(),
+        false => masters.client().without_the_commit_step(),
+    };
+    let ttl = MS(2000);
+    let first = client
+        .acquire("job", ttl, Block::For(MS(1000)))
+        .unwrap()
+        .expect("a majority");
+    let a = (first.token(), Instant::now(), first.signal().deadline());
+    assert!(first.release().unwrap());
+    let a = (a.0, a.1, Instant::now());
+    let frozen = common::Frozen::stop(masters.servers[0].lock().unwrap().as_ref().unwrap());
+    let second = client
+        .acquire("job", ttl, Block::For(MS(1000)))
+        .unwrap()
+        .expect("four masters");
+    let b = (second.token(), Instant::now(), second.signal().deadline());
+    drop(frozen);
+    let mut resource = Resource::default();
+    resource.write(a.0);
+    let accepted = resource.write(b.0);
+    assert_eq!(
+        accepted, commit,
+        "the resource refuses the second holder exactly when its token went backwards"
+    );
+    check(&two_holdings(a, b), &resource)
+}
+
+/// Control of the grace: a holding on all five; three masters are killed
+/// and restarted empty; a second client then tries. With the grace the
+/// restarted masters refuse it until every lease they may have forgotten
+/// has ended; without it (grace-ms 0) it gets a majority while the first
+/// still holds: two holders.
+fn grace_control(kind: common::Kind, grace: &str) -> (Verdict, bool) {
+    let masters = Masters::start(kind, grace, None);
+    let (one, two) = (masters.client(), masters.client());
+    let ttl = MS(1000);
+    let first = one
+        .acquire("job", ttl, Block::NoWait)
+        .unwrap()
+        .expect("free");
+    let a = (first.token(), Instant::now(), first.signal().deadline());
+    for i in 0..3 {
+        masters.kill_and_restart(i);
+    }
+    let second = two.acquire("job", ttl, Block::NoWait).unwrap();
+    let holdings = match &second {
+        Some(l) if Instant::now() < a.2 => {
+            two_holdings(a, (l.token(), Instant::now(), l.signal().deadline()))
+        }
+        _ => two_holdings(a, (u64::MAX, a.2, a.2)),
+    };
+    let verdict = check(&holdings, &Resource::default());
+    (verdict, second.is_some())
+}
+
+both! {
+    fn quorum_history_with_faults_keeps_tokens_increasing_and_holdings_apart(kind) {
+        let masters = Arc::new(Masters::start(kind, "1500", None));
+        let ttl = MS(400);
+        let stop = Arc::new(AtomicBool::new(false));
+        let resource = Arc::new(Mutex::new(Resource::default()));
+        let workers: Vec<_> = (0..4)
+            .map(|id| {
+                let (client, stop, resource) = (masters.client(), stop.clone(), resource.clone());
+                let pause = (id == 3).then_some(4);
+                thread::spawn(move || worker(id, client, ttl, stop, resource, pause))
+            })
+            .collect();
+        // The faults, one after the other.
+        thread::sleep(MS(1000));
+        masters.kill_and_restart(1);
+        thread::sleep(MS(1500));
+        masters.stop_for(2, MS(1000));
+        thread::sleep(MS(500));
+        masters.kill_and_restart(3);
+        thread::sleep(MS(2500));
+        stop.store(true, Ordering::SeqCst);
+        let holdings: Vec<Holding> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+        let resource = resource.lock().unwrap();
+        let verdict = check(&holdings, &resource);
+        eprintln!(
+            "quorum history ({kind:?}): 4 workers, {} holdings, {} writes accepted, {} stale writes rejected, faults: 2 kill -9 + restart, 1 stop of 1 s, a worker pausing past its validity every 4th holding",
+            holdings.len(), resource.accepted.len(), resource.rejected
+        );
+        assert!(holdings.len() >= 20, "too few holdings to judge: {}", holdings.len());
+        assert!(verdict.clean(), "{verdict:?}");
+    }
+
+    fn without_the_commit_step_tokens_go_backwards(kind) {
+        let control = commit_control(kind, false);
+        eprintln!("commit control ({kind:?}): {control:?}");
+        assert_eq!(control.tokens_not_increasing.len(), 1, "the checker sees the token go backwards");
+        let real = commit_control(kind, true);
+        assert!(real.clean(), "{real:?}");
+    }
+
+    fn without_the_grace_a_restarted_majority_makes_two_holders(kind) {
+        let (control, granted) = grace_control(kind, "0");
+        eprintln!("grace control ({kind:?}): {control:?}");
+        assert!(granted && control.overlapping.len() == 1, "the checker sees two holders: {control:?}");
+        let (real, granted) = grace_control(kind, "1500");
+        assert!(!granted && real.clean(), "{real:?}");
+    }
+
+    fn the_watchdog_renews_on_a_majority_and_the_fence_writes_there(kind) {
+        let masters = Masters::start(kind, "0", None);
+        let client = masters.client().with_options(Options { io_timeout: MS(100), ..Options::default() });
+        let ttl = MS(300);
+        let lease = client.acquire("job", ttl, Block::NoWait).unwrap().expect("free");
+        assert_eq!(lease.committed().len(), N);
+        let token = lease.token();
+        thread::sleep(ttl * 4);
+        assert!(!lease.is_lost(), "renewed on a majority: {:?}", lease.loss());
+        for i in 0..N {
+            assert_eq!(common::token_of(&mut masters.conn(i), "job"), Some(token as i64), "master {i}");
+        }
+        // The fence runs the command on every master that committed the token.
+        let _: () = lease.fence(redis::cmd("SET").arg("data").arg("v1")).unwrap();
+        for i in 0..N {
+            assert_eq!(common::ok_text(&mut masters.conn(i), &["GET", "data"]), "v1");
+        }
+        // Two masters lose it: still a majority. A third: the loss.
+        for i in 0..2 {
+            common::ok(&mut masters.conn(i), &["DEL", "job"]);
+        }
+        thread::sleep(ttl);
+        assert!(!lease.is_lost());
+        common::ok(&mut masters.conn(2), &["DEL", "job"]);
+        assert_eq!(lease.signal().wait(Some(ttl * 2)), Some(redis_lease_client::Loss::Refused));
+        assert!(matches!(
+            lease.fence::<()>(redis::cmd("SET").arg("data").arg("v2")),
+            Err(redis_lease_client::Error::Stale)
+        ));
+        assert!(!lease.release().unwrap(), "not held on a majority any more");
+        // A frozen majority: the loss at the end of the validity.
+        let lease = client.acquire("job2", ttl, Block::NoWait).unwrap().expect("free");
+        let frozen: Vec<_> = (0..3)
+            .map(|i| common::Frozen::stop(masters.servers[i].lock().unwrap().as_ref().unwrap()))
+            .collect();
+        let deadline = lease.signal().deadline();
+        assert_eq!(lease.signal().wait(Some(ttl * 3)), Some(redis_lease_client::Loss::Expired));
+        assert!(Instant::now() >= deadline && Instant::now() < deadline + MS(50));
+        drop(frozen);
+    }
+}
