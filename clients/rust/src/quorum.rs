@@ -76,33 +76,52 @@ impl Inner {
 
     /// `cmd_for(i)` on every master `i` of `on` at once: each reply, in the
     /// order of `on`.
-    fn each<T: FromRedisValue + Send>(
-        &self,
+    fn each<T: FromRedisValue + Send + 'static>(
+        self: &Arc<Self>,
         on: &[usize],
         timeout: Duration,
-        cmd_for: impl Fn(usize) -> Cmd + Sync,
+        cmd_for: impl Fn(usize) -> Cmd,
     ) -> Vec<RedisResult<T>> {
-        thread::scope(|s| {
-            let calls: Vec<_> = on
-                .iter()
-                .map(|&i| {
-                    let cmd = cmd_for(i);
-                    let node = &self.nodes[i];
-                    s.spawn(move || node.call::<T>(&cmd, timeout))
+        self.each_until(on, timeout, cmd_for, |_| false)
+    }
+
+    /// As [`each`](Self::each), but returns as soon as `enough` says so of
+    /// the replies in so far (the rest: a timeout, as if they never came):
+    /// a renewal that a majority answered does not wait for a slow master.
+    fn each_until<T: FromRedisValue + Send + 'static>(
+        self: &Arc<Self>,
+        on: &[usize],
+        timeout: Duration,
+        cmd_for: impl Fn(usize) -> Cmd,
+        enough: impl Fn(&[Option<RedisResult<T>>]) -> bool,
+    ) -> Vec<RedisResult<T>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (slot, &i) in on.iter().enumerate() {
+            let (inner, cmd, tx) = (self.clone(), cmd_for(i), tx.clone());
+            thread::spawn(move || {
+                let _ = tx.send((slot, inner.nodes[i].call::<T>(&cmd, timeout)));
+            });
+        }
+        drop(tx);
+        let mut got: Vec<Option<RedisResult<T>>> = on.iter().map(|_| None).collect();
+        for _ in on {
+            match rx.recv() {
+                Ok((slot, r)) => got[slot] = Some(r),
+                Err(_) => break,
+            }
+            if enough(&got) {
+                break;
+            }
+        }
+        got.into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(redis::RedisError::from(std::io::Error::from(
+                        std::io::ErrorKind::TimedOut,
+                    )))
                 })
-                .collect();
-            calls
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(redis::RedisError::from((
-                            redis::ErrorKind::Client,
-                            "panicked",
-                        )))
-                    })
-                })
-                .collect()
-        })
+            })
+            .collect()
     }
 
     fn all(&self) -> Vec<usize> {
@@ -110,7 +129,7 @@ impl Inner {
     }
 
     /// `LEASE.RELEASE key owner` everywhere: how many released.
-    fn release_everywhere(&self, key: &str, owner: &str, timeout: Duration) -> usize {
+    fn release_everywhere(self: &Arc<Self>, key: &str, owner: &str, timeout: Duration) -> usize {
         self.each::<i64>(&self.all(), timeout, |_| release_cmd(key, owner))
             .into_iter()
             .filter(|r| matches!(r, Ok(1)))
@@ -434,7 +453,9 @@ fn renew_round(
 /// Renews every third of the ttl on every master until the lease is lost
 /// or released.
 fn watchdog(client: &QuorumClient, key: &str, owner: &str, ttl: Duration, signal: &LossSignal) {
-    let mut next = Instant::now() + renew_every(ttl);
+    // The first renewal a third of the ttl after the acquisition's first
+    // send (its validity counts from there, not from when it was held).
+    let mut next = signal.deadline() + drift(ttl).min(ttl) - ttl + renew_every(ttl);
     loop {
         if signal
             .wait(Some(next.saturating_duration_since(Instant::now())))

@@ -10,6 +10,9 @@
   the lease is lost: when a renewal answers 0, or when its client-side
   deadline (ttl after the last successful acquire or renewal was *sent*)
   passes.
+- :class:`QuorumClient` (and ``redis_lease.quorum.AsyncQuorumClient``):
+  one lease on a majority of independent masters with one fencing token
+  (design.md S9).
 """
 
 from ._common import (
@@ -26,6 +29,7 @@ from ._common import (
 )
 from ._sync import Lease, LeaseClient, LossSignal
 from .lock import Lock
+from .quorum import QuorumClient, QuorumLease
 
 __all__ = [
     "FOREVER",
@@ -39,6 +43,8 @@ __all__ = [
     "Lock",
     "Loss",
     "LossSignal",
+    "QuorumClient",
+    "QuorumLease",
     "SharedWrite",
     "StaleToken",
     "new_owner",

@@ -1,0 +1,482 @@
+"""Quorum leases over independent masters with one fencing token (design.md
+S9): :class:`QuorumClient` (threads) and :class:`AsyncQuorumClient`
+(asyncio), the same algorithm as the Rust helper's.
+
+N masters that do not replicate to each other, ``q = N // 2 + 1``. An
+acquisition sends ``LEASE.ACQUIRE`` to every master at once (step 1) and,
+when at least ``q`` granted, commits the highest token ``T`` back to them
+with ``LEASE.ACQUIRE ... FLOOR T`` (step 3): the lease is held when ``q``
+answer exactly ``T`` while its validity (ttl minus the drift, counted from
+the first send) lasts. Each master's token clock then works as a ballot, so
+tokens of successive holdings strictly increase although the masters'
+clocks differ. Renewals go to every master; the lease stays held while a
+majority renews. Each master must run its grace period after a restart
+(``lease.grace-ms``, design.md S7).
+
+::
+
+    client = QuorumClient([redis.Redis(port=p) for p in (7001, 7002, 7003)])
+    with client.lease("job", 10000, block_ms=2000) as lease:
+        lease.fence("SET", "out", "v")       # on every master that committed it
+        store.write(data, token=lease.token)  # any store that keeps the highest token
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from types import TracebackType
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Tuple, Type
+
+import redis
+import redis.asyncio as aredis
+
+from . import _sync, aio
+from ._common import (
+    LeaseBusy,
+    LeaseLost,
+    Loss,
+    StaleToken,
+    check_ttl,
+    lost_during,
+    new_owner,
+    renew_every,
+    retry_pause,
+)
+
+__all__ = ["QuorumClient", "QuorumLease", "AsyncQuorumClient", "AsyncQuorumLease", "drift"]
+
+
+def drift(ttl_ms: int) -> float:
+    """The clock drift allowed for a ttl, seconds: 1% of it plus 2 ms."""
+    return ttl_ms / 100000 + 0.002
+
+
+def _quorum(n: int) -> int:
+    return n // 2 + 1
+
+
+def _node_timeout(io_timeout: float, ttl_ms: int) -> float:
+    """How long one master may take to answer one step."""
+    return min(io_timeout, ttl_ms / 3000)
+
+
+def _backoff(ttl_ms: int) -> float:
+    """A random pause before another try: up to a tenth of the ttl (1 to 50
+    ms), so that contenders fall out of step."""
+    return max(random.random() * min(max(ttl_ms / 10000, 0.001), 0.05), 0.0002)
+
+
+def _acquire_args(key: Any, owner: str, ttl_ms: int, floor: Optional[int]) -> Tuple[Any, ...]:
+    args: Tuple[Any, ...] = ("LEASE.ACQUIRE", key, owner, ttl_ms)
+    return args if floor is None else args + ("FLOOR", floor)
+
+
+def _granted(replies: Sequence[Any]) -> List[Tuple[int, int]]:
+    """(master, token) of every master that granted."""
+    return [(i, int(r)) for i, r in enumerate(replies) if isinstance(r, int) and not isinstance(r, bool)]
+
+
+def _committed(on: Sequence[int], replies: Sequence[Any], top: int) -> List[int]:
+    """The masters of ``on`` that answered exactly ``top``."""
+    return [i for i, r in zip(on, replies) if isinstance(r, int) and r == top]
+
+
+def _renew_decided(replies: Sequence[Any], n: int) -> bool:
+    """Is a renewal decided by the replies in so far (None: not yet in)? A
+    majority renewed, or too many refused: no need to wait for the rest."""
+    return _renew_outcome(replies, n) is not None
+
+
+def _renew_outcome(replies: Sequence[Any], n: int) -> Optional[bool]:
+    """True: a majority renewed. False: too many refused (the loss). None:
+    not enough answers, try again soon."""
+    if sum(1 for r in replies if r == 1) >= _quorum(n):
+        return True
+    if sum(1 for r in replies if isinstance(r, int) and r == 0) > n - _quorum(n):
+        return False
+    return None
+
+
+def _fenced_reply(replies: Sequence[Any], n_quorum: int) -> Any:
+    """The first reply of a master that ran the fenced command, or
+    :class:`StaleToken` when fewer than a majority ran it."""
+    ran = [r for r in replies if not isinstance(r, BaseException)]
+    if len(ran) < n_quorum:
+        raise StaleToken("STALE the quorum token is not current on a majority; the command ran on fewer")
+    return ran[0]
+
+
+class QuorumClient:
+    """Takes quorum leases on the masters of ``clients`` (redis.Redis, one per
+    master; three or five in practice).
+
+    - ``io_timeout``: how long one master may take to answer one step (at
+      most a third of the ttl). Default 5.
+    - ``watchdog``: renew in the background. Default True.
+    """
+
+    def __init__(self, clients: Sequence[redis.Redis], *, io_timeout: float = 5.0, watchdog: bool = True) -> None:
+        self._pools = [_sync._Pool(_sync._Target(c, io_timeout)) for c in clients]
+        self._executor = ThreadPoolExecutor(max_workers=len(self._pools), thread_name_prefix="quorum")
+        self.io_timeout = io_timeout
+        self.watchdog = watchdog
+        self.quorum = _quorum(len(self._pools))
+        self._commit = True
+
+    def _each(self, on: Sequence[int], args: Callable[[int], Tuple[Any, ...]], timeout: float) -> List[Any]:
+        """``args(i)`` on every master ``i`` of ``on`` at once: each reply, or
+        the exception it raised."""
+
+        return self._each_until(on, args, timeout, lambda _: False)
+
+    def _each_until(
+        self,
+        on: Sequence[int],
+        args: Callable[[int], Tuple[Any, ...]],
+        timeout: float,
+        enough: Callable[[List[Any]], bool],
+    ) -> List[Any]:
+        """As ``_each``, but returns as soon as ``enough`` says so of the
+        replies in so far (None for those not in: a renewal that a majority
+        answered does not wait for a slow master)."""
+
+        def one(i: int) -> Any:
+            try:
+                return self._pools[i].call(None, args(i), timeout, timeout)
+            except Exception as e:
+                return e
+
+        futures = {self._executor.submit(one, i): n for n, i in enumerate(on)}
+        replies: List[Any] = [None] * len(on)
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                replies[futures[f]] = f.result()
+            if enough(replies):
+                break
+        return replies
+
+    def _all(self) -> List[int]:
+        return list(range(len(self._pools)))
+
+    def _release_everywhere(self, key: Any, owner: str, timeout: float) -> int:
+        replies = self._each(self._all(), lambda _: ("LEASE.RELEASE", key, owner), timeout)
+        return sum(1 for r in replies if r == 1)
+
+    def acquire(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> Optional["QuorumLease"]:
+        """Takes the lease on ``key`` on a majority, with one token. None when
+        no majority came within ``block_ms`` (None: one try; 0: until it
+        does), trying again after a random back-off. One owner for every
+        try: an ambiguous outcome (a timeout) is safe to retry."""
+        check_ttl(ttl_ms, block_ms)
+        owner = new_owner()
+        until = None if block_ms == 0 else time.monotonic() + (block_ms or 0) / 1000
+        while True:
+            lease = self._attempt(key, owner, ttl_ms)
+            if lease is not None:
+                return lease
+            self._release_everywhere(key, owner, _node_timeout(self.io_timeout, ttl_ms))
+            pause = _backoff(ttl_ms)
+            if until is not None and time.monotonic() + pause >= until:
+                return None
+            time.sleep(pause)
+
+    def _attempt(self, key: Any, owner: str, ttl_ms: int) -> Optional["QuorumLease"]:
+        timeout = _node_timeout(self.io_timeout, ttl_ms)
+        t0 = time.monotonic()
+        valid_until = t0 + ttl_ms / 1000 - drift(ttl_ms)
+        granted = _granted(self._each(self._all(), lambda _: _acquire_args(key, owner, ttl_ms, None), timeout))
+        if len(granted) < self.quorum:
+            return None
+        top = max(t for _, t in granted)
+        on = [i for i, _ in granted]
+        if self._commit:
+            replies = self._each(on, lambda _: _acquire_args(key, owner, ttl_ms, top), timeout)
+            committed = _committed(on, replies, top)
+        else:
+            committed = on
+        if len(committed) < self.quorum or time.monotonic() >= valid_until:
+            return None
+        return QuorumLease(self, key, owner, top, ttl_ms, valid_until, committed)
+
+    def lease(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> "QuorumLease":
+        """For ``with``: acquires now (:class:`LeaseBusy` when no majority
+        came); the block releases it on exit and raises :class:`LeaseLost`
+        when it ended normally after the lease was lost."""
+        lease = self.acquire(key, ttl_ms, block_ms)
+        if lease is None:
+            raise LeaseBusy(f"{key!r}: no majority of the masters granted the lease")
+        return lease
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False)
+        for pool in self._pools:
+            pool.close()
+
+
+class QuorumLease:
+    """A quorum lease: one ``token`` committed on a majority (``committed``:
+    the masters' indexes); ``lost`` its loss signal; a context manager."""
+
+    def __init__(
+        self, client: QuorumClient, key: Any, owner: str, token: int, ttl_ms: int, valid_until: float, committed: List[int]
+    ) -> None:
+        self.key = key
+        self.token = token
+        self.ttl_ms = ttl_ms
+        self.committed = committed
+        self.lost = _sync.LossSignal(valid_until)
+        self._client = client
+        self._owner = owner
+        self._released = False
+        if client.watchdog:
+            threading.Thread(target=self._watchdog, name="quorum-watchdog", daemon=True).start()
+
+    def __repr__(self) -> str:
+        return f"<QuorumLease key={self.key!r} token={self.token} lost={self.lost.reason}>"
+
+    def renew(self) -> bool:
+        """Renews on every master now: True when a majority renewed."""
+        return self._renew_round() is True
+
+    def _renew_round(self) -> Optional[bool]:
+        c = self._client
+        sent = time.monotonic()
+        args = ("LEASE.RENEW", self.key, self._owner, self.ttl_ms)
+        n = len(c._pools)
+        timeout = _node_timeout(c.io_timeout, self.ttl_ms)
+        replies = c._each_until(c._all(), lambda _: args, timeout, lambda r: _renew_decided(r, n))
+        outcome = _renew_outcome(replies, n)
+        if outcome is True:
+            return bool(self.lost._extend(sent, self.ttl_ms - drift(self.ttl_ms) * 1000))
+        if outcome is False:
+            self.lost._lose(Loss.REFUSED)
+        return outcome
+
+    def _first_wait(self) -> float:
+        """Until a third of the ttl after the acquisition's first send (its
+        validity counts from there)."""
+        t0 = self.lost.deadline - self.ttl_ms / 1000 + drift(self.ttl_ms)
+        return max(t0 + renew_every(self.ttl_ms) - time.monotonic(), 0.001)
+
+    def _watchdog(self) -> None:
+        wait = self._first_wait()
+        while not self.lost.wait(wait):
+            outcome = self._renew_round()
+            if outcome is False:
+                return
+            wait = renew_every(self.ttl_ms) if outcome else retry_pause(self.ttl_ms)
+
+    def fence(self, *command: Any) -> Any:
+        """``LEASE.FENCE key token command...`` on every master that committed
+        the token: the first reply of a master that ran it, or
+        :class:`StaleToken` when fewer than a majority ran it."""
+        c = self._client
+        args = ("LEASE.FENCE", self.key, self.token) + command
+        return _fenced_reply(c._each(self.committed, lambda _: args, c.io_timeout), c.quorum)
+
+    def release(self) -> bool:
+        """Gives the lease back on every master: True when a majority
+        released it."""
+        if self._released:
+            return False
+        self._released = True
+        self.lost._lose(Loss.RELEASED)
+        c = self._client
+        return c._release_everywhere(self.key, self._owner, _node_timeout(c.io_timeout, self.ttl_ms)) >= c.quorum
+
+    def __enter__(self) -> "QuorumLease":
+        return self
+
+    def __exit__(self, t: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        lost = lost_during(self.lost.reason)
+        self.release()
+        if exc is None and lost is not None:
+            raise LeaseLost(lost)
+
+
+class AsyncQuorumClient:
+    """:class:`QuorumClient` for asyncio, on ``redis.asyncio.Redis`` clients."""
+
+    def __init__(self, clients: Sequence[aredis.Redis], *, io_timeout: float = 5.0, watchdog: bool = True) -> None:
+        self._pools = [aio._Pool(aio._Target(c, io_timeout)) for c in clients]
+        self._stragglers: "set[asyncio.Task[Any]]" = set()
+        self.io_timeout = io_timeout
+        self.watchdog = watchdog
+        self.quorum = _quorum(len(self._pools))
+
+    async def _each(self, on: Sequence[int], args: Callable[[int], Tuple[Any, ...]], timeout: float) -> List[Any]:
+        return await self._each_until(on, args, timeout, lambda _: False)
+
+    async def _each_until(
+        self,
+        on: Sequence[int],
+        args: Callable[[int], Tuple[Any, ...]],
+        timeout: float,
+        enough: Callable[[List[Any]], bool],
+    ) -> List[Any]:
+        """As the sync client's: returns once ``enough`` says so. The calls
+        still out finish on their own (bounded by ``timeout``): a renewal
+        reaches every master that answers, not only the first majority."""
+
+        async def one(n: int, i: int) -> Tuple[int, Any]:
+            try:
+                return n, await self._pools[i].call(None, args(i), timeout, timeout)
+            except Exception as e:
+                return n, e
+
+        tasks = {asyncio.ensure_future(one(n, i)) for n, i in enumerate(on)}
+        replies: List[Any] = [None] * len(on)
+        while tasks:
+            done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                n, reply = t.result()
+                replies[n] = reply
+            if enough(replies):
+                break
+        # Kept until they end, so that they are not collected half-way.
+        self._stragglers |= tasks
+        for t in tasks:
+            t.add_done_callback(self._stragglers.discard)
+        return replies
+
+    def _all(self) -> List[int]:
+        return list(range(len(self._pools)))
+
+    async def _release_everywhere(self, key: Any, owner: str, timeout: float) -> int:
+        replies = await self._each(self._all(), lambda _: ("LEASE.RELEASE", key, owner), timeout)
+        return sum(1 for r in replies if r == 1)
+
+    async def acquire(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> Optional["AsyncQuorumLease"]:
+        """As :meth:`QuorumClient.acquire`."""
+        check_ttl(ttl_ms, block_ms)
+        owner = new_owner()
+        until = None if block_ms == 0 else time.monotonic() + (block_ms or 0) / 1000
+        while True:
+            lease = await self._attempt(key, owner, ttl_ms)
+            if lease is not None:
+                return lease
+            await self._release_everywhere(key, owner, _node_timeout(self.io_timeout, ttl_ms))
+            pause = _backoff(ttl_ms)
+            if until is not None and time.monotonic() + pause >= until:
+                return None
+            await asyncio.sleep(pause)
+
+    async def _attempt(self, key: Any, owner: str, ttl_ms: int) -> Optional["AsyncQuorumLease"]:
+        timeout = _node_timeout(self.io_timeout, ttl_ms)
+        t0 = time.monotonic()
+        valid_until = t0 + ttl_ms / 1000 - drift(ttl_ms)
+        replies = await self._each(self._all(), lambda _: _acquire_args(key, owner, ttl_ms, None), timeout)
+        granted = _granted(replies)
+        if len(granted) < self.quorum:
+            return None
+        top = max(t for _, t in granted)
+        on = [i for i, _ in granted]
+        replies = await self._each(on, lambda _: _acquire_args(key, owner, ttl_ms, top), timeout)
+        committed = _committed(on, replies, top)
+        if len(committed) < self.quorum or time.monotonic() >= valid_until:
+            return None
+        return AsyncQuorumLease(self, key, owner, top, ttl_ms, valid_until, committed)
+
+    def lease(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> "_AsyncQuorumContext":
+        """``async with client.lease(...) as lease:`` as the sync one."""
+        return _AsyncQuorumContext(self, key, ttl_ms, block_ms)
+
+    async def close(self) -> None:
+        for pool in self._pools:
+            await pool.close()
+
+
+class AsyncQuorumLease:
+    """:class:`QuorumLease` for asyncio (awaitable ``fence``, ``renew``,
+    ``release``; ``lost`` an :class:`redis_lease.aio.AsyncLossSignal`)."""
+
+    def __init__(
+        self, client: AsyncQuorumClient, key: Any, owner: str, token: int, ttl_ms: int, valid_until: float, committed: List[int]
+    ) -> None:
+        self.key = key
+        self.token = token
+        self.ttl_ms = ttl_ms
+        self.committed = committed
+        self.lost = aio.AsyncLossSignal(valid_until)
+        self._client = client
+        self._owner = owner
+        self._released = False
+        self._task: Optional["asyncio.Task[None]"] = None
+        if client.watchdog:
+            self._task = asyncio.ensure_future(self._watchdog())
+
+    def __repr__(self) -> str:
+        return f"<AsyncQuorumLease key={self.key!r} token={self.token} lost={self.lost.reason}>"
+
+    async def renew(self) -> bool:
+        return await self._renew_round() is True
+
+    async def _renew_round(self) -> Optional[bool]:
+        c = self._client
+        sent = time.monotonic()
+        args = ("LEASE.RENEW", self.key, self._owner, self.ttl_ms)
+        n = len(c._pools)
+        timeout = _node_timeout(c.io_timeout, self.ttl_ms)
+        replies = await c._each_until(c._all(), lambda _: args, timeout, lambda r: _renew_decided(r, n))
+        outcome = _renew_outcome(replies, n)
+        if outcome is True:
+            return bool(self.lost._extend(sent, self.ttl_ms - drift(self.ttl_ms) * 1000))
+        if outcome is False:
+            self.lost._lose(Loss.REFUSED)
+        return outcome
+
+    async def _watchdog(self) -> None:
+        t0 = self.lost.deadline - self.ttl_ms / 1000 + drift(self.ttl_ms)
+        wait = max(t0 + renew_every(self.ttl_ms) - time.monotonic(), 0.001)
+        while True:
+            try:
+                await asyncio.wait_for(self.lost.wait(), wait)
+                return
+            except asyncio.TimeoutError:
+                pass
+            outcome = await self._renew_round()
+            if outcome is False:
+                return
+            wait = renew_every(self.ttl_ms) if outcome else retry_pause(self.ttl_ms)
+
+    async def fence(self, *command: Any) -> Any:
+        c = self._client
+        args = ("LEASE.FENCE", self.key, self.token) + command
+        return _fenced_reply(await c._each(self.committed, lambda _: args, c.io_timeout), c.quorum)
+
+    async def release(self) -> bool:
+        if self._released:
+            return False
+        self._released = True
+        self.lost._lose(Loss.RELEASED)
+        if self._task is not None:
+            self._task.cancel()
+        c = self._client
+        return await c._release_everywhere(self.key, self._owner, _node_timeout(c.io_timeout, self.ttl_ms)) >= c.quorum
+
+
+class _AsyncQuorumContext:
+    def __init__(self, client: AsyncQuorumClient, key: Any, ttl_ms: int, block_ms: Optional[int]) -> None:
+        self._args = (client, key, ttl_ms, block_ms)
+        self._lease: Optional[AsyncQuorumLease] = None
+
+    async def __aenter__(self) -> AsyncQuorumLease:
+        client, key, ttl_ms, block_ms = self._args
+        lease = await client.acquire(key, ttl_ms, block_ms)
+        if lease is None:
+            raise LeaseBusy(f"{key!r}: no majority of the masters granted the lease")
+        self._lease = lease
+        return lease
+
+    async def __aexit__(self, t: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        assert self._lease is not None
+        lost = lost_during(self._lease.lost.reason)
+        await self._lease.release()
+        if exc is None and lost is not None:
+            raise LeaseLost(lost)
