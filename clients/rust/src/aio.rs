@@ -42,6 +42,8 @@ use crate::protocol::{
 };
 use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd};
 
+pub use crate::aio_quorum::{QuorumClient, QuorumLease};
+
 #[derive(Clone)]
 enum Conn {
     One(MultiplexedConnection),
@@ -548,7 +550,16 @@ impl LossSignal {
         self.0.borrow().deadline
     }
 
-    fn extend(&self, sent: Instant, ttl: Duration) -> bool {
+    /// A signal whose deadline is `deadline`, not lost.
+    pub(crate) fn new(deadline: Instant) -> LossSignal {
+        let (tx, _) = watch::channel(State {
+            deadline,
+            loss: None,
+        });
+        LossSignal(Arc::new(tx))
+    }
+
+    pub(crate) fn extend(&self, sent: Instant, ttl: Duration) -> bool {
         let mut ok = false;
         self.0.send_modify(|st| {
             if st.loss().is_none() {
@@ -561,7 +572,7 @@ impl LossSignal {
         ok
     }
 
-    fn lose(&self, loss: Loss) {
+    pub(crate) fn lose(&self, loss: Loss) {
         self.0.send_modify(|st| {
             if st.loss.is_none() {
                 st.loss = Some(st.loss().unwrap_or(loss));

@@ -70,6 +70,8 @@ pub use sync::{Lease, LeaseClient, LossSignal};
 
 #[cfg(feature = "tokio")]
 pub mod aio;
+#[cfg(feature = "tokio")]
+mod aio_quorum;
 
 pub use redis;
 

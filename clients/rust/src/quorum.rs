@@ -25,6 +25,73 @@ pub fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
+/// How many masters of `n` make a majority.
+pub(crate) fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// When a holding whose first send was at `t0` stops counting as held:
+/// `ttl - drift` later.
+pub(crate) fn valid_until(t0: Instant, ttl: Duration) -> Instant {
+    t0 + ttl - drift(ttl).min(ttl)
+}
+
+/// The first renewal: a third of the ttl after the first send, read back
+/// from the holding's deadline.
+pub(crate) fn first_renewal(deadline: Instant, ttl: Duration) -> Instant {
+    deadline + drift(ttl).min(ttl) - ttl + renew_every(ttl)
+}
+
+/// Step 1 (`floor` None) or step 3 (`FLOOR T`) of an acquisition.
+pub(crate) fn acquire_step(key: &str, owner: &str, ttl: Duration, floor: Option<u64>) -> Cmd {
+    let mut cmd = redis::cmd("LEASE.ACQUIRE");
+    cmd.arg(key).arg(owner).arg(crate::protocol::millis(ttl));
+    if let Some(t) = floor {
+        cmd.arg("FLOOR").arg(t);
+    }
+    cmd
+}
+
+/// (master, token) of the masters of `on` that granted, from their replies.
+pub(crate) fn granted(on: &[usize], replies: Vec<RedisResult<Option<u64>>>) -> Vec<(usize, u64)> {
+    on.iter()
+        .zip(replies)
+        .filter_map(|(&i, r)| Some((i, r.ok()??)))
+        .collect()
+}
+
+/// The masters of `on` whose step 3 answered exactly `top`.
+pub(crate) fn committed(
+    on: &[usize],
+    replies: Vec<RedisResult<Option<u64>>>,
+    top: u64,
+) -> Vec<usize> {
+    on.iter()
+        .zip(replies)
+        .filter(|(_, r)| matches!(r, Ok(Some(t)) if *t == top))
+        .map(|(&i, _)| i)
+        .collect()
+}
+
+/// A renewal round from the replies in so far (`None`: not in yet) of `n`
+/// masters: `Some(true)` a majority renewed, `Some(false)` too many
+/// refused (the loss), `None` undecided.
+pub(crate) fn renew_outcome<E>(replies: &[Option<Result<i64, E>>], n: usize) -> Option<bool> {
+    let count = |v: i64| {
+        replies
+            .iter()
+            .filter(|r| matches!(r, Some(Ok(x)) if *x == v))
+            .count()
+    };
+    if count(1) >= majority(n) {
+        Some(true)
+    } else if count(0) > n - majority(n) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
 /// One master: its client and its idle connections.
 struct Node {
     client: redis::Client,
@@ -66,7 +133,7 @@ struct Inner {
 
 impl Inner {
     fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
+        majority(self.nodes.len())
     }
 
     /// How long one master may take to answer one step.
@@ -242,22 +309,9 @@ impl QuorumClient {
         let inner = &self.0;
         let timeout = inner.node_timeout(ttl);
         let t0 = Instant::now();
-        let valid_until = t0 + ttl - drift(ttl).min(ttl);
-        let ms = crate::protocol::millis(ttl);
-        let acquire = |floor: Option<u64>| {
-            let mut cmd = redis::cmd("LEASE.ACQUIRE");
-            cmd.arg(key).arg(owner).arg(ms);
-            if let Some(t) = floor {
-                cmd.arg("FLOOR").arg(t);
-            }
-            cmd
-        };
-        let granted: Vec<(usize, u64)> = inner
-            .each::<Option<u64>>(&inner.all(), timeout, |_| acquire(None))
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, r)| Some((i, r.ok()??)))
-            .collect();
+        let all = inner.all();
+        let replies = inner.each(&all, timeout, |_| acquire_step(key, owner, ttl, None));
+        let granted = granted(&all, replies);
         if granted.len() < inner.quorum() {
             return Ok(None);
         }
@@ -266,18 +320,16 @@ impl QuorumClient {
             .map(|&(_, t)| t)
             .max()
             .expect("a majority granted");
-        let committed: Vec<usize> = if inner.commit {
-            let on: Vec<usize> = granted.iter().map(|&(i, _)| i).collect();
-            inner
-                .each::<Option<u64>>(&on, timeout, |_| acquire(Some(top)))
-                .into_iter()
-                .zip(&on)
-                .filter(|(r, _)| matches!(r, Ok(Some(t)) if *t == top))
-                .map(|(_, &i)| i)
-                .collect()
-        } else {
-            granted.iter().map(|&(i, _)| i).collect()
+        let on: Vec<usize> = granted.iter().map(|&(i, _)| i).collect();
+        let committed = match inner.commit {
+            true => committed(
+                &on,
+                inner.each(&on, timeout, |_| acquire_step(key, owner, ttl, Some(top))),
+                top,
+            ),
+            false => on,
         };
+        let valid_until = valid_until(t0, ttl);
         if committed.len() < inner.quorum() || Instant::now() >= valid_until {
             return Ok(None);
         }
@@ -295,7 +347,7 @@ impl QuorumClient {
 
 /// A random pause before another try: up to a tenth of the ttl (at least
 /// 1 ms, at most 50 ms), so that contenders fall out of step.
-fn backoff(ttl: Duration) -> Duration {
+pub(crate) fn backoff(ttl: Duration) -> Duration {
     let top = (ttl / 10).clamp(Duration::from_millis(1), Duration::from_millis(50));
     top.mul_f64(rand::random::<f64>())
         .max(Duration::from_micros(200))
@@ -423,9 +475,10 @@ impl Drop for QuorumLease {
     }
 }
 
-/// One renewal on every master, sent now: `Some(true)` a majority renewed
-/// (the validity moved), `Some(false)` too many refused (the loss),
-/// `None` not enough answers (try again soon).
+/// One renewal on every master, sent now, done once a majority answered
+/// either way (the others still get theirs): `Some(true)` a majority
+/// renewed (the validity moved), `Some(false)` too many refused (the
+/// loss), `None` not enough answers (try again soon).
 fn renew_round(
     client: &QuorumClient,
     key: &str,
@@ -434,20 +487,23 @@ fn renew_round(
     signal: &LossSignal,
 ) -> Option<bool> {
     let inner = &client.0;
+    let n = inner.nodes.len();
     let sent = Instant::now();
-    let replies = inner.each::<i64>(&inner.all(), inner.node_timeout(ttl), |_| {
-        renew_cmd(key, owner, ttl)
-    });
-    let renewed = replies.iter().filter(|r| matches!(r, Ok(1))).count();
-    let refused = replies.iter().filter(|r| matches!(r, Ok(0))).count();
-    if renewed >= inner.quorum() {
-        return Some(signal.extend(sent, ttl - drift(ttl).min(ttl)));
+    let replies = inner.each_until(
+        &inner.all(),
+        inner.node_timeout(ttl),
+        |_| renew_cmd(key, owner, ttl),
+        |got| renew_outcome(got, n).is_some(),
+    );
+    let replies: Vec<Option<RedisResult<i64>>> = replies.into_iter().map(Some).collect();
+    match renew_outcome(&replies, n) {
+        Some(true) => Some(signal.extend(sent, ttl - drift(ttl).min(ttl))),
+        Some(false) => {
+            signal.lose(Loss::Refused);
+            Some(false)
+        }
+        None => None,
     }
-    if refused > inner.nodes.len() - inner.quorum() {
-        signal.lose(Loss::Refused);
-        return Some(false);
-    }
-    None
 }
 
 /// Renews every third of the ttl on every master until the lease is lost
@@ -455,7 +511,7 @@ fn renew_round(
 fn watchdog(client: &QuorumClient, key: &str, owner: &str, ttl: Duration, signal: &LossSignal) {
     // The first renewal a third of the ttl after the acquisition's first
     // send (its validity counts from there, not from when it was held).
-    let mut next = signal.deadline() + drift(ttl).min(ttl) - ttl + renew_every(ttl);
+    let mut next = first_renewal(signal.deadline(), ttl);
     loop {
         if signal
             .wait(Some(next.saturating_duration_since(Instant::now())))

@@ -407,4 +407,51 @@ both! {
         assert!(Instant::now() >= deadline && Instant::now() < deadline + MS(50));
         drop(frozen);
     }
+
+    fn a_stopped_master_does_not_slow_the_renewals(kind) {
+        let masters = Masters::start(kind, "0", None);
+        let client = masters.client().with_options(Options { io_timeout: MS(100), ..Options::default() });
+        let frozen = common::Frozen::stop(masters.servers[4].lock().unwrap().as_ref().unwrap());
+        let ttl = MS(300);
+        let lease = client.acquire("job", ttl, Block::For(MS(1000))).unwrap().expect("four masters");
+        assert_eq!(lease.committed(), &[0, 1, 2, 3]);
+        thread::sleep(ttl * 4);
+        assert!(!lease.is_lost(), "renewed by the first majority to answer: {:?}", lease.loss());
+        drop(frozen);
+    }
+}
+
+#[cfg(feature = "tokio")]
+both! {
+    fn the_async_quorum_client_takes_renews_fences_and_loses_like_the_sync_one(kind) {
+        use redis_lease_client::aio::QuorumClient as AsyncQuorumClient;
+        let masters = Masters::start(kind, "0", None);
+        let urls: Vec<String> = masters.relays.iter().map(|r| format!("redis://127.0.0.1:{}/", r.port)).collect();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let client = AsyncQuorumClient::open(&urls).unwrap().with_options(Options { io_timeout: MS(100), ..Options::default() });
+        let frozen = common::Frozen::stop(masters.servers[4].lock().unwrap().as_ref().unwrap());
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let ttl = MS(300);
+        rt.block_on(async {
+            let lease = client.acquire("job", ttl, Block::For(MS(1000))).await.unwrap().expect("four masters");
+            assert_eq!(lease.committed(), &[0, 1, 2, 3]);
+            tokio::time::sleep(ttl * 4).await;
+            assert!(!lease.is_lost(), "{:?}", lease.loss());
+            let _: () = lease.fence(redis::cmd("SET").arg("data").arg("async")).await.unwrap();
+            for i in 0..4 {
+                assert_eq!(common::token_of(&mut masters.conn(i), "job"), Some(lease.token() as i64));
+                assert_eq!(common::ok_text(&mut masters.conn(i), &["GET", "data"]), "async");
+            }
+            assert!(client.acquire("job", ttl, Block::NoWait).await.unwrap().is_none(), "held: no second holder");
+            for i in 0..3 {
+                common::ok(&mut masters.conn(i), &["DEL", "job"]);
+            }
+            let lost = tokio::time::timeout(ttl * 2, lease.signal().lost()).await;
+            assert_eq!(lost.ok(), Some(redis_lease_client::Loss::Refused));
+            assert!(!lease.release().await.unwrap());
+            let again = client.acquire("job", ttl, Block::For(MS(1000))).await.unwrap().expect("free again");
+            assert!(again.release().await.unwrap());
+        });
+        drop(frozen);
+    }
 }

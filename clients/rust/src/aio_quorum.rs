@@ -1,0 +1,410 @@
+//! Quorum leases on tokio (feature `tokio`): [`QuorumClient`] and
+//! [`QuorumLease`], re-exported from `aio`. The same algorithm as the sync
+//! [`crate::QuorumClient`] (its decisions are the functions of
+//! `quorum.rs`); this file does the async I/O: one multiplexed connection
+//! per master, every step sent to the masters at once.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError, RedisResult};
+use tokio::sync::mpsc;
+
+use crate::aio::LossSignal;
+use crate::protocol::{check_ttl, lost_reply, release_cmd, renew_cmd, renew_every, retry_pause};
+use crate::quorum::{
+    acquire_step, committed, drift, first_renewal, granted, majority, renew_outcome, valid_until,
+};
+use crate::{Block, Error, Loss, Options, fence_cmd, new_owner};
+
+fn timed_out() -> RedisError {
+    RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+}
+
+/// One master: its client and its multiplexed connection (opened on first
+/// use, and again after a lost reply).
+struct Node {
+    client: redis::Client,
+    conn: Mutex<Option<MultiplexedConnection>>,
+}
+
+impl Node {
+    async fn call<T: FromRedisValue>(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<T> {
+        let current = self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let call = async {
+            let mut conn = match current {
+                Some(c) => c,
+                None => {
+                    let config = AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(timeout))
+                        .set_response_timeout(None);
+                    let c = self
+                        .client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?;
+                    *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
+                    c
+                }
+            };
+            cmd.query_async::<T>(&mut conn).await
+        };
+        let result = tokio::time::timeout(timeout.max(Duration::from_millis(1)), call)
+            .await
+            .unwrap_or_else(|_| Err(timed_out()));
+        if result.as_ref().is_err_and(lost_reply) {
+            *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        result
+    }
+}
+
+struct Inner {
+    nodes: Vec<Node>,
+    opts: Options,
+}
+
+impl Inner {
+    fn quorum(&self) -> usize {
+        majority(self.nodes.len())
+    }
+
+    fn node_timeout(&self, ttl: Duration) -> Duration {
+        self.opts.io_timeout.min(ttl / 3)
+    }
+
+    fn all(&self) -> Vec<usize> {
+        (0..self.nodes.len()).collect()
+    }
+
+    /// `cmd` on every master of `on` at once, returning once `enough` says
+    /// so of the replies in so far (the calls still out go on).
+    async fn each_until<T: FromRedisValue + Send + 'static>(
+        self: &Arc<Self>,
+        on: &[usize],
+        timeout: Duration,
+        cmd: &Cmd,
+        enough: impl Fn(&[Option<RedisResult<T>>]) -> bool,
+    ) -> Vec<RedisResult<T>> {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for (slot, &i) in on.iter().enumerate() {
+            let (inner, cmd, tx) = (self.clone(), cmd.clone(), tx.clone());
+            tokio::spawn(async move {
+                let _ = tx.send((slot, inner.nodes[i].call::<T>(&cmd, timeout).await));
+            });
+        }
+        drop(tx);
+        let mut got: Vec<Option<RedisResult<T>>> = on.iter().map(|_| None).collect();
+        while let Some((slot, r)) = rx.recv().await {
+            got[slot] = Some(r);
+            if enough(&got) {
+                break;
+            }
+        }
+        got.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(timed_out())))
+            .collect()
+    }
+
+    async fn each<T: FromRedisValue + Send + 'static>(
+        self: &Arc<Self>,
+        on: &[usize],
+        timeout: Duration,
+        cmd: &Cmd,
+    ) -> Vec<RedisResult<T>> {
+        self.each_until(on, timeout, cmd, |_| false).await
+    }
+
+    async fn release_everywhere(
+        self: &Arc<Self>,
+        key: &str,
+        owner: &str,
+        timeout: Duration,
+    ) -> usize {
+        let replies = self
+            .each::<i64>(&self.all(), timeout, &release_cmd(key, owner))
+            .await;
+        replies.into_iter().filter(|r| matches!(r, Ok(1))).count()
+    }
+}
+
+/// Takes quorum leases on N independent masters from async code, as
+/// [`crate::QuorumClient`]. Cheap to clone.
+#[derive(Clone)]
+pub struct QuorumClient(Arc<Inner>);
+
+impl QuorumClient {
+    /// Leases on the masters at `urls`.
+    pub fn open(urls: &[&str]) -> Result<QuorumClient, Error> {
+        let clients = urls
+            .iter()
+            .map(|u| redis::Client::open(*u))
+            .collect::<RedisResult<Vec<_>>>()?;
+        Ok(QuorumClient::new(clients))
+    }
+
+    /// Leases on the masters of `clients`.
+    pub fn new(clients: Vec<redis::Client>) -> QuorumClient {
+        QuorumClient::with(clients, Options::default())
+    }
+
+    fn with(clients: Vec<redis::Client>, opts: Options) -> QuorumClient {
+        let nodes = clients
+            .into_iter()
+            .map(|client| Node {
+                client,
+                conn: Mutex::new(None),
+            })
+            .collect();
+        QuorumClient(Arc::new(Inner { nodes, opts }))
+    }
+
+    /// The same masters with other timeouts (new connections).
+    pub fn with_options(self, opts: Options) -> QuorumClient {
+        let clients = self.0.nodes.iter().map(|n| n.client.clone()).collect();
+        QuorumClient::with(clients, opts)
+    }
+
+    /// How many masters make a majority.
+    pub fn quorum(&self) -> usize {
+        self.0.quorum()
+    }
+
+    /// As [`crate::QuorumClient::acquire`]. Call it inside a tokio runtime.
+    pub async fn acquire(
+        &self,
+        key: &str,
+        ttl: Duration,
+        block: Block,
+    ) -> Result<Option<QuorumLease>, Error> {
+        check_ttl(ttl)?;
+        let owner = new_owner();
+        let until = match block {
+            Block::NoWait => Some(Instant::now()),
+            Block::For(d) => Some(Instant::now() + d),
+            Block::Forever => None,
+        };
+        loop {
+            if let Some(held) = self.attempt(key, &owner, ttl).await {
+                return Ok(Some(held));
+            }
+            self.0
+                .release_everywhere(key, &owner, self.0.node_timeout(ttl))
+                .await;
+            let pause = crate::quorum::backoff(ttl);
+            if until.is_some_and(|u| Instant::now() + pause >= u) {
+                return Ok(None);
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    async fn attempt(&self, key: &str, owner: &str, ttl: Duration) -> Option<QuorumLease> {
+        let inner = &self.0;
+        let timeout = inner.node_timeout(ttl);
+        let t0 = Instant::now();
+        let all = inner.all();
+        let replies = inner
+            .each(&all, timeout, &acquire_step(key, owner, ttl, None))
+            .await;
+        let granted = granted(&all, replies);
+        if granted.len() < inner.quorum() {
+            return None;
+        }
+        let top = granted.iter().map(|&(_, t)| t).max()?;
+        let on: Vec<usize> = granted.iter().map(|&(i, _)| i).collect();
+        let replies = inner
+            .each(&on, timeout, &acquire_step(key, owner, ttl, Some(top)))
+            .await;
+        let committed = committed(&on, replies, top);
+        let valid_until = valid_until(t0, ttl);
+        if committed.len() < inner.quorum() || Instant::now() >= valid_until {
+            return None;
+        }
+        Some(QuorumLease::start(
+            self,
+            key,
+            owner,
+            top,
+            ttl,
+            valid_until,
+            committed,
+        ))
+    }
+}
+
+/// A quorum lease (async), as [`crate::QuorumLease`]. Give it back with
+/// [`QuorumLease::release`]; dropping it spawns the release.
+pub struct QuorumLease {
+    key: String,
+    owner: String,
+    token: u64,
+    ttl: Duration,
+    committed: Vec<usize>,
+    client: QuorumClient,
+    signal: LossSignal,
+    released: bool,
+}
+
+impl QuorumLease {
+    fn start(
+        client: &QuorumClient,
+        key: &str,
+        owner: &str,
+        token: u64,
+        ttl: Duration,
+        valid_until: Instant,
+        committed: Vec<usize>,
+    ) -> QuorumLease {
+        let lease = QuorumLease {
+            key: key.to_string(),
+            owner: owner.to_string(),
+            token,
+            ttl,
+            committed,
+            client: client.clone(),
+            signal: LossSignal::new(valid_until),
+            released: false,
+        };
+        if client.0.opts.watchdog {
+            let (client, signal) = (client.clone(), lease.signal.clone());
+            let (key, owner) = (lease.key.clone(), lease.owner.clone());
+            tokio::spawn(async move { watchdog(&client, &key, &owner, ttl, &signal).await });
+        }
+        lease
+    }
+
+    /// The fencing token, the same on every master that committed it.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The masters (indexes in the client's list) that committed the token.
+    pub fn committed(&self) -> &[usize] {
+        &self.committed
+    }
+
+    /// The loss signal.
+    pub fn signal(&self) -> LossSignal {
+        self.signal.clone()
+    }
+
+    /// True once the lease is lost.
+    pub fn is_lost(&self) -> bool {
+        self.signal.is_lost()
+    }
+
+    /// Why the lease is lost, `None` while it is held.
+    pub fn loss(&self) -> Option<Loss> {
+        self.signal.loss()
+    }
+
+    /// Renews on every master now: `Ok(true)` when a majority renewed.
+    pub async fn renew(&self) -> Result<bool, Error> {
+        Ok(
+            renew_round(&self.client, &self.key, &self.owner, self.ttl, &self.signal).await
+                == Some(true),
+        )
+    }
+
+    /// `cmd` fenced with the token on every master that committed it: the
+    /// first reply of a master that ran it, or [`Error::Stale`] when fewer
+    /// than a majority ran it.
+    pub async fn fence<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
+        let inner = &self.client.0;
+        let fenced = fence_cmd(&self.key, self.token, cmd);
+        let replies = inner
+            .each::<redis::Value>(&self.committed, inner.opts.io_timeout, &fenced)
+            .await;
+        let ran: Vec<redis::Value> = replies.into_iter().filter_map(Result::ok).collect();
+        if ran.len() < inner.quorum() {
+            return Err(Error::Stale);
+        }
+        let first = ran.into_iter().next().expect("a majority ran it");
+        Ok(T::from_redis_value(first).map_err(RedisError::from)?)
+    }
+
+    /// Gives the lease back on every master: `Ok(true)` when a majority
+    /// released it.
+    pub async fn release(mut self) -> Result<bool, Error> {
+        self.released = true;
+        self.signal.lose(Loss::Released);
+        let inner = &self.client.0;
+        Ok(inner
+            .release_everywhere(&self.key, &self.owner, inner.node_timeout(self.ttl))
+            .await
+            >= inner.quorum())
+    }
+}
+
+impl Drop for QuorumLease {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.signal.lose(Loss::Released);
+        let (inner, key, owner, ttl) = (
+            self.client.0.clone(),
+            self.key.clone(),
+            self.owner.clone(),
+            self.ttl,
+        );
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                inner
+                    .release_everywhere(&key, &owner, inner.node_timeout(ttl))
+                    .await;
+            });
+        }
+    }
+}
+
+async fn renew_round(
+    client: &QuorumClient,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+    signal: &LossSignal,
+) -> Option<bool> {
+    let inner = &client.0;
+    let n = inner.nodes.len();
+    let sent = Instant::now();
+    let replies = inner
+        .each_until(
+            &inner.all(),
+            inner.node_timeout(ttl),
+            &renew_cmd(key, owner, ttl),
+            |got| renew_outcome(got, n).is_some(),
+        )
+        .await;
+    let replies: Vec<Option<RedisResult<i64>>> = replies.into_iter().map(Some).collect();
+    match renew_outcome(&replies, n) {
+        Some(true) => Some(signal.extend(sent, ttl - drift(ttl).min(ttl))),
+        Some(false) => {
+            signal.lose(Loss::Refused);
+            Some(false)
+        }
+        None => None,
+    }
+}
+
+async fn watchdog(
+    client: &QuorumClient,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+    signal: &LossSignal,
+) {
+    let mut next = first_renewal(signal.deadline(), ttl);
+    loop {
+        let wake = tokio::time::Instant::from_std(next);
+        if tokio::time::timeout_at(wake, signal.lost()).await.is_ok() {
+            return;
+        }
+        match renew_round(client, key, owner, ttl, signal).await {
+            Some(true) => next = Instant::now() + renew_every(ttl),
+            Some(false) => return,
+            None => next = Instant::now() + retry_pause(ttl),
+        }
+    }
+}
