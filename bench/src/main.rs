@@ -4,6 +4,7 @@
 //!     handoff <port> <server-pid>   part B: blocking hand-off (B1 to B4)
 //!     handoff cycles <port>         part C: full lock cycles per second
 //!     handoff helpers <port>        part F: the Rust helpers holding many leases
+//!     handoff quorum <port>...      part G: quorum lock cycles (bench/quorum.sh)
 //!
 //! Prints Markdown to stdout. Never fails on a slow result: it measures, it
 //! does not judge. bench/README.md says what each section measures; its
@@ -23,6 +24,7 @@ mod herd;
 mod knobs;
 mod kv;
 mod mass;
+mod quorum;
 mod resp;
 mod scripts;
 mod server;
@@ -41,10 +43,11 @@ fn main() -> ExitCode {
     let run = match args.as_slice() {
         [mode, port] if mode == "cycles" => part_c(port),
         [mode, port] if mode == "helpers" => part_e(port),
+        [mode, ports @ ..] if mode == "quorum" && !ports.is_empty() => part_g(ports),
         [port, pid] => part_b(port, pid),
         _ => {
             eprintln!(
-                "usage: handoff <port> <server-pid> | handoff cycles <port> | handoff helpers <port>\n\n\
+                "usage: handoff <port> <server-pid> | handoff cycles <port> | handoff helpers <port> | handoff quorum <port>...\n\n\
                  Knobs (environment variables, [default]):\n{}",
                 knobs::describe()
             );
@@ -81,6 +84,15 @@ fn part_e(port: &str) -> Res<()> {
     let port = arg("port", port)?;
     let knobs = Knobs::from_env()?;
     helpers::section(port, &knobs, &KvFile::new(knobs.handoff_kv.as_deref()))
+}
+
+/// `handoff quorum <port> <port> ...`.
+fn part_g(ports: &[String]) -> Res<()> {
+    let ports = ports
+        .iter()
+        .map(|p| arg("port", p))
+        .collect::<Res<Vec<u16>>>()?;
+    quorum::section(&ports)
 }
 
 /// `handoff <port> <server-pid>`: the sections that HANDOFF_ONLY leaves on.

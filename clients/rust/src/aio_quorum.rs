@@ -106,13 +106,20 @@ impl Inner {
             .collect()
     }
 
+    /// `cmd` on every master of `on` at once, all replies: the calls are
+    /// polled together on this task (no task per call).
     async fn each<T: FromRedisValue + Send + 'static>(
         self: &Arc<Self>,
         on: &[usize],
         timeout: Duration,
         cmd: &Cmd,
     ) -> Vec<RedisResult<T>> {
-        self.each_until(on, timeout, cmd, |_| false).await
+        join_all(
+            on.iter()
+                .map(|&i| self.nodes[i].call::<T>(cmd, timeout))
+                .collect(),
+        )
+        .await
     }
 
     async fn release_everywhere(
@@ -126,6 +133,34 @@ impl Inner {
             .await;
         replies.into_iter().filter(|r| matches!(r, Ok(1))).count()
     }
+}
+
+/// Every future of `futs` polled together until all are done: their
+/// outputs, in order.
+async fn join_all<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
+    use std::task::Poll;
+    let mut futs: Vec<std::pin::Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, slot) in futs.iter_mut().zip(out.iter_mut()) {
+            if slot.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *slot = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter()
+        .map(|v| v.expect("every future completed"))
+        .collect()
 }
 
 /// Takes quorum leases on N independent masters from async code, as

@@ -121,6 +121,46 @@ impl Node {
         }
         result
     }
+
+    /// Sends `cmd` on a pooled (or new) connection without waiting for the
+    /// reply: the connection, to read it from with [`recv`](Self::recv).
+    fn send(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<redis::Connection> {
+        let timeout = timeout.max(Duration::from_millis(1));
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut conn = match idle {
+            Some(c) => c,
+            None => self.client.get_connection_with_timeout(timeout)?,
+        };
+        conn.set_write_timeout(Some(timeout))?;
+        conn.send_packed_command(&cmd.get_packed_command())?;
+        Ok(conn)
+    }
+
+    /// The reply to what [`send`](Self::send) sent, by `until`; the
+    /// connection goes back to the pool unless its reply was lost.
+    fn recv<T: FromRedisValue>(
+        &self,
+        mut conn: redis::Connection,
+        until: Instant,
+    ) -> RedisResult<T> {
+        let left = until
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        conn.set_read_timeout(Some(left))?;
+        let result = conn
+            .recv_response()
+            .and_then(redis::Value::extract_error)
+            .and_then(|v| Ok(T::from_redis_value(v)?));
+        match &result {
+            Err(e) if lost_reply(e) => {}
+            _ => self
+                .idle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(conn),
+        }
+        result
+    }
 }
 
 struct Inner {
@@ -149,7 +189,16 @@ impl Inner {
         timeout: Duration,
         cmd_for: impl Fn(usize) -> Cmd,
     ) -> Vec<RedisResult<T>> {
-        self.each_until(on, timeout, cmd_for, |_| false)
+        // Sent to every master first, then every reply read, on this
+        // thread: one round trip in all, with no thread per call.
+        let until = Instant::now() + timeout.max(Duration::from_millis(1));
+        let sent: Vec<_> = on
+            .iter()
+            .map(|&i| (i, self.nodes[i].send(&cmd_for(i), timeout)))
+            .collect();
+        sent.into_iter()
+            .map(|(i, conn)| conn.and_then(|c| self.nodes[i].recv(c, until)))
+            .collect()
     }
 
     /// As [`each`](Self::each), but returns as soon as `enough` says so of
