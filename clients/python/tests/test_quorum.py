@@ -133,3 +133,15 @@ def test_asyncio_quorum_lease(masters):
         await client.close()
 
     asyncio.run(main())
+
+
+def test_the_readme_quorum_example_runs_as_written(masters, capsys):
+    import pathlib
+
+    readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+    code = readme.split("## Quorum leases", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "README.md", "exec"), {"ports": [m.port for m in masters]})
+    assert capsys.readouterr().out.startswith("token ")
+    for m in masters:
+        assert m.client().get("report:done") == b"1"
+        assert token_of(m.client(), "job") is None

@@ -10,6 +10,21 @@
 //! holdings strictly increase although the masters' clocks differ. The
 //! watchdog renews on every master and signals the loss when fewer than a
 //! majority renewed in time.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lease_client::{Block, QuorumClient};
+//!
+//! # fn main() -> Result<(), redis_lease_client::Error> {
+//! let client = QuorumClient::open(&["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"])?;
+//! if let Some(lease) = client.acquire("job", Duration::from_secs(10), Block::For(Duration::from_secs(2)))? {
+//!     // On every master that committed the token; Err(Error::Stale) if fewer than a majority ran it.
+//!     let _: () = lease.fence(redis::cmd("SET").arg("report:done").arg(1))?;
+//!     let token = lease.token(); // for a store outside Redis that keeps the highest token
+//!     lease.release()?;
+//! }
+//! # Ok(()) }
+//! ```
 
 use std::sync::{Arc, Mutex};
 use std::thread;
