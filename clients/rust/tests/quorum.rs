@@ -318,7 +318,7 @@ fn grace_control(kind: common::Kind, grace: &str) -> (Verdict, bool) {
     (verdict, second.is_some())
 }
 
-both! {
+compat! {
     fn quorum_history_with_faults_keeps_tokens_increasing_and_holdings_apart(kind) {
         let masters = Arc::new(Masters::start(kind, "1500", None));
         let ttl = MS(400);
