@@ -14,7 +14,8 @@ use tokio::sync::mpsc;
 use crate::aio::LossSignal;
 use crate::protocol::{check_ttl, lost_reply, release_cmd, renew_cmd, renew_every, retry_pause};
 use crate::quorum::{
-    acquire_step, committed, drift, first_renewal, granted, majority, renew_outcome, valid_until,
+    acquire_step, committed, drift, first_renewal, granted, majority, renew_outcome,
+    settle_renewal, valid_until,
 };
 use crate::{Block, Error, Loss, Options, fence_cmd, new_owner};
 
@@ -413,14 +414,11 @@ async fn renew_round(
         )
         .await;
     let replies: Vec<Option<RedisResult<i64>>> = replies.into_iter().map(Some).collect();
-    match renew_outcome(&replies, n) {
-        Some(true) => Some(signal.extend(sent, ttl - drift(ttl).min(ttl))),
-        Some(false) => {
-            signal.lose(Loss::Refused);
-            Some(false)
-        }
-        None => None,
-    }
+    settle_renewal(
+        renew_outcome(&replies, n),
+        || signal.extend(sent, ttl - drift(ttl).min(ttl)),
+        || signal.lose(Loss::Refused),
+    )
 }
 
 async fn watchdog(

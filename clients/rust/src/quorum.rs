@@ -107,6 +107,24 @@ pub(crate) fn renew_outcome<E>(replies: &[Option<Result<i64, E>>], n: usize) -> 
     }
 }
 
+/// What a decided renewal round does to the lease (`extend`: the validity
+/// moves, false once lost or released; `lose`: the loss), for the sync and
+/// the async signal alike; `None` (undecided) does nothing.
+pub(crate) fn settle_renewal(
+    outcome: Option<bool>,
+    extend: impl FnOnce() -> bool,
+    lose: impl FnOnce(),
+) -> Option<bool> {
+    match outcome {
+        Some(true) => Some(extend()),
+        Some(false) => {
+            lose();
+            Some(false)
+        }
+        None => None,
+    }
+}
+
 /// One master: its client and its idle connections.
 struct Node {
     client: redis::Client,
@@ -117,24 +135,9 @@ impl Node {
     /// Runs `cmd` within `timeout` (connect included for a new connection).
     /// A connection whose reply was lost is closed.
     fn call<T: FromRedisValue>(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<T> {
-        let timeout = timeout.max(Duration::from_millis(1));
-        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let mut conn = match idle {
-            Some(c) => c,
-            None => self.client.get_connection_with_timeout(timeout)?,
-        };
-        conn.set_read_timeout(Some(timeout))?;
-        conn.set_write_timeout(Some(timeout))?;
-        let result = cmd.query(&mut conn);
-        match &result {
-            Err(e) if lost_reply(e) => {}
-            _ => self
-                .idle
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(conn),
-        }
-        result
+        let until = Instant::now() + timeout.max(Duration::from_millis(1));
+        self.send(cmd, timeout)
+            .and_then(|conn| self.recv(conn, until))
     }
 
     /// Sends `cmd` on a pooled (or new) connection without waiting for the
@@ -560,14 +563,11 @@ fn renew_round(
         |got| renew_outcome(got, n).is_some(),
     );
     let replies: Vec<Option<RedisResult<i64>>> = replies.into_iter().map(Some).collect();
-    match renew_outcome(&replies, n) {
-        Some(true) => Some(signal.extend(sent, ttl - drift(ttl).min(ttl))),
-        Some(false) => {
-            signal.lose(Loss::Refused);
-            Some(false)
-        }
-        None => None,
-    }
+    settle_renewal(
+        renew_outcome(&replies, n),
+        || signal.extend(sent, ttl - drift(ttl).min(ttl)),
+        || signal.lose(Loss::Refused),
+    )
 }
 
 /// Renews every third of the ttl on every master until the lease is lost

@@ -247,39 +247,32 @@ class QuorumClient:
             pool.close()
 
 
-class QuorumLease:
-    """A quorum lease: one ``token`` committed on a majority (``committed``:
-    the masters' indexes); ``lost`` its loss signal; a context manager."""
+class _QuorumCore:
+    """What a sync and an asyncio quorum lease share (their I/O aside)."""
 
-    def __init__(
-        self, client: QuorumClient, key: Any, owner: str, token: int, ttl_ms: int, valid_until: float, committed: List[int]
-    ) -> None:
+    def __init__(self, client: Any, key: Any, owner: str, token: int, ttl_ms: int, committed: List[int], lost: Any) -> None:
         self.key = key
         self.token = token
         self.ttl_ms = ttl_ms
         self.committed = committed
-        self.lost = _sync.LossSignal(valid_until)
+        self.lost = lost
         self._client = client
         self._owner = owner
         self._released = False
-        if client.watchdog:
-            threading.Thread(target=self._watchdog, name="quorum-watchdog", daemon=True).start()
 
     def __repr__(self) -> str:
-        return f"<QuorumLease key={self.key!r} token={self.token} lost={self.lost.reason}>"
+        return f"<{type(self).__name__} key={self.key!r} token={self.token} lost={self.lost.reason}>"
 
-    def renew(self) -> bool:
-        """Renews on every master now: True when a majority renewed."""
-        return self._renew_round() is True
-
-    def _renew_round(self) -> Optional[bool]:
+    def _renewal(self) -> Tuple[Tuple[Any, ...], float, int]:
+        """A renewal round now: its command, its per-master timeout, and how
+        many masters there are."""
         c = self._client
-        sent = time.monotonic()
-        args = ("LEASE.RENEW", self.key, self._owner, self.ttl_ms)
-        n = len(c._pools)
-        timeout = _node_timeout(c.io_timeout, self.ttl_ms)
-        replies = c._each_until(c._all(), lambda _: args, timeout, lambda r: _renew_decided(r, n))
-        outcome = _renew_outcome(replies, n)
+        return ("LEASE.RENEW", self.key, self._owner, self.ttl_ms), _node_timeout(c.io_timeout, self.ttl_ms), len(c._pools)
+
+    def _settle(self, replies: Sequence[Any], sent: float) -> Optional[bool]:
+        """What a round sent at ``sent`` did: True renewed (the validity moves
+        to ``ttl - drift`` from ``sent``), False the loss, None undecided."""
+        outcome = _renew_outcome(replies, len(self._client._pools))
         if outcome is True:
             return bool(self.lost._extend(sent, self.ttl_ms - drift(self.ttl_ms) * 1000))
         if outcome is False:
@@ -292,29 +285,62 @@ class QuorumLease:
         t0 = self.lost.deadline - self.ttl_ms / 1000 + drift(self.ttl_ms)
         return max(t0 + renew_every(self.ttl_ms) - time.monotonic(), 0.001)
 
+    def _next_wait(self, outcome: Optional[bool]) -> float:
+        return renew_every(self.ttl_ms) if outcome else retry_pause(self.ttl_ms)
+
+    def _fence_args(self, command: Tuple[Any, ...]) -> Tuple[Any, ...]:
+        return ("LEASE.FENCE", self.key, self.token) + command
+
+    def _start_release(self) -> bool:
+        """False when released already; else marks it released (the signal
+        reads released unless lost before)."""
+        if self._released:
+            return False
+        self._released = True
+        self.lost._lose(Loss.RELEASED)
+        return True
+
+
+class QuorumLease(_QuorumCore):
+    """A quorum lease: one ``token`` committed on a majority (``committed``:
+    the masters' indexes); ``lost`` its loss signal; a context manager."""
+
+    def __init__(
+        self, client: QuorumClient, key: Any, owner: str, token: int, ttl_ms: int, valid_until: float, committed: List[int]
+    ) -> None:
+        super().__init__(client, key, owner, token, ttl_ms, committed, _sync.LossSignal(valid_until))
+        if client.watchdog:
+            threading.Thread(target=self._watchdog, name="quorum-watchdog", daemon=True).start()
+
+    def renew(self) -> bool:
+        """Renews on every master now: True when a majority renewed."""
+        return self._renew_round() is True
+
+    def _renew_round(self) -> Optional[bool]:
+        args, timeout, n = self._renewal()
+        sent = time.monotonic()
+        return self._settle(self._client._each_until(self._client._all(), lambda _: args, timeout, lambda r: _renew_decided(r, n)), sent)
+
     def _watchdog(self) -> None:
         wait = self._first_wait()
         while not self.lost.wait(wait):
             outcome = self._renew_round()
             if outcome is False:
                 return
-            wait = renew_every(self.ttl_ms) if outcome else retry_pause(self.ttl_ms)
+            wait = self._next_wait(outcome)
 
     def fence(self, *command: Any) -> Any:
         """``LEASE.FENCE key token command...`` on every master that committed
         the token: the first reply of a master that ran it, or
         :class:`StaleToken` when fewer than a majority ran it."""
         c = self._client
-        args = ("LEASE.FENCE", self.key, self.token) + command
-        return _fenced_reply(c._each(self.committed, lambda _: args, c.io_timeout), c.quorum)
+        return _fenced_reply(c._each(self.committed, lambda _: self._fence_args(command), c.io_timeout), c.quorum)
 
     def release(self) -> bool:
         """Gives the lease back on every master: True when a majority
         released it."""
-        if self._released:
+        if not self._start_release():
             return False
-        self._released = True
-        self.lost._lose(Loss.RELEASED)
         c = self._client
         return c._release_everywhere(self.key, self._owner, _node_timeout(c.io_timeout, self.ttl_ms)) >= c.quorum
 
@@ -420,48 +446,29 @@ class AsyncQuorumClient:
             await pool.close()
 
 
-class AsyncQuorumLease:
+class AsyncQuorumLease(_QuorumCore):
     """:class:`QuorumLease` for asyncio (awaitable ``fence``, ``renew``,
     ``release``; ``lost`` an :class:`redis_lease.aio.AsyncLossSignal`)."""
 
     def __init__(
         self, client: AsyncQuorumClient, key: Any, owner: str, token: int, ttl_ms: int, valid_until: float, committed: List[int]
     ) -> None:
-        self.key = key
-        self.token = token
-        self.ttl_ms = ttl_ms
-        self.committed = committed
-        self.lost = aio.AsyncLossSignal(valid_until)
-        self._client = client
-        self._owner = owner
-        self._released = False
+        super().__init__(client, key, owner, token, ttl_ms, committed, aio.AsyncLossSignal(valid_until))
         self._task: Optional["asyncio.Task[None]"] = None
         if client.watchdog:
             self._task = asyncio.ensure_future(self._watchdog())
-
-    def __repr__(self) -> str:
-        return f"<AsyncQuorumLease key={self.key!r} token={self.token} lost={self.lost.reason}>"
 
     async def renew(self) -> bool:
         return await self._renew_round() is True
 
     async def _renew_round(self) -> Optional[bool]:
-        c = self._client
+        args, timeout, n = self._renewal()
         sent = time.monotonic()
-        args = ("LEASE.RENEW", self.key, self._owner, self.ttl_ms)
-        n = len(c._pools)
-        timeout = _node_timeout(c.io_timeout, self.ttl_ms)
-        replies = await c._each_until(c._all(), lambda _: args, timeout, lambda r: _renew_decided(r, n))
-        outcome = _renew_outcome(replies, n)
-        if outcome is True:
-            return bool(self.lost._extend(sent, self.ttl_ms - drift(self.ttl_ms) * 1000))
-        if outcome is False:
-            self.lost._lose(Loss.REFUSED)
-        return outcome
+        c = self._client
+        return self._settle(await c._each_until(c._all(), lambda _: args, timeout, lambda r: _renew_decided(r, n)), sent)
 
     async def _watchdog(self) -> None:
-        t0 = self.lost.deadline - self.ttl_ms / 1000 + drift(self.ttl_ms)
-        wait = max(t0 + renew_every(self.ttl_ms) - time.monotonic(), 0.001)
+        wait = self._first_wait()
         while True:
             try:
                 await asyncio.wait_for(self.lost.wait(), wait)
@@ -471,18 +478,15 @@ class AsyncQuorumLease:
             outcome = await self._renew_round()
             if outcome is False:
                 return
-            wait = renew_every(self.ttl_ms) if outcome else retry_pause(self.ttl_ms)
+            wait = self._next_wait(outcome)
 
     async def fence(self, *command: Any) -> Any:
         c = self._client
-        args = ("LEASE.FENCE", self.key, self.token) + command
-        return _fenced_reply(await c._each(self.committed, lambda _: args, c.io_timeout), c.quorum)
+        return _fenced_reply(await c._each(self.committed, lambda _: self._fence_args(command), c.io_timeout), c.quorum)
 
     async def release(self) -> bool:
-        if self._released:
+        if not self._start_release():
             return False
-        self._released = True
-        self.lost._lose(Loss.RELEASED)
         if self._task is not None:
             self._task.cancel()
         c = self._client
