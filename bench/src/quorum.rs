@@ -18,14 +18,50 @@ fn ms() -> u64 {
         .unwrap_or(3000)
 }
 
-fn line(name: &str, cycles: u64, secs: f64, mut lat: Vec<f64>, failed: u64) {
-    lat.sort_by(f64::total_cmp);
-    println!(
-        "{{\"name\": \"{name}\", \"cycles_per_s\": {:.1}, \"p50_us\": {:.1}, \"p99_us\": {:.1}, \"failed\": {failed}}}",
-        cycles as f64 / secs,
-        percentile(&lat, 50.0),
-        percentile(&lat, 99.0)
-    );
+/// One client's run: the acquire latencies, cycles and failed acquires
+/// within the window.
+struct Tally {
+    lat: Vec<f64>,
+    cycles: u64,
+    failed: u64,
+    t0: Instant,
+    end: Instant,
+}
+
+impl Tally {
+    fn start() -> Tally {
+        let t0 = Instant::now();
+        Tally {
+            lat: Vec::new(),
+            cycles: 0,
+            failed: 0,
+            t0,
+            end: t0 + Duration::from_millis(ms()),
+        }
+    }
+
+    fn running(&self) -> bool {
+        Instant::now() < self.end
+    }
+
+    /// The JSON line of the run.
+    fn report(mut self, name: &str) {
+        self.lat.sort_by(f64::total_cmp);
+        println!(
+            "{{\"name\": \"{name}\", \"cycles_per_s\": {:.1}, \"p50_us\": {:.1}, \"p99_us\": {:.1}, \"failed\": {}}}",
+            self.cycles as f64 / self.t0.elapsed().as_secs_f64(),
+            percentile(&self.lat, 50.0),
+            percentile(&self.lat, 99.0),
+            self.failed
+        );
+    }
+}
+
+/// The cycle's one write: fenced with the token, on the first master.
+fn write(first: &mut Conn, token: u64, i: u64) -> Res<()> {
+    let (token, i) = (token.to_string(), i.to_string());
+    first.call(&["LEASE.FENCE", "qjob", &token, "SET", "qdata", &i])?;
+    Ok(())
 }
 
 fn opts() -> Options {
@@ -45,37 +81,22 @@ pub fn section(ports: &[u16]) -> Res<()> {
     let ttl = Duration::from_secs(10);
     let mut first = Conn::open(ports[0])?;
     let client = QuorumClient::open(&urls)?.with_options(opts());
-    let (mut lat, mut cycles, mut failed) = (Vec::new(), 0u64, 0u64);
-    let (t0, end) = (Instant::now(), Instant::now() + Duration::from_millis(ms()));
+    let mut tally = Tally::start();
     for i in 0..u64::MAX {
-        if Instant::now() >= end {
+        if !tally.running() {
             break;
         }
         let a = Instant::now();
         let Some(lease) = client.acquire("qjob", ttl, Block::NoWait)? else {
-            failed += 1;
+            tally.failed += 1;
             continue;
         };
-        lat.push(a.elapsed().as_secs_f64() * 1e6);
-        let token = lease.token().to_string();
-        first.call(&[
-            "LEASE.FENCE",
-            "qjob",
-            &token,
-            "SET",
-            "qdata",
-            &i.to_string(),
-        ])?;
+        tally.lat.push(a.elapsed().as_secs_f64() * 1e6);
+        write(&mut first, lease.token(), i)?;
         lease.release()?;
-        cycles += 1;
+        tally.cycles += 1;
     }
-    line(
-        "redis-lease-client QuorumClient (Rust sync, with a token)",
-        cycles,
-        t0.elapsed().as_secs_f64(),
-        lat,
-        failed,
-    );
+    tally.report("redis-lease-client QuorumClient (Rust sync, with a token)");
     async_section(&urls, ports[0], ttl)
 }
 
@@ -86,39 +107,24 @@ fn async_section(urls: &[&str], first_port: u16, ttl: Duration) -> Res<()> {
         .build()?;
     let client = aio::QuorumClient::open(urls)?.with_options(opts());
     let mut first = Conn::open(first_port)?;
-    let (mut lat, mut cycles, mut failed) = (Vec::new(), 0u64, 0u64);
-    let (t0, end) = (Instant::now(), Instant::now() + Duration::from_millis(ms()));
+    let mut tally = Tally::start();
     rt.block_on(async {
         for i in 0..u64::MAX {
-            if Instant::now() >= end {
+            if !tally.running() {
                 break;
             }
             let a = Instant::now();
             let Some(lease) = client.acquire("qjob", ttl, Block::NoWait).await? else {
-                failed += 1;
+                tally.failed += 1;
                 continue;
             };
-            lat.push(a.elapsed().as_secs_f64() * 1e6);
-            let token = lease.token().to_string();
-            first.call(&[
-                "LEASE.FENCE",
-                "qjob",
-                &token,
-                "SET",
-                "qdata",
-                &i.to_string(),
-            ])?;
+            tally.lat.push(a.elapsed().as_secs_f64() * 1e6);
+            write(&mut first, lease.token(), i)?;
             lease.release().await?;
-            cycles += 1;
+            tally.cycles += 1;
         }
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
     })?;
-    line(
-        "redis-lease-client aio::QuorumClient (Rust tokio, with a token)",
-        cycles,
-        t0.elapsed().as_secs_f64(),
-        lat,
-        failed,
-    );
+    tally.report("redis-lease-client aio::QuorumClient (Rust tokio, with a token)");
     Ok(())
 }

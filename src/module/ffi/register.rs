@@ -52,15 +52,9 @@ fn option(name: &'static CStr, kind: raw::RedisModuleCommandArgType, token: &'st
 /// `LIMIT limit | SHARED | FLOOR token`: an acquire's mode, or the floor of
 /// an exclusive lease's token (design.md S9), which excludes both.
 fn acquire_mode_arg() -> Arg {
-    Arg {
-        flags: raw::REDISMODULE_CMD_ARG_OPTIONAL,
-        subargs: vec![
-            option(c"limit", INTEGER, c"LIMIT"),
-            option(c"shared", PURE_TOKEN, c"SHARED"),
-            option(c"token", INTEGER, c"FLOOR"),
-        ],
-        ..arg(c"mode", ONEOF)
-    }
+    let mut mode = mode_arg(raw::REDISMODULE_CMD_ARG_OPTIONAL);
+    mode.subargs.push(option(c"token", INTEGER, c"FLOOR"));
+    mode
 }
 
 /// `LIMIT limit | SHARED`: how a counting or shared lease is held.
