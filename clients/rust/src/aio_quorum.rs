@@ -1,14 +1,14 @@
 //! Quorum leases on tokio (feature `tokio`): [`QuorumClient`] and
 //! [`QuorumLease`], re-exported from `aio`. The same algorithm as the sync
 //! [`crate::QuorumClient`] (its decisions are the functions of
-//! `quorum.rs`); this file does the async I/O: one multiplexed connection
-//! per master, every step sent to the masters at once.
+//! `quorum.rs`); this file does the async I/O: plain connections per
+//! master (`wire.rs`), driven on the calling task, every step sent to the
+//! masters at once.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError, RedisResult};
+use redis::{Cmd, FromRedisValue, RedisError, RedisResult};
 use tokio::sync::mpsc;
 
 use crate::aio::LossSignal;
@@ -17,46 +17,35 @@ use crate::quorum::{
     acquire_step, committed, drift, first_renewal, granted, majority, renew_outcome,
     settle_renewal, valid_until,
 };
+use crate::wire::{Conn, timed_out, within};
 use crate::{Block, Error, Loss, Options, fence_cmd, new_owner};
 
-fn timed_out() -> RedisError {
-    RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
-}
-
-/// One master: its client and its multiplexed connection (opened on first
-/// use, and again after a lost reply).
+/// One master: its client and its idle connections (each one command at a
+/// time, driven on the calling task; a connection whose reply was lost is
+/// closed).
 struct Node {
     client: redis::Client,
-    conn: Mutex<Option<MultiplexedConnection>>,
+    idle: Mutex<Vec<Conn>>,
 }
 
 impl Node {
     async fn call<T: FromRedisValue>(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<T> {
-        let current = self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let call = async {
-            let mut conn = match current {
+        let pooled = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        within(timeout, async {
+            let mut conn = match pooled {
                 Some(c) => c,
-                None => {
-                    let config = AsyncConnectionConfig::new()
-                        .set_connection_timeout(Some(timeout))
-                        .set_response_timeout(None);
-                    let c = self
-                        .client
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await?;
-                    *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
-                    c
-                }
+                None => Conn::open(&self.client).await?,
             };
-            cmd.query_async::<T>(&mut conn).await
-        };
-        let result = tokio::time::timeout(timeout.max(Duration::from_millis(1)), call)
-            .await
-            .unwrap_or_else(|_| Err(timed_out()));
-        if result.as_ref().is_err_and(lost_reply) {
-            *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        }
-        result
+            let result = conn.call(cmd).await;
+            if !result.as_ref().is_err_and(lost_reply) {
+                self.idle
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(conn);
+            }
+            Ok(T::from_redis_value(result?)?)
+        })
+        .await
     }
 }
 
@@ -189,7 +178,7 @@ impl QuorumClient {
             .into_iter()
             .map(|client| Node {
                 client,
-                conn: Mutex::new(None),
+                idle: Mutex::new(Vec::new()),
             })
             .collect();
         QuorumClient(Arc::new(Inner { nodes, opts }))

@@ -72,6 +72,8 @@ pub use sync::{Lease, LeaseClient, LossSignal};
 pub mod aio;
 #[cfg(feature = "tokio")]
 mod aio_quorum;
+#[cfg(feature = "tokio")]
+mod wire;
 
 pub use redis;
 

@@ -455,3 +455,55 @@ both! {
         drop(frozen);
     }
 }
+
+#[cfg(feature = "tokio")]
+both! {
+    fn the_async_quorum_client_logs_in_selects_the_database_and_speaks_resp3(kind) {
+        use redis_lease_client::aio::QuorumClient as AsyncQuorumClient;
+        let servers: Vec<Server> = (0..3).map(|_| Server::start(kind)).collect();
+        for s in &servers {
+            common::ok(&mut s.conn(), &["ACL", "SETUSER", "quser", "on", ">qpass", "~*", "&*", "+@all"]);
+        }
+        // An ACL user and database 3 everywhere; RESP3 on the last master.
+        let urls: Vec<String> = servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let resp3 = if i == 2 { "?protocol=resp3" } else { "" };
+                format!("redis://quser:qpass@127.0.0.1:{}/3{resp3}", s.port)
+            })
+            .collect();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let opts = Options { io_timeout: MS(500), watchdog: false, ..Options::default() };
+        let client = AsyncQuorumClient::open(&urls).unwrap().with_options(opts.clone());
+        let wrong: Vec<String> = servers.iter().map(|s| format!("redis://quser:nope@127.0.0.1:{}/3", s.port)).collect();
+        let wrong: Vec<&str> = wrong.iter().map(String::as_str).collect();
+        let refused = AsyncQuorumClient::open(&wrong).unwrap().with_options(opts);
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async {
+            let none = refused.acquire("job", MS(5000), Block::For(MS(200))).await.unwrap();
+            assert!(none.is_none(), "a wrong password takes no lease");
+            let lease = client.acquire("job", MS(5000), Block::NoWait).await.unwrap().expect("free on all three");
+            assert_eq!(lease.committed(), &[0, 1, 2]);
+            let n: i64 = lease.fence(redis::cmd("HSET").arg("acct").arg("owner").arg("q")).await.unwrap();
+            assert_eq!(n, 1);
+            for s in &servers {
+                let mut c = s.conn();
+                assert_eq!(common::ok(&mut c, &["EXISTS", "job"]), redis::Value::Int(0), "not in database 0");
+                common::ok(&mut c, &["SELECT", "3"]);
+                assert_eq!(common::token_of(&mut c, "job"), Some(lease.token() as i64));
+                assert_eq!(common::ok_text(&mut c, &["HGET", "acct", "owner"]), "q");
+            }
+            // The helper's own connections: logged in as quser, RESP3 where asked.
+            for (i, s) in servers.iter().enumerate() {
+                let list = common::ok_text(&mut s.conn(), &["CLIENT", "LIST"]);
+                let resp = if i == 2 { "resp=3" } else { "resp=2" };
+                assert!(
+                    list.lines().any(|l| l.contains("user=quser") && l.contains(" db=3 ") && l.contains(resp)),
+                    "master {i}: {list}"
+                );
+            }
+            assert!(lease.release().await.unwrap());
+        });
+    }
+}
