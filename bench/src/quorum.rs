@@ -107,8 +107,10 @@ fn async_section(urls: &[&str], first_port: u16, ttl: Duration) -> Res<()> {
         .build()?;
     let client = aio::QuorumClient::open(urls)?.with_options(opts());
     let mut first = Conn::open(first_port)?;
-    let mut tally = Tally::start();
-    rt.block_on(async {
+    // The loop runs as a task of the runtime, as a tokio service's code does
+    // (not on the thread that calls block_on).
+    let run = rt.spawn(async move {
+        let mut tally = Tally::start();
         for i in 0..u64::MAX {
             if !tally.running() {
                 break;
@@ -123,8 +125,9 @@ fn async_section(urls: &[&str], first_port: u16, ttl: Duration) -> Res<()> {
             lease.release().await?;
             tally.cycles += 1;
         }
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
-    })?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(tally)
+    });
+    let tally = rt.block_on(run)??;
     tally.report("redis-lease-client aio::QuorumClient (Rust tokio, with a token)");
     Ok(())
 }
