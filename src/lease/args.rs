@@ -2,7 +2,7 @@
 //! argument it refuses, so every error tells the client what is wrong.
 
 use super::error::{LeaseError, printable};
-use super::limits::{MAX_LIMIT, MAX_MS, MAX_TOKEN, MIN_LIMIT, owner_ok};
+use super::limits::{MAX_KEYS, MAX_LIMIT, MAX_MS, MAX_TOKEN, MIN_LIMIT, owner_ok};
 use super::mode::{Mode, MultiMode};
 
 /// Parses an integer the way Redis does (`string2ll`): optional `-`, digits,
@@ -177,6 +177,40 @@ pub fn parse_acquire_options(opts: &[&[u8]]) -> Result<AcquireOptions, LeaseErro
         return Err(LeaseError::FloorNotExclusive);
     }
     Ok(out)
+}
+
+/// `numkeys` of a multi-key command: 1..=1000, and at most `given`, the
+/// arguments left for the keys.
+pub fn parse_numkeys(arg: &[u8], given: usize) -> Result<usize, LeaseError> {
+    let n = parse_in_range(arg, "numkeys", 1, MAX_KEYS as i64)? as usize;
+    if n > given {
+        return Err(LeaseError::NumKeys { numkeys: n, given });
+    }
+    Ok(n)
+}
+
+/// The keys of a multi-key command, none twice (the error names the
+/// first repeated one). Sorted copies are compared, so the check costs
+/// O(k log k).
+pub fn check_distinct(keys: &[&[u8]]) -> Result<(), LeaseError> {
+    let mut sorted: Vec<&[u8]> = keys.to_vec();
+    sorted.sort_unstable();
+    match sorted.windows(2).find(|w| w[0] == w[1]) {
+        Some(w) => Err(LeaseError::DuplicateKey(printable(w[0]))),
+        None => Ok(()),
+    }
+}
+
+/// The options after `LEASE.MACQUIRE numkeys key... owner ttl-ms`: only
+/// `BLOCK timeout-ms` (a multi-key lease is exclusive, and has no `FLOOR`).
+pub fn parse_macquire_options(opts: &[&[u8]]) -> Result<Option<i64>, LeaseError> {
+    let o = parse_acquire_options(opts)?;
+    match (o.mode, o.floor) {
+        (Mode::Limit(_), _) => Err(LeaseError::UnknownOption("LIMIT".into())),
+        (Mode::Shared, _) => Err(LeaseError::UnknownOption("SHARED".into())),
+        (_, Some(_)) => Err(LeaseError::UnknownOption("FLOOR".into())),
+        _ => Ok(o.block_ms),
+    }
 }
 
 /// The mode words of `LEASE.HOLD`: `LIMIT n` or `SHARED`.
@@ -434,6 +468,52 @@ mod tests {
                 Err(LeaseError::FloorNotExclusive)
             );
         }
+    }
+
+    #[test]
+    fn numkeys_and_distinct_keys() {
+        assert_eq!(parse_numkeys(b"2", 2), Ok(2));
+        assert_eq!(parse_numkeys(b"1000", 5000), Ok(1000));
+        assert_eq!(
+            parse_numkeys(b"3", 2),
+            Err(LeaseError::NumKeys {
+                numkeys: 3,
+                given: 2
+            })
+        );
+        for bad in [&b"0"[..], b"-1", b"1001"] {
+            assert_eq!(
+                parse_numkeys(bad, 5000),
+                Err(LeaseError::OutOfRange {
+                    what: "numkeys",
+                    min: 1,
+                    max: 1000
+                })
+            );
+        }
+        assert_eq!(
+            parse_numkeys(b"x", 5),
+            Err(LeaseError::NotInteger("numkeys"))
+        );
+        assert_eq!(check_distinct(&[b"a", b"b", b"c"]), Ok(()));
+        assert_eq!(
+            check_distinct(&[b"b", b"a", b"b"]),
+            Err(LeaseError::DuplicateKey("b".into()))
+        );
+        assert_eq!(parse_macquire_options(&[]), Ok(None));
+        assert_eq!(parse_macquire_options(&[b"block", b"5"]), Ok(Some(5)));
+        assert_eq!(
+            parse_macquire_options(&[b"SHARED"]),
+            Err(LeaseError::UnknownOption("SHARED".into()))
+        );
+        assert_eq!(
+            parse_macquire_options(&[b"FLOOR", b"3"]),
+            Err(LeaseError::UnknownOption("FLOOR".into()))
+        );
+        assert_eq!(
+            parse_macquire_options(&[b"NX"]),
+            Err(LeaseError::UnknownOption("NX".into()))
+        );
     }
 
     #[test]

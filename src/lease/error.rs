@@ -70,6 +70,19 @@ pub enum LeaseError {
     /// This node received effects or records newer than it understands
     /// (from its master or its AOF): it keeps no lease until it is upgraded.
     Incompatible { effects: u32, records: u32 },
+    /// `numkeys` of a multi-key command does not match the keys given.
+    NumKeys { numkeys: usize, given: usize },
+    /// A multi-key command names a key twice.
+    DuplicateKey(String),
+    /// `LEASE.MACQUIRE` by an owner that holds some of the keys (not this
+    /// one): it never waits holding part of what it asks for.
+    PartlyHeld(String),
+    /// `LEASE.MACQUIRE` by an owner that holds the keys under more than one
+    /// token (this key's differs from the first's).
+    MixedTokens(String),
+    /// `LEASE.MACQUIRE` by an owner that holds this key with a counting or
+    /// shared lease.
+    MultiHeld(String),
     /// A bug caught at the boundary (a panic turned into an error reply).
     Internal(String),
 }
@@ -151,6 +164,24 @@ impl fmt::Display for LeaseError {
                 crate::lease::versions::EFFECTS,
                 crate::lease::versions::RECORDS
             ),
+            LeaseError::NumKeys { numkeys, given } => {
+                write!(f, "ERR numkeys is {numkeys}, but {given} keys are given")
+            }
+            LeaseError::DuplicateKey(key) => {
+                write!(f, "ERR key '{key}' is given more than once")
+            }
+            LeaseError::PartlyHeld(key) => write!(
+                f,
+                "ERR this owner holds some of the keys but not '{key}': release them, or ask for the ones it holds"
+            ),
+            LeaseError::MixedTokens(key) => write!(
+                f,
+                "ERR this owner holds the keys under more than one token ('{key}' has another): release them first"
+            ),
+            LeaseError::MultiHeld(key) => write!(
+                f,
+                "ERR this owner holds '{key}' with a counting or shared lease: a multi-key lease is exclusive, release it first"
+            ),
             LeaseError::Internal(what) => {
                 write!(f, "ERR internal error in the lease module: {what}")
             }
@@ -225,6 +256,14 @@ mod tests {
                 effects: 9,
                 records: 9,
             },
+            LeaseError::NumKeys {
+                numkeys: 3,
+                given: 2,
+            },
+            LeaseError::DuplicateKey("k".into()),
+            LeaseError::PartlyHeld("k".into()),
+            LeaseError::MixedTokens("k".into()),
+            LeaseError::MultiHeld("k".into()),
             LeaseError::Internal("x".into()),
         ];
         for e in all {

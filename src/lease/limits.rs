@@ -22,3 +22,5 @@ pub const MAX_LIMIT: u32 = 100_000;
 pub fn owner_ok(owner: &[u8]) -> bool {
     (1..=MAX_OWNER_LEN).contains(&owner.len())
 }
+/// Most keys of one multi-key command (`numkeys`).
+pub const MAX_KEYS: usize = 1000;

@@ -5,7 +5,7 @@
 //! it): `limits`, `mode`, `codec` -> `error` -> `args`, `clock` -> the
 //! records (`exclusive`, `holders`, then `record`) -> `effect` (the
 //! replication language) and `decide` -> `waitq` -> `ops` (what each
-//! command does, as values);
+//! command does, as values) -> `multikey` (the multi-key commands);
 //! beside them `config`, `grace`, `versions`, `fence`, `cluster`.
 
 pub mod args;
@@ -25,6 +25,7 @@ pub mod grace;
 pub mod holders;
 pub mod limits;
 pub mod mode;
+pub mod multikey;
 pub mod ops;
 pub mod record;
 pub mod versions;

@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
+use std::sync::Arc;
 
 use super::clock::TokenClock;
 use super::decide::{self, Decision, Held};
@@ -31,6 +32,19 @@ pub struct Waiter<H> {
     pub timeout_at: Option<i64>,
     /// Its `FLOOR` (0: none): the token it is served with is at least this.
     pub floor: u64,
+    /// A `LEASE.MACQUIRE` waiter: every key it waits for (it is queued on
+    /// each, with one id); `None` for a single-key waiter.
+    pub keys: Option<Arc<[Slot]>>,
+}
+
+impl<H> Waiter<H> {
+    /// Every queue it waits in, given one of them.
+    pub fn slots(&self, slot: &Slot) -> Vec<Slot> {
+        match &self.keys {
+            Some(keys) => keys.to_vec(),
+            None => vec![slot.clone()],
+        }
+    }
 }
 
 /// One step of serving a queue (`WaitRegistry::grant_next`).
@@ -136,39 +150,88 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         timeout_at: Option<i64>,
         floor: u64,
     ) -> u64 {
+        let w = self.waiter(handle, owner, mode, ttl_ms, timeout_at, floor, None);
+        let id = w.id;
+        self.by_handle.insert(w.handle.clone(), (slot.clone(), id));
+        self.enqueue(slot, w);
+        id
+    }
+
+    /// Appends a `LEASE.MACQUIRE` waiter to the queue of every slot of
+    /// `slots` (one id, one client); returns its id.
+    pub fn push_multi(
+        &mut self,
+        slots: Vec<Slot>,
+        handle: H,
+        owner: &[u8],
+        ttl_ms: i64,
+        timeout_at: Option<i64>,
+    ) -> u64 {
+        let keys: Arc<[Slot]> = slots.into();
+        let w = self.waiter(
+            handle,
+            owner,
+            Mode::Exclusive,
+            ttl_ms,
+            timeout_at,
+            0,
+            Some(keys.clone()),
+        );
+        let id = w.id;
+        self.by_handle
+            .insert(w.handle.clone(), (keys[0].clone(), id));
+        for slot in keys.iter() {
+            self.enqueue(slot.clone(), w.clone());
+        }
+        id
+    }
+
+    /// A new waiter, counted, with its timeout registered.
+    #[allow(clippy::too_many_arguments)]
+    fn waiter(
+        &mut self,
+        handle: H,
+        owner: &[u8],
+        mode: Mode,
+        ttl_ms: i64,
+        timeout_at: Option<i64>,
+        floor: u64,
+        keys: Option<Arc<[Slot]>>,
+    ) -> Waiter<H> {
         let id = self.next_id;
         self.next_id += 1;
         self.total += 1;
+        if let Some(at) = timeout_at {
+            self.timeouts.insert((at, id, handle.clone()));
+        }
+        Waiter {
+            id,
+            handle,
+            owner: owner.into(),
+            mode,
+            ttl_ms,
+            timeout_at,
+            floor,
+            keys,
+        }
+    }
+
+    /// Puts `w` at the end of the queue of `slot`.
+    fn enqueue(&mut self, slot: Slot, w: Waiter<H>) {
         if !self.queues.contains_key(&slot) {
             self.by_name.entry(slot.1.clone()).or_default().push(slot.0);
         }
-        let q = self.queues.entry(slot.clone()).or_insert_with(|| Queue {
+        let q = self.queues.entry(slot).or_insert_with(|| Queue {
             waiters: BTreeMap::new(),
             by_owner: HashMap::new(),
             timer: None,
         });
-        q.by_owner.entry(owner.into()).or_default().insert(id);
-        q.waiters.insert(
-            id,
-            Waiter {
-                id,
-                handle: handle.clone(),
-                owner: owner.into(),
-                mode,
-                ttl_ms,
-                timeout_at,
-                floor,
-            },
-        );
-        if let Some(at) = timeout_at {
-            self.timeouts.insert((at, id, handle.clone()));
-        }
-        self.by_handle.insert(handle, (slot, id));
-        id
+        q.by_owner.entry(w.owner.clone()).or_default().insert(w.id);
+        q.waiters.insert(w.id, w);
     }
 
-    /// Takes waiter `id` out of the queue of `slot` and every index.
-    fn take(&mut self, slot: &Slot, id: u64) -> Option<Waiter<H>> {
+    /// Takes waiter `id` out of the queue of `slot` alone.
+    fn unqueue(&mut self, slot: &Slot, id: u64) -> Option<Waiter<H>> {
         let q = self.queues.get_mut(slot)?;
         let w = q.waiters.remove(&id)?;
         if let Some(ids) = q.by_owner.get_mut(&w.owner) {
@@ -177,12 +240,54 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
                 q.by_owner.remove(&w.owner);
             }
         }
+        Some(w)
+    }
+
+    /// Takes waiter `id` out of the queue of `slot`, of every other queue
+    /// it waits in, and of every index.
+    fn take(&mut self, slot: &Slot, id: u64) -> Option<Waiter<H>> {
+        let w = self.unqueue(slot, id)?;
+        if let Some(keys) = &w.keys {
+            for other in keys.iter().filter(|s| *s != slot) {
+                self.unqueue(other, id);
+            }
+        }
         if let Some(at) = w.timeout_at {
             self.timeouts.remove(&(at, id, w.handle.clone()));
         }
         self.by_handle.remove(&w.handle);
         self.total -= 1;
         Some(w)
+    }
+
+    /// The oldest waiter of `slot` when it is a `LEASE.MACQUIRE` waiter
+    /// that is also the oldest of every other key it waits for (so it may
+    /// be served once all its keys are free): a copy, left queued.
+    pub fn multi_head(&self, slot: &Slot) -> Option<Waiter<H>> {
+        let head = self.queues.get(slot)?.waiters.values().next()?;
+        let keys = head.keys.as_ref()?;
+        keys.iter()
+            .all(|s| {
+                self.queues
+                    .get(s)
+                    .and_then(|q| q.waiters.keys().next())
+                    .is_some_and(|&id| id == head.id)
+            })
+            .then(|| head.clone())
+    }
+
+    /// Is the oldest waiter of `slot` a `LEASE.MACQUIRE` waiter?
+    pub fn head_is_multi(&self, slot: &Slot) -> bool {
+        self.queues
+            .get(slot)
+            .and_then(|q| q.waiters.values().next())
+            .is_some_and(|w| w.keys.is_some())
+    }
+
+    /// Takes the waiter `id` of `slot` (and of every queue it waits in),
+    /// to answer it.
+    pub fn take_id(&mut self, slot: &Slot, id: u64) -> Option<Waiter<H>> {
+        self.take(slot, id)
     }
 
     /// Takes the oldest waiter of `slot`.
@@ -207,13 +312,18 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
     ) -> Option<Step<H>> {
         let q = self.queues.get(slot)?;
         let head = q.waiters.values().next()?;
+        // A LEASE.MACQUIRE waiter is served with all its keys at once
+        // (`multi_head`); until then nobody behind it is.
+        if head.keys.is_some() {
+            return None;
+        }
         let (head_id, mode, owner) = (head.id, head.mode, head.owner.clone());
         // The token of a grant is at least the FLOOR of every waiter it
         // answers (the oldest, and that owner's retries in the same mode).
         let floor = q.by_owner.get(&owner).map_or(0, |ids| {
             ids.iter()
                 .filter_map(|id| q.waiters.get(id))
-                .filter(|w| w.mode == mode)
+                .filter(|w| w.mode == mode && w.keys.is_none())
                 .map(|w| w.floor)
                 .max()
                 .unwrap_or(0)
@@ -272,14 +382,23 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         })
     }
 
-    /// Takes every waiter of `slot` that asked with `owner`, oldest first
-    /// (retries of a client whose owner was just granted the lease).
+    /// Takes every single-key waiter of `slot` that asked with `owner`,
+    /// oldest first (retries of a client whose owner was just granted the
+    /// lease). `LEASE.MACQUIRE` waiters of that owner stay: they wait for
+    /// more than this key.
     pub fn take_owner(&mut self, slot: &Slot, owner: &[u8]) -> Vec<Waiter<H>> {
         let ids: Vec<u64> = self
             .queues
             .get(slot)
-            .and_then(|q| q.by_owner.get(owner))
-            .map(|ids| ids.iter().copied().collect())
+            .and_then(|q| {
+                let ids = q.by_owner.get(owner)?;
+                Some(
+                    ids.iter()
+                        .copied()
+                        .filter(|id| q.waiters.get(id).is_some_and(|w| w.keys.is_none()))
+                        .collect(),
+                )
+            })
             .unwrap_or_default();
         ids.into_iter()
             .filter_map(|id| self.take(slot, id))

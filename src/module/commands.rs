@@ -6,10 +6,10 @@
 //! same way.
 
 use crate::lease::args::{self, check_owner, parse_acquire_options, parse_token, parse_ttl};
-use crate::lease::decide;
 use crate::lease::effect::{self, Announce, Effect};
 use crate::lease::ops::{self, AcquireRequest, Answer, Commit, Env, Event, Outcome, Then};
 use crate::lease::{LeaseError, RecordRef};
+use crate::lease::{decide, multikey};
 
 use super::commit::{KeyWriter, Reader};
 use super::counters::STATS;
@@ -149,6 +149,206 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         floor,
     });
     Ok(finish(ctx, &mut w, &out, wait))
+}
+
+/// The keys of a multi-key command (`numkeys` at 1, the keys after it) and
+/// where its owner is; `after`: how many arguments follow the keys at
+/// least (owner, ttl-ms). The keys are distinct.
+fn multi_keys<'a>(a: &Args<'a>, after: usize) -> Result<(Vec<&'a [u8]>, usize), LeaseError> {
+    let given = a.len().saturating_sub(2 + after);
+    let n = args::parse_numkeys(a.bytes(1), given)?;
+    let keys: Vec<&[u8]> = (2..2 + n).map(|i| a.bytes(i)).collect();
+    args::check_distinct(&keys)?;
+    Ok((keys, 2 + n))
+}
+
+/// Opens every key of a multi-key command; WRONGTYPE when one holds
+/// another type (before anything else is decided).
+fn open_keys(
+    ctx: Ctx,
+    a: &Args,
+    n: usize,
+    owner_arg: OwnerArg,
+) -> Result<Vec<KeyWriter>, LeaseError> {
+    let mut ws: Vec<KeyWriter> = (0..n)
+        .map(|i| KeyWriter::for_command_key(ctx, a.str(2 + i), Some(owner_arg)))
+        .collect();
+    for w in &mut ws {
+        w.record()?;
+    }
+    Ok(ws)
+}
+
+/// The state of every key for `owner` at `now` (no key is waited for).
+fn states_of(
+    ws: &mut [KeyWriter],
+    owner: &[u8],
+    now: i64,
+) -> Result<Vec<multikey::KeyState>, LeaseError> {
+    ws.iter_mut()
+        .map(|w| Ok(multikey::key_state(w.record()?, owner, false, now)))
+        .collect()
+}
+
+/// Commits a multi-key outcome's effects key by key, counts a refusal
+/// answered at once, and does what the keys' waiters need (but a wait).
+fn finish_multi(ctx: Ctx, ws: &mut [KeyWriter], out: &multikey::Outcome<'_>) -> Reply {
+    for (i, c) in &out.commits {
+        ws[*i].commit(c);
+    }
+    if let Some(c) = out.count {
+        STATS.count(c);
+    }
+    match out.then {
+        multikey::Then::Nothing | multikey::Then::Wait { .. } => {}
+        multikey::Then::RecheckAt(at) => {
+            for w in ws.iter() {
+                waiters::lease_ends_at(ctx, w.name(), at);
+            }
+        }
+        multikey::Then::Serve => {
+            for w in ws.iter_mut() {
+                if let Some(slot) = waiters::slot_if_waiting(ctx, w.name()) {
+                    waiters::serve(&slot, w);
+                }
+            }
+        }
+    }
+    match out.answer {
+        Answer::Token(t) => Reply::Int(t as i64),
+        Answer::Int(n) => Reply::Int(n),
+        Answer::Null => Reply::Null,
+    }
+}
+
+/// LEASE.MACQUIRE numkeys key [key ...] owner ttl-ms [BLOCK timeout-ms]
+pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if a.len() < 5 {
+        return Err(LeaseError::Arity("lease.macquire"));
+    }
+    compat::check()?;
+    let (keys, at) = multi_keys(a, 2)?;
+    let owner = check_owner(a.bytes(at))?;
+    let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
+    let block_ms = args::parse_macquire_options(&a.rest(at + 2))?;
+    let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
+    let now = now_ms();
+    // A free key with clients queued goes to the oldest of them first (as
+    // for LEASE.ACQUIRE); a key still waited for is not free.
+    let mut waited = vec![false; ws.len()];
+    if waiters::total() > 0 {
+        for (i, w) in ws.iter_mut().enumerate() {
+            if let Some(slot) = waiters::slot_if_waiting(ctx, w.name()) {
+                if ops::serve_first(w.record()?, now) && waiters::waiting(&slot) > 0 {
+                    waiters::serve(&slot, w);
+                }
+                waited[i] = waiters::waiting(&slot) > 0;
+            }
+        }
+    }
+    let mut states = Vec::with_capacity(ws.len());
+    // When each key held by someone else ends (a wait re-checks it then).
+    let mut ends: Vec<Option<i64>> = Vec::with_capacity(ws.len());
+    for (i, w) in ws.iter_mut().enumerate() {
+        let expire = w.expire_at();
+        let record = w.record()?;
+        let mut state = multikey::key_state(record, owner, waited[i], now);
+        let mut end = decide::Held::of(record, now).next_end(expire, now);
+        // Redis 8.2 expired it within its deadline millisecond: held until
+        // that millisecond has passed.
+        if state == multikey::KeyState::Free
+            && let Some(e) = ended_early(ctx, w.name())
+        {
+            state = multikey::KeyState::Taken;
+            end = Some(e);
+        }
+        states.push(state);
+        ends.push(
+            end.filter(|_| state == multikey::KeyState::Taken)
+                .map(|e| e + 1),
+        );
+    }
+    let may_wait = block_ms.is_some() && blocked::may_block(ctx);
+    let out = tokens::with_clock(|clock| {
+        multikey::acquire(
+            &keys,
+            &states,
+            owner,
+            ttl,
+            multikey::Env {
+                now_ms: now,
+                clock,
+                grace_ends_at: grace::ends_at(now),
+                may_wait,
+            },
+        )
+    })?;
+    if let (multikey::Then::Wait { grace_until }, Some(timeout_ms)) = (out.then, block_ms) {
+        let db = ctx.selected_db();
+        let slots = keys.iter().map(|k| (db, k.to_vec())).collect();
+        let rechecks = ends
+            .into_iter()
+            .map(|e| grace_until.or(e))
+            .collect::<Vec<_>>();
+        let want = waiters::Want {
+            owner,
+            mode: crate::lease::Mode::Exclusive,
+            ttl_ms: ttl,
+            timeout_ms,
+            floor: 0,
+        };
+        return Ok(waiters::block_multi(ctx, slots, want, &rechecks));
+    }
+    Ok(finish_multi(ctx, &mut ws, &out))
+}
+
+/// LEASE.MRENEW numkeys key [key ...] owner ttl-ms
+pub fn mrenew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if a.len() < 5 {
+        return Err(LeaseError::Arity("lease.mrenew"));
+    }
+    compat::check()?;
+    let (keys, at) = multi_keys(a, 2)?;
+    if a.len() != at + 2 {
+        return Err(LeaseError::NumKeys {
+            numkeys: keys.len(),
+            given: a.len() - 4,
+        });
+    }
+    let owner = check_owner(a.bytes(at))?;
+    let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
+    let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
+    let now = now_ms();
+    let states = states_of(&mut ws, owner, now)?;
+    let out = multikey::renew(&states, owner, ttl, now);
+    Ok(finish_multi(ctx, &mut ws, &out))
+}
+
+/// LEASE.MRELEASE numkeys key [key ...] owner
+pub fn mrelease(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if a.len() < 4 {
+        return Err(LeaseError::Arity("lease.mrelease"));
+    }
+    compat::check()?;
+    let (keys, at) = multi_keys(a, 1)?;
+    if a.len() != at + 1 {
+        return Err(LeaseError::NumKeys {
+            numkeys: keys.len(),
+            given: a.len() - 3,
+        });
+    }
+    let owner = check_owner(a.bytes(at))?;
+    let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
+    let states = states_of(&mut ws, owner, now_ms())?;
+    let out = multikey::release(&states, owner);
+    Ok(finish_multi(ctx, &mut ws, &out))
+}
+
+/// Where a multi-key command has its owner (redacted from SLOWLOG and
+/// MONITOR): after `numkeys` keys; `None` when `numkeys` is no number.
+pub fn multi_owner_arg(argv_numkeys: &[u8]) -> Option<usize> {
+    let n = args::parse_i64(argv_numkeys)?;
+    usize::try_from(n).ok().map(|n| 2 + n)
 }
 
 /// LEASE.RENEW key owner ttl-ms

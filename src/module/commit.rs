@@ -84,8 +84,13 @@ pub fn node_accepts_writes(ctx: Ctx) -> bool {
 #[derive(Clone, Copy)]
 enum Origin {
     /// A client's command; `owner_arg` is its owner argument, replicated as
-    /// that string when an effect names those bytes.
-    Command { owner_arg: Option<OwnerArg> },
+    /// that string when an effect names those bytes. `one_key`: the command
+    /// is about this key alone (a multi-key command's effects are each
+    /// replicated as their own command, never the command verbatim).
+    Command {
+        owner_arg: Option<OwnerArg>,
+        one_key: bool,
+    },
     /// A write the module started by itself, past the gates.
     Module,
     /// An effect from the master link or the AOF.
@@ -108,7 +113,23 @@ impl KeyWriter {
             ctx,
             name,
             key: LeaseKey::open(ctx, name, Mode::Write),
-            origin: Origin::Command { owner_arg },
+            origin: Origin::Command {
+                owner_arg,
+                one_key: true,
+            },
+        }
+    }
+
+    /// Opens `name`, one of the keys of a client's multi-key command.
+    pub fn for_command_key(ctx: Ctx, name: Str, owner_arg: Option<OwnerArg>) -> KeyWriter {
+        KeyWriter {
+            ctx,
+            name,
+            key: LeaseKey::open(ctx, name, Mode::Write),
+            origin: Origin::Command {
+                owner_arg,
+                one_key: false,
+            },
         }
     }
 
@@ -162,10 +183,12 @@ impl KeyWriter {
     pub fn commit(&mut self, c: &Commit<'_>) -> bool {
         let change = c.effect.apply(self.key.stored());
         let changed = change.changed;
-        // A client's LEASE.RELEASE is its own effect (`LEASE.RELEASE key
-        // owner`): replicated as the command itself, without a copy.
+        // A client's release deletes the key quietly (it serves the
+        // waiters itself); LEASE.RELEASE is its own effect (`LEASE.RELEASE
+        // key owner`): replicated as the command itself, without a copy.
         let released = matches!(c.effect, Effect::Release { .. })
             && matches!(self.origin, Origin::Command { .. });
+        let verbatim = released && matches!(self.origin, Origin::Command { one_key: true, .. });
         if let Origin::Effect = self.origin {
             self.key.carry_out(change, false);
             if changed {
@@ -197,8 +220,8 @@ impl KeyWriter {
             timers::start_drain(self.ctx.selected_db(), self.name.bytes(), DRAIN_EVERY_MS);
         }
         match self.origin {
-            _ if released => replicate::replicate_verbatim(self.ctx),
-            Origin::Command { owner_arg } => self.replicate(&c.effect, owner_arg),
+            _ if verbatim => replicate::replicate_verbatim(self.ctx),
+            Origin::Command { owner_arg, .. } => self.replicate(&c.effect, owner_arg),
             Origin::Module | Origin::Effect => self.replicate(&c.effect, None),
         }
         self.count(c.event);

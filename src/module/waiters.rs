@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use crate::lease::clock::TokenClock;
 use crate::lease::decide::Held;
+use crate::lease::multikey::{self, KeyState};
 use crate::lease::ops::{self, Recheck, ServeEnv, Served};
 use crate::lease::waitq::{Slot, Step, WaitRegistry, Waiter};
 use crate::lease::{LeaseError, Mode};
@@ -114,7 +115,8 @@ pub enum Answer {
 /// The private data of an unblocked waiter, until its reply is sent.
 pub struct Unblocked {
     answer: Answer,
-    slot: Slot,
+    /// Every key it waited for (one, or a `LEASE.MACQUIRE`'s).
+    slots: Vec<Slot>,
     owner: Box<[u8]>,
     replied: bool,
 }
@@ -226,9 +228,11 @@ pub fn on_timeouts() {
     for (slot, w) in due {
         STATS.wait_timeouts.incr();
         unblock(&w, &slot, Answer::Null);
-        tidy(&slot);
-        if !left.contains(&slot) {
-            left.push(slot);
+        for slot in w.slots(&slot) {
+            tidy(&slot);
+            if !left.contains(&slot) {
+                left.push(slot);
+            }
         }
     }
     // A waiter that left may have kept the ones behind it waiting (a
@@ -288,6 +292,11 @@ fn gate_closed(slot: &Slot, closed: Closed, now: i64) {
 fn fail_all(slot: &Slot, err: LeaseError) {
     for w in reg(|r| r.drain(slot)) {
         unblock(&w, slot, Answer::Error(err.clone()));
+        // A LEASE.MACQUIRE waiter left its other queues too.
+        for other in w.slots(slot).iter().filter(|s| *s != slot) {
+            tidy(other);
+            arm(other, now_ms());
+        }
     }
 }
 
@@ -296,7 +305,7 @@ fn unblock(w: &Waiter<Handle>, slot: &Slot, answer: Answer) {
         w.handle,
         Box::new(Unblocked {
             answer,
-            slot: slot.clone(),
+            slots: w.slots(slot),
             owner: w.owner.clone(),
             replied: false,
         }),
@@ -351,6 +360,133 @@ pub fn serve(slot: &Slot, w: &mut KeyWriter) {
     if let Served::RecheckAt(at) = served {
         arm(slot, at);
     }
+    multi_soon(slot);
+}
+
+/// When the oldest waiter of `slot` is a `LEASE.MACQUIRE` waiter that is
+/// the oldest of all its keys, a 0 ms timer tries to serve it: all its keys
+/// at once, each opened past the gates (`on_multi`).
+fn multi_soon(slot: &Slot) {
+    if reg(|r| r.multi_head(slot).is_some()) {
+        timers::start(0, TimerJob::Multi(slot.clone()));
+    }
+}
+
+/// Blocks the calling client until it can take every key of `slots` at
+/// once (`LEASE.MACQUIRE ... BLOCK`) or its timeout passes. It queues on
+/// each key, in arrival order; `rechecks[i]`: when key `i`'s holder's time
+/// ends (or a grace period), to re-check it then.
+pub fn block_multi(ctx: Ctx, slots: Vec<Slot>, want: Want<'_>, rechecks: &[Option<i64>]) -> Reply {
+    let Some(bc) = blocked::block(ctx) else {
+        return Reply::Null;
+    };
+    let timeout_at = (want.timeout_ms > 0).then(|| now_ms() + want.timeout_ms + 1);
+    reg(|r| r.push_multi(slots.clone(), bc, want.owner, want.ttl_ms, timeout_at));
+    for (slot, at) in slots.iter().zip(rechecks) {
+        if let Some(at) = at {
+            arm(slot, *at);
+        }
+    }
+    arm_timeouts();
+    Reply::Sent
+}
+
+/// The multi-key timer of `slot` fired: if its oldest waiter is a
+/// `LEASE.MACQUIRE` waiter, oldest on every key it waits for, and every
+/// one of those keys is free, it takes them all (`lease::multikey`, as the
+/// command would decide with nobody ahead); otherwise it keeps waiting, and
+/// the keys' own ends, releases and timers bring it back here.
+pub fn on_multi(ctx: Ctx, slot: Slot) {
+    let Some(waiter) = reg(|r| r.multi_head(&slot)) else {
+        return;
+    };
+    let slots = waiter.slots(&slot);
+    if !ctx.select_db(slot.0) {
+        fail_all(&slot, LeaseError::Internal("database is gone".into()));
+        tidy(&slot);
+        return;
+    }
+    let names: Vec<_> = slots.iter().map(|s| ctx.string(&s.1)).collect();
+    let mut ws = Vec::with_capacity(names.len());
+    let now = now_ms();
+    for n in &names {
+        match KeyWriter::for_module(ctx, n.as_str()) {
+            Ok(w) => ws.push(w),
+            Err(closed) => return gate_closed(&slot, closed, now),
+        }
+    }
+    let mut states = Vec::with_capacity(ws.len());
+    let mut wrong = None;
+    for (i, w) in ws.iter_mut().enumerate() {
+        let state = match w.record() {
+            Ok(record) => multikey::key_state(record, &waiter.owner, false, now),
+            // A key of another type now: this waiter is answered WRONGTYPE
+            // (as its command would be), the others of its keys stay.
+            Err(e) => {
+                wrong = Some(e);
+                break;
+            }
+        };
+        // Redis 8.2 expired it within its deadline millisecond: free once
+        // that millisecond has passed.
+        if state == KeyState::Free
+            && let Some(end) = early::any_ended_early()
+                .then(|| early::ended_early(slots[i].0, &slots[i].1))
+                .flatten()
+        {
+            return arm(&slots[i], end + 1);
+        }
+        states.push(state);
+    }
+    let keys: Vec<&[u8]> = slots.iter().map(|s| s.1.as_slice()).collect();
+    let decided = match wrong {
+        Some(e) => Err(e),
+        None => tokens::with_clock(|clock| {
+            multikey::acquire(
+                &keys,
+                &states,
+                &waiter.owner,
+                waiter.ttl_ms,
+                multikey::Env {
+                    now_ms: now,
+                    clock,
+                    grace_ends_at: grace::ends_at(now),
+                    may_wait: true,
+                },
+            )
+        }),
+    };
+    let answer = match decided {
+        Ok(out) => match out.answer {
+            ops::Answer::Token(token) => {
+                for (i, c) in &out.commits {
+                    ws[*i].commit(c);
+                }
+                Answer::Token(token)
+            }
+            // Still taken somewhere (or a grace period): it keeps waiting.
+            _ => {
+                if let multikey::Then::Wait {
+                    grace_until: Some(at),
+                } = out.then
+                {
+                    arm_plain(&slot, at);
+                }
+                return;
+            }
+        },
+        Err(e) => Answer::Error(e),
+    };
+    if let Some(w) = reg(|r| r.take_id(&slot, waiter.id)) {
+        unblock(&w, &slot, answer);
+    }
+    for s in &slots {
+        tidy(s);
+        // The next waiter of each key: a retry of its owner is answered at
+        // once; after an error, the key may be free for it.
+        arm(s, now);
+        multi_soon(s);
+    }
 }
 
 /// The lease on `name` got a new end (renewal, re-acquire): its waiters are
@@ -382,8 +518,12 @@ pub fn on_reply(ctx: Ctx, data: Option<&mut Unblocked>) {
 /// The server timed the waiter out: only `CLIENT UNBLOCK` does (the module
 /// blocks with timeout 0 and times out its waiters itself).
 pub fn on_server_timeout(ctx: Ctx, bc: Handle) {
-    if reg(|r| r.remove(&bc)).is_some_and(|(slot, _)| {
-        tidy(&slot);
+    if reg(|r| r.remove(&bc)).is_some_and(|(slot, w)| {
+        for slot in w.slots(&slot) {
+            tidy(&slot);
+            // As after a timeout: the ones behind it may be served now.
+            arm(&slot, now_ms());
+        }
         true
     }) {
         STATS.wait_timeouts.incr();
@@ -394,11 +534,13 @@ pub fn on_server_timeout(ctx: Ctx, bc: Handle) {
 
 /// A waiter's client disconnected.
 pub fn on_disconnect(bc: Handle) {
-    if let Some((slot, _)) = reg(|r| r.remove(&bc)) {
-        tidy(&slot);
+    if let Some((slot, w)) = reg(|r| r.remove(&bc)) {
         blocked::release(bc);
-        // As after a timeout: the ones behind it may be served now.
-        arm(&slot, now_ms());
+        for slot in w.slots(&slot) {
+            tidy(&slot);
+            // As after a timeout: the ones behind it may be served now.
+            arm(&slot, now_ms());
+        }
     }
 }
 
@@ -407,10 +549,9 @@ pub fn on_disconnect(bc: Handle) {
 /// (deleted and handed to the next waiter) by a 0 ms timer.
 pub fn on_free(data: Unblocked) {
     if let (false, Answer::Token(token)) = (data.replied, &data.answer) {
-        timers::start(
-            0,
-            TimerJob::Revoke(data.slot.clone(), data.owner.clone(), *token),
-        );
+        for slot in data.slots {
+            timers::start(0, TimerJob::Revoke(slot, data.owner.clone(), *token));
+        }
     }
 }
 

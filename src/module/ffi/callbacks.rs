@@ -67,6 +67,16 @@ fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
 /// A command handler: the context and arguments in, a reply or an error out.
 type Handler = fn(Ctx, &Args) -> Result<Reply, LeaseError>;
 
+/// Which argument of a command is an owner id, redacted from SLOWLOG and
+/// MONITOR once the handler is done.
+#[derive(Clone, Copy)]
+enum Redact {
+    No,
+    At(usize),
+    /// After the keys of a multi-key command (`numkeys` at 1).
+    AfterKeys,
+}
+
 /// Runs a command handler and sends its reply.
 ///
 /// # Safety
@@ -76,10 +86,11 @@ unsafe fn run_command(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     handler: Handler,
-    redact: Option<usize>,
+    redact: Redact,
 ) -> c_int {
     // SAFETY: the server passes a live context and `argc` live arguments.
     let ctx = unsafe { Ctx::new(ctx) };
+    let mut owner_at = None;
     let result = catch_unwind(AssertUnwindSafe(|| {
         let argv = if argv.is_null() || argc <= 0 {
             &[][..]
@@ -88,7 +99,15 @@ unsafe fn run_command(
             unsafe { std::slice::from_raw_parts(argv, argc as usize) }
         };
         // SAFETY: see above.
-        handler(ctx, &unsafe { Args::new(argv) })
+        let a = unsafe { Args::new(argv) };
+        owner_at = match redact {
+            Redact::No => None,
+            Redact::At(pos) => Some(pos),
+            Redact::AfterKeys if a.len() > 1 => commands::multi_owner_arg(a.bytes(1)),
+            Redact::AfterKeys => None,
+        }
+        .filter(|&pos| pos < a.len());
+        handler(ctx, &a)
     }))
     .unwrap_or_else(|p| {
         let msg = panic_message(p.as_ref());
@@ -97,7 +116,7 @@ unsafe fn run_command(
             msg.as_bytes(),
         )))
     });
-    if let Some(pos) = redact {
+    if let Some(pos) = owner_at {
         ctx.redact(pos);
     }
     match result {
@@ -109,31 +128,36 @@ unsafe fn run_command(
 }
 
 macro_rules! command_entry {
-    ($name:ident => $handler:path $(, redact $pos:expr)?) => {
+    ($name:ident => $handler:path, $redact:expr) => {
         pub extern "C" fn $name(
             ctx: *mut raw::RedisModuleCtx,
             argv: *mut *mut raw::RedisModuleString,
             argc: c_int,
         ) -> c_int {
-            let redact: Option<usize> = None $(.or(Some($pos)))?;
             // SAFETY: called by the server as a command.
-            unsafe { run_command(ctx, argv, argc, $handler, redact) }
+            unsafe { run_command(ctx, argv, argc, $handler, $redact) }
         }
+    };
+    ($name:ident => $handler:path) => {
+        command_entry!($name => $handler, Redact::No);
     };
 }
 
-command_entry!(acquire_entry => commands::acquire, redact commands::OWNER_ARG);
-command_entry!(renew_entry => commands::renew, redact commands::OWNER_ARG);
-command_entry!(release_entry => commands::release, redact commands::OWNER_ARG);
+command_entry!(acquire_entry => commands::acquire, Redact::At(commands::OWNER_ARG));
+command_entry!(renew_entry => commands::renew, Redact::At(commands::OWNER_ARG));
+command_entry!(release_entry => commands::release, Redact::At(commands::OWNER_ARG));
 command_entry!(fence_entry => fence_or_keys);
 command_entry!(info_entry => commands::info);
-command_entry!(apply_entry => commands::apply, redact commands::OWNER_ARG);
-command_entry!(hold_entry => commands::hold, redact commands::OWNER_ARG);
-command_entry!(drop_entry => commands::drop, redact commands::OWNER_ARG);
+command_entry!(apply_entry => commands::apply, Redact::At(commands::OWNER_ARG));
+command_entry!(hold_entry => commands::hold, Redact::At(commands::OWNER_ARG));
+command_entry!(drop_entry => commands::drop, Redact::At(commands::OWNER_ARG));
 command_entry!(clock_entry => commands::clock);
 command_entry!(prune_entry => commands::prune);
 command_entry!(version_entry => commands::version);
 command_entry!(gate_entry => commands::gate);
+command_entry!(macquire_entry => commands::macquire, Redact::AfterKeys);
+command_entry!(mrenew_entry => commands::mrenew, Redact::AfterKeys);
+command_entry!(mrelease_entry => commands::mrelease, Redact::AfterKeys);
 
 /// LEASE.FENCE, or the server asking for its keys (getkeys-api).
 fn fence_or_keys(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
@@ -371,6 +395,7 @@ unsafe extern "C" fn timer_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
         let (ctx, job) = unsafe { (Ctx::new(ctx), server::take_timer_job::<TimerJob>(data)) };
         match job {
             TimerJob::Recheck(slot) => waiters::on_recheck(ctx, slot),
+            TimerJob::Multi(slot) => waiters::on_multi(ctx, slot),
             TimerJob::Timeouts => waiters::on_timeouts(),
             TimerJob::Revoke(slot, owner, token) => waiters::on_revoke(ctx, slot, owner, token),
             TimerJob::Align((db, key)) => datatype::on_align(ctx, db, &key),

@@ -91,6 +91,9 @@ struct Spec {
     /// all listed, `lease` last.
     acl: &'static CStr,
     arity: c_int,
+    /// Where its keys are: none, the one at 1, or `numkeys` at 1 and that
+    /// many keys after it.
+    keys: Keys,
     key_flags: u32,
     summary: &'static CStr,
     complexity: &'static CStr,
@@ -98,6 +101,14 @@ struct Spec {
     since: &'static CStr,
     history: &'static [(&'static CStr, &'static CStr)],
     args: Vec<Arg>,
+}
+
+/// Where a command's keys are.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keys {
+    None,
+    One,
+    Counted,
 }
 
 /// The first version, where most commands come from.
@@ -118,6 +129,7 @@ fn specs() -> Vec<Spec> {
             acl: c"write slow blocking lease",
             flags: "write deny-oom blocking",
             arity: -4,
+            keys: Keys::One,
             key_flags: RW | ACCESS | UPDATE,
             summary: c"Acquires a lease (exclusive, one of n with LIMIT n, or shared with SHARED) and returns its fencing token (at least FLOOR's); null when it is taken",
             complexity: c"O(1) for an exclusive lease; O(log n) with n holders or waiters",
@@ -143,6 +155,7 @@ fn specs() -> Vec<Spec> {
             acl: c"write fast lease",
             flags: "write fast",
             arity: 4,
+            keys: Keys::One,
             key_flags: RW | UPDATE,
             summary: c"Resets the remaining time of a lease held by owner; 1 if renewed, else 0",
             complexity: c"O(1) for an exclusive lease; O(log n) with n holders",
@@ -156,6 +169,7 @@ fn specs() -> Vec<Spec> {
             acl: c"write fast lease",
             flags: "write fast",
             arity: 3,
+            keys: Keys::One,
             key_flags: RW | DELETE,
             summary: c"Releases a lease held by owner; 1 if released, else 0",
             complexity: c"O(1) for an exclusive lease; O(log n) with n holders or waiters",
@@ -176,6 +190,7 @@ fn specs() -> Vec<Spec> {
             arity: -3,
             // VARIABLE_FLAGS: the server asks the getkeys-api callback, which
             // adds the inner command's keys, instead of this spec alone.
+            keys: Keys::One,
             key_flags: RO | ACCESS | VARIABLE_FLAGS,
             summary: c"Checks that token is the token of a lease held now (else a STALE error) and, in the same step, runs the command if one is given",
             complexity: c"O(1) for an exclusive lease; O(log n) with n holders",
@@ -203,6 +218,7 @@ fn specs() -> Vec<Spec> {
             acl: c"read fast lease",
             flags: "readonly fast",
             arity: 2,
+            keys: Keys::One,
             key_flags: RO | ACCESS,
             summary: c"Token, remaining ttl and waiters of the lease held on key (and mode, limit and holders of a counting or shared lease); null when free",
             complexity: c"O(1) for an exclusive lease; O(n) with n holders",
@@ -211,11 +227,81 @@ fn specs() -> Vec<Spec> {
             args: vec![arg(c"key", KEY)],
         },
         Spec {
+            name: "LEASE.MACQUIRE",
+            entry: Some(macquire_entry),
+            acl: c"write slow blocking lease",
+            flags: "write deny-oom blocking",
+            arity: -5,
+            keys: Keys::Counted,
+            key_flags: RW | ACCESS | UPDATE,
+            summary: c"Acquires an exclusive lease on every key or on none, all with one new fencing token; null when a key is taken",
+            complexity: c"O(k log n) for k keys and n waiters queued on them",
+            since: c"0.3.0",
+            history: &[],
+            args: vec![
+                arg(c"numkeys", INTEGER),
+                Arg {
+                    flags: MULTIPLE,
+                    ..arg(c"key", KEY)
+                },
+                arg(c"owner", STRING),
+                arg(c"ttl-ms", INTEGER),
+                Arg {
+                    flags: OPTIONAL,
+                    ..option(c"timeout-ms", INTEGER, c"BLOCK")
+                },
+            ],
+        },
+        Spec {
+            name: "LEASE.MRENEW",
+            entry: Some(mrenew_entry),
+            acl: c"write fast lease",
+            flags: "write fast",
+            arity: -5,
+            keys: Keys::Counted,
+            key_flags: RW | UPDATE,
+            summary: c"Resets the remaining time of every key when owner holds them all with one token; the number of keys renewed, else 0",
+            complexity: c"O(k) for k keys",
+            since: c"0.3.0",
+            history: &[],
+            args: vec![
+                arg(c"numkeys", INTEGER),
+                Arg {
+                    flags: MULTIPLE,
+                    ..arg(c"key", KEY)
+                },
+                arg(c"owner", STRING),
+                arg(c"ttl-ms", INTEGER),
+            ],
+        },
+        Spec {
+            name: "LEASE.MRELEASE",
+            entry: Some(mrelease_entry),
+            acl: c"write fast lease",
+            flags: "write fast",
+            arity: -4,
+            keys: Keys::Counted,
+            key_flags: RW | DELETE,
+            summary: c"Releases every key when owner holds them all with one token; the number of keys released, else 0",
+            complexity: c"O(k log n) for k keys and n waiters queued on them",
+            since: c"0.3.0",
+            history: &[],
+            args: vec![
+                arg(c"numkeys", INTEGER),
+                Arg {
+                    flags: MULTIPLE,
+                    ..arg(c"key", KEY)
+                },
+                arg(c"owner", STRING),
+            ],
+        },
+        Spec {
             name: name(APPLY),
             entry: Some(apply_entry),
             acl: c"write lease",
             flags: "write",
             arity: 5,
+            keys: Keys::One,
             key_flags: OW | UPDATE,
             summary: c"Internal: sets a lease's full state; accepted only from the master link and the AOF",
             complexity: c"O(1)",
@@ -234,6 +320,7 @@ fn specs() -> Vec<Spec> {
             acl: c"write lease",
             flags: "write",
             arity: -6,
+            keys: Keys::One,
             key_flags: RW | UPDATE,
             summary: c"Internal: adds or updates one holder of a counting or shared lease; accepted only from the master link and the AOF",
             complexity: c"O(log n) with n holders",
@@ -253,6 +340,7 @@ fn specs() -> Vec<Spec> {
             acl: c"write lease",
             flags: "write",
             arity: 3,
+            keys: Keys::One,
             key_flags: RW | DELETE,
             summary: c"Internal: removes one holder of a counting or shared lease; accepted only from the master link and the AOF",
             complexity: c"O(log n) with n holders",
@@ -266,6 +354,7 @@ fn specs() -> Vec<Spec> {
             acl: c"write lease",
             flags: "write",
             arity: 4,
+            keys: Keys::One,
             key_flags: RW | DELETE,
             summary: c"Internal: removes the ended holders of a counting or shared lease that the master took out, up to the one named; accepted only from the master link and the AOF",
             complexity: c"O(k log n) for k holders removed of n",
@@ -283,6 +372,7 @@ fn specs() -> Vec<Spec> {
             acl: c"write lease",
             flags: "write",
             arity: 3,
+            keys: Keys::None,
             key_flags: 0,
             summary: c"Internal: the lease effect and record versions the writer of the stream speaks; accepted only from the master link and the AOF",
             complexity: c"O(1)",
@@ -296,6 +386,7 @@ fn specs() -> Vec<Spec> {
             acl: c"write lease",
             flags: "write",
             arity: 2,
+            keys: Keys::None,
             key_flags: 0,
             summary: c"Internal: raises the token clock; accepted only from the master link and the AOF",
             complexity: c"O(1)",
@@ -309,6 +400,7 @@ fn specs() -> Vec<Spec> {
             acl: c"write fast lease",
             flags: "write fast",
             arity: -1,
+            keys: Keys::One,
             key_flags: RW | ACCESS,
             summary: c"Internal: changes nothing; the module calls it in script mode to learn whether the server would accept a write (to key) now",
             complexity: c"O(1)",
@@ -383,8 +475,12 @@ pub fn register_all(ctx: &Context) -> Result<(), String> {
         let flags = CString::new(spec.flags).expect("no NUL");
         // SAFETY: called during OnLoad with the load context; name and flags
         // are NUL-terminated and copied by the server.
-        let keyed = spec.args.first().is_some_and(|a| a.kind == KEY);
-        let (first, last, step) = if keyed { (1, 1, 1) } else { (0, 0, 0) };
+        // A command with `numkeys` has movable keys: the server finds them
+        // through its key spec (set with the command info).
+        let (first, last, step) = match spec.keys {
+            Keys::One => (1, 1, 1),
+            Keys::None | Keys::Counted => (0, 0, 0),
+        };
         let status = unsafe {
             raw::RedisModule_CreateCommand.unwrap()(
                 ctx.ctx,
@@ -442,13 +538,23 @@ fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
     // with a zeroed entry as the API requires; the server copies everything
     // during SetCommandInfo, so locals may be dropped afterwards.
     unsafe {
-        let keyed = spec.args.first().is_some_and(|a| a.kind == KEY);
         let mut key_specs: Vec<raw::RedisModuleCommandKeySpec> =
             vec![std::mem::zeroed(), std::mem::zeroed()];
-        if !keyed {
+        if spec.keys == Keys::None {
             key_specs.truncate(1);
         }
-        if keyed {
+        if spec.keys == Keys::Counted {
+            key_specs[0].flags = spec.key_flags as u64;
+            key_specs[0].begin_search_type =
+                raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+            key_specs[0].bs.index.pos = 1;
+            key_specs[0].find_keys_type =
+                raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+            key_specs[0].fk.keynum.keynumidx = 0;
+            key_specs[0].fk.keynum.firstkey = 1;
+            key_specs[0].fk.keynum.keystep = 1;
+        }
+        if spec.keys == Keys::One {
             key_specs[0].flags = spec.key_flags as u64;
             key_specs[0].begin_search_type =
                 raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;

@@ -1,0 +1,426 @@
+//! Multi-key leases (design.md S10): `LEASE.MACQUIRE`, `LEASE.MRENEW` and
+//! `LEASE.MRELEASE` decide over every key at once, all or nothing, and
+//! answer with the effects to commit per key: the same exclusive-lease
+//! effects a single-key call makes (`LEASE.APPLY`, `LEASE.RELEASE`), so each
+//! key is an ordinary lease afterwards and the replication language does not
+//! change. No I/O: the binding reads every key, asks here, commits.
+
+use super::clock::TokenClock;
+use super::decide::Held;
+use super::effect::Effect;
+use super::error::{LeaseError, printable};
+use super::ops::{Answer, Commit, Count, Event};
+use super::record::RecordRef;
+
+/// One key of a multi-key call, as the decision sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyState {
+    /// No lease on it, nobody waits for it.
+    Free,
+    /// No lease on it, but clients wait for it: a newcomer does not take it
+    /// (design.md S8's strict order).
+    Waited,
+    /// An exclusive lease of the caller's owner, with this token.
+    Mine(u64),
+    /// Held by another owner, or by a counting or shared lease of others.
+    Taken,
+    /// The caller's owner holds a place of a counting or shared lease on it.
+    MineShared,
+}
+
+/// The state of one key: what it stores at `now_ms`, and whether clients
+/// wait for it (`waited`; a waiter being served passes `false`).
+pub fn key_state(
+    record: Option<RecordRef<'_>>,
+    owner: &[u8],
+    waited: bool,
+    now_ms: i64,
+) -> KeyState {
+    match Held::of(record, now_ms) {
+        Held::Free if waited => KeyState::Waited,
+        Held::Free => KeyState::Free,
+        Held::Exclusive(l) if l.is_held_by(owner) => KeyState::Mine(l.token),
+        Held::Exclusive(_) => KeyState::Taken,
+        Held::Multi(m) if m.holder(owner).is_some_and(|h| h.is_live(now_ms)) => {
+            KeyState::MineShared
+        }
+        Held::Multi(_) => KeyState::Taken,
+    }
+}
+
+/// What `LEASE.MACQUIRE` may do, before any token is issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Every key is free: one new token for all.
+    New,
+    /// The owner holds every key with this one token: an idempotent retry.
+    Reacquired(u64),
+    /// A key is held by someone else or waited for: null, or wait.
+    Contended,
+}
+
+/// The one token under which the caller's owner holds every key, if it
+/// does.
+pub fn one_token(states: &[KeyState]) -> Option<u64> {
+    let KeyState::Mine(first) = *states.first()? else {
+        return None;
+    };
+    states
+        .iter()
+        .all(|s| *s == KeyState::Mine(first))
+        .then_some(first)
+}
+
+/// `LEASE.MACQUIRE` on keys in `states` (`keys[i]`'s state is `states[i]`).
+/// The errors come first, so that a caller never waits holding part of its
+/// keys: a counting or shared holding of the owner, some keys held but not
+/// all, or the keys held under more than one token; each names a key.
+pub fn decide(keys: &[&[u8]], states: &[KeyState]) -> Result<Decision, LeaseError> {
+    let named = |i: usize| printable(keys[i]);
+    if let Some(i) = states.iter().position(|s| *s == KeyState::MineShared) {
+        return Err(LeaseError::MultiHeld(named(i)));
+    }
+    let mine = |s: &KeyState| matches!(s, KeyState::Mine(_));
+    if states.iter().any(mine) {
+        if let Some(i) = states.iter().position(|s| !mine(s)) {
+            return Err(LeaseError::PartlyHeld(named(i)));
+        }
+        return match one_token(states) {
+            Some(token) => Ok(Decision::Reacquired(token)),
+            None => {
+                let first = states[0];
+                let i = states.iter().position(|s| *s != first).unwrap_or(0);
+                Err(LeaseError::MixedTokens(named(i)))
+            }
+        };
+    }
+    if states.iter().any(|s| *s != KeyState::Free) {
+        return Ok(Decision::Contended);
+    }
+    Ok(Decision::New)
+}
+
+/// What a multi-key call does: the answer, the effects per key (the index
+/// of the key, then the commit), and what follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome<'a> {
+    pub answer: Answer,
+    pub commits: Vec<(usize, Commit<'a>)>,
+    /// Counted when the answer goes out now.
+    pub count: Option<Count>,
+    pub then: Then,
+}
+
+/// What the keys' waiters need after a multi-key call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    Nothing,
+    /// The caller waits (`BLOCK`); a grace period holds it until this time
+    /// at least (`None`: the keys' own ends re-check it).
+    Wait {
+        grace_until: Option<i64>,
+    },
+    /// Every key's deadline moved to this: re-check their waiters then.
+    RecheckAt(i64),
+    /// The keys were released: serve each key's waiters.
+    Serve,
+}
+
+impl Outcome<'_> {
+    fn answer(answer: Answer) -> Self {
+        Outcome {
+            answer,
+            commits: Vec::new(),
+            count: None,
+            then: Then::Nothing,
+        }
+    }
+}
+
+/// The server's side of `LEASE.MACQUIRE`.
+pub struct Env<'c> {
+    pub now_ms: i64,
+    pub clock: &'c mut TokenClock,
+    /// When the running grace period (design.md S7) would end, if one runs.
+    pub grace_ends_at: Option<i64>,
+    /// `BLOCK` was given and the caller may block (or it is a waiter being
+    /// served: a refusal keeps it waiting).
+    pub may_wait: bool,
+}
+
+/// `LEASE.MACQUIRE numkeys key... owner ttl-ms`: every key or none.
+pub fn acquire<'a>(
+    keys: &[&[u8]],
+    states: &[KeyState],
+    owner: &'a [u8],
+    ttl_ms: i64,
+    env: Env<'_>,
+) -> Result<Outcome<'a>, LeaseError> {
+    let refused = |count: Count, grace_until: Option<i64>| {
+        let mut out = Outcome::answer(Answer::Null);
+        if env.may_wait {
+            out.then = Then::Wait { grace_until };
+        } else {
+            out.count = Some(count);
+        }
+        out
+    };
+    let deadline_ms = env.now_ms + ttl_ms;
+    let each = |token: u64, event: Event| -> Vec<(usize, Commit<'a>)> {
+        (0..keys.len())
+            .map(|i| {
+                let effect = Effect::Apply {
+                    owner,
+                    token,
+                    deadline_ms,
+                };
+                (i, Commit { effect, event })
+            })
+            .collect()
+    };
+    Ok(match decide(keys, states)? {
+        Decision::Contended => refused(Count::Contended, None),
+        // During a grace period nothing new is created (design.md S7).
+        Decision::New if env.grace_ends_at.is_some() => {
+            refused(Count::GraceRefused, env.grace_ends_at)
+        }
+        Decision::New => {
+            let token = env
+                .clock
+                .issue(env.now_ms)
+                .ok_or(LeaseError::TokensExhausted)?;
+            let mut out = Outcome::answer(Answer::Token(token));
+            out.commits = each(token, Event::Acquire);
+            out
+        }
+        Decision::Reacquired(token) => {
+            let mut out = Outcome::answer(Answer::Token(token));
+            out.commits = each(token, Event::Reacquire);
+            out.then = Then::RecheckAt(deadline_ms);
+            out
+        }
+    })
+}
+
+/// `LEASE.MRENEW numkeys key... owner ttl-ms`: every key renewed when the
+/// owner holds them all with one token (the answer is their number), else
+/// 0 and nothing changes.
+pub fn renew<'a>(states: &[KeyState], owner: &'a [u8], ttl_ms: i64, now_ms: i64) -> Outcome<'a> {
+    let Some(token) = one_token(states) else {
+        let mut out = Outcome::answer(Answer::Int(0));
+        out.count = Some(Count::RenewFailed);
+        return out;
+    };
+    let deadline_ms = now_ms + ttl_ms;
+    let mut out = Outcome::answer(Answer::Int(states.len() as i64));
+    out.commits = (0..states.len())
+        .map(|i| {
+            let effect = Effect::Apply {
+                owner,
+                token,
+                deadline_ms,
+            };
+            let event = Event::Renew;
+            (i, Commit { effect, event })
+        })
+        .collect();
+    out.then = Then::RecheckAt(deadline_ms);
+    out
+}
+
+/// `LEASE.MRELEASE numkeys key... owner`: every key released when the
+/// owner holds them all with one token (the answer is their number), else
+/// 0 and nothing changes.
+pub fn release<'a>(states: &[KeyState], owner: &'a [u8]) -> Outcome<'a> {
+    if one_token(states).is_none() {
+        let mut out = Outcome::answer(Answer::Int(0));
+        out.count = Some(Count::ReleaseFailed);
+        return out;
+    }
+    let mut out = Outcome::answer(Answer::Int(states.len() as i64));
+    out.commits = (0..states.len())
+        .map(|i| {
+            let effect = Effect::Release { owner };
+            let event = Event::Release;
+            (i, Commit { effect, event })
+        })
+        .collect();
+    out.then = Then::Serve;
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeyState::*;
+    use super::*;
+    use crate::lease::holders::{Holder, Multi};
+    use crate::lease::{Lease, MultiMode};
+
+    const NOW: i64 = 1_800_000_000_000;
+    const KEYS: [&[u8]; 3] = [b"a", b"b", b"c"];
+
+    fn env(clock: &mut TokenClock, grace: Option<i64>, may_wait: bool) -> Env<'_> {
+        Env {
+            now_ms: NOW,
+            clock,
+            grace_ends_at: grace,
+            may_wait,
+        }
+    }
+
+    #[test]
+    fn key_states() {
+        let mine = Lease::new(b"o", 7, NOW + 10);
+        let other = Lease::new(b"x", 8, NOW + 10);
+        let ended = Lease::new(b"x", 8, NOW - 1);
+        fn ex(l: &Lease) -> Option<RecordRef<'_>> {
+            Some(RecordRef::Exclusive(l))
+        }
+        assert_eq!(key_state(None, b"o", false, NOW), Free);
+        assert_eq!(key_state(None, b"o", true, NOW), Waited);
+        assert_eq!(key_state(ex(&ended), b"o", false, NOW), Free);
+        assert_eq!(key_state(ex(&mine), b"o", true, NOW), Mine(7));
+        assert_eq!(key_state(ex(&other), b"o", false, NOW), Taken);
+        let h = |o: &[u8]| Holder {
+            owner: o.into(),
+            token: 9,
+            deadline_ms: NOW + 10,
+        };
+        let shared = Multi::with(MultiMode::Shared, h(b"o"));
+        let others = Multi::with(MultiMode::Limit(3), h(b"x"));
+        assert_eq!(
+            key_state(Some(RecordRef::Multi(&shared)), b"o", false, NOW),
+            MineShared
+        );
+        assert_eq!(
+            key_state(Some(RecordRef::Multi(&others)), b"o", false, NOW),
+            Taken
+        );
+    }
+
+    #[test]
+    fn every_key_or_none_with_one_token() {
+        let mut clock = TokenClock::new();
+        let out = acquire(&KEYS, &[Free; 3], b"o", 100, env(&mut clock, None, false)).unwrap();
+        let Answer::Token(t) = out.answer else {
+            panic!("{out:?}")
+        };
+        assert_eq!(out.commits.len(), 3);
+        for (i, (k, c)) in out.commits.iter().enumerate() {
+            assert_eq!(*k, i);
+            assert_eq!(
+                c.effect,
+                Effect::Apply {
+                    owner: b"o",
+                    token: t,
+                    deadline_ms: NOW + 100
+                }
+            );
+            assert_eq!(c.event, Event::Acquire);
+        }
+        for states in [[Free, Taken, Free], [Free, Free, Waited]] {
+            let last = clock.last();
+            let out = acquire(&KEYS, &states, b"o", 100, env(&mut clock, None, false)).unwrap();
+            assert_eq!(out.answer, Answer::Null);
+            assert!(out.commits.is_empty());
+            assert_eq!(out.count, Some(Count::Contended));
+            assert_eq!(clock.last(), last, "no token issued");
+            let out = acquire(&KEYS, &states, b"o", 100, env(&mut clock, None, true)).unwrap();
+            assert_eq!(out.then, Then::Wait { grace_until: None });
+            assert_eq!(out.count, None);
+        }
+    }
+
+    #[test]
+    fn a_retry_keeps_the_token_and_the_errors_name_a_key() {
+        let mut clock = TokenClock::new();
+        let out = acquire(
+            &KEYS,
+            &[Mine(5); 3],
+            b"o",
+            100,
+            env(&mut clock, None, false),
+        )
+        .unwrap();
+        assert_eq!(out.answer, Answer::Token(5));
+        assert!(out.commits.iter().all(|(_, c)| c.event == Event::Reacquire));
+        assert_eq!(out.then, Then::RecheckAt(NOW + 100));
+        // A retry for some of the keys it took together is a retry too.
+        assert_eq!(
+            decide(&KEYS[..2], &[Mine(5), Mine(5)]),
+            Ok(Decision::Reacquired(5))
+        );
+        let err = |s: [KeyState; 3]| decide(&KEYS, &s).unwrap_err();
+        assert_eq!(
+            err([Mine(5), Free, Mine(5)]),
+            LeaseError::PartlyHeld("b".into())
+        );
+        assert_eq!(
+            err([Mine(5), Mine(5), Taken]),
+            LeaseError::PartlyHeld("c".into())
+        );
+        assert_eq!(
+            err([Mine(5), Mine(6), Mine(5)]),
+            LeaseError::MixedTokens("b".into())
+        );
+        assert_eq!(
+            err([Free, MineShared, Taken]),
+            LeaseError::MultiHeld("b".into())
+        );
+        // A refusal by error changes nothing, even with BLOCK.
+        let e = acquire(
+            &KEYS,
+            &[Mine(5), Free, Free],
+            b"o",
+            100,
+            env(&mut clock, None, true),
+        );
+        assert!(e.is_err());
+    }
+
+    #[test]
+    fn the_grace_refuses_new_leases_but_not_retries() {
+        let mut clock = TokenClock::new();
+        let g = Some(NOW + 500);
+        let out = acquire(&KEYS, &[Free; 3], b"o", 100, env(&mut clock, g, false)).unwrap();
+        assert_eq!(out.answer, Answer::Null);
+        assert_eq!(out.count, Some(Count::GraceRefused));
+        assert_eq!(clock.last(), 0);
+        let out = acquire(&KEYS, &[Free; 3], b"o", 100, env(&mut clock, g, true)).unwrap();
+        assert_eq!(out.then, Then::Wait { grace_until: g });
+        let out = acquire(&KEYS, &[Mine(5); 3], b"o", 100, env(&mut clock, g, false)).unwrap();
+        assert_eq!(out.answer, Answer::Token(5));
+    }
+
+    #[test]
+    fn renew_and_release_all_or_nothing() {
+        let out = renew(&[Mine(5); 3], b"o", 50, NOW);
+        assert_eq!(out.answer, Answer::Int(3));
+        assert!(out.commits.iter().all(|(_, c)| c.effect
+            == Effect::Apply {
+                owner: b"o",
+                token: 5,
+                deadline_ms: NOW + 50
+            }));
+        for bad in [
+            [Mine(5), Free, Mine(5)],
+            [Mine(5), Mine(6), Mine(5)],
+            [Taken; 3],
+        ] {
+            let out = renew(&bad, b"o", 50, NOW);
+            assert_eq!((out.answer, out.commits.len()), (Answer::Int(0), 0));
+            assert_eq!(out.count, Some(Count::RenewFailed));
+            let out = release(&bad, b"o");
+            assert_eq!((out.answer, out.commits.len()), (Answer::Int(0), 0));
+            assert_eq!(out.count, Some(Count::ReleaseFailed));
+        }
+        let out = release(&[Mine(5); 2], b"o");
+        assert_eq!(out.answer, Answer::Int(2));
+        assert_eq!(out.then, Then::Serve);
+        assert!(
+            out.commits
+                .iter()
+                .all(|(_, c)| c.effect == Effect::Release { owner: b"o" })
+        );
+    }
+}
