@@ -165,7 +165,10 @@ impl fmt::Display for LeaseError {
                 crate::lease::versions::RECORDS
             ),
             LeaseError::NumKeys { numkeys, given } => {
-                write!(f, "ERR numkeys is {numkeys}, but {given} keys are given")
+                write!(
+                    f,
+                    "ERR numkeys ({numkeys}) does not match the number of keys given ({given})"
+                )
             }
             LeaseError::DuplicateKey(key) => {
                 write!(f, "ERR key '{key}' is given more than once")

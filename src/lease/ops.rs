@@ -285,6 +285,11 @@ pub fn acquire<'a>(
     {
         return Ok(refused(&req, end, Count::GraceRefused));
     }
+    // A free key that clients still wait for (the oldest is a LEASE.MACQUIRE
+    // waiter whose other keys are taken): a newcomer does not overtake.
+    if env.waiters_ahead && decide::live(current, now).is_none() {
+        return Ok(refused(&req, recheck_at, Count::Contended));
+    }
     Ok(
         match decide::acquire(current, req.owner, req.ttl_ms, req.floor, now, env.clock)? {
             Acquire::Created { token, deadline_ms } => {

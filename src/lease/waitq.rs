@@ -503,6 +503,52 @@ mod tests {
     }
 
     #[test]
+    fn a_multi_key_waiter_keeps_its_place_on_every_key() {
+        let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
+        let mut clock = TokenClock::new();
+        let now = 1_800_000_000_000;
+        r.push(slot("a"), 1, b"o1", X, 10, None);
+        let m = r.push_multi(vec![slot("a"), slot("b")], 2, b"om", 10, Some(now + 50));
+        r.push(slot("b"), 3, b"o3", X, 10, None);
+        assert_eq!(r.total(), 3, "a client is one waiter");
+        assert_eq!((r.len(&slot("a")), r.len(&slot("b"))), (2, 2));
+        // b is free, but its oldest waiter waits for a too: nobody behind
+        // it is served, and it is not the oldest on a yet.
+        assert!(r.head_is_multi(&slot("b")));
+        assert_eq!(r.grant_next(&slot("b"), Held::Free, now, &mut clock), None);
+        assert_eq!(r.multi_head(&slot("b")), None);
+        // a goes to its oldest waiter; then the multi-key waiter is the
+        // oldest of both keys.
+        assert!(matches!(
+            r.grant_next(&slot("a"), Held::Free, now, &mut clock),
+            Some(Step::Grant { .. })
+        ));
+        let head = r.multi_head(&slot("b")).expect("oldest on a and b");
+        assert_eq!((head.id, head.handle), (m, 2));
+        assert_eq!(r.multi_head(&slot("a")).map(|w| w.id), Some(m));
+        let w = r.take_id(&slot("a"), m).unwrap();
+        assert_eq!(w.slots(&slot("a")), vec![slot("a"), slot("b")]);
+        assert_eq!((r.len(&slot("a")), r.len(&slot("b"))), (0, 1));
+        assert_eq!(r.next_timeout(), None, "its timeout went with it");
+        assert_eq!(r.total(), 1);
+        // Removed by its handle (a disconnect), it leaves every queue.
+        r.push_multi(vec![slot("a"), slot("b")], 4, b"om", 10, None);
+        let (s, w) = r.remove(&4).unwrap();
+        assert_eq!(w.slots(&s).len(), 2);
+        assert_eq!((r.len(&slot("a")), r.len(&slot("b"))), (0, 1));
+        // A drain of one key takes it out of the other too.
+        r.push_multi(vec![slot("c"), slot("b")], 5, b"om", 10, None);
+        assert_eq!(r.drain(&slot("c")).len(), 1);
+        assert_eq!(r.len(&slot("b")), 1);
+        // Same-owner retries of a single-key grant leave its multi-key
+        // waiters queued.
+        r.push_multi(vec![slot("d"), slot("e")], 6, b"o7", 10, None);
+        r.push(slot("d"), 7, b"o7", X, 10, None);
+        assert_eq!(r.take_owner(&slot("d"), b"o7").len(), 1);
+        assert_eq!(r.len(&slot("d")), 1);
+    }
+
+    #[test]
     fn first_come_first_served_per_key() {
         let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
         r.push(slot("a"), 1, b"o1", X, 10, None);

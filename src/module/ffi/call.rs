@@ -203,6 +203,15 @@ pub fn command_keys(ctx: Ctx, args: &[Str]) -> Vec<(usize, c_int)> {
 /// `LEASE.FENCE`).
 pub const KEY_READ_ACCESS: c_int =
     (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as c_int;
+/// The keys of `LEASE.MACQUIRE`, `LEASE.MRENEW`, `LEASE.MRELEASE`, as their
+/// key specs declare them.
+pub const KEY_ACQUIRE: c_int = (raw::REDISMODULE_CMD_KEY_RW
+    | raw::REDISMODULE_CMD_KEY_ACCESS
+    | raw::REDISMODULE_CMD_KEY_UPDATE) as c_int;
+pub const KEY_RENEW: c_int =
+    (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE) as c_int;
+pub const KEY_RELEASE: c_int =
+    (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE) as c_int;
 
 /// Is the running call the server asking for the command's key positions
 /// (a getkeys-api command)?

@@ -100,7 +100,9 @@ unsafe fn run_command(
         };
         // SAFETY: see above.
         let a = unsafe { Args::new(argv) };
+        // A keys-position request has no client to redact in.
         owner_at = match redact {
+            _ if call::is_keys_position_request(ctx) => None,
             Redact::No => None,
             Redact::At(pos) => Some(pos),
             Redact::AfterKeys if a.len() > 1 => commands::multi_owner_arg(a.bytes(1)),
@@ -155,9 +157,41 @@ command_entry!(clock_entry => commands::clock);
 command_entry!(prune_entry => commands::prune);
 command_entry!(version_entry => commands::version);
 command_entry!(gate_entry => commands::gate);
-command_entry!(macquire_entry => commands::macquire, Redact::AfterKeys);
-command_entry!(mrenew_entry => commands::mrenew, Redact::AfterKeys);
-command_entry!(mrelease_entry => commands::mrelease, Redact::AfterKeys);
+command_entry!(macquire_entry => macquire_or_keys, Redact::AfterKeys);
+command_entry!(mrenew_entry => mrenew_or_keys, Redact::AfterKeys);
+command_entry!(mrelease_entry => mrelease_or_keys, Redact::AfterKeys);
+
+/// A multi-key command, or the server asking for its keys (getkeys-api:
+/// cluster routing looks at the keys a module reports, not at a `numkeys`
+/// key spec): the `numkeys` arguments after argument 1, with `flags`.
+fn multi_or_keys(ctx: Ctx, a: &Args, flags: c_int, handler: Handler) -> Result<Reply, LeaseError> {
+    if !call::is_keys_position_request(ctx) {
+        return handler(ctx, a);
+    }
+    let n = match a.len() {
+        0 | 1 => 0,
+        len => crate::lease::args::parse_i64(a.bytes(1))
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0)
+            .min(len - 2),
+    };
+    for pos in 2..2 + n {
+        call::report_key(ctx, pos, flags);
+    }
+    Ok(Reply::Sent)
+}
+
+fn macquire_or_keys(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    multi_or_keys(ctx, a, call::KEY_ACQUIRE, commands::macquire)
+}
+
+fn mrenew_or_keys(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    multi_or_keys(ctx, a, call::KEY_RENEW, commands::mrenew)
+}
+
+fn mrelease_or_keys(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    multi_or_keys(ctx, a, call::KEY_RELEASE, commands::mrelease)
+}
 
 /// LEASE.FENCE, or the server asking for its keys (getkeys-api).
 fn fence_or_keys(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {

@@ -230,7 +230,9 @@ fn specs() -> Vec<Spec> {
             name: "LEASE.MACQUIRE",
             entry: Some(macquire_entry),
             acl: c"write slow blocking lease",
-            flags: "write deny-oom blocking",
+            // getkeys-api: cluster routing finds a module command's keys
+            // through the API, not through a `numkeys` key spec.
+            flags: "write deny-oom blocking getkeys-api",
             arity: -5,
             keys: Keys::Counted,
             key_flags: RW | ACCESS | UPDATE,
@@ -256,7 +258,7 @@ fn specs() -> Vec<Spec> {
             name: "LEASE.MRENEW",
             entry: Some(mrenew_entry),
             acl: c"write fast lease",
-            flags: "write fast",
+            flags: "write fast getkeys-api",
             arity: -5,
             keys: Keys::Counted,
             key_flags: RW | UPDATE,
@@ -278,7 +280,7 @@ fn specs() -> Vec<Spec> {
             name: "LEASE.MRELEASE",
             entry: Some(mrelease_entry),
             acl: c"write fast lease",
-            flags: "write fast",
+            flags: "write fast getkeys-api",
             arity: -4,
             keys: Keys::Counted,
             key_flags: RW | DELETE,
