@@ -11,12 +11,15 @@ use common::*;
 
 use std::path::PathBuf;
 
-const PUBLIC: [&str; 5] = [
+const PUBLIC: [&str; 8] = [
     "LEASE.ACQUIRE",
     "LEASE.RENEW",
     "LEASE.RELEASE",
     "LEASE.FENCE",
     "LEASE.INFO",
+    "LEASE.MACQUIRE",
+    "LEASE.MRENEW",
+    "LEASE.MRELEASE",
 ];
 const INTERNAL: [&str; 7] = [
     "LEASE.APPLY",
