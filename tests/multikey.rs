@@ -441,4 +441,33 @@ both! {
         assert!(error_text(&e).starts_with("CROSSSLOT"), "{e:?}");
         assert_eq!(int(&cl.ok("{acct}:1", &["LEASE.MRELEASE", "2", "{acct}:1", "{acct}:2", "me"])), 2);
     }
+
+    // A multi-key waiter on a master whose slot migrates away is
+    // redirected, as a single-key waiter is: the old master grants nothing
+    // of keys it no longer owns.
+    fn a_multi_key_waiter_is_redirected_when_the_slot_moves_away(kind) {
+        let cl = Cluster::start(kind, 3, 0);
+        let slot = cl.slot_of("{k}:1");
+        let masters = cl.masters();
+        let a = masters.iter().find(|m| m.serves(slot)).cloned().expect("an owner");
+        let b = masters.iter().find(|m| m.id != a.id).cloned().unwrap();
+        let a_server = cl.node_by_port(a.port);
+        let mut ac = a_server.conn();
+        let mut bc = cl.node_by_port(b.port).conn();
+        acquire(&mut ac, "{k}:1", "h", "10000");
+        let w = spawn_mwaiter(a_server, &["{k}:1", "{k}:2"], "w", "10000", "8000");
+        let acquired = info_int(&mut ac, "lease_acquired");
+        let slot_s = slot.to_string();
+        ok(&mut bc, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &a.id]);
+        ok(&mut ac, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &b.id]);
+        let port = b.port.to_string();
+        assert_eq!(ok(&mut ac, &["MIGRATE", "127.0.0.1", &port, "{k}:1", "0", "5000"]), Value::Okay);
+        let moved = Instant::now();
+        let (reply, at) = w.join().unwrap();
+        let e = error_text(&reply.expect_err("redirected, not served"));
+        assert!(e.starts_with("ASK") || e.starts_with("MOVED"), "{e}");
+        assert!(at - moved < Duration::from_secs(2), "redirected {:?} after the move", at - moved);
+        assert_eq!(info_int(&mut ac, "lease_acquired"), acquired, "nothing granted after the move");
+        assert_eq!(info_int(&mut ac, "lease_waiters"), 0);
+    }
 }
