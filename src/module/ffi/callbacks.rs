@@ -100,12 +100,14 @@ unsafe fn run_command(
         };
         // SAFETY: see above.
         let a = unsafe { Args::new(argv) };
-        // A keys-position request has no client to redact in.
         owner_at = match redact {
-            _ if call::is_keys_position_request(ctx) => None,
             Redact::No => None,
             Redact::At(pos) => Some(pos),
-            Redact::AfterKeys if a.len() > 1 => commands::multi_owner_arg(a.bytes(1)),
+            // A keys-position request (only getkeys-api commands get one)
+            // has no client to redact in.
+            Redact::AfterKeys if a.len() > 1 && !call::is_keys_position_request(ctx) => {
+                commands::multi_owner_arg(a.bytes(1))
+            }
             Redact::AfterKeys => None,
         }
         .filter(|&pos| pos < a.len());
