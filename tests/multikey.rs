@@ -168,6 +168,42 @@ compat! {
 }
 
 both! {
+    fn a_thousand_keys_and_the_memory_gate(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let names: Vec<String> = (0..1000).map(|i| format!("{{big}}:{i}")).collect();
+        let keys: Vec<&str> = names.iter().map(String::as_str).collect();
+        let t = int(&macquire(&mut c, &keys, "me", "30000"));
+        assert_eq!(lease_keys(&mut c), 1000);
+        assert_eq!(token_of(&mut c, "{big}:999"), Some(t));
+        assert_eq!(int(&multi(&mut c, "LEASE.MRENEW", &keys, &["me", "30000"])), 1000);
+        // Over maxmemory, MACQUIRE is refused (deny-oom); MRENEW and
+        // MRELEASE still work, so a holder can always keep and give back
+        // its keys.
+        ok(&mut c, &["CONFIG", "SET", "maxmemory", "1"]);
+        let e = err(&mut c, &["LEASE.MACQUIRE", "2", "x", "y", "me", "1000"]);
+        assert!(e.starts_with("OOM"), "{e}");
+        assert_eq!(int(&multi(&mut c, "LEASE.MRENEW", &keys[..2], &["me", "30000"])), 2);
+        assert_eq!(int(&multi(&mut c, "LEASE.MRELEASE", &keys, &["me"])), 1000);
+        ok(&mut c, &["CONFIG", "SET", "maxmemory", "0"]);
+        assert_eq!(lease_keys(&mut c), 0);
+    }
+
+    fn a_queued_retry_of_the_same_owner_gets_the_same_token(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        acquire(&mut c, "a", "h", "60000");
+        // A client whose first wait's reply was lost waits again with the
+        // same owner: both are answered with the one token.
+        let first = spawn_mwaiter(&s, &["a", "b"], "w", "60000", "5000");
+        let retry = spawn_mwaiter(&s, &["a", "b"], "w", "60000", "5000");
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "a", "h"])), 1);
+        let t = got_token(first);
+        assert_eq!(got_token(retry), t);
+        assert_eq!(token_of(&mut c, "b"), Some(t));
+        assert_eq!(info_int(&mut c, "lease_waiters"), 0);
+    }
+
     fn errors_come_in_order_and_change_nothing(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
