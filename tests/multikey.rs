@@ -73,6 +73,9 @@ fn spawn_single(s: &Server, key: &str, owner: &str, timeout: &str) -> Answer {
 /// the reply's arrival to the release's send, on the worker's own clock.
 type Meal = (usize, [usize; 2], Instant, Instant);
 
+/// A random worker's holding: (worker, keys, from, to) on its own clock.
+type Holding = (usize, Vec<usize>, Instant, Instant);
+
 /// A waiter that has not been answered yet (it stays blocked for `for_ms`).
 fn still_waiting(h: &Answer, for_ms: u64) -> bool {
     thread::sleep(Duration::from_millis(for_ms));
@@ -505,5 +508,102 @@ both! {
         assert!(at - moved < Duration::from_secs(2), "redirected {:?} after the move", at - moved);
         assert_eq!(info_int(&mut ac, "lease_acquired"), acquired, "nothing granted after the move");
         assert_eq!(info_int(&mut ac, "lease_waiters"), 0);
+    }
+
+    // Single-key and multi-key workers on a few keys, at random, with
+    // BLOCK, DEL and expiry mixed in: from the workers' own records no two
+    // holdings of a key overlap, every blocked call is answered within its
+    // timeout, and the server ends with no waiter and no lease left.
+    fn mixed_random_workers_never_overlap_and_nobody_hangs(kind) {
+        const KEYS: usize = 6;
+        let s = Server::start(kind);
+        let stop = Arc::new(AtomicBool::new(false));
+        let records: Arc<Mutex<Vec<Holding>>> = Arc::default();
+        let workers: Vec<_> = (0..6)
+            .map(|i| {
+                let (stop, records) = (stop.clone(), records.clone());
+                let mut c = s.conn();
+                thread::spawn(move || {
+                    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ ((i as u64 + 1) * 0x1000_0001);
+                    let mut next = move |n: u64| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        (x % n) as usize
+                    };
+                    let (mut held, mut nulls) = (0, 0);
+                    for round in 0..100_000 {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let owner = format!("w{i}-{round}");
+                        let mut keys: Vec<usize> = (0..KEYS).filter(|_| next(3) == 0).collect();
+                        if keys.is_empty() {
+                            keys.push(next(KEYS as u64));
+                        }
+                        let names: Vec<String> = keys.iter().map(|k| format!("r:{k}")).collect();
+                        let ttl = (20 + next(200)).to_string();
+                        let sent = Instant::now();
+                        let reply = if keys.len() == 1 && next(2) == 0 {
+                            ok(&mut c, &["LEASE.ACQUIRE", &names[0], &owner, &ttl, "BLOCK", "300"])
+                        } else {
+                            let n = names.len().to_string();
+                            let mut args = vec!["LEASE.MACQUIRE", n.as_str()];
+                            args.extend(names.iter().map(String::as_str));
+                            args.extend([owner.as_str(), ttl.as_str(), "BLOCK", "300"]);
+                            ok(&mut c, &args)
+                        };
+                        assert!(sent.elapsed() < Duration::from_secs(2), "a BLOCK 300 call took {:?}", sent.elapsed());
+                        let Value::Int(_) = reply else {
+                            nulls += 1;
+                            continue;
+                        };
+                        let from = Instant::now();
+                        thread::sleep(Duration::from_millis(next(4) as u64));
+                        let to = Instant::now();
+                        // Give it back one way or another: MRELEASE, one
+                        // key's DEL (the others expire), or nothing (all
+                        // expire). A record ends where the worker still
+                        // knew the holding to be valid: at the release, or
+                        // before its ttl could have run out.
+                        match next(4) {
+                            0 => {
+                                ok(&mut c, &["DEL", &names[0]]);
+                            }
+                            1 => {}
+                            _ => {
+                                let n = names.len().to_string();
+                                let mut args = vec!["LEASE.MRELEASE", n.as_str()];
+                                args.extend(names.iter().map(String::as_str));
+                                args.push(owner.as_str());
+                                ok(&mut c, &args);
+                            }
+                        }
+                        let ttl_end = sent + Duration::from_millis(ttl.parse::<u64>().unwrap());
+                        records.lock().unwrap().push((i, keys, from, to.min(ttl_end)));
+                        held += 1;
+                    }
+                    (held, nulls)
+                })
+            })
+            .collect();
+        thread::sleep(Duration::from_secs(3));
+        stop.store(true, Ordering::Relaxed);
+        let (held, nulls): (Vec<usize>, Vec<usize>) = workers.into_iter().map(|w| w.join().unwrap()).unzip();
+        assert!(held.iter().all(|&h| h > 0), "every worker held something: {held:?}");
+        let records = records.lock().unwrap();
+        let multi = records.iter().filter(|r| r.1.len() > 1).count();
+        eprintln!("{kind:?}: {} holdings ({multi} of several keys) by {held:?}, timed out {nulls:?}", records.len());
+        for (n, a) in records.iter().enumerate() {
+            for b in &records[n + 1..] {
+                if !a.1.iter().any(|k| b.1.contains(k)) {
+                    continue;
+                }
+                assert!(a.3 <= b.2 || b.3 <= a.2, "two holdings of one key at once: {a:?} {b:?}");
+            }
+        }
+        let mut c = s.conn();
+        assert_eq!(info_int(&mut c, "lease_waiters"), 0);
+        assert!(wait_until(Duration::from_secs(2), || lease_keys(&mut c) == 0), "every lease ended");
     }
 }
