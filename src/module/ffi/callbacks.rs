@@ -90,7 +90,10 @@ unsafe fn run_command(
 ) -> c_int {
     // SAFETY: the server passes a live context and `argc` live arguments.
     let ctx = unsafe { Ctx::new(ctx) };
-    let mut owner_at = None;
+    let mut owner_at = match redact {
+        Redact::At(pos) => Some(pos),
+        Redact::No | Redact::AfterKeys => None,
+    };
     let result = catch_unwind(AssertUnwindSafe(|| {
         let argv = if argv.is_null() || argc <= 0 {
             &[][..]
@@ -100,17 +103,14 @@ unsafe fn run_command(
         };
         // SAFETY: see above.
         let a = unsafe { Args::new(argv) };
-        owner_at = match redact {
-            Redact::No => None,
-            Redact::At(pos) => Some(pos),
-            // A keys-position request (only getkeys-api commands get one)
-            // has no client to redact in.
-            Redact::AfterKeys if a.len() > 1 && !call::is_keys_position_request(ctx) => {
-                commands::multi_owner_arg(a.bytes(1))
-            }
-            Redact::AfterKeys => None,
+        // A keys-position request (only getkeys-api commands get one) has
+        // no client to redact in.
+        if let Redact::AfterKeys = redact
+            && a.len() > 1
+            && !call::is_keys_position_request(ctx)
+        {
+            owner_at = commands::multi_owner_arg(a.bytes(1)).filter(|&pos| pos < a.len());
         }
-        .filter(|&pos| pos < a.len());
         handler(ctx, &a)
     }))
     .unwrap_or_else(|p| {
