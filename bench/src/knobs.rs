@@ -168,7 +168,7 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), TABLE.len());
-        assert_eq!(TABLE.len(), 19);
+        assert_eq!(TABLE.len(), 23);
     }
 
     #[test]
