@@ -160,6 +160,7 @@ package: pyenv
 bench: deps servers build pyenv deps-bench
 	bash bench/run.sh
 	bash bench/quorum.sh
+	bash bench/multi.sh
 
 clean:
 	$(CARGO) clean

@@ -93,6 +93,13 @@ knobs! {
             "F: the counted window while they are held, ms";
         helper_refused = "HELPER_REFUSED", 100, min 1:
             "F: leases deleted on the server to time the loss signal";
+        // H: multi-key lease cycles.
+        multi_ms = "MULTI_MS", 2000, min 100:
+            "H: the counted window of one run, ms";
+        multi_reps = "MULTI_REPS", 3, min 1:
+            "H: runs of every (k, kind), interleaved (medians shown)";
+        multi_warm_ms = "MULTI_WARM_MS", 300, min 0:
+            "H: the warm-up before the counted window, ms";
     }
     texts {
         handoff_only = "HANDOFF_ONLY":
@@ -168,7 +175,7 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), TABLE.len());
-        assert_eq!(TABLE.len(), 19);
+        assert_eq!(TABLE.len(), 26);
     }
 
     #[test]

@@ -5,15 +5,17 @@
 //!     handoff cycles <port>         part C: full lock cycles per second
 //!     handoff helpers <port>        part F: the Rust helpers holding many leases
 //!     handoff quorum <port>...      part G: quorum lock cycles (bench/quorum.sh)
+//!     handoff multi <port>          part H: multi-key lease cycles (bench/multi.sh)
 //!
 //! Prints Markdown to stdout. Never fails on a slow result: it measures, it
 //! does not judge. bench/README.md says what each section measures; its
 //! "Knobs" section lists the environment variables (src/knobs.rs reads them).
 //!
 //! The modules: one per section (handoff: B1 and B2, herd: B3, mass: B4 with
-//! crowd, its sockets; cycles: C; helpers: F), and what they share: resp (the RESP
-//! client), server (readings of the server), stats, clock, knobs, kv (the
-//! HANDOFF_KV lines), scripts (the recipes' Lua).
+//! crowd, its sockets; cycles: C; helpers: F; quorum: G; multi: H), and
+//! what they share: resp (the RESP client), server (readings of the
+//! server), stats, clock, knobs, kv (the HANDOFF_KV lines), scripts (the
+//! recipes' Lua).
 
 mod clock;
 mod crowd;
@@ -24,6 +26,7 @@ mod herd;
 mod knobs;
 mod kv;
 mod mass;
+mod multi;
 mod quorum;
 mod resp;
 mod scripts;
@@ -44,10 +47,11 @@ fn main() -> ExitCode {
         [mode, port] if mode == "cycles" => part_c(port),
         [mode, port] if mode == "helpers" => part_e(port),
         [mode, ports @ ..] if mode == "quorum" && !ports.is_empty() => part_g(ports),
+        [mode, port] if mode == "multi" => part_h(port),
         [port, pid] => part_b(port, pid),
         _ => {
             eprintln!(
-                "usage: handoff <port> <server-pid> | handoff cycles <port> | handoff helpers <port> | handoff quorum <port>...\n\n\
+                "usage: handoff <port> <server-pid> | handoff cycles <port> | handoff helpers <port> | handoff quorum <port>... | handoff multi <port>\n\n\
                  Knobs (environment variables, [default]):\n{}",
                 knobs::describe()
             );
@@ -93,6 +97,12 @@ fn part_g(ports: &[String]) -> Res<()> {
         .map(|p| arg("port", p))
         .collect::<Res<Vec<u16>>>()?;
     quorum::section(&ports)
+}
+
+/// `handoff multi <port>`.
+fn part_h(port: &str) -> Res<()> {
+    let port = arg("port", port)?;
+    multi::section(port, &Knobs::from_env()?)
 }
 
 /// `handoff <port> <server-pid>`: the sections that HANDOFF_ONLY leaves on.
