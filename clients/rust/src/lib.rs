@@ -66,7 +66,7 @@ mod protocol;
 pub mod quorum;
 mod sync;
 pub use quorum::{QuorumClient, QuorumLease};
-pub use sync::{Lease, LeaseClient, LossSignal};
+pub use sync::{Lease, LeaseClient, LossSignal, MultiLease};
 
 #[cfg(feature = "tokio")]
 pub mod aio;
@@ -159,6 +159,12 @@ pub enum Error {
     /// A ttl under 1 ms: the server's shortest lease is 1 ms, and rounding
     /// up would hand out a lease nobody asked for. Nothing was sent.
     InvalidTtl(Duration),
+    /// The keys of a multi-key acquire (`acquire_many`) are none, or name a
+    /// key twice: the server would refuse them. Nothing was sent.
+    InvalidKeys(String),
+    /// A multi-key lease's `fence` named a key that is not one of its keys:
+    /// its token fences nothing there. Nothing was sent.
+    NotLeaseKey(String),
     /// Any other error: the server's error replies, and I/O errors left
     /// after the retries.
     Redis(redis::RedisError),
@@ -172,6 +178,13 @@ impl fmt::Display for Error {
             ),
             Error::Lost(loss) => loss.fmt(f),
             Error::InvalidTtl(ttl) => write!(f, "ttl must be at least 1 ms, not {ttl:?}"),
+            Error::InvalidKeys(why) => write!(f, "a multi-key lease needs distinct keys: {why}"),
+            Error::NotLeaseKey(key) => {
+                write!(
+                    f,
+                    "{key:?} is not one of the lease's keys; nothing was sent"
+                )
+            }
             Error::SharedWrite => {
                 f.write_str("a SHARED holder's token cannot fence a write command; nothing was run")
             }
