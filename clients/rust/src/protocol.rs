@@ -271,6 +271,24 @@ impl Keys {
         Ok(Keys::Many(keys))
     }
 
+    /// On a cluster: every key in one slot (a multi-key lease lives on
+    /// one node), [`Error::InvalidKeys`] otherwise, before anything is
+    /// sent. The server's own check answers `CROSSSLOT`; this one does not
+    /// depend on it.
+    pub(crate) fn one_slot(&self) -> Result<(), Error> {
+        use redis::cluster_routing::Slot;
+        let keys = self.all();
+        let slot = Slot::for_key(&keys[0]);
+        match keys.iter().find(|k| Slot::for_key(k) != slot) {
+            Some(other) => Err(Error::InvalidKeys(format!(
+                "{:?} and {other:?} hash to different cluster slots (CROSSSLOT): \
+                 give the keys one hash tag",
+                keys[0]
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Every key, in the order given.
     pub(crate) fn all(&self) -> &[String] {
         match self {
@@ -1071,6 +1089,11 @@ mod tests {
             (2, "{t}a", Some("{t}a"))
         );
         assert_eq!(one("k").route(), None);
+        assert!(keys.one_slot().is_ok());
+        let cross = Keys::many(&["{t}a", "{u}b"]).unwrap();
+        assert!(
+            matches!(cross.one_slot(), Err(Error::InvalidKeys(ref m)) if m.contains("CROSSSLOT"))
+        );
         assert_eq!(
             words(&keys.renew_cmd("o", Duration::from_millis(1500))),
             ["LEASE.MRENEW", "2", "{t}a", "{t}b", "o", "1500"]

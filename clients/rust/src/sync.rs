@@ -468,6 +468,9 @@ impl LeaseClient {
     ) -> Result<Option<Lease>, Error> {
         let (hub, opts) = (&self.hub, &self.hub.opts);
         let mut plan = Acquire::new(&keys, ttl, self.mode, block, opts)?;
+        if matches!(hub.backend, Backend::Cluster(_)) {
+            keys.one_slot()?;
+        }
         for key in keys.all() {
             self.held.check(key)?;
         }
