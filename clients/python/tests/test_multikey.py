@@ -298,3 +298,17 @@ def test_async_a_lost_macquire_reply_is_retried_with_the_same_owner(server):
     finally:
         proxy.close()
     assert tokens(r) == [None] * 3
+
+
+def test_the_readme_multi_key_example_runs_as_written(server, capsys):
+    import pathlib
+
+    readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Multi-key leases", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    r = server.client()
+    r.hset("{bank}:7", "balance", 100)
+    exec(compile(code, "README.md", "exec"), {"r": server.client()})
+    assert capsys.readouterr().out.startswith("token ")
+    assert r.hget("{bank}:7", "balance") == b"70" and r.hget("{bank}:9", "balance") == b"30"
+    assert token_of(r, "{bank}:7:lock") is None and token_of(r, "{bank}:9:lock") is None

@@ -21,7 +21,11 @@
 //! - **fenced writes**: [`Lease::fence`] sends `LEASE.FENCE key token <cmd>`;
 //!   a `STALE` refusal is [`Error::Stale`];
 //! - **release on every way out**: [`Lease::release`], and on drop of the
-//!   guard (an early return, an error, a panic).
+//!   guard (an early return, an error, a panic);
+//! - **multi-key leases**: [`LeaseClient::acquire_many`] takes several keys
+//!   at once, every key or none, under one fencing token (`LEASE.MACQUIRE`):
+//!   a [`MultiLease`], renewed with one `LEASE.MRENEW`, fenced on any of
+//!   its keys.
 //!
 //! The sync API is [`LeaseClient`] / [`Lease`]. With the `tokio` feature,
 //! [`aio`] has the same on tokio. Both work with one server

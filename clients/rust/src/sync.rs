@@ -561,6 +561,23 @@ impl LeaseClient {
     /// all on every way out, as [`with_lease`](LeaseClient::with_lease):
     /// `Ok(None)` when the keys were not obtained, `Err(Error::Lost(..))`
     /// when the lease was lost while `work` ran and `work` returned `Ok`.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lease_client::{Block, Error, LeaseClient};
+    ///
+    /// # fn main() -> Result<(), Error> {
+    /// let client = LeaseClient::open("redis://127.0.0.1:6379/")?;
+    /// let (from, to) = ("{bank}:7:lock", "{bank}:9:lock"); // one hash tag: one cluster slot
+    /// let moved = client.with_many(&[from, to], Duration::from_secs(10), Block::For(Duration::from_secs(5)), |lease| {
+    ///     // The one token fences a write on either key; Err(Error::Stale) if refused.
+    ///     let _: i64 = lease.fence(from, redis::cmd("HINCRBY").arg("{bank}:7").arg("balance").arg(-30))?;
+    ///     let _: i64 = lease.fence(to, redis::cmd("HINCRBY").arg("{bank}:9").arg("balance").arg(30))?;
+    ///     Ok::<_, Error>(lease.token()) // the token, for a ledger outside Redis that keeps the highest
+    /// })?; // every key released however the closure ends
+    /// assert!(moved.is_some(), "None: a key was busy for 5 s, and nothing was taken");
+    /// # Ok(()) }
+    /// ```
     pub fn with_many<K, T, E, F>(
         &self,
         keys: &[K],

@@ -276,3 +276,28 @@ both! {
         assert!(lc.acquire_many(&KEYS, MS(1000), Block::NoWait).unwrap().is_none(), "contention is Ok(None)");
     }
 }
+
+#[test]
+fn the_readme_shows_the_multi_key_example_the_doctest_compiles() {
+    // The example of `LeaseClient::with_many` (a doctest, compiled by
+    // `cargo test --doc`) is the one in the README, hidden lines aside.
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let src = std::fs::read_to_string(format!("{dir}/src/sync.rs")).unwrap();
+    let readme = std::fs::read_to_string(format!("{dir}/README.md")).unwrap();
+    let before = &src[..src.find("pub fn with_many").unwrap()];
+    let doc = &before[before.rfind("/// ```no_run").unwrap()..];
+    let body: String = doc
+        .lines()
+        .skip(1)
+        .map(|l| l.trim_start().trim_start_matches("///"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .take_while(|l| !l.starts_with("```"))
+        .filter(|l| !l.starts_with("# "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(body.contains("with_many"), "{body}");
+    assert!(
+        readme.contains(&body),
+        "clients/rust/README.md does not show the with_many doctest as it is:\n{body}"
+    );
+}
