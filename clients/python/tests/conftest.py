@@ -244,7 +244,7 @@ def info_int(r: redis.Redis, name: str) -> int:
 
 class LossyProxy:
     """A TCP proxy in front of a server. Armed, it forwards the next request
-    holding ``LEASE.ACQUIRE`` and, when the server's reply comes back, closes
+    holding ``LEASE.ACQUIRE`` (or ``LEASE.MACQUIRE``) and, when the server's reply comes back, closes
     the client's connection instead of passing the reply on: the server did
     the acquire, the client never hears of it."""
 
@@ -287,7 +287,8 @@ class LossyProxy:
                 if not chunk:
                     break
                 # Decide before the request reaches the server.
-                if b"LEASE.ACQUIRE" in chunk and self.armed.is_set():
+                acquire = b"LEASE.ACQUIRE" in chunk or b"LEASE.MACQUIRE" in chunk
+                if acquire and self.armed.is_set():
                     self.armed.clear()
                     lose.set()
                 up.sendall(chunk)
@@ -359,3 +360,12 @@ def competitor(server: Server, key: str, within: float):
     t = T(daemon=True)
     t.start()
     return t
+
+
+def calls(r: redis.Redis, cmd: str) -> int:
+    """``calls`` of ``cmdstat_<cmd>`` (e.g. ``lease.mrenew``), 0 when it
+    never ran."""
+    for name, v in r.info("commandstats").items():
+        if name.lower() == f"cmdstat_{cmd}":
+            return int(v.get("calls", 0))
+    return 0

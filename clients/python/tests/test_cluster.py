@@ -1,7 +1,7 @@
 """The helpers on a real cluster (3 masters; Redis 7.0, see conftest.cluster):
 every lease call goes to the master of the lease key's slot and to no other
-node; fenced writes land there; the watchdog renews there. Sync and
-asyncio."""
+node; fenced writes land there; the watchdog renews there. Multi-key leases
+too (their keys in one slot). Sync and asyncio."""
 
 from __future__ import annotations
 
@@ -147,3 +147,63 @@ def test_one_watchdog_renews_leases_on_every_master_at_once(cluster):
 
     asyncio.run(main())
     assert all(token(lock) is None for lock in locks)
+
+
+def test_multi_key_leases_go_to_the_master_of_their_slot(cluster):
+    # LEASE.MACQUIRE, MRENEW and MRELEASE start with the key count: the
+    # helpers connect to the node of the first key. A master other than the
+    # seed node, so that a call sent to the seed would show there.
+    seed = cluster.nodes[0]
+    tag, owner = next((t, n) for t, n in tags_on_every_master(cluster) if n.port != seed.port)
+    keys = [f"{{{tag}}}:a", f"{{{tag}}}:b"]
+    data = f"{{{tag}}}"
+    cmds = ["lease.macquire", "lease.mrenew", "lease.mrelease", "lease.fence"]
+
+    def check(what):
+        for n in cluster.nodes:
+            for cmd in cmds:
+                seen = calls(n, cmd)
+                if n.port == owner.port:
+                    assert seen >= 1, f"{what}: {cmd} never reached the keys' master"
+                else:
+                    assert seen == 0, f"{what}: {cmd} reached another node ({n.port})"
+
+    reset(cluster)
+    client = LeaseClient(RedisCluster(host="127.0.0.1", port=seed.port))
+    with client.lease_many(keys, 300) as lease:
+        single = client.acquire(f"{{{tag}}}:solo", 300)
+        for key in keys:
+            lease.fence(key, "HINCRBY", data, "sync", 1)
+        time.sleep(1.2)
+        assert not lease.lost.is_set() and not single.lost.is_set(), lease.lost.reason
+        for key in keys:
+            assert int(lease_info(owner.client(), key)["token"]) == lease.token
+        # Keys of two slots: refused before anything is sent.
+        other = next(t for t, n in tags_on_every_master(cluster) if t != tag)
+        try:
+            client.acquire_many([f"{{{tag}}}:x", f"{{{other}}}:x"], 300)
+            raise AssertionError("expected ValueError")
+        except ValueError as e:
+            assert "CROSSSLOT" in str(e)
+        single.release()
+    assert owner.client().hget(data, "sync") == b"2"
+    assert all(lease_info(owner.client(), k) is None for k in keys)
+    check("sync")
+
+    async def main():
+        aclient = AsyncLeaseClient(AsyncRedisCluster(host="127.0.0.1", port=seed.port))
+        async with aclient.lease_many(keys, 300) as lease:
+            single = await aclient.acquire(f"{{{tag}}}:solo", 300)
+            for key in keys:
+                await lease.fence(key, "HINCRBY", data, "async", 1)
+            await asyncio.sleep(1.2)
+            assert not lease.lost.is_set() and not single.lost.is_set(), lease.lost.reason
+            for key in keys:
+                assert int(lease_info(owner.client(), key)["token"]) == lease.token
+            await single.release()
+
+    reset(cluster)
+    asyncio.run(main())
+    assert owner.client().hget(data, "async") == b"2"
+    assert all(lease_info(owner.client(), k) is None for k in keys)
+    check("async")

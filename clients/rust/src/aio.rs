@@ -32,13 +32,14 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError, RedisResult, Value};
 use tokio::sync::{Notify, watch};
 
 use crate::protocol::{
-    Acquire, Backend, Fresh, Held, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule,
-    lost_during, lost_reply, refused, release_cmd, release_failed, release_opts, release_plan,
-    renew_cmd, renew_every, renews_first, start, waits, work_result,
+    Acquire, Backend, Fresh, Held, Keys, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule,
+    lost_during, lost_reply, refused, release_failed, release_opts, release_plan, renew_every,
+    renews_first, short, start, waits, work_result,
 };
 use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd};
 
@@ -52,6 +53,31 @@ enum Conn {
 
 fn timed_out(what: &'static str) -> RedisError {
     RedisError::from(io::Error::new(io::ErrorKind::TimedOut, what))
+}
+
+/// The routing of a command to the master of `key`'s slot.
+fn slot_of(key: &str) -> RoutingInfo {
+    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
+        key,
+        SlotAddr::Master,
+    )))
+}
+
+/// `cmd` on a cluster connection: on the master of `route`'s slot when
+/// given (`LEASE.M*`, whose first argument is the key count, which the
+/// redis crate would route by), else where the redis crate routes it.
+async fn on_cluster<T: FromRedisValue>(
+    c: &mut redis::cluster_async::ClusterConnection,
+    cmd: &Cmd,
+    route: Option<&str>,
+) -> RedisResult<T> {
+    match route {
+        Some(key) => {
+            let value = c.route_command(cmd.clone(), slot_of(key)).await?;
+            Ok(redis::from_redis_value(value.extract_error()?)?)
+        }
+        None => cmd.query_async(c).await,
+    }
 }
 
 impl Conn {
@@ -98,10 +124,21 @@ impl Conn {
         cmd: &Cmd,
         read: Option<Duration>,
     ) -> RedisResult<T> {
+        self.call_on(cmd, None, read).await
+    }
+
+    /// Runs `cmd` as [`Conn::call`]; on a cluster, on the master of
+    /// `route`'s slot when given (see [`on_cluster`]).
+    async fn call_on<T: FromRedisValue>(
+        &mut self,
+        cmd: &Cmd,
+        route: Option<&str>,
+        read: Option<Duration>,
+    ) -> RedisResult<T> {
         let call = async {
             match self {
                 Conn::One(c) => cmd.query_async(c).await,
-                Conn::Cluster(c) => cmd.query_async(c).await,
+                Conn::Cluster(c) => on_cluster(c, cmd, route).await,
             }
         };
         match read {
@@ -114,8 +151,14 @@ impl Conn {
     /// Sends the renewals `cmds` and reads every reply within `read`: one
     /// pipeline on one server; on a cluster each renewal goes to its
     /// slot's master at once, all in flight together (the cluster
-    /// connection pipelines them per node).
-    async fn renew_all(&mut self, cmds: &[Cmd], read: Duration) -> RedisResult<Vec<Reply>> {
+    /// connection pipelines them per node); `routes`: the key to route each
+    /// by, for `LEASE.MRENEW` (see [`on_cluster`]).
+    async fn renew_all(
+        &mut self,
+        cmds: &[Cmd],
+        routes: &[Option<String>],
+        read: Duration,
+    ) -> RedisResult<Vec<Reply>> {
         let send = async {
             let values: Vec<Value> = match self {
                 Conn::One(c) => {
@@ -130,7 +173,11 @@ impl Conn {
                     let mut set = tokio::task::JoinSet::new();
                     for (i, cmd) in cmds.iter().enumerate() {
                         let (mut c, cmd) = (c.clone(), cmd.clone());
-                        set.spawn(async move { (i, cmd.query_async::<Value>(&mut c).await) });
+                        let route = routes.get(i).cloned().flatten();
+                        set.spawn(async move {
+                            let got = on_cluster::<Value>(&mut c, &cmd, route.as_deref()).await;
+                            (i, got)
+                        });
                     }
                     let mut values = vec![Value::Nil; cmds.len()];
                     while let Some(done) = set.join_next().await {
@@ -215,17 +262,19 @@ impl Hub {
         Ok(conn)
     }
 
-    /// Runs `cmd` on the shared connection, waiting at most `read`. A lost
-    /// reply closes it for every caller: the next call opens another.
+    /// Runs `cmd` on the shared connection, waiting at most `read`
+    /// (`route`: as [`Conn::call_on`]). A lost reply closes it for every
+    /// caller: the next call opens another.
     async fn call<T: FromRedisValue>(
         &self,
         cmd: &Cmd,
+        route: Option<&str>,
         read: Duration,
         opts: &Options,
         check: bool,
     ) -> Result<T, Error> {
         let mut conn = self.shared(opts, check).await?;
-        let result = conn.call(cmd, Some(read)).await;
+        let result = conn.call_on(cmd, route, Some(read)).await;
         let mut shared = lock(&self.shared);
         match &result {
             Err(e) if lost_reply(e) => {
@@ -265,18 +314,18 @@ impl Hub {
         }
     }
 
-    /// Watches a lease (first renewal at `first`), spawning the watchdog
-    /// task on the current runtime when none runs.
+    /// Watches a lease on `keys` (first renewal at `first`), spawning the
+    /// watchdog task on the current runtime when none runs.
     fn watch(
         self: &Arc<Hub>,
-        key: &str,
+        keys: &Keys,
         owner: &str,
         ttl: Duration,
         first: Instant,
         signal: LossSignal,
     ) -> u64 {
         let mut dog = lock(&self.dog);
-        let (id, wake) = dog.schedule.add(key, owner, ttl, first, signal);
+        let (id, wake) = dog.schedule.add(keys, owner, ttl, first, signal);
         if !dog.running {
             dog.running = true;
             tokio::spawn(self.clone().run_watchdog());
@@ -318,7 +367,7 @@ impl Hub {
                 conn = Conn::open(&self.backend, &self.opts).await.ok();
             }
             let replies = match conn.as_mut() {
-                Some(c) => c.renew_all(&batch.cmds, batch.read).await,
+                Some(c) => c.renew_all(&batch.cmds, &batch.routes, batch.read).await,
                 None => Err(timed_out("no connection")),
             };
             let replies = replies.unwrap_or_else(|e| {
@@ -408,9 +457,43 @@ impl LeaseClient {
         ttl: Duration,
         block: Block,
     ) -> Result<Option<Lease>, Error> {
+        self.acquire_keys(Keys::One(key.to_string()), ttl, block)
+            .await
+    }
+
+    /// Takes every key of `keys` or none, in one atomic step, with one
+    /// fencing token (`LEASE.MACQUIRE`); as
+    /// [`crate::LeaseClient::acquire_many`] (the same answers, retries and
+    /// read timeouts). Call it inside a tokio runtime.
+    pub async fn acquire_many<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        ttl: Duration,
+        block: Block,
+    ) -> Result<Option<MultiLease>, Error> {
+        let keys = Keys::many(keys)?;
+        Ok(self.acquire_keys(keys, ttl, block).await?.map(|lease| {
+            let handle = MultiLeaseHandle(lease.handle());
+            MultiLease { lease, handle }
+        }))
+    }
+
+    /// The acquire of one key or of several together.
+    async fn acquire_keys(
+        &self,
+        keys: Keys,
+        ttl: Duration,
+        block: Block,
+    ) -> Result<Option<Lease>, Error> {
         let (hub, opts) = (&self.hub, &self.hub.opts);
-        let mut plan = Acquire::new(key, ttl, self.mode, block, opts)?;
-        self.held.check(key)?;
+        let mut plan = Acquire::new(&keys, ttl, self.mode, block, opts)?;
+        if matches!(hub.backend, Backend::Cluster(_)) {
+            keys.one_slot()?;
+        }
+        for key in keys.all() {
+            self.held.check(key)?;
+        }
+        let route = keys.route();
         loop {
             let (cmd, read) = plan.attempt();
             // A call that may block waits on a connection of its own; one
@@ -436,12 +519,16 @@ impl LeaseClient {
                     hub.give(conn)
                 }
             };
-            match conn.call::<Option<u64>>(&cmd, read).await {
+            match conn.call_on::<Option<u64>>(&cmd, route, read).await {
                 Ok(None) => {
                     // Null: another owner, or the server's grace period;
                     // the server says which.
                     let info = conn
-                        .call::<String>(redis::cmd("INFO").arg("lease"), Some(opts.io_timeout))
+                        .call_on::<String>(
+                            redis::cmd("INFO").arg("lease"),
+                            route,
+                            Some(opts.io_timeout),
+                        )
                         .await
                         .unwrap_or_default();
                     give(conn);
@@ -449,10 +536,13 @@ impl LeaseClient {
                 }
                 Ok(Some(token)) => {
                     let owner = std::mem::take(&mut plan.owner);
-                    let lease = Lease::start(self, key, owner, token, ttl, sent, &mut conn).await;
+                    let lease =
+                        Lease::start(self, keys.clone(), owner, token, ttl, sent, &mut conn).await;
                     give(conn);
-                    let signal = lease.signal();
-                    self.held.insert(key, move || signal.loss().is_none());
+                    for key in keys.all() {
+                        let signal = lease.signal();
+                        self.held.insert(key, move || signal.loss().is_none());
+                    }
                     return Ok(Some(lease));
                 }
                 Err(e) if !lost_reply(&e) => {
@@ -493,6 +583,32 @@ impl LeaseClient {
         E: From<Error>,
     {
         let Some(lease) = self.acquire(key, ttl, block).await? else {
+            return Ok(None);
+        };
+        let result = work(lease.handle()).await;
+        let lost = lost_during(lease.loss());
+        let _ = lease.release().await;
+        work_result(result, lost)
+    }
+
+    /// Runs the job `work` holding every key of `keys` at once (from
+    /// [`acquire_many`](LeaseClient::acquire_many)), and releases them all
+    /// however the job ends, as [`with_lease`](LeaseClient::with_lease).
+    /// `work` gets a [`MultiLeaseHandle`].
+    pub async fn with_many<K, T, E, F, Fut>(
+        &self,
+        keys: &[K],
+        ttl: Duration,
+        block: Block,
+        work: F,
+    ) -> Result<Option<T>, E>
+    where
+        K: AsRef<str>,
+        F: FnOnce(MultiLeaseHandle) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        let Some(lease) = self.acquire_many(keys, ttl, block).await? else {
             return Ok(None);
         };
         let result = work(lease.handle()).await;
@@ -600,7 +716,8 @@ impl Renewable for LossSignal {
 }
 
 struct Inner {
-    key: String,
+    /// Its key, or every key of a [`MultiLease`].
+    keys: Keys,
     owner: String,
     token: u64,
     ttl: Duration,
@@ -624,7 +741,7 @@ impl LeaseHandle {
 
     /// The lease key.
     pub fn key(&self) -> &str {
-        &self.0.key
+        self.0.keys.first()
     }
 
     /// The ttl each renewal asks for.
@@ -663,9 +780,13 @@ impl LeaseHandle {
             .deadline()
             .saturating_duration_since(sent)
             .min(hub.opts.io_timeout);
-        let cmd = renew_cmd(&self.0.key, &self.0.owner, self.0.ttl);
-        match hub.call::<i64>(&cmd, read, &hub.opts, true).await? {
-            1 => Ok(self.0.signal.extend(sent, self.0.ttl)),
+        let keys = &self.0.keys;
+        let cmd = keys.renew_cmd(&self.0.owner, self.0.ttl);
+        match hub
+            .call::<i64>(&cmd, keys.route(), read, &hub.opts, true)
+            .await?
+        {
+            n if n == keys.count() => Ok(self.0.signal.extend(sent, self.0.ttl)),
             _ => {
                 self.0.signal.lose(Loss::Refused);
                 Ok(false)
@@ -677,15 +798,20 @@ impl LeaseHandle {
     /// `STALE` refusal is [`Error::Stale`] and nothing was run. A
     /// connection the server closed while idle is replaced first.
     pub async fn fence<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
-        let fenced = fence_cmd(&self.0.key, self.0.token, cmd);
+        self.fence_on(self.key(), cmd).await
+    }
+
+    /// `LEASE.FENCE key token <cmd>` on `key`.
+    async fn fence_on<T: FromRedisValue>(&self, key: &str, cmd: &Cmd) -> Result<T, Error> {
+        let fenced = fence_cmd(key, self.0.token, cmd);
         let hub = &self.0.hub;
-        hub.call(&fenced, hub.opts.io_timeout, &hub.opts, true)
+        hub.call(&fenced, None, hub.opts.io_timeout, &hub.opts, true)
             .await
     }
 
     /// The fenced form of `cmd`, for a connection or pipeline of your own.
     pub fn fence_cmd(&self, cmd: &Cmd) -> Cmd {
-        fence_cmd(&self.0.key, self.0.token, cmd)
+        fence_cmd(self.key(), self.0.token, cmd)
     }
 
     fn stop_watchdog(&self) {
@@ -704,8 +830,10 @@ impl LeaseHandle {
     }
 
     async fn release(&self, plan: ReleasePlan) -> Result<bool, Error> {
-        let cmd = release_cmd(&self.0.key, &self.0.owner);
+        let keys = &self.0.keys;
+        let cmd = keys.release_cmd(&self.0.owner);
         let Some(opts) = release_opts(plan, &self.0.hub.opts) else {
+            self.release_leftovers().await;
             return Ok(false);
         };
         // Known lost: one attempt on the connection there is, no check.
@@ -715,16 +843,32 @@ impl LeaseHandle {
             match self
                 .0
                 .hub
-                .call::<i64>(&cmd, opts.io_timeout, &opts, check)
+                .call::<i64>(&cmd, keys.route(), opts.io_timeout, &opts, check)
                 .await
             {
-                Ok(n) => return Ok(n == 1),
+                Ok(n) if n == keys.count() => return Ok(true),
+                Ok(_) => {
+                    self.release_leftovers().await;
+                    return Ok(false);
+                }
                 Err(e) => {
                     if let Some(answer) = release_failed(e, &mut attempt, &opts, plan) {
                         return answer;
                     }
                 }
             }
+        }
+    }
+
+    /// A multi-key lease not all ours: the keys still ours released one by
+    /// one (`Keys::leftover_cmds`), each one short attempt.
+    async fn release_leftovers(&self) {
+        let hub = &self.0.hub;
+        let opts = short(&hub.opts);
+        for cmd in self.0.keys.leftover_cmds(&self.0.owner) {
+            let _ = hub
+                .call::<i64>(&cmd, None, opts.io_timeout, &opts, true)
+                .await;
         }
     }
 }
@@ -747,7 +891,7 @@ impl Deref for Lease {
 impl Lease {
     async fn start(
         client: &LeaseClient,
-        key: &str,
+        keys: Keys,
         owner: String,
         token: u64,
         ttl: Duration,
@@ -760,23 +904,22 @@ impl Lease {
         let renewal = match renews_first(sent, ttl) {
             true => {
                 let renewed = Instant::now();
-                let cmd = renew_cmd(key, &owner, ttl);
-                Some((
-                    renewed,
-                    conn.call::<i64>(&cmd, Some(hub.opts.io_timeout)).await,
-                ))
+                let cmd = keys.renew_cmd(&owner, ttl);
+                let read = Some(hub.opts.io_timeout);
+                Some((renewed, conn.call_on::<i64>(&cmd, keys.route(), read).await))
             }
             false => None,
         };
-        let (deadline, loss) = start(sent, ttl, renewal.as_ref().map(|(at, r)| (*at, r)));
+        let renewal = renewal.as_ref().map(|(at, r)| (*at, r));
+        let (deadline, loss) = start(sent, ttl, keys.count(), renewal);
         let (tx, _) = watch::channel(State { deadline, loss });
         let signal = LossSignal(Arc::new(tx));
         let watched = (hub.opts.watchdog && loss.is_none()).then(|| {
             let first = deadline - ttl + renew_every(ttl);
-            hub.watch(key, &owner, ttl, first, signal.clone())
+            hub.watch(&keys, &owner, ttl, first, signal.clone())
         });
         let handle = LeaseHandle(Arc::new(Inner {
-            key: key.to_string(),
+            keys,
             owner,
             token,
             ttl,
@@ -822,9 +965,124 @@ impl Drop for Lease {
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease")
-            .field("key", &self.handle.0.key)
+            .field("key", &self.handle.key())
             .field("token", &self.handle.0.token)
             .field("loss", &self.handle.loss())
             .finish()
+    }
+}
+
+/// A lease on several keys taken together (from
+/// [`LeaseClient::acquire_many`]), as [`crate::MultiLease`]: one owner, one
+/// fencing token, renewed together (one `LEASE.MRENEW` per watchdog round),
+/// lost together, released together (`LEASE.MRELEASE`). Derefs to its
+/// [`MultiLeaseHandle`]; give it back with [`MultiLease::release`];
+/// dropping it spawns the release.
+pub struct MultiLease {
+    lease: Lease,
+    handle: MultiLeaseHandle,
+}
+
+impl Deref for MultiLease {
+    type Target = MultiLeaseHandle;
+    fn deref(&self) -> &MultiLeaseHandle {
+        &self.handle
+    }
+}
+
+impl MultiLease {
+    /// A handle for other tasks (no release).
+    pub fn handle(&self) -> MultiLeaseHandle {
+        self.handle.clone()
+    }
+
+    /// Gives every key back and stops the watchdog: `Ok(true)` they were
+    /// ours, `Ok(false)` they were not all ours any more (lost). A lost
+    /// reply is retried.
+    pub async fn release(self) -> Result<bool, Error> {
+        self.lease.release().await
+    }
+}
+
+impl std::fmt::Debug for MultiLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiLease")
+            .field("keys", &self.keys())
+            .field("token", &self.token())
+            .field("loss", &self.loss())
+            .finish()
+    }
+}
+
+/// What a job holding a multi-key lease works with: the token, fenced
+/// writes on any of its keys, renewal and the loss signal (no release: the
+/// [`MultiLease`] guard does that). Cheap to clone, `Send`.
+#[derive(Clone)]
+pub struct MultiLeaseHandle(LeaseHandle);
+
+impl MultiLeaseHandle {
+    /// The fencing token, the same on every key.
+    pub fn token(&self) -> u64 {
+        self.0.token()
+    }
+
+    /// The keys, in the order they were given.
+    pub fn keys(&self) -> &[String] {
+        self.0.0.keys.all()
+    }
+
+    /// The ttl each renewal asks for.
+    pub fn ttl(&self) -> Duration {
+        self.0.ttl()
+    }
+
+    /// The loss signal.
+    pub fn signal(&self) -> LossSignal {
+        self.0.signal()
+    }
+
+    /// Why the lease is lost, `None` while it is held. Never waits.
+    pub fn loss(&self) -> Option<Loss> {
+        self.0.loss()
+    }
+
+    /// True once the lease is lost. Never waits.
+    pub fn is_lost(&self) -> bool {
+        self.0.is_lost()
+    }
+
+    /// Completes the moment the lease is lost.
+    pub async fn lost(&self) -> Loss {
+        self.0.lost().await
+    }
+
+    /// Renews every key now (`LEASE.MRENEW`), besides the watchdog:
+    /// `Ok(true)` all renewed, `Ok(false)` they are not all ours with this
+    /// token (nothing renewed; the loss signal turns on).
+    pub async fn renew(&self) -> Result<bool, Error> {
+        self.0.renew().await
+    }
+
+    /// `cmd` run through the fence on `key`, one of the lease's keys
+    /// (`LEASE.FENCE key token <cmd>`): [`Error::Stale`] when refused
+    /// (nothing run), [`Error::NotLeaseKey`] (nothing sent) when `key` is
+    /// not one of the lease's keys.
+    pub async fn fence<T: FromRedisValue>(&self, key: &str, cmd: &Cmd) -> Result<T, Error> {
+        self.check(key)?;
+        self.0.fence_on(key, cmd).await
+    }
+
+    /// The fenced form of `cmd` on `key`, for a connection or pipeline of
+    /// your own; [`Error::NotLeaseKey`] when `key` is not one of the keys.
+    pub fn fence_cmd(&self, key: &str, cmd: &Cmd) -> Result<Cmd, Error> {
+        self.check(key)?;
+        Ok(fence_cmd(key, self.token(), cmd))
+    }
+
+    fn check(&self, key: &str) -> Result<(), Error> {
+        match self.keys().iter().any(|k| k == key) {
+            true => Ok(()),
+            false => Err(Error::NotLeaseKey(key.to_string())),
+        }
     }
 }

@@ -21,7 +21,11 @@
 //! - **fenced writes**: [`Lease::fence`] sends `LEASE.FENCE key token <cmd>`;
 //!   a `STALE` refusal is [`Error::Stale`];
 //! - **release on every way out**: [`Lease::release`], and on drop of the
-//!   guard (an early return, an error, a panic).
+//!   guard (an early return, an error, a panic);
+//! - **multi-key leases**: [`LeaseClient::acquire_many`] takes several keys
+//!   at once, every key or none, under one fencing token (`LEASE.MACQUIRE`):
+//!   a [`MultiLease`], renewed with one `LEASE.MRENEW`, fenced on any of
+//!   its keys.
 //!
 //! The sync API is [`LeaseClient`] / [`Lease`]. With the `tokio` feature,
 //! [`aio`] has the same on tokio. Both work with one server
@@ -66,7 +70,7 @@ mod protocol;
 pub mod quorum;
 mod sync;
 pub use quorum::{QuorumClient, QuorumLease};
-pub use sync::{Lease, LeaseClient, LossSignal};
+pub use sync::{Lease, LeaseClient, LossSignal, MultiLease};
 
 #[cfg(feature = "tokio")]
 pub mod aio;
@@ -159,6 +163,12 @@ pub enum Error {
     /// A ttl under 1 ms: the server's shortest lease is 1 ms, and rounding
     /// up would hand out a lease nobody asked for. Nothing was sent.
     InvalidTtl(Duration),
+    /// The keys of a multi-key acquire (`acquire_many`) are none, or name a
+    /// key twice: the server would refuse them. Nothing was sent.
+    InvalidKeys(String),
+    /// A multi-key lease's `fence` named a key that is not one of its keys:
+    /// its token fences nothing there. Nothing was sent.
+    NotLeaseKey(String),
     /// Any other error: the server's error replies, and I/O errors left
     /// after the retries.
     Redis(redis::RedisError),
@@ -172,6 +182,13 @@ impl fmt::Display for Error {
             ),
             Error::Lost(loss) => loss.fmt(f),
             Error::InvalidTtl(ttl) => write!(f, "ttl must be at least 1 ms, not {ttl:?}"),
+            Error::InvalidKeys(why) => write!(f, "a multi-key lease needs distinct keys: {why}"),
+            Error::NotLeaseKey(key) => {
+                write!(
+                    f,
+                    "{key:?} is not one of the lease's keys; nothing was sent"
+                )
+            }
             Error::SharedWrite => {
                 f.write_str("a SHARED holder's token cannot fence a write command; nothing was run")
             }

@@ -195,7 +195,35 @@ pub(crate) fn acquire_cmd(
             cmd.arg("LIMIT").arg(n);
         }
     }
-    let read = match (block, wait_until) {
+    let read = block_arg(&mut cmd, block, wait_until, opts);
+    (cmd, read)
+}
+
+/// The `LEASE.MACQUIRE numkeys key [key ...] owner ttl-ms [BLOCK ms]` of
+/// one attempt, and its read timeout, as [`acquire_cmd`].
+pub(crate) fn macquire_cmd(
+    keys: &[String],
+    owner: &str,
+    ttl: Duration,
+    block: Block,
+    wait_until: Option<Instant>,
+    opts: &Options,
+) -> (redis::Cmd, Option<Duration>) {
+    let mut cmd = redis::cmd("LEASE.MACQUIRE");
+    cmd.arg(keys.len()).arg(keys).arg(owner).arg(millis(ttl));
+    let read = block_arg(&mut cmd, block, wait_until, opts);
+    (cmd, read)
+}
+
+/// Appends the `BLOCK` option of an acquire (last on the line) and returns
+/// the read timeout of its reply (`None`: none).
+fn block_arg(
+    cmd: &mut redis::Cmd,
+    block: Block,
+    wait_until: Option<Instant>,
+    opts: &Options,
+) -> Option<Duration> {
+    match (block, wait_until) {
         (Block::Forever, _) => {
             cmd.arg("BLOCK").arg(0);
             None
@@ -217,8 +245,117 @@ pub(crate) fn acquire_cmd(
             }
         }
         _ => Some(opts.io_timeout),
-    };
-    (cmd, read)
+    }
+}
+
+/// The keys of one lease: one (`LEASE.ACQUIRE`), or several taken together
+/// under one token (`LEASE.MACQUIRE`, design.md S10).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Keys {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Keys {
+    /// The keys of a multi-key lease: at least one, none twice
+    /// ([`Error::InvalidKeys`] otherwise; nothing is sent).
+    pub(crate) fn many<K: AsRef<str>>(keys: &[K]) -> Result<Keys, Error> {
+        let keys: Vec<String> = keys.iter().map(|k| k.as_ref().to_string()).collect();
+        if keys.is_empty() {
+            return Err(Error::InvalidKeys("no key given".to_string()));
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(twice) = keys.iter().find(|k| !seen.insert(k.as_str())) {
+            return Err(Error::InvalidKeys(format!("{twice:?} is given twice")));
+        }
+        Ok(Keys::Many(keys))
+    }
+
+    /// On a cluster: every key in one slot (a multi-key lease lives on
+    /// one node), [`Error::InvalidKeys`] otherwise, before anything is
+    /// sent. The server's own check answers `CROSSSLOT`; this one does not
+    /// depend on it.
+    pub(crate) fn one_slot(&self) -> Result<(), Error> {
+        use redis::cluster_routing::Slot;
+        let keys = self.all();
+        let slot = Slot::for_key(&keys[0]);
+        match keys.iter().find(|k| Slot::for_key(k) != slot) {
+            Some(other) => Err(Error::InvalidKeys(format!(
+                "{:?} and {other:?} hash to different cluster slots (CROSSSLOT): \
+                 give the keys one hash tag",
+                keys[0]
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Every key, in the order given.
+    pub(crate) fn all(&self) -> &[String] {
+        match self {
+            Keys::One(key) => std::slice::from_ref(key),
+            Keys::Many(keys) => keys,
+        }
+    }
+
+    /// The first key: the one of a single lease.
+    pub(crate) fn first(&self) -> &str {
+        &self.all()[0]
+    }
+
+    /// What a renewal or a release that acted on every key answers: 1, or
+    /// the number of keys of a multi-key lease (0 for none).
+    pub(crate) fn count(&self) -> i64 {
+        self.all().len() as i64
+    }
+
+    /// The key a cluster client must route this lease's commands by, when
+    /// it cannot find it itself: the redis crate routes an unknown command
+    /// by its first argument, which for `LEASE.M*` is the key count. All
+    /// keys of a multi-key lease share one slot, so its first key says
+    /// where they all are. `None`: route as usual.
+    pub(crate) fn route(&self) -> Option<&str> {
+        match self {
+            Keys::One(_) => None,
+            Keys::Many(keys) => Some(&keys[0]),
+        }
+    }
+
+    /// `LEASE.RENEW key owner ttl-ms`, or `LEASE.MRENEW numkeys key ...
+    /// owner ttl-ms`.
+    pub(crate) fn renew_cmd(&self, owner: &str, ttl: Duration) -> redis::Cmd {
+        match self {
+            Keys::One(key) => renew_cmd(key, owner, ttl),
+            Keys::Many(keys) => {
+                let mut cmd = redis::cmd("LEASE.MRENEW");
+                cmd.arg(keys.len()).arg(keys).arg(owner).arg(millis(ttl));
+                cmd
+            }
+        }
+    }
+
+    /// After a multi-key lease was found not all ours (a renewal refused,
+    /// or `LEASE.MRELEASE` answered 0, which frees nothing): one
+    /// `LEASE.RELEASE key owner` per key, so that the keys still ours are
+    /// free at once instead of at their ttl (a key another owner holds
+    /// answers 0 and is left alone). None for a single lease.
+    pub(crate) fn leftover_cmds(&self, owner: &str) -> Vec<redis::Cmd> {
+        match self {
+            Keys::One(_) => Vec::new(),
+            Keys::Many(keys) => keys.iter().map(|k| release_cmd(k, owner)).collect(),
+        }
+    }
+
+    /// `LEASE.RELEASE key owner`, or `LEASE.MRELEASE numkeys key ... owner`.
+    pub(crate) fn release_cmd(&self, owner: &str) -> redis::Cmd {
+        match self {
+            Keys::One(key) => release_cmd(key, owner),
+            Keys::Many(keys) => {
+                let mut cmd = redis::cmd("LEASE.MRELEASE");
+                cmd.arg(keys.len()).arg(keys).arg(owner);
+                cmd
+            }
+        }
+    }
 }
 
 /// Where the connections go: one server, or a cluster (sync and async
@@ -229,11 +366,11 @@ pub(crate) enum Backend {
     Cluster(Box<redis::cluster::ClusterClient>),
 }
 
-/// One acquisition: its owner, what is left of its wait, and its retries.
-/// The sync and async `acquire` loops ask it what to send and whether to
-/// try again.
+/// One acquisition: its keys, its owner, what is left of its wait, and its
+/// retries. The sync and async `acquire` loops ask it what to send and
+/// whether to try again.
 pub(crate) struct Acquire<'a> {
-    key: &'a str,
+    pub(crate) keys: &'a Keys,
     pub(crate) owner: String,
     ttl: Duration,
     mode: Mode,
@@ -244,9 +381,11 @@ pub(crate) struct Acquire<'a> {
 }
 
 impl<'a> Acquire<'a> {
-    /// Checks the ttl; a fresh owner; the wait starts now.
+    /// Checks the ttl; a fresh owner; the wait starts now. A multi-key
+    /// lease is exclusive whatever `mode` says (`LEASE.MACQUIRE` has no
+    /// other mode).
     pub(crate) fn new(
-        key: &'a str,
+        keys: &'a Keys,
         ttl: Duration,
         mode: Mode,
         block: Block,
@@ -259,7 +398,7 @@ impl<'a> Acquire<'a> {
             _ => None,
         };
         Ok(Acquire {
-            key,
+            keys,
             owner: new_owner(),
             ttl,
             mode,
@@ -272,15 +411,25 @@ impl<'a> Acquire<'a> {
 
     /// The command of the next attempt and its read timeout.
     pub(crate) fn attempt(&self) -> (redis::Cmd, Option<Duration>) {
-        acquire_cmd(
-            self.key,
-            &self.owner,
-            self.ttl,
-            self.mode,
-            self.block,
-            self.wait_until,
-            self.opts,
-        )
+        match self.keys {
+            Keys::One(key) => acquire_cmd(
+                key,
+                &self.owner,
+                self.ttl,
+                self.mode,
+                self.block,
+                self.wait_until,
+                self.opts,
+            ),
+            Keys::Many(keys) => macquire_cmd(
+                keys,
+                &self.owner,
+                self.ttl,
+                self.block,
+                self.wait_until,
+                self.opts,
+            ),
+        }
     }
 
     /// The attempt failed with `e`: the pause before the next one (a lost
@@ -313,26 +462,29 @@ pub(crate) fn renews_first(sent: Instant, ttl: Duration) -> bool {
 
 /// A new lease's deadline, and its loss if the renewal at once (sent at
 /// `renewed`, answering `reply`) said it is not ours: `ttl` from the
-/// acquire's send, or from that renewal's when it answered 1. A renewal
-/// with no answer changes nothing.
+/// acquire's send, or from that renewal's when it renewed every key
+/// (answered `keys`: 1, or the number of keys of a multi-key lease). A
+/// renewal with no answer changes nothing.
 pub(crate) fn start(
     sent: Instant,
     ttl: Duration,
+    keys: i64,
     renewal: Option<(Instant, &redis::RedisResult<i64>)>,
 ) -> (Instant, Option<Loss>) {
     match renewal {
-        Some((renewed, Ok(1))) => (renewed + ttl, None),
+        Some((renewed, Ok(n))) if *n == keys => (renewed + ttl, None),
         Some((_, Ok(_))) => (sent + ttl, Some(Loss::Refused)),
         _ => (sent + ttl, None),
     }
 }
 
-/// Does this `LEASE.ACQUIRE` wait (`BLOCK`)? It then needs a connection
-/// of its own: a blocked connection carries nothing else meanwhile.
+/// Does this `LEASE.ACQUIRE` (or `LEASE.MACQUIRE`) wait (`BLOCK`)? It then
+/// needs a connection of its own: a blocked connection carries nothing else
+/// meanwhile. `BLOCK ms` is always last, so a key named `BLOCK` does not
+/// count.
 pub(crate) fn waits(cmd: &redis::Cmd) -> bool {
-    cmd.args_iter()
-        .skip(4)
-        .any(|a| matches!(a, redis::Arg::Simple(b) if b == b"BLOCK"))
+    let args: Vec<_> = cmd.args_iter().collect();
+    args.len() >= 2 && matches!(args[args.len() - 2], redis::Arg::Simple(b) if b == b"BLOCK")
 }
 
 /// One renewal's reply: an integer, or anything else (an error reply).
@@ -438,15 +590,25 @@ pub(crate) trait Renewable {
 struct Entry<S> {
     ttl: Duration,
     next: Instant,
+    /// `LEASE.RENEW`, or one `LEASE.MRENEW` for every key of a multi-key
+    /// lease.
     cmd: redis::Cmd,
+    /// What a renewal of every key answers (1, or the number of keys).
+    renewed: i64,
+    /// The key to route the renewal by on a cluster ([`Keys::route`]).
+    route: Option<String>,
     signal: S,
 }
 
 /// The renewals of one batch: one pipeline per server.
 pub(crate) struct Batch {
     ids: Vec<u64>,
-    /// The `LEASE.RENEW` of each lease of the batch, in order.
+    /// The `LEASE.RENEW` (or `LEASE.MRENEW`) of each lease of the batch,
+    /// in order.
     pub(crate) cmds: Vec<redis::Cmd>,
+    /// For each command, the key a cluster client must route it by
+    /// ([`Keys::route`]; `None`: as usual).
+    pub(crate) routes: Vec<Option<String>>,
     /// When the batch is sent: each success counts its ttl from here.
     pub(crate) sent: Instant,
     /// How long to wait for the replies: until the latest deadline of the
@@ -456,7 +618,8 @@ pub(crate) struct Batch {
 
 /// The reply to one renewal of a batch.
 pub(crate) enum Reply {
-    /// An integer reply: 1 renewed, 0 refused.
+    /// An integer reply: the number of keys renewed (1, or every key of a
+    /// multi-key lease), 0 refused.
     Int(i64),
     /// An error reply, or no reply: tried again after a pause.
     Failed,
@@ -502,11 +665,12 @@ pub(crate) enum Next {
 }
 
 impl<S: Renewable> Schedule<S> {
-    /// Watches a lease: its first renewal is due at `first`. Returns its id,
-    /// and whether the watchdog must be woken (it would look too late).
+    /// Watches a lease on `keys` (every key of a multi-key lease renewed by
+    /// one `LEASE.MRENEW`): its first renewal is due at `first`. Returns its
+    /// id, and whether the watchdog must be woken (it would look too late).
     pub(crate) fn add(
         &mut self,
-        key: &str,
+        keys: &Keys,
         owner: &str,
         ttl: Duration,
         first: Instant,
@@ -516,7 +680,9 @@ impl<S: Renewable> Schedule<S> {
         let entry = Entry {
             ttl,
             next: first,
-            cmd: renew_cmd(key, owner, ttl),
+            cmd: keys.renew_cmd(owner, ttl),
+            renewed: keys.count(),
+            route: keys.route().map(str::to_string),
             signal,
         };
         self.leases.insert(self.next_id, entry);
@@ -551,6 +717,7 @@ impl<S: Renewable> Schedule<S> {
         let mut batch = Batch {
             ids: Vec::new(),
             cmds: Vec::new(),
+            routes: Vec::new(),
             sent: now,
             read: Duration::from_millis(1),
         };
@@ -558,6 +725,7 @@ impl<S: Renewable> Schedule<S> {
             if e.next <= now + renew_window(e.ttl) {
                 batch.ids.push(*id);
                 batch.cmds.push(e.cmd.clone());
+                batch.routes.push(e.route.clone());
                 let left = e.signal.deadline().saturating_duration_since(now);
                 batch.read = batch.read.max(left.min(io_timeout));
             }
@@ -566,9 +734,10 @@ impl<S: Renewable> Schedule<S> {
     }
 
     /// The replies to `batch`, in its order (fewer than its commands, or
-    /// none: the rest got no reply). A 1 moves the lease's deadline and its
-    /// next renewal to a third of the ttl after the batch was sent; a 0 is
-    /// the loss; anything else is tried again soon.
+    /// none: the rest got no reply). A renewal of every key (1, or the
+    /// number of keys of a multi-key lease) moves the lease's deadline and
+    /// its next renewal to a third of the ttl after the batch was sent;
+    /// another integer (0) is the loss; anything else is tried again soon.
     pub(crate) fn settle(&mut self, batch: &Batch, replies: Vec<Reply>) {
         self.round_trips += 1;
         self.renewals += batch.ids.len() as u64;
@@ -579,10 +748,10 @@ impl<S: Renewable> Schedule<S> {
                 continue;
             };
             match reply {
-                Reply::Int(1) if e.signal.renewed(batch.sent, e.ttl) => {
+                Reply::Int(n) if n == e.renewed && e.signal.renewed(batch.sent, e.ttl) => {
                     e.next = batch.sent + renew_every(e.ttl);
                 }
-                Reply::Int(1) => {
+                Reply::Int(n) if n == e.renewed => {
                     self.leases.remove(id);
                 }
                 Reply::Int(_) => {
@@ -598,6 +767,19 @@ impl<S: Renewable> Schedule<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn one(key: &str) -> Keys {
+        Keys::One(key.to_string())
+    }
+
+    fn words(cmd: &redis::Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => "<not simple>".to_string(),
+            })
+            .collect()
+    }
 
     #[test]
     fn a_block_retry_with_nothing_left_does_not_wait_forever() {
@@ -752,7 +934,7 @@ mod tests {
         let probes: Vec<Probe> = (0..3).map(|_| Probe::new(t0 + ttl)).collect();
         for (i, at) in [400u64, 450, 700].iter().enumerate() {
             s.add(
-                &format!("k{i}"),
+                &one(&format!("k{i}")),
                 "o",
                 ttl,
                 t0 + Duration::from_millis(*at),
@@ -765,11 +947,23 @@ mod tests {
         // The watchdog sleeps until +400 ms: a lease due later wakes nothing,
         // one due sooner does.
         let late = Probe::new(t0 + ttl);
-        let (id, wake) = s.add("late", "o", ttl, t0 + Duration::from_millis(900), late);
+        let (id, wake) = s.add(
+            &one("late"),
+            "o",
+            ttl,
+            t0 + Duration::from_millis(900),
+            late,
+        );
         assert!(!wake);
         s.remove(id);
         let soon = Probe::new(t0 + ttl);
-        let (id, wake) = s.add("soon", "o", ttl, t0 + Duration::from_millis(300), soon);
+        let (id, wake) = s.add(
+            &one("soon"),
+            "o",
+            ttl,
+            t0 + Duration::from_millis(300),
+            soon,
+        );
         assert!(wake);
         s.remove(id);
         let now = t0 + Duration::from_millis(400);
@@ -809,10 +1003,10 @@ mod tests {
         let now = Instant::now();
         let mut s = Schedule::default();
         let p = Probe::new(now + ttl);
-        let (id, wake) = s.add("k", "o", ttl, now, p.clone());
+        let (id, wake) = s.add(&one("k"), "o", ttl, now, p.clone());
         assert!(wake, "a watchdog that is not running is started");
         let q = Probe::new(now + ttl);
-        s.add("k2", "o", ttl, now, q.clone());
+        s.add(&one("k2"), "o", ttl, now, q.clone());
         q.refused();
         let b = sent(s.next(now, Duration::from_secs(5)));
         assert_eq!(b.cmds.len(), 1, "the lost one is not renewed");
@@ -829,10 +1023,17 @@ mod tests {
         };
         let ttl = Duration::from_secs(1);
         assert!(matches!(
-            Acquire::new("k", Duration::ZERO, Mode::Exclusive, Block::NoWait, &opts),
+            Acquire::new(
+                &one("k"),
+                Duration::ZERO,
+                Mode::Exclusive,
+                Block::NoWait,
+                &opts
+            ),
             Err(Error::InvalidTtl(_))
         ));
-        let mut plan = Acquire::new("k", ttl, Mode::Exclusive, Block::NoWait, &opts).unwrap();
+        let k = one("k");
+        let mut plan = Acquire::new(&k, ttl, Mode::Exclusive, Block::NoWait, &opts).unwrap();
         let lost = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
         let refused = redis::RedisError::from((redis::ErrorKind::Client, "ERR"));
         assert_eq!(plan.retry(&refused), None, "an error reply is the answer");
@@ -855,20 +1056,147 @@ mod tests {
         assert!(renews_first(sent, ttl));
         assert!(!renews_first(Instant::now(), ttl));
         let now = Instant::now();
-        assert_eq!(start(sent, ttl, Some((now, &Ok(1)))), (now + ttl, None));
+        assert_eq!(start(sent, ttl, 1, Some((now, &Ok(1)))), (now + ttl, None));
         assert_eq!(
-            start(sent, ttl, Some((now, &Ok(0)))),
+            start(sent, ttl, 1, Some((now, &Ok(0)))),
             (sent + ttl, Some(Loss::Refused))
         );
         let lost = Err(redis::RedisError::from(std::io::Error::from(
             std::io::ErrorKind::TimedOut,
         )));
-        assert_eq!(start(sent, ttl, Some((now, &lost))), (sent + ttl, None));
-        assert_eq!(start(sent, ttl, None), (sent + ttl, None));
+        assert_eq!(start(sent, ttl, 1, Some((now, &lost))), (sent + ttl, None));
+        assert_eq!(start(sent, ttl, 1, None), (sent + ttl, None));
         assert!(matches!(refused::<u64>(""), Ok(None)));
         assert!(matches!(
             refused::<u64>("lease_grace_remaining_ms:10"),
             Err(Error::Grace { .. })
         ));
+    }
+
+    #[test]
+    fn a_multi_key_lease_sends_every_key_with_its_count() {
+        assert!(matches!(
+            Keys::many::<&str>(&[]),
+            Err(Error::InvalidKeys(_))
+        ));
+        assert!(matches!(
+            Keys::many(&["a", "b", "a"]),
+            Err(Error::InvalidKeys(ref m)) if m.contains("\"a\"")
+        ));
+        let keys = Keys::many(&["{t}a", "{t}b"]).unwrap();
+        assert_eq!(
+            (keys.count(), keys.first(), keys.route()),
+            (2, "{t}a", Some("{t}a"))
+        );
+        assert_eq!(one("k").route(), None);
+        assert!(keys.one_slot().is_ok());
+        let cross = Keys::many(&["{t}a", "{u}b"]).unwrap();
+        assert!(
+            matches!(cross.one_slot(), Err(Error::InvalidKeys(ref m)) if m.contains("CROSSSLOT"))
+        );
+        assert_eq!(
+            words(&keys.renew_cmd("o", Duration::from_millis(1500))),
+            ["LEASE.MRENEW", "2", "{t}a", "{t}b", "o", "1500"]
+        );
+        assert_eq!(
+            words(&keys.release_cmd("o")),
+            ["LEASE.MRELEASE", "2", "{t}a", "{t}b", "o"]
+        );
+        let each: Vec<_> = keys.leftover_cmds("o").iter().map(words).collect();
+        assert_eq!(
+            each,
+            [
+                ["LEASE.RELEASE", "{t}a", "o"],
+                ["LEASE.RELEASE", "{t}b", "o"]
+            ]
+        );
+        assert!(one("k").leftover_cmds("o").is_empty());
+        let opts = Options::default();
+        let plan = Acquire::new(
+            &keys,
+            Duration::from_secs(1),
+            Mode::Shared,
+            Block::Forever,
+            &opts,
+        )
+        .unwrap();
+        let (cmd, read) = plan.attempt();
+        let w = words(&cmd);
+        assert_eq!(w[..4], ["LEASE.MACQUIRE", "2", "{t}a", "{t}b"]);
+        assert_eq!(w[4], plan.owner);
+        assert_eq!(
+            w[5..],
+            ["1000", "BLOCK", "0"],
+            "exclusive, whatever the mode"
+        );
+        assert_eq!(read, None);
+        assert!(waits(&cmd));
+        // A key named BLOCK is not the option.
+        let odd = Keys::many(&["BLOCK", "x"]).unwrap();
+        let plan = Acquire::new(
+            &odd,
+            Duration::from_secs(1),
+            Mode::Exclusive,
+            Block::NoWait,
+            &opts,
+        )
+        .unwrap();
+        let (cmd, read) = plan.attempt();
+        assert!(!waits(&cmd));
+        assert_eq!(read, Some(opts.io_timeout));
+        let (cmd, _) = acquire_cmd(
+            "BLOCK",
+            "o",
+            Duration::from_secs(1),
+            Mode::Exclusive,
+            Block::NoWait,
+            None,
+            &opts,
+        );
+        assert!(!waits(&cmd));
+        // The renewal at once after a long wait renewed every key, or not.
+        let sent = Instant::now() - Duration::from_secs(2);
+        let now = Instant::now();
+        let ttl = Duration::from_secs(3);
+        assert_eq!(start(sent, ttl, 2, Some((now, &Ok(2)))), (now + ttl, None));
+        assert_eq!(
+            start(sent, ttl, 2, Some((now, &Ok(0)))),
+            (sent + ttl, Some(Loss::Refused))
+        );
+    }
+
+    #[test]
+    fn a_multi_key_renewal_is_one_command_that_renews_every_key_or_none() {
+        let ttl = Duration::from_millis(600);
+        let now = Instant::now();
+        let mut s = Schedule::default();
+        let (m, single) = (Probe::new(now + ttl), Probe::new(now + ttl));
+        let keys = Keys::many(&["{t}a", "{t}b", "{t}c"]).unwrap();
+        s.add(&keys, "o", ttl, now, m.clone());
+        s.add(&one("k"), "o", ttl, now, single.clone());
+        let b = sent(s.next(now, Duration::from_secs(5)));
+        assert_eq!(b.cmds.len(), 2, "one command per lease, in the same batch");
+        let multi = b
+            .routes
+            .iter()
+            .position(|r| r.is_some())
+            .expect("the multi-key one is routed");
+        assert_eq!(b.routes[multi].as_deref(), Some("{t}a"));
+        assert_eq!(words(&b.cmds[multi])[0], "LEASE.MRENEW");
+        assert_eq!(b.routes[1 - multi], None);
+        // 3 renews all three keys; a 1 from LEASE.MRENEW would not.
+        let mut replies = vec![Reply::Int(1), Reply::Int(1)];
+        replies[multi] = Reply::Int(3);
+        s.settle(&b, replies);
+        assert!(m.loss().is_none() && single.loss().is_none());
+        assert_eq!((s.renewals, s.round_trips, s.len()), (2, 1, 2));
+        let later = now + renew_every(ttl);
+        let b = sent(s.next(later, Duration::from_secs(5)));
+        let multi = b.routes.iter().position(|r| r.is_some()).unwrap();
+        let mut replies = vec![Reply::Int(1), Reply::Int(1)];
+        replies[multi] = Reply::Int(0);
+        s.settle(&b, replies);
+        assert_eq!(m.loss(), Some(Loss::Refused), "0: the loss of every key");
+        assert_eq!(s.len(), 1);
     }
 }

@@ -8,12 +8,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::cluster::{ClusterClient, ClusterConfig, ClusterConnection};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, Value};
 
 use crate::protocol::{
-    Acquire, Backend, Fresh, Held, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule,
-    lost_during, lost_reply, refused, release_cmd, release_failed, release_opts, release_plan,
-    renew_cmd, renew_every, renews_first, start, work_result,
+    Acquire, Backend, Fresh, Held, Keys, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule,
+    lost_during, lost_reply, refused, release_failed, release_opts, release_plan, renew_every,
+    renews_first, short, start, work_result,
 };
 use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd};
 
@@ -52,6 +53,19 @@ impl Conn {
 
     /// Runs `cmd` with read timeout `read` (`None`: none).
     fn call<T: FromRedisValue>(&mut self, cmd: &Cmd, read: Option<Duration>) -> RedisResult<T> {
+        self.call_on(cmd, None, read)
+    }
+
+    /// Runs `cmd` with read timeout `read`; on a cluster, on the master of
+    /// `route`'s slot when given (a command the redis crate cannot route by
+    /// its first argument: `LEASE.M*`, whose first argument is the key
+    /// count), else where the redis crate routes it.
+    fn call_on<T: FromRedisValue>(
+        &mut self,
+        cmd: &Cmd,
+        route: Option<&str>,
+        read: Option<Duration>,
+    ) -> RedisResult<T> {
         let read = read.map(|d| d.max(Duration::from_millis(1)));
         match self {
             Conn::One(c) => {
@@ -60,14 +74,28 @@ impl Conn {
             }
             Conn::Cluster(c) => {
                 c.set_read_timeout(read)?;
-                cmd.query(&mut **c as &mut dyn ConnectionLike)
+                match route {
+                    Some(key) => {
+                        let value = c.route_command(cmd, slot_of(key))?;
+                        Ok(redis::from_redis_value(value)?)
+                    }
+                    None => cmd.query(&mut **c as &mut dyn ConnectionLike),
+                }
             }
         }
     }
 
     /// Sends the renewals `cmds` as one pipeline (one per node on a
-    /// cluster) and reads every reply within `read`.
-    fn renew_all(&mut self, cmds: &[Cmd], read: Duration) -> RedisResult<Vec<Reply>> {
+    /// cluster) and reads every reply within `read`. `routes`: for each
+    /// command, the key to route it by on a cluster (`LEASE.MRENEW`, which
+    /// the redis crate's cluster pipeline would send by its key count: each
+    /// goes alone to its keys' master, after the pipeline).
+    fn renew_all(
+        &mut self,
+        cmds: &[Cmd],
+        routes: &[Option<String>],
+        read: Duration,
+    ) -> RedisResult<Vec<Reply>> {
         let read = Some(read.max(Duration::from_millis(1)));
         let values: Vec<Value> = match self {
             Conn::One(c) => {
@@ -81,26 +109,54 @@ impl Conn {
             }
             Conn::Cluster(c) => {
                 c.set_read_timeout(read)?;
-                let mut pipe = redis::cluster::cluster_pipe();
-                for cmd in cmds {
-                    pipe.add_command(cmd.clone());
+                let (plain, routed): (Vec<usize>, Vec<usize>) =
+                    (0..cmds.len()).partition(|&i| routes.get(i).is_none_or(|r| r.is_none()));
+                let mut values = vec![Value::Nil; cmds.len()];
+                if !plain.is_empty() {
+                    let mut pipe = redis::cluster::cluster_pipe();
+                    for &i in &plain {
+                        pipe.add_command(cmds[i].clone());
+                    }
+                    match pipe.query::<Vec<Value>>(c) {
+                        Ok(got) => {
+                            for (&i, v) in plain.iter().zip(got) {
+                                values[i] = v;
+                            }
+                        }
+                        // An error reply fails a cluster pipeline whole: each
+                        // renewal alone then, so that one key's error does not
+                        // hold back the others.
+                        Err(e) if !lost_reply(&e) => {
+                            for &i in &plain {
+                                values[i] = cmds[i]
+                                    .query(&mut **c as &mut dyn ConnectionLike)
+                                    .unwrap_or(Value::Nil);
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
-                match pipe.query(c) {
-                    Ok(values) => values,
-                    // An error reply fails a cluster pipeline whole: each
-                    // renewal alone then, so that one key's error does not
-                    // hold back the others.
-                    Err(e) if !lost_reply(&e) => cmds
-                        .iter()
-                        .map(|cmd| cmd.query(&mut **c as &mut dyn ConnectionLike))
-                        .map(|r| r.unwrap_or(Value::Nil))
-                        .collect(),
-                    Err(e) => return Err(e),
+                for &i in &routed {
+                    let key = routes[i].as_deref().unwrap_or_default();
+                    match c.route_command(&cmds[i], slot_of(key)) {
+                        Ok(v) => values[i] = v,
+                        Err(e) if lost_reply(&e) => return Err(e),
+                        Err(_) => {}
+                    }
                 }
+                values
             }
         };
         Ok(values.into_iter().map(Reply::from).collect())
     }
+}
+
+/// The routing of a command to the master of `key`'s slot.
+fn slot_of(key: &str) -> RoutingInfo {
+    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
+        key,
+        SlotAddr::Master,
+    )))
 }
 
 /// The connections and the watchdog one client and its clones share: an
@@ -174,17 +230,19 @@ impl Hub {
         }
     }
 
-    /// Runs `cmd` on a pooled connection (read timeout `read`). A
-    /// connection whose reply was lost is closed, never reused.
+    /// Runs `cmd` on a pooled connection (read timeout `read`; `route`: as
+    /// [`Conn::call_on`]). A connection whose reply was lost is closed,
+    /// never reused.
     fn call<T: FromRedisValue>(
         &self,
         cmd: &Cmd,
+        route: Option<&str>,
         read: Option<Duration>,
         opts: &Options,
         check: bool,
     ) -> Result<T, Error> {
         let mut conn = self.take(opts, check)?;
-        let result = conn.call(cmd, read);
+        let result = conn.call_on(cmd, route, read);
         match &result {
             Err(e) if lost_reply(e) => self.dropped(),
             _ => self.give(conn),
@@ -192,18 +250,18 @@ impl Hub {
         Ok(result?)
     }
 
-    /// Watches a lease (first renewal at `first`), starting the watchdog
-    /// thread when none runs.
+    /// Watches a lease on `keys` (first renewal at `first`), starting the
+    /// watchdog thread when none runs.
     fn watch(
         self: &Arc<Hub>,
-        key: &str,
+        keys: &Keys,
         owner: &str,
         ttl: Duration,
         first: Instant,
         signal: LossSignal,
     ) -> u64 {
         let mut dog = self.dog.lock().unwrap_or_else(|p| p.into_inner());
-        let (id, wake) = dog.schedule.add(key, owner, ttl, first, signal);
+        let (id, wake) = dog.schedule.add(keys, owner, ttl, first, signal);
         if !dog.running {
             dog.running = true;
             let hub = self.clone();
@@ -252,9 +310,9 @@ impl Hub {
                 }
             };
             let replies = match conn.as_mut() {
-                Some(c) => c.renew_all(&batch.cmds, batch.read),
+                Some(c) => c.renew_all(&batch.cmds, &batch.routes, batch.read),
                 None => Conn::open(&self.backend, &self.opts).and_then(|mut c| {
-                    let r = c.renew_all(&batch.cmds, batch.read);
+                    let r = c.renew_all(&batch.cmds, &batch.routes, batch.read);
                     conn = Some(c);
                     r
                 }),
@@ -366,9 +424,57 @@ impl LeaseClient {
     /// of the wait. The read timeout of a blocking call is its `BLOCK`
     /// timeout plus [`Options::block_margin`] (none for `Block::Forever`).
     pub fn acquire(&self, key: &str, ttl: Duration, block: Block) -> Result<Option<Lease>, Error> {
+        self.acquire_keys(Keys::One(key.to_string()), ttl, block)
+    }
+
+    /// Takes every key of `keys` or none, in one atomic step
+    /// (`LEASE.MACQUIRE numkeys key ... owner ttl [BLOCK ms]`, design.md
+    /// S10), with a fresh random owner id: all get one fencing token and the
+    /// same deadline. The lease is exclusive whatever
+    /// [`with_mode`](LeaseClient::with_mode) says.
+    ///
+    /// - `Ok(Some(lease))`: every key is ours; the watchdog renews them all
+    ///   with one `LEASE.MRENEW` per round.
+    /// - `Ok(None)`: some key is held by another owner (or waited for), and
+    ///   nothing was taken (after waiting, with `block`, until every key
+    ///   could be taken at once).
+    /// - `Err(Error::InvalidKeys(..))`: no key, or a key twice; nothing sent.
+    /// - `Err(Error::AlreadyHeld(key))`: this client (or a clone) holds a
+    ///   lease on one of the keys; nothing sent.
+    /// - `Err(Error::Grace { .. })`, `Err(..)`: as [`acquire`](LeaseClient::acquire).
+    ///
+    /// A lost reply is retried with the same owner, as for
+    /// [`acquire`](LeaseClient::acquire): a call that took the keys is
+    /// answered the same token again. On a cluster every key must be in one
+    /// slot (a hash tag: `{acct}:7`, `{acct}:9`); the calls go to its master.
+    pub fn acquire_many<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        ttl: Duration,
+        block: Block,
+    ) -> Result<Option<MultiLease>, Error> {
+        let keys = Keys::many(keys)?;
+        Ok(self
+            .acquire_keys(keys, ttl, block)?
+            .map(|lease| MultiLease { lease }))
+    }
+
+    /// The acquire of one key or of several together.
+    fn acquire_keys(
+        &self,
+        keys: Keys,
+        ttl: Duration,
+        block: Block,
+    ) -> Result<Option<Lease>, Error> {
         let (hub, opts) = (&self.hub, &self.hub.opts);
-        let mut plan = Acquire::new(key, ttl, self.mode, block, opts)?;
-        self.held.check(key)?;
+        let mut plan = Acquire::new(&keys, ttl, self.mode, block, opts)?;
+        if matches!(hub.backend, Backend::Cluster(_)) {
+            keys.one_slot()?;
+        }
+        for key in keys.all() {
+            self.held.check(key)?;
+        }
+        let route = keys.route();
         loop {
             let (cmd, read) = plan.attempt();
             let mut conn = match hub.take(opts, true) {
@@ -382,20 +488,27 @@ impl LeaseClient {
                 },
             };
             let sent = Instant::now();
-            match conn.call::<Option<u64>>(&cmd, read) {
+            match conn.call_on::<Option<u64>>(&cmd, route, read) {
                 Ok(None) => {
                     // Null: another owner, or the server's grace period;
                     // the server says which.
                     let info = conn
-                        .call::<String>(redis::cmd("INFO").arg("lease"), Some(opts.io_timeout))
+                        .call_on::<String>(
+                            redis::cmd("INFO").arg("lease"),
+                            route,
+                            Some(opts.io_timeout),
+                        )
                         .unwrap_or_default();
                     hub.give(conn);
                     return refused(&info);
                 }
                 Ok(Some(token)) => {
-                    let lease = Lease::start(self, key, plan.owner, token, ttl, sent, conn);
-                    let signal = lease.signal();
-                    self.held.insert(key, move || signal.loss().is_none());
+                    let owner = std::mem::take(&mut plan.owner);
+                    let lease = Lease::start(self, keys.clone(), owner, token, ttl, sent, conn);
+                    for key in keys.all() {
+                        let signal = lease.signal();
+                        self.held.insert(key, move || signal.loss().is_none());
+                    }
                     return Ok(Some(lease));
                 }
                 Err(e) if !lost_reply(&e) => {
@@ -435,6 +548,49 @@ impl LeaseClient {
         E: From<Error>,
     {
         let Some(mut lease) = self.acquire(key, ttl, block)? else {
+            return Ok(None);
+        };
+        let result = work(&mut lease);
+        let lost = lost_during(lease.loss());
+        let _ = lease.release();
+        work_result(result, lost)
+    }
+
+    /// Runs `work` holding every key of `keys` at once (a [`MultiLease`],
+    /// from [`acquire_many`](LeaseClient::acquire_many)), and releases them
+    /// all on every way out, as [`with_lease`](LeaseClient::with_lease):
+    /// `Ok(None)` when the keys were not obtained, `Err(Error::Lost(..))`
+    /// when the lease was lost while `work` ran and `work` returned `Ok`.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lease_client::{Block, Error, LeaseClient};
+    ///
+    /// # fn main() -> Result<(), Error> {
+    /// let client = LeaseClient::open("redis://127.0.0.1:6379/")?;
+    /// let (from, to) = ("{bank}:7:lock", "{bank}:9:lock"); // one hash tag: one cluster slot
+    /// let moved = client.with_many(&[from, to], Duration::from_secs(10), Block::For(Duration::from_secs(5)), |lease| {
+    ///     // The one token fences a write on either key; Err(Error::Stale) if refused.
+    ///     let _: i64 = lease.fence(from, redis::cmd("HINCRBY").arg("{bank}:7").arg("balance").arg(-30))?;
+    ///     let _: i64 = lease.fence(to, redis::cmd("HINCRBY").arg("{bank}:9").arg("balance").arg(30))?;
+    ///     Ok::<_, Error>(lease.token()) // the token, for a ledger outside Redis that keeps the highest
+    /// })?; // every key released however the closure ends
+    /// assert!(moved.is_some(), "None: a key was busy for 5 s, and nothing was taken");
+    /// # Ok(()) }
+    /// ```
+    pub fn with_many<K, T, E, F>(
+        &self,
+        keys: &[K],
+        ttl: Duration,
+        block: Block,
+        work: F,
+    ) -> Result<Option<T>, E>
+    where
+        K: AsRef<str>,
+        F: FnOnce(&mut MultiLease) -> Result<T, E>,
+        E: From<Error>,
+    {
+        let Some(mut lease) = self.acquire_many(keys, ttl, block)? else {
             return Ok(None);
         };
         let result = work(&mut lease);
@@ -591,7 +747,8 @@ impl Renewable for LossSignal {
 /// [`release`](Lease::release)) go over the client's pool of connections;
 /// the client's watchdog renews it.
 pub struct Lease {
-    key: String,
+    /// Its key, or every key of a [`MultiLease`].
+    keys: Keys,
     owner: String,
     token: u64,
     ttl: Duration,
@@ -605,7 +762,7 @@ pub struct Lease {
 impl Lease {
     fn start(
         client: &LeaseClient,
-        key: &str,
+        keys: Keys,
         owner: String,
         token: u64,
         ttl: Duration,
@@ -621,24 +778,26 @@ impl Lease {
         // can renew).
         let renewal = renews_first(sent, ttl).then(|| {
             let renewed = Instant::now();
-            let cmd = renew_cmd(key, &owner, ttl);
-            (renewed, conn.call::<i64>(&cmd, Some(hub.opts.io_timeout)))
+            let cmd = keys.renew_cmd(&owner, ttl);
+            let read = Some(hub.opts.io_timeout);
+            (renewed, conn.call_on::<i64>(&cmd, keys.route(), read))
         });
         match &renewal {
             Some((_, Err(e))) if lost_reply(e) => hub.dropped(),
             _ => hub.give(conn),
         }
-        let (deadline, loss) = start(sent, ttl, renewal.as_ref().map(|(at, r)| (*at, r)));
+        let renewal = renewal.as_ref().map(|(at, r)| (*at, r));
+        let (deadline, loss) = start(sent, ttl, keys.count(), renewal);
         let signal = LossSignal::new(deadline);
         if let Some(loss) = loss {
             signal.lose(loss);
         }
         let watched = hub.opts.watchdog.then(|| {
             let first = deadline - ttl + renew_every(ttl);
-            hub.watch(key, &owner, ttl, first, signal.clone())
+            hub.watch(&keys, &owner, ttl, first, signal.clone())
         });
         Lease {
-            key: key.to_string(),
+            keys,
             owner,
             token,
             ttl,
@@ -656,7 +815,7 @@ impl Lease {
 
     /// The lease key.
     pub fn key(&self) -> &str {
-        &self.key
+        self.keys.first()
     }
 
     /// The ttl each renewal asks for.
@@ -691,12 +850,13 @@ impl Lease {
         let sent = Instant::now();
         let left = self.signal.deadline().saturating_duration_since(sent);
         let read = left.min(self.hub.opts.io_timeout);
-        let cmd = renew_cmd(&self.key, &self.owner, self.ttl);
+        let cmd = self.keys.renew_cmd(&self.owner, self.ttl);
+        let route = self.keys.route();
         match self
             .hub
-            .call::<i64>(&cmd, Some(read), &self.hub.opts, true)?
+            .call::<i64>(&cmd, route, Some(read), &self.hub.opts, true)?
         {
-            1 => Ok(self.signal.extend(sent, self.ttl)),
+            n if n == self.keys.count() => Ok(self.signal.extend(sent, self.ttl)),
             _ => {
                 self.signal.lose(Loss::Refused);
                 Ok(false)
@@ -711,15 +871,16 @@ impl Lease {
     /// server closed while idle is replaced before the fence goes out
     /// (nothing sent on it can have run, so sending on a new one is safe).
     pub fn fence<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, Error> {
-        let fenced = fence_cmd(&self.key, self.token, cmd);
+        let fenced = fence_cmd(self.keys.first(), self.token, cmd);
         let opts = &self.hub.opts;
-        self.hub.call(&fenced, Some(opts.io_timeout), opts, true)
+        self.hub
+            .call(&fenced, None, Some(opts.io_timeout), opts, true)
     }
 
     /// The fenced form of `cmd`, to send on a connection of your own (or in
     /// a pipeline): `LEASE.FENCE key token <cmd>`.
     pub fn fence_cmd(&self, cmd: &Cmd) -> Cmd {
-        fence_cmd(&self.key, self.token, cmd)
+        fence_cmd(self.keys.first(), self.token, cmd)
     }
 
     /// Gives the lease back (`LEASE.RELEASE key owner`) and stops the
@@ -740,25 +901,42 @@ impl Lease {
         if let Some(id) = self.watched.take() {
             self.hub.forget(id);
         }
-        let cmd = release_cmd(&self.key, &self.owner);
+        let cmd = self.keys.release_cmd(&self.owner);
         let Some(opts) = release_opts(plan, &self.hub.opts) else {
+            self.release_leftovers();
             return Ok(false);
         };
         // Known lost: one attempt on a connection there is, no check first.
         let check = plan != ReleasePlan::Short;
+        let route = self.keys.route();
         let mut attempt = 0;
         loop {
             match self
                 .hub
-                .call::<i64>(&cmd, Some(opts.io_timeout), &opts, check)
+                .call::<i64>(&cmd, route, Some(opts.io_timeout), &opts, check)
             {
-                Ok(n) => return Ok(n == 1),
+                Ok(n) if n == self.keys.count() => return Ok(true),
+                Ok(_) => {
+                    self.release_leftovers();
+                    return Ok(false);
+                }
                 Err(e) => {
                     if let Some(answer) = release_failed(e, &mut attempt, &opts, plan) {
                         return answer;
                     }
                 }
             }
+        }
+    }
+
+    /// A multi-key lease not all ours: the keys still ours released one
+    /// by one ([`Keys::leftover_cmds`]), each one short attempt.
+    fn release_leftovers(&self) {
+        let opts = short(&self.hub.opts);
+        for cmd in self.keys.leftover_cmds(&self.owner) {
+            let _ = self
+                .hub
+                .call::<i64>(&cmd, None, Some(opts.io_timeout), &opts, true);
         }
     }
 }
@@ -773,10 +951,114 @@ impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the owner: it is the holder's credential.
         f.debug_struct("Lease")
-            .field("key", &self.key)
+            .field("key", &self.key())
             .field("token", &self.token)
             .field("ttl", &self.ttl)
             .field("loss", &self.signal.loss())
+            .finish()
+    }
+}
+
+/// A lease on several keys taken together (from
+/// [`LeaseClient::acquire_many`]): every key held by one owner with one
+/// fencing token, renewed together (one `LEASE.MRENEW` per watchdog round),
+/// lost together, released together (`LEASE.MRELEASE`). Released when
+/// dropped.
+///
+/// Each key is an ordinary exclusive lease on the server: fence a write on
+/// any of them with the one token ([`fence`](MultiLease::fence)). The loss
+/// signal turns on when a renewal is refused (the server answers 0 unless
+/// the owner still holds every key with the one token: one key deleted or
+/// taken is the loss of all), or at the client-side deadline.
+pub struct MultiLease {
+    lease: Lease,
+}
+
+impl MultiLease {
+    /// The fencing token, the same on every key.
+    pub fn token(&self) -> u64 {
+        self.lease.token
+    }
+
+    /// The keys, in the order they were given.
+    pub fn keys(&self) -> &[String] {
+        self.lease.keys.all()
+    }
+
+    /// The ttl each renewal asks for.
+    pub fn ttl(&self) -> Duration {
+        self.lease.ttl
+    }
+
+    /// The loss signal, to hand to other threads.
+    pub fn signal(&self) -> LossSignal {
+        self.lease.signal()
+    }
+
+    /// Why the lease is lost, `None` while it is held. Never blocks.
+    pub fn loss(&self) -> Option<Loss> {
+        self.lease.loss()
+    }
+
+    /// True once the lease is lost. Never blocks: poll it between steps.
+    pub fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    /// Waits until the lease is lost, at most `timeout`.
+    pub fn wait_lost(&self, timeout: Option<Duration>) -> Option<Loss> {
+        self.lease.wait_lost(timeout)
+    }
+
+    /// Renews every key now (`LEASE.MRENEW`), besides the watchdog.
+    /// `Ok(true)`: all renewed. `Ok(false)`: the server says they are not
+    /// all ours with this token (nothing renewed); the loss signal turns on.
+    pub fn renew(&mut self) -> Result<bool, Error> {
+        self.lease.renew()
+    }
+
+    /// `cmd` run through the fence on `key`, one of the lease's keys:
+    /// `LEASE.FENCE key token <cmd>`, as [`Lease::fence`];
+    /// [`Error::Stale`] when refused (nothing run), and
+    /// [`Error::NotLeaseKey`] (nothing sent) when `key` is not one of the
+    /// lease's keys. On a cluster the command goes to the keys' master: keep
+    /// its own keys in their slot.
+    pub fn fence<T: FromRedisValue>(&mut self, key: &str, cmd: &Cmd) -> Result<T, Error> {
+        let fenced = self.fence_cmd(key, cmd)?;
+        let opts = &self.lease.hub.opts;
+        self.lease
+            .hub
+            .call(&fenced, None, Some(opts.io_timeout), opts, true)
+    }
+
+    /// The fenced form of `cmd` on `key` (`LEASE.FENCE key token <cmd>`),
+    /// for a connection or pipeline of your own; [`Error::NotLeaseKey`]
+    /// when `key` is not one of the lease's keys.
+    pub fn fence_cmd(&self, key: &str, cmd: &Cmd) -> Result<Cmd, Error> {
+        if !self.keys().iter().any(|k| k == key) {
+            return Err(Error::NotLeaseKey(key.to_string()));
+        }
+        Ok(fence_cmd(key, self.lease.token, cmd))
+    }
+
+    /// Gives every key back (`LEASE.MRELEASE numkeys key ... owner`) and
+    /// stops the watchdog. `Ok(true)`: they were ours and are free now;
+    /// `Ok(false)`: they were not all ours any more (lost), and nothing was
+    /// released. A lost reply is retried with the same owner; a lease known
+    /// lost is released briefly, as [`Lease::release`].
+    pub fn release(self) -> Result<bool, Error> {
+        self.lease.release()
+    }
+}
+
+impl std::fmt::Debug for MultiLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the owner: it is the holder's credential.
+        f.debug_struct("MultiLease")
+            .field("keys", &self.keys())
+            .field("token", &self.token())
+            .field("ttl", &self.ttl())
+            .field("loss", &self.loss())
             .finish()
     }
 }

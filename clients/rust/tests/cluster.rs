@@ -1,7 +1,7 @@
 //! The helpers on a real Redis Cluster (3 masters, started by the module's
 //! harness): every lease call goes to the master of the lease key's slot,
 //! and to no other node; fenced writes land there; the watchdog renews
-//! there. Sync and async.
+//! there. Multi-key leases too (all keys in one slot). Sync and async.
 #![cfg(feature = "tokio")]
 
 #[path = "../../../tests/common/mod.rs"]
@@ -200,5 +200,91 @@ both! {
             }
         });
         assert!(locks.iter().all(|l| cluster.token(l).is_none()));
+    }
+
+    fn multi_key_leases_go_to_the_master_of_their_slot(kind) {
+        // LEASE.MACQUIRE, MRENEW and MRELEASE start with the key count, by
+        // which the redis crate would route them: the helpers route them by
+        // their first key instead. A master other than the seed node, so
+        // that a call sent to the seed would show as a MOVED there.
+        let cluster = Cluster::start(kind, 3, 0);
+        let seed = cluster.nodes[0].port;
+        let nodes = vec![format!("redis://127.0.0.1:{seed}/")];
+        let ttl = Duration::from_millis(300);
+        let tags = tags_on_every_master(&cluster);
+        let (tag, master) = tags.iter().find(|(_, m)| m.port != seed).unwrap();
+        let keys = [format!("{{{tag}}}:a"), format!("{{{tag}}}:b")];
+        let data = format!("{{{tag}}}");
+        let cmds = ["lease.macquire", "lease.mrenew", "lease.mrelease", "lease.fence"];
+        let check = |what: &str| {
+            for m in cluster.masters() {
+                for cmd in cmds {
+                    let n = calls(&cluster, m.port, cmd);
+                    if m.port == master.port {
+                        assert!(n >= 1, "{what}: {cmd} never reached the keys' master");
+                    } else {
+                        assert_eq!(n, 0, "{what}: {cmd} reached {} (not the keys' master)", m.port);
+                    }
+                }
+            }
+        };
+
+        // Sync, with a single lease on the same watchdog.
+        reset_stats(&cluster);
+        let lc = LeaseClient::cluster(ClusterClient::new(nodes.clone()).unwrap());
+        let mut lease = lc.acquire_many(&keys, ttl, Block::NoWait).unwrap().expect("free");
+        let single = lc.acquire(&format!("{{{tag}}}:solo"), ttl, Block::NoWait).unwrap().unwrap();
+        for key in &keys {
+            let _: i64 = lease.fence(key, redis::cmd("HINCRBY").arg(&data).arg("sync").arg(1)).unwrap();
+        }
+        std::thread::sleep(ttl * 4);
+        assert!(!lease.is_lost() && !single.is_lost());
+        for key in &keys {
+            assert_eq!(cluster.token(key), Some(lease.token() as i64));
+        }
+        let mut direct = cluster.node_by_port(master.port).conn();
+        assert_eq!(ok(&mut direct, &["HGET", &data, "sync"]), Value::BulkString(b"2".to_vec()));
+        // Keys of different slots: refused before anything is sent.
+        let (a, b) = (&tags[0].0, &tags[1].0);
+        let cross = [format!("{{{a}}}:x"), format!("{{{b}}}:x")];
+        let sent = calls(&cluster, master.port, "lease.macquire");
+        let got = lc.acquire_many(&cross, ttl, Block::NoWait);
+        assert!(matches!(got, Err(redis_lease_client::Error::InvalidKeys(ref m)) if m.contains("CROSSSLOT")), "{got:?}");
+        assert_eq!(calls(&cluster, master.port, "lease.macquire"), sent);
+        assert!(lease.release().unwrap());
+        drop(single);
+        assert!(keys.iter().all(|k| cluster.token(k).is_none()));
+        check("sync");
+
+        // Async.
+        reset_stats(&cluster);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let alc = redis_lease_client::aio::LeaseClient::cluster(ClusterClient::new(nodes).unwrap());
+        rt.block_on(async {
+            let lease = alc.acquire_many(&keys, ttl, Block::NoWait).await.unwrap().expect("free");
+            let single = alc.acquire(&format!("{{{tag}}}:solo"), ttl, Block::NoWait).await.unwrap().unwrap();
+            for key in &keys {
+                let _: i64 = lease
+                    .fence(key, redis::cmd("HINCRBY").arg(&data).arg("async").arg(1))
+                    .await
+                    .unwrap();
+            }
+            tokio::time::sleep(ttl * 4).await;
+            assert!(!lease.is_lost() && !single.is_lost());
+            for key in &keys {
+                assert_eq!(cluster.token(key), Some(lease.token() as i64));
+            }
+            let got = alc.acquire_many(&cross, ttl, Block::NoWait).await;
+            assert!(matches!(got, Err(redis_lease_client::Error::InvalidKeys(_))), "{got:?}");
+            assert!(lease.release().await.unwrap());
+            assert!(single.release().await.unwrap());
+        });
+        assert_eq!(ok(&mut direct, &["HGET", &data, "async"]), Value::BulkString(b"2".to_vec()));
+        assert!(keys.iter().all(|k| cluster.token(k).is_none()));
+        check("async");
     }
 }

@@ -10,6 +10,10 @@
   the lease is lost: when a renewal answers 0, or when its client-side
   deadline (ttl after the last successful acquire or renewal was *sent*)
   passes.
+- ``client.acquire_many(keys, ttl_ms)`` / ``with client.lease_many(keys,
+  ttl_ms) as lease:`` take several keys at once, all or none, under one
+  fencing token (design.md S10): a :class:`MultiLease`, renewed with one
+  ``LEASE.MRENEW``; ``lease.fence(key, *command)`` on any of its keys.
 - :class:`QuorumClient` (and ``redis_lease.quorum.AsyncQuorumClient``):
   one lease on a majority of independent masters with one fencing token
   (design.md S9).
@@ -27,7 +31,7 @@ from ._common import (
     StaleToken,
     new_owner,
 )
-from ._sync import Lease, LeaseClient, LossSignal
+from ._sync import Lease, LeaseClient, LossSignal, MultiLease
 from .lock import Lock
 from .quorum import QuorumClient, QuorumLease
 
@@ -43,6 +47,7 @@ __all__ = [
     "Lock",
     "Loss",
     "LossSignal",
+    "MultiLease",
     "QuorumClient",
     "QuorumLease",
     "SharedWrite",

@@ -14,6 +14,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple, Union
 
 import redis
 from redis import exceptions
+from redis.crc import key_slot
 
 #: ``block_ms=FOREVER`` waits until the lease is ours (``BLOCK 0``).
 FOREVER = 0
@@ -162,6 +163,33 @@ def acquire_args(
     (``None``: no limit). ``wait_until``: monotonic end of a ``block_ms > 0``
     wait."""
     args: Tuple[Any, ...] = ("LEASE.ACQUIRE", key, owner, int(ttl_ms)) + mode
+    return with_block(args, block_ms, wait_until, io_timeout, block_margin)
+
+
+def macquire_args(
+    keys: Tuple[Any, ...],
+    owner: str,
+    ttl_ms: int,
+    block_ms: Optional[int],
+    wait_until: Optional[float],
+    io_timeout: float,
+    block_margin: float,
+) -> Tuple[Tuple[Any, ...], Optional[float]]:
+    """The ``LEASE.MACQUIRE numkeys key ... owner ttl-ms [BLOCK ms]`` of one
+    attempt and its read timeout, as :func:`acquire_args`."""
+    args: Tuple[Any, ...] = ("LEASE.MACQUIRE", len(keys)) + keys + (owner, int(ttl_ms))
+    return with_block(args, block_ms, wait_until, io_timeout, block_margin)
+
+
+def with_block(
+    args: Tuple[Any, ...],
+    block_ms: Optional[int],
+    wait_until: Optional[float],
+    io_timeout: float,
+    block_margin: float,
+) -> Tuple[Tuple[Any, ...], Optional[float]]:
+    """``args`` of an acquire with its ``BLOCK`` option (last on the line),
+    and the read timeout of its reply."""
     if block_ms is None:
         return args, io_timeout
     if block_ms == FOREVER:
@@ -184,6 +212,41 @@ def renew_every(ttl_ms: int) -> float:
 def retry_pause(ttl_ms: int) -> float:
     """The pause before a failed (not refused) renewal is tried again."""
     return min(max(ttl_ms / 20000, 0.005), 0.25)
+
+
+def many_keys(keys: Any) -> Tuple[Any, ...]:
+    """The keys of a multi-key lease as a tuple: at least one, none twice
+    (``ValueError`` otherwise; nothing is sent). A single ``str`` or
+    ``bytes`` is not a list of keys."""
+    if isinstance(keys, (str, bytes)):
+        raise ValueError("keys must be a list of keys, not one key")
+    out = tuple(keys)
+    if not out:
+        raise ValueError("a multi-key lease needs at least one key")
+    seen = set()
+    for k in out:
+        if k in seen:
+            raise ValueError(f"{k!r} is given twice")
+        seen.add(k)
+    return out
+
+
+def _key_bytes(key: Any) -> bytes:
+    if isinstance(key, bytes):
+        return key
+    return (key if isinstance(key, str) else str(key)).encode()
+
+
+def one_slot(keys: Tuple[Any, ...]) -> None:
+    """On a cluster: every key in one slot (a multi-key lease lives on one
+    node), ``ValueError`` otherwise, before anything is sent. The server's
+    own check answers ``CROSSSLOT``; this one does not depend on it."""
+    slot = key_slot(_key_bytes(keys[0]))
+    for k in keys[1:]:
+        if key_slot(_key_bytes(k)) != slot:
+            raise ValueError(
+                f"{keys[0]!r} and {k!r} hash to different cluster slots (CROSSSLOT): give the keys one hash tag"
+            )
 
 
 def check_ttl(ttl_ms: int, block_ms: Optional[int]) -> None:
@@ -282,13 +345,16 @@ class Attempts:
         return None
 
 
-def deadline_after(sent: float, ttl_ms: int, renewed: Optional[float], reply: Any) -> Tuple[float, bool]:
+def deadline_after(
+    sent: float, ttl_ms: int, renewed: Optional[float], reply: Any, count: int = 1
+) -> Tuple[float, bool]:
     """A new lease's deadline and whether it is refused: ttl after the acquire
     was sent, or after the renewal sent at ``renewed`` right after a long wait
-    (``reply`` its answer; None: it got none)."""
+    (``reply`` its answer, ``count`` when it renewed every key: 1, or the
+    number of keys of a multi-key lease; None: it got none)."""
     if renewed is None or reply is None:
         return sent + ttl_ms / 1000, False
-    if reply == 1:
+    if reply == count:
         return renewed + ttl_ms / 1000, False
     return sent + ttl_ms / 1000, True
 
@@ -303,6 +369,16 @@ def renew_window(ttl_ms: int) -> float:
     """A renewal due within this many seconds of a batch goes with it (early,
     which is harmless), so leases fall into step and share round trips."""
     return ttl_ms / 12000
+
+
+def mrenew_args(keys: Tuple[Any, ...], owner: str, ttl_ms: int) -> Tuple[Any, ...]:
+    """``LEASE.MRENEW numkeys key ... owner ttl-ms``."""
+    return ("LEASE.MRENEW", len(keys)) + keys + (owner, ttl_ms)
+
+
+def mrelease_args(keys: Tuple[Any, ...], owner: str) -> Tuple[Any, ...]:
+    """``LEASE.MRELEASE numkeys key ... owner``."""
+    return ("LEASE.MRELEASE", len(keys)) + keys + (owner,)
 
 
 #: At most this many idle connections stay open per node and client.
@@ -345,11 +421,20 @@ class Schedule:
         self.renewals = 0
         self.round_trips = 0
 
-    def add(self, key: Any, owner: str, ttl_ms: int, first: float, signal: Any) -> Tuple[int, bool]:
+    def add(
+        self, key: Any, owner: str, ttl_ms: int, first: float, signal: Any, keys: Optional[Tuple[Any, ...]] = None
+    ) -> Tuple[int, bool]:
         """Watches a lease from ``first`` on: its id, and whether the watchdog
-        must be woken (it would look too late)."""
+        must be woken (it would look too late). With ``keys`` (a multi-key
+        lease; ``key`` is the first, which says the node), one ``LEASE.MRENEW``
+        renews them all and answers their number."""
         self._next_id += 1
-        self._leases[self._next_id] = [key, ttl_ms, first, ("LEASE.RENEW", key, owner, ttl_ms), signal]
+        if keys is None:
+            args: Tuple[Any, ...] = ("LEASE.RENEW", key, owner, ttl_ms)
+            count = 1
+        else:
+            args, count = mrenew_args(keys, owner, ttl_ms), len(keys)
+        self._leases[self._next_id] = [key, ttl_ms, first, args, signal, count]
         return self._next_id, self._looks_at is None or first < self._looks_at
 
     def remove(self, lease_id: int) -> None:
@@ -375,7 +460,7 @@ class Schedule:
         if first > now:
             return first
         batch = Batch(now)
-        for lease_id, (key, ttl_ms, next_at, args, signal) in self._leases.items():
+        for lease_id, (key, ttl_ms, next_at, args, signal, _) in self._leases.items():
             if next_at <= now + renew_window(ttl_ms):
                 batch.ids.append(lease_id)
                 batch.keys.append(key)
@@ -385,9 +470,10 @@ class Schedule:
 
     def settle(self, batch: Batch, replies: List[Any], pipelines: int = 1) -> None:
         """The replies to ``batch`` in its order (an exception, or None, for
-        one that failed or never came). 1 moves the lease's deadline and next
-        renewal to a third of the ttl after the batch was sent; 0 is the loss;
-        anything else is tried again soon."""
+        one that failed or never came). A renewal of every key (1, or the
+        number of keys of a multi-key lease) moves the lease's deadline and
+        next renewal to a third of the ttl after the batch was sent; another
+        integer (0) is the loss; anything else is tried again soon."""
         self.round_trips += pipelines
         self.renewals += len(batch.ids)
         for n, lease_id in enumerate(batch.ids):
@@ -395,8 +481,8 @@ class Schedule:
             if entry is None:
                 continue
             reply = replies[n] if n < len(replies) else None
-            ttl_ms, signal = entry[1], entry[4]
-            if reply == 1:
+            ttl_ms, signal, count = entry[1], entry[4], entry[5]
+            if isinstance(reply, int) and not isinstance(reply, bool) and reply == count:
                 if signal._extend(batch.sent, ttl_ms):
                     entry[2] = batch.sent + renew_every(ttl_ms)
                 else:
@@ -414,9 +500,26 @@ class Schedule:
 class LeaseCore:
     """What a sync and an asyncio lease share (their I/O aside): the token,
     the loss signal, its place in the client's watchdog schedule, the
-    commands it sends and the start of its release."""
+    commands it sends and the start of its release.
 
-    def __init__(self, client: Any, key: Any, owner: str, token: int, ttl_ms: int, lost: Any) -> None:
+    A multi-key lease (:class:`MultiLeaseCore`) is the same with ``keys``:
+    its commands are the ``LEASE.M*`` ones, whose answer when every key
+    acted is their number; ``key`` is its first key, the one its calls are
+    routed by."""
+
+    #: What a renewal or a release that acted on every key answers.
+    _count = 1
+
+    def __init__(
+        self,
+        client: Any,
+        key: Any,
+        owner: str,
+        token: int,
+        ttl_ms: int,
+        lost: Any,
+        keys: Optional[Tuple[Any, ...]] = None,
+    ) -> None:
         self.key = key
         self.token: int = token
         self.ttl_ms = ttl_ms
@@ -427,7 +530,7 @@ class LeaseCore:
         self._watched: Optional[int] = None
         if client.watchdog:
             first = lost.deadline - ttl_ms / 1000 + renew_every(ttl_ms)
-            self._watched = client._watch(key, owner, ttl_ms, first, lost)
+            self._watched = client._watch(key, owner, ttl_ms, first, lost, keys)
             # The schedule holds the signal, not the lease: a lease dropped
             # without release() (no with block) is garbage-collected, which
             # ends its renewals, and the lease then ends at its ttl.
@@ -442,17 +545,28 @@ class LeaseCore:
         your own."""
         return ("LEASE.FENCE", self.key, self.token) + command
 
+    def _renew_args(self) -> Tuple[Any, ...]:
+        return ("LEASE.RENEW", self.key, self._owner, self.ttl_ms)
+
+    def _release_args(self) -> Tuple[Any, ...]:
+        return ("LEASE.RELEASE", self.key, self._owner)
+
+    def _leftover_args(self) -> List[Tuple[Any, ...]]:
+        """After a multi-key lease was found not all ours: one
+        ``LEASE.RELEASE`` per key (none for a single lease)."""
+        return []
+
     def _renewal(self) -> Tuple[Tuple[Any, ...], float, float]:
         """A renewal now: its command, when it is sent, and its read timeout
         (until the deadline, at most the io timeout)."""
         sent = time.monotonic()
         timeout = min(max(self.lost.deadline - sent, 0.001), self._client.io_timeout)
-        return ("LEASE.RENEW", self.key, self._owner, self.ttl_ms), sent, timeout
+        return self._renew_args(), sent, timeout
 
     def _renewed(self, reply: Any, sent: float) -> bool:
         """What a renewal's reply means: True renewed, False lost (the signal
         is set)."""
-        if reply == 1:
+        if reply == self._count:
             return bool(self.lost._extend(sent, self.ttl_ms))
         self.lost._lose(Loss.REFUSED)
         return False
@@ -469,9 +583,49 @@ class LeaseCore:
             if self._watched is not None:
                 self._client._forget(self._watched)
             attempts = release_attempts(plan, self._client.io_timeout, self._client.retries)
-        return plan, attempts, ("LEASE.RELEASE", self.key, self._owner)
+        return plan, attempts, self._release_args()
 
     def _exit_loss(self) -> Optional[Loss]:
         """The loss to raise when a block ends normally (read before its
         release)."""
         return lost_during(self.lost.reason)
+
+
+class MultiLeaseCore(LeaseCore):
+    """The multi-key lease of design.md S10 (``LEASE.MACQUIRE``): every key
+    held by one owner with one token, renewed (``LEASE.MRENEW``), lost and
+    released (``LEASE.MRELEASE``) together."""
+
+    def __init__(
+        self, client: Any, keys: Tuple[Any, ...], owner: str, token: int, ttl_ms: int, lost: Any
+    ) -> None:
+        #: The keys, in the order given.
+        self.keys: Tuple[Any, ...] = keys
+        self._count = len(keys)
+        # LeaseCore by name: in a sync or asyncio multi-key lease the next
+        # class of the MRO is Lease (or AsyncLease), whose __init__ differs.
+        LeaseCore.__init__(self, client, keys[0], owner, token, ttl_ms, lost, keys)
+
+    def __repr__(self) -> str:  # never the owner
+        return f"<{type(self).__name__} keys={self.keys!r} token={self.token} lost={self.lost.reason}>"
+
+    def fence_args(self, key: Any, *command: Any) -> Tuple[Any, ...]:
+        """The fenced form of ``command`` on ``key``, one of the lease's keys
+        (``LEASE.FENCE key token command...``); ``ValueError`` for a key
+        that is not one of them."""
+        if key not in self.keys:
+            raise ValueError(f"{key!r} is not one of the lease's keys; nothing was sent")
+        return ("LEASE.FENCE", key, self.token) + command
+
+    def _renew_args(self) -> Tuple[Any, ...]:
+        return mrenew_args(self.keys, self._owner, self.ttl_ms)
+
+    def _release_args(self) -> Tuple[Any, ...]:
+        return mrelease_args(self.keys, self._owner)
+
+    def _leftover_args(self) -> List[Tuple[Any, ...]]:
+        """The keys still ours after a refused renewal (or an
+        ``LEASE.MRELEASE`` that answered 0, which frees nothing) are released
+        one by one, so that they are free at once instead of at their ttl; a
+        key another owner holds answers 0 and is left alone."""
+        return [("LEASE.RELEASE", k, self._owner) for k in self.keys]

@@ -18,6 +18,7 @@ from redis.retry import Retry
 
 from ._common import (
     POOL_IDLE,
+    SHORT_S,
     AlreadyHeld,
     Attempts,
     Batch,
@@ -26,6 +27,7 @@ from ._common import (
     LeaseCore,
     LeaseLost,
     Loss,
+    MultiLeaseCore,
     Schedule,
     acquire_args,
     check_stale,
@@ -33,9 +35,13 @@ from ._common import (
     connection_kwargs,
     deadline_after,
     grace_of,
+    macquire_args,
+    many_keys,
     mode_args,
+    mrenew_args,
     needs_fresh_renewal,
     new_owner,
+    one_slot,
     release_failed,
     release_plan,
     still_held,
@@ -276,15 +282,31 @@ class Lease(LeaseCore):
         retried with the same owner. Once the lease is known lost it waits
         little: after a refused renewal nothing is sent; after the deadline
         passed one attempt, bounded by a quarter of a second, no retry."""
+        first = not self._released
         plan, attempts, args = self._release_plan()
         for n, (timeout, connect_timeout) in enumerate(attempts):
             try:
-                return bool(self._call(args, timeout, connect_timeout) == 1)
+                reply = self._call(args, timeout, connect_timeout)
             except Exception as e:
                 answer = release_failed(e, n, len(attempts), plan)
                 if answer is not None:
                     return answer
+                continue
+            if reply == self._count:
+                return True
+            break
+        if first:
+            self._release_leftovers()
         return False
+
+    def _release_leftovers(self) -> None:
+        """A multi-key lease not all ours: the keys still ours, released one
+        by one, each one short attempt (nothing for a single lease)."""
+        for args in self._leftover_args():
+            try:
+                self._call(args, SHORT_S, SHORT_S)
+            except Exception:
+                pass
 
     def __enter__(self) -> "Lease":
         return self
@@ -359,11 +381,13 @@ class LeaseClient:
         with self._wake:
             return self._schedule.stats()
 
-    def _watch(self, key: Any, owner: str, ttl_ms: int, first: float, signal: LossSignal) -> int:
-        """Renews a lease from ``first`` on; starts the watchdog thread when
-        none runs."""
+    def _watch(
+        self, key: Any, owner: str, ttl_ms: int, first: float, signal: LossSignal, keys: Optional[Tuple[Any, ...]] = None
+    ) -> int:
+        """Renews a lease (every key of ``keys`` for a multi-key one) from
+        ``first`` on; starts the watchdog thread when none runs."""
         with self._wake:
-            lease_id, wake = self._schedule.add(key, owner, ttl_ms, first, signal)
+            lease_id, wake = self._schedule.add(key, owner, ttl_ms, first, signal, keys)
             if not self._running:
                 self._running = True
                 threading.Thread(target=self._run_watchdog, name="lease-watchdog", daemon=True).start()
@@ -454,20 +478,81 @@ class LeaseClient:
         """
         check_ttl(ttl_ms, block_ms)
         mode = mode_args(shared, limit)
-        with self._held_lock:
-            mine = self._held.get(key)
-            if still_held(mine):
-                raise AlreadyHeld(key)
+        self._check_held((key,))
         owner = _owner or new_owner()
+        return self._acquire(
+            key,
+            key,
+            block_ms,
+            lambda wait_until: acquire_args(
+                key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, mode
+            ),
+            lambda token, sent, conn: self._start(key, owner, token, ttl_ms, sent, conn),
+            (key,),
+        )
+
+    def acquire_many(self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None) -> Optional["MultiLease"]:
+        """Takes every key of ``keys`` or none, in one atomic step
+        (``LEASE.MACQUIRE numkeys key ... owner ttl-ms [BLOCK ms]``, design.md
+        S10), with a fresh random owner: all get one fencing token and the
+        same deadline. Exclusive (no ``shared``/``limit``).
+
+        Returns the :class:`MultiLease`, or None when some key is held by
+        another owner (or waited for) and nothing was taken; with
+        ``block_ms``, after waiting until every key could be taken at once.
+        Raises ``ValueError`` for no key, a key twice, or (on a cluster)
+        keys of different slots (give them one hash tag), and
+        :class:`AlreadyHeld` when this client holds one of the keys: nothing
+        sent. :class:`LeaseGrace`, the retry of a lost reply with the same
+        owner and the read timeouts are those of :meth:`acquire`.
+        """
+        keys = many_keys(keys)
+        check_ttl(ttl_ms, block_ms)
+        if isinstance(self._target.client, RedisCluster):
+            one_slot(keys)
+        self._check_held(keys)
+        owner = new_owner()
+        lease = self._acquire(
+            keys[0],
+            keys,
+            block_ms,
+            lambda wait_until: macquire_args(
+                keys, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin
+            ),
+            lambda token, sent, conn: self._start_many(keys, owner, token, ttl_ms, sent, conn),
+            keys,
+        )
+        assert lease is None or isinstance(lease, MultiLease)
+        return lease
+
+    def _check_held(self, keys: Tuple[Any, ...]) -> None:
+        """:class:`AlreadyHeld` when this client holds a lease on one of
+        ``keys`` (neither released nor lost)."""
+        with self._held_lock:
+            for key in keys:
+                if still_held(self._held.get(key)):
+                    raise AlreadyHeld(key)
+
+    def _acquire(
+        self,
+        route: Any,
+        what: Any,
+        block_ms: Optional[int],
+        attempt: Callable[[Optional[float]], Tuple[Tuple[Any, ...], Optional[float]]],
+        start: Callable[[int, float, Conn], Lease],
+        keys: Tuple[Any, ...],
+    ) -> Optional[Lease]:
+        """The acquire loop of one key or of several together: ``attempt``
+        makes each try's command (from the end of the wait), sent to the
+        node of ``route``; ``start`` makes the lease of a token; ``keys`` are
+        registered as held by it."""
         wait_until = None if not block_ms else time.monotonic() + block_ms / 1000
         attempts = Attempts(self.retries)
         while True:
-            args, timeout = acquire_args(
-                key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, mode
-            )
+            args, timeout = attempt(wait_until)
             conn = None
             try:
-                node, conn = self._pool.take(key)
+                node, conn = self._pool.take(route)
                 sent = time.monotonic()
                 token = _call(conn, args, timeout)
             except Exception as e:
@@ -487,13 +572,14 @@ class LeaseClient:
                 if token is None:
                     grace = _grace(conn, self.io_timeout)
                     if grace is not None:
-                        raise LeaseGrace(key, *grace)
+                        raise LeaseGrace(what, *grace)
                     return None
-                lease = self._start(key, owner, int(token), ttl_ms, sent, conn)
+                lease = start(int(token), sent, conn)
             finally:
                 self._pool.give(node, conn)
             with self._held_lock:
-                self._held[key] = lease
+                for key in keys:
+                    self._held[key] = lease
             return lease
 
     def _start(self, key: Any, owner: str, token: int, ttl_ms: int, sent: float, conn: Conn) -> Lease:
@@ -510,6 +596,22 @@ class LeaseClient:
             lease.lost._lose(Loss.REFUSED)
         return lease
 
+    def _start_many(
+        self, keys: Tuple[Any, ...], owner: str, token: int, ttl_ms: int, sent: float, conn: Conn
+    ) -> "MultiLease":
+        renewed = reply = None
+        if needs_fresh_renewal(sent, ttl_ms):
+            renewed = time.monotonic()
+            try:
+                reply = _call(conn, mrenew_args(keys, owner, ttl_ms), self.io_timeout)
+            except Exception:
+                pass
+        deadline, refused = deadline_after(sent, ttl_ms, renewed, reply, len(keys))
+        lease = MultiLease(self, keys, owner, token, ttl_ms, deadline)
+        if refused:
+            lease.lost._lose(Loss.REFUSED)
+        return lease
+
     def lease(
         self, key: Any, ttl_ms: int, block_ms: Optional[int] = None, **mode: Any
     ) -> "_LeaseContext":
@@ -522,6 +624,29 @@ class LeaseClient:
                 lease.fence("HSET", "data", "k", "v")
         """
         return _LeaseContext(self, key, ttl_ms, block_ms, mode)
+
+    def lease_many(self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None) -> "_MultiLeaseContext":
+        """For ``with``, as :meth:`lease`, holding every key of ``keys`` at
+        once (:meth:`acquire_many`): :class:`LeaseBusy` when they were not
+        obtained, released on exit::
+
+            with client.lease_many(["{acct}:7", "{acct}:9"], 30000, block_ms=5000) as lease:
+                lease.fence("{acct}:7", "HINCRBY", "{acct}:7:data", "balance", -10)
+                lease.fence("{acct}:9", "HINCRBY", "{acct}:9:data", "balance", 10)
+        """
+        return _MultiLeaseContext(self, keys, ttl_ms, block_ms)
+
+    def run_many(
+        self,
+        keys: Any,
+        ttl_ms: int,
+        work: Callable[["MultiLease"], Any],
+        block_ms: Optional[int] = None,
+    ) -> Any:
+        """Runs ``work(lease)`` holding every key of ``keys`` and releases
+        them however ``work`` ends, as :meth:`run`."""
+        with self.lease_many(keys, ttl_ms, block_ms) as lease:
+            return work(lease)
 
     def run(
         self,
@@ -553,6 +678,65 @@ class _LeaseContext:
         lease = client.acquire(key, ttl_ms, block_ms, **self._mode)
         if lease is None:
             raise LeaseBusy(f"{key!r} is held by another owner")
+        self._lease = lease
+        return lease
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        assert self._lease is not None
+        self._lease.__exit__(exc_type, exc, tb)
+
+
+class MultiLease(MultiLeaseCore, Lease):
+    """A lease on several keys taken together (:meth:`LeaseClient.acquire_many`):
+    every key held by one owner with one fencing token ``token``, renewed
+    together (one ``LEASE.MRENEW`` per watchdog round), lost together, given
+    back together (``LEASE.MRELEASE``). ``keys``, ``lost``, :meth:`renew`,
+    :meth:`release` and the context manager are those of :class:`Lease`;
+    :meth:`fence` names the key.
+
+    The loss signal is set when a renewal is refused (the server renews
+    nothing unless the owner still holds every key with the one token: one
+    key deleted or taken is the loss of all) or at the client-side
+    deadline. Each key is an ordinary exclusive lease on the server: the
+    token fences writes on any of them.
+    """
+
+    def __init__(
+        self, client: "LeaseClient", keys: Tuple[Any, ...], owner: str, token: int, ttl_ms: int, deadline: float
+    ) -> None:
+        MultiLeaseCore.__init__(self, client, keys, owner, token, ttl_ms, LossSignal(deadline))
+
+    def fence(self, key: Any, *command: Any) -> Any:
+        """Runs ``command`` through the fence on ``key``, one of the lease's
+        keys (``LEASE.FENCE key token command...``): the command's reply, or
+        :class:`StaleToken` (nothing run) when the token is not the current
+        one of ``key``; ``ValueError`` (nothing sent) when ``key`` is not one
+        of the lease's keys. On a cluster the call goes to the keys' node:
+        keep the command's own keys in their slot."""
+        return self._call(self.fence_args(key, *command), self._client.io_timeout)
+
+    def __enter__(self) -> "MultiLease":
+        return self
+
+
+class _MultiLeaseContext:
+    """``with client.lease_many(...) as lease``: acquires every key on entry,
+    releases them on exit."""
+
+    def __init__(self, client: "LeaseClient", keys: Any, ttl_ms: int, block_ms: Optional[int]) -> None:
+        self._args = (client, keys, ttl_ms, block_ms)
+        self._lease: Optional[MultiLease] = None
+
+    def __enter__(self) -> MultiLease:
+        client, keys, ttl_ms, block_ms = self._args
+        lease = client.acquire_many(keys, ttl_ms, block_ms)
+        if lease is None:
+            raise LeaseBusy(f"{tuple(keys)!r}: some key is held by another owner")
         self._lease = lease
         return lease
 

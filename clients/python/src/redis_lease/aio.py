@@ -27,6 +27,7 @@ from redis.backoff import NoBackoff
 
 from ._common import (
     POOL_IDLE,
+    SHORT_S,
     AlreadyHeld,
     Attempts,
     Batch,
@@ -35,6 +36,7 @@ from ._common import (
     LeaseCore,
     LeaseLost,
     Loss,
+    MultiLeaseCore,
     Schedule,
     acquire_args,
     check_stale,
@@ -42,15 +44,19 @@ from ._common import (
     connection_kwargs,
     deadline_after,
     grace_of,
+    macquire_args,
+    many_keys,
+    mrenew_args,
     needs_fresh_renewal,
     mode_args,
     new_owner,
+    one_slot,
     release_failed,
     release_plan,
     still_held,
 )
 
-__all__ = ["AsyncLeaseClient", "AsyncLease", "AsyncLossSignal"]
+__all__ = ["AsyncLeaseClient", "AsyncLease", "AsyncLossSignal", "AsyncMultiLease"]
 
 Conn = Any  # a redis.asyncio.connection.Connection
 T = TypeVar("T")
@@ -307,15 +313,31 @@ class AsyncLease(LeaseCore):
         """Gives the lease back and stops its renewals. True: it was ours. A
         lost reply is retried with the same owner. Once the lease is known
         lost it waits little, as the sync :meth:`Lease.release`."""
+        first = not self._released
         plan, attempts, args = self._release_plan()
         for n, (timeout, connect_timeout) in enumerate(attempts):
             try:
-                return bool(await self._call(args, timeout, connect_timeout) == 1)
+                reply = await self._call(args, timeout, connect_timeout)
             except Exception as e:
                 answer = release_failed(e, n, len(attempts), plan)
                 if answer is not None:
                     return answer
+                continue
+            if reply == self._count:
+                return True
+            break
+        if first:
+            await self._release_leftovers()
         return False
+
+    async def _release_leftovers(self) -> None:
+        """A multi-key lease not all ours: the keys still ours, released one
+        by one, each one short attempt (nothing for a single lease)."""
+        for args in self._leftover_args():
+            try:
+                await self._call(args, SHORT_S, SHORT_S)
+            except Exception:
+                pass
 
     async def __aenter__(self) -> "AsyncLease":
         return self
@@ -408,10 +430,19 @@ class AsyncLeaseClient:
     def _forget(self, lease_id: int) -> None:
         self._schedule.remove(lease_id)
 
-    def _watch(self, key: Any, owner: str, ttl_ms: int, first: float, signal: AsyncLossSignal) -> int:
-        """Renews a lease from ``first`` on; starts the watchdog task (on the
-        running loop) when none runs."""
-        lease_id, wake = self._schedule.add(key, owner, ttl_ms, first, signal)
+    def _watch(
+        self,
+        key: Any,
+        owner: str,
+        ttl_ms: int,
+        first: float,
+        signal: AsyncLossSignal,
+        keys: Optional[Tuple[Any, ...]] = None,
+    ) -> int:
+        """Renews a lease (every key of ``keys`` for a multi-key one) from
+        ``first`` on; starts the watchdog task (on the running loop) when
+        none runs."""
+        lease_id, wake = self._schedule.add(key, owner, ttl_ms, first, signal, keys)
         if self._task is None or self._task.done():
             self._wake = asyncio.Event()
             self._task = asyncio.ensure_future(self._run_watchdog())
@@ -482,19 +513,65 @@ class AsyncLeaseClient:
         """As :meth:`redis_lease.LeaseClient.acquire`."""
         check_ttl(ttl_ms, block_ms)
         mode = mode_args(shared, limit)
-        mine = self._held.get(key)
-        if still_held(mine):
-            raise AlreadyHeld(key)
+        self._check_held((key,))
         owner = new_owner()
+        return await self._acquire(
+            key,
+            key,
+            block_ms,
+            lambda wait_until: acquire_args(
+                key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, mode
+            ),
+            lambda token, sent, conn: self._start(key, owner, token, ttl_ms, sent, conn),
+            (key,),
+        )
+
+    async def acquire_many(
+        self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None
+    ) -> Optional["AsyncMultiLease"]:
+        """As :meth:`redis_lease.LeaseClient.acquire_many`: every key of
+        ``keys`` or none, under one token."""
+        keys = many_keys(keys)
+        check_ttl(ttl_ms, block_ms)
+        if isinstance(self._target.client, RedisCluster):
+            one_slot(keys)
+        self._check_held(keys)
+        owner = new_owner()
+        lease = await self._acquire(
+            keys[0],
+            keys,
+            block_ms,
+            lambda wait_until: macquire_args(
+                keys, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin
+            ),
+            lambda token, sent, conn: self._start_many(keys, owner, token, ttl_ms, sent, conn),
+            keys,
+        )
+        assert lease is None or isinstance(lease, AsyncMultiLease)
+        return lease
+
+    def _check_held(self, keys: Tuple[Any, ...]) -> None:
+        for key in keys:
+            if still_held(self._held.get(key)):
+                raise AlreadyHeld(key)
+
+    async def _acquire(
+        self,
+        route: Any,
+        what: Any,
+        block_ms: Optional[int],
+        attempt: Callable[[Optional[float]], Tuple[Tuple[Any, ...], Optional[float]]],
+        start: Callable[[int, float, Conn], Awaitable[AsyncLease]],
+        keys: Tuple[Any, ...],
+    ) -> Optional[AsyncLease]:
+        """As the sync client's ``_acquire``."""
         wait_until = None if not block_ms else time.monotonic() + block_ms / 1000
         attempts = Attempts(self.retries)
         while True:
-            args, timeout = acquire_args(
-                key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, mode
-            )
+            args, timeout = attempt(wait_until)
             conn = None
             try:
-                node, conn = await self._pool.take(key, self.io_timeout)
+                node, conn = await self._pool.take(route, self.io_timeout)
                 sent = time.monotonic()
                 token = await _call(conn, args, timeout)
             except Exception as e:
@@ -514,12 +591,13 @@ class AsyncLeaseClient:
                 if token is None:
                     grace = await _grace(conn, self.io_timeout)
                     if grace is not None:
-                        raise LeaseGrace(key, *grace)
+                        raise LeaseGrace(what, *grace)
                     return None
-                lease = await self._start(key, owner, int(token), ttl_ms, sent, conn)
+                lease = await start(int(token), sent, conn)
             finally:
                 await self._pool.give(node, conn)
-            self._held[key] = lease
+            for key in keys:
+                self._held[key] = lease
             return lease
 
     async def _start(
@@ -534,6 +612,22 @@ class AsyncLeaseClient:
                 pass
         deadline, refused = deadline_after(sent, ttl_ms, renewed, reply)
         lease = AsyncLease(self, key, owner, token, ttl_ms, deadline)
+        if refused:
+            lease.lost._lose(Loss.REFUSED)
+        return lease
+
+    async def _start_many(
+        self, keys: Tuple[Any, ...], owner: str, token: int, ttl_ms: int, sent: float, conn: Conn
+    ) -> "AsyncMultiLease":
+        renewed = reply = None
+        if needs_fresh_renewal(sent, ttl_ms):
+            renewed = time.monotonic()
+            try:
+                reply = await _call(conn, mrenew_args(keys, owner, ttl_ms), self.io_timeout)
+            except Exception:
+                pass
+        deadline, refused = deadline_after(sent, ttl_ms, renewed, reply, len(keys))
+        lease = AsyncMultiLease(self, keys, owner, token, ttl_ms, deadline)
         if refused:
             lease.lost._lose(Loss.REFUSED)
         return lease
@@ -558,3 +652,75 @@ class AsyncLeaseClient:
         ``work`` ends, and returns its result."""
         async with self.lease(key, ttl_ms, block_ms, **mode) as lease:
             return await work(lease)
+
+    def lease_many(self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None) -> "_MultiLeaseContext":
+        """``async with client.lease_many(keys, ttl_ms, block_ms) as lease:``
+        holds every key of ``keys`` at once (:meth:`acquire_many`), raising
+        :class:`LeaseBusy` when they were not obtained, and releases them on
+        exit (also awaitable)."""
+        return _MultiLeaseContext(self, keys, ttl_ms, block_ms)
+
+    async def run_many(
+        self,
+        keys: Any,
+        ttl_ms: int,
+        work: Callable[["AsyncMultiLease"], Awaitable[T]],
+        block_ms: Optional[int] = None,
+    ) -> T:
+        """Awaits ``work(lease)`` holding every key of ``keys``, releases them
+        however ``work`` ends, and returns its result."""
+        async with self.lease_many(keys, ttl_ms, block_ms) as lease:
+            return await work(lease)
+
+
+class AsyncMultiLease(MultiLeaseCore, AsyncLease):
+    """A lease on several keys taken together (asyncio), as
+    :class:`redis_lease.MultiLease`: ``keys``, ``token``, ``lost``,
+    ``await fence(key, *command)``, ``await renew()``, ``await release()``;
+    an async context manager that releases every key on exit."""
+
+    def __init__(
+        self, client: "AsyncLeaseClient", keys: Tuple[Any, ...], owner: str, token: int, ttl_ms: int, deadline: float
+    ) -> None:
+        MultiLeaseCore.__init__(self, client, keys, owner, token, ttl_ms, AsyncLossSignal(deadline))
+
+    async def fence(self, key: Any, *command: Any) -> Any:
+        """``LEASE.FENCE key token command...`` on ``key``, one of the lease's
+        keys: the command's reply, :class:`StaleToken` when refused (nothing
+        run), ``ValueError`` (nothing sent) for a key not of the lease."""
+        return await self._call(self.fence_args(key, *command), self._client.io_timeout)
+
+    async def __aenter__(self) -> "AsyncMultiLease":
+        return self
+
+
+class _MultiLeaseContext:
+    """``async with client.lease_many(...) as lease``: acquires every key on
+    entry, releases them on exit. Also awaitable."""
+
+    def __init__(self, client: AsyncLeaseClient, keys: Any, ttl_ms: int, block_ms: Optional[int]) -> None:
+        self._args = (client, keys, ttl_ms, block_ms)
+        self._lease: Optional[AsyncMultiLease] = None
+
+    async def _get(self) -> AsyncMultiLease:
+        client, keys, ttl_ms, block_ms = self._args
+        lease = await client.acquire_many(keys, ttl_ms, block_ms)
+        if lease is None:
+            raise LeaseBusy(f"{tuple(keys)!r}: some key is held by another owner")
+        return lease
+
+    def __await__(self):  # type: ignore[no-untyped-def]
+        return self._get().__await__()
+
+    async def __aenter__(self) -> AsyncMultiLease:
+        self._lease = await self._get()
+        return self._lease
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        assert self._lease is not None
+        await self._lease.__aexit__(exc_type, exc, tb)

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::common::{self, Server, Value};
 
 /// A proxy in front of one server. Armed, it forwards the next request that
-/// holds `LEASE.ACQUIRE` to the server and then, when the server's reply
+/// holds `LEASE.ACQUIRE` (or `LEASE.MACQUIRE`) to the server and then, when the server's reply
 /// comes back, closes the client's connection instead of passing it on: the
 /// server did the acquire, the client never hears of it. Every other byte
 /// passes through.
@@ -57,7 +57,8 @@ impl LossyProxy {
         }
     }
 
-    /// Loses the reply of the next `LEASE.ACQUIRE` (once).
+    /// Loses the reply of the next `LEASE.ACQUIRE` or `LEASE.MACQUIRE`
+    /// (once).
     pub fn arm(&self) {
         self.armed.store(true, Ordering::SeqCst);
     }
@@ -93,9 +94,9 @@ fn pump(down: TcpStream, up: TcpStream, armed: Arc<AtomicBool>, dropped: Arc<Ato
             let chunk = &buf[..n];
             // Decide before the request reaches the server, so its reply
             // cannot overtake the decision.
-            if chunk.windows(13).any(|w| w == b"LEASE.ACQUIRE")
-                && armed.swap(false, Ordering::SeqCst)
-            {
+            let acquire = chunk.windows(13).any(|w| w == b"LEASE.ACQUIRE")
+                || chunk.windows(14).any(|w| w == b"LEASE.MACQUIRE");
+            if acquire && armed.swap(false, Ordering::SeqCst) {
                 l.store(true, Ordering::SeqCst);
             }
             if u_write.write_all(chunk).is_err() {
