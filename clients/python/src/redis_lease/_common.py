@@ -454,7 +454,7 @@ class Schedule:
         if not self._leases:
             self._looks_at = None
             return None
-        first = min(e[2] for e in self._leases.values())
+        first: float = min(e[2] for e in self._leases.values())
         # After a batch the watchdog looks again at once (settle, then next).
         self._looks_at = max(first, now)
         if first > now:

@@ -232,7 +232,7 @@ class Lock:
         return True
 
 
-def _fields(info: Any) -> dict:
+def _fields(info: Any) -> dict[str, Any]:
     if info is None:
         return {}
     if not isinstance(info, dict):

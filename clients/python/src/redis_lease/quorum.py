@@ -282,7 +282,7 @@ class _QuorumCore:
     def _first_wait(self) -> float:
         """Until a third of the ttl after the acquisition's first send (its
         validity counts from there)."""
-        t0 = self.lost.deadline - self.ttl_ms / 1000 + drift(self.ttl_ms)
+        t0: float = self.lost.deadline - self.ttl_ms / 1000 + drift(self.ttl_ms)
         return max(t0 + renew_every(self.ttl_ms) - time.monotonic(), 0.001)
 
     def _next_wait(self, outcome: Optional[bool]) -> float:
@@ -342,7 +342,9 @@ class QuorumLease(_QuorumCore):
         if not self._start_release():
             return False
         c = self._client
-        return c._release_everywhere(self.key, self._owner, _node_timeout(c.io_timeout, self.ttl_ms)) >= c.quorum
+        released: int = c._release_everywhere(self.key, self._owner, _node_timeout(c.io_timeout, self.ttl_ms))
+        quorum: int = c.quorum
+        return released >= quorum
 
     def __enter__(self) -> "QuorumLease":
         return self
@@ -490,7 +492,9 @@ class AsyncQuorumLease(_QuorumCore):
         if self._task is not None:
             self._task.cancel()
         c = self._client
-        return await c._release_everywhere(self.key, self._owner, _node_timeout(c.io_timeout, self.ttl_ms)) >= c.quorum
+        released: int = await c._release_everywhere(self.key, self._owner, _node_timeout(c.io_timeout, self.ttl_ms))
+        quorum: int = c.quorum
+        return released >= quorum
 
 
 class _AsyncQuorumContext:
