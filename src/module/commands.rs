@@ -152,11 +152,19 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
 }
 
 /// The keys of a multi-key command (`numkeys` at 1, the keys after it) and
-/// where its owner is; `after`: how many arguments follow the keys at
-/// least (owner, ttl-ms). The keys are distinct.
-fn multi_keys<'a>(a: &Args<'a>, after: usize) -> Result<(Vec<&'a [u8]>, usize), LeaseError> {
+/// where its owner is; `after`: how many arguments follow the keys (owner,
+/// ttl-ms), at least, or exactly when `exact` (no options). The keys are
+/// distinct.
+fn multi_keys<'a>(
+    a: &Args<'a>,
+    after: usize,
+    exact: bool,
+) -> Result<(Vec<&'a [u8]>, usize), LeaseError> {
     let given = a.len().saturating_sub(2 + after);
     let n = args::parse_numkeys(a.bytes(1), given)?;
+    if exact && n != given {
+        return Err(LeaseError::NumKeys { numkeys: n, given });
+    }
     let keys: Vec<&[u8]> = (2..2 + n).map(|i| a.bytes(i)).collect();
     args::check_distinct(&keys)?;
     Ok((keys, 2 + n))
@@ -227,7 +235,7 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return Err(LeaseError::Arity("lease.macquire"));
     }
     compat::check()?;
-    let (keys, at) = multi_keys(a, 2)?;
+    let (keys, at) = multi_keys(a, 2, false)?;
     let owner = check_owner(a.bytes(at))?;
     let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
     let block_ms = args::parse_macquire_options(&a.rest(at + 2))?;
@@ -308,13 +316,7 @@ pub fn mrenew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return Err(LeaseError::Arity("lease.mrenew"));
     }
     compat::check()?;
-    let (keys, at) = multi_keys(a, 2)?;
-    if a.len() != at + 2 {
-        return Err(LeaseError::NumKeys {
-            numkeys: keys.len(),
-            given: a.len() - 4,
-        });
-    }
+    let (keys, at) = multi_keys(a, 2, true)?;
     let owner = check_owner(a.bytes(at))?;
     let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
@@ -330,13 +332,7 @@ pub fn mrelease(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return Err(LeaseError::Arity("lease.mrelease"));
     }
     compat::check()?;
-    let (keys, at) = multi_keys(a, 1)?;
-    if a.len() != at + 1 {
-        return Err(LeaseError::NumKeys {
-            numkeys: keys.len(),
-            given: a.len() - 3,
-        });
-    }
+    let (keys, at) = multi_keys(a, 1, true)?;
     let owner = check_owner(a.bytes(at))?;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
     let states = states_of(&mut ws, owner, now_ms())?;

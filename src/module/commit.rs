@@ -109,27 +109,21 @@ impl KeyWriter {
     /// Opens `name` for a client's command.
     #[inline]
     pub fn for_command(ctx: Ctx, name: Str, owner_arg: Option<OwnerArg>) -> KeyWriter {
-        KeyWriter {
-            ctx,
-            name,
-            key: LeaseKey::open(ctx, name, Mode::Write),
-            origin: Origin::Command {
-                owner_arg,
-                one_key: true,
-            },
-        }
+        KeyWriter::command(ctx, name, owner_arg, true)
     }
 
     /// Opens `name`, one of the keys of a client's multi-key command.
     pub fn for_command_key(ctx: Ctx, name: Str, owner_arg: Option<OwnerArg>) -> KeyWriter {
+        KeyWriter::command(ctx, name, owner_arg, false)
+    }
+
+    #[inline(always)]
+    fn command(ctx: Ctx, name: Str, owner_arg: Option<OwnerArg>, one_key: bool) -> KeyWriter {
         KeyWriter {
             ctx,
             name,
             key: LeaseKey::open(ctx, name, Mode::Write),
-            origin: Origin::Command {
-                owner_arg,
-                one_key: false,
-            },
+            origin: Origin::Command { owner_arg, one_key },
         }
     }
 

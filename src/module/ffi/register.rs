@@ -57,6 +57,19 @@ fn acquire_mode_arg() -> Arg {
     mode
 }
 
+/// `numkeys key [key ...]`, then `rest`: a multi-key command's arguments.
+fn keys_then(rest: Vec<Arg>) -> Vec<Arg> {
+    let mut args = vec![
+        arg(c"numkeys", INTEGER),
+        Arg {
+            flags: raw::REDISMODULE_CMD_ARG_MULTIPLE,
+            ..arg(c"key", KEY)
+        },
+    ];
+    args.extend(rest);
+    args
+}
+
 /// `LIMIT limit | SHARED`: how a counting or shared lease is held.
 fn mode_arg(flags: u32) -> Arg {
     Arg {
@@ -240,19 +253,14 @@ fn specs() -> Vec<Spec> {
             complexity: c"O(k log n) for k keys and n waiters queued on them",
             since: c"0.3.0",
             history: &[],
-            args: vec![
-                arg(c"numkeys", INTEGER),
-                Arg {
-                    flags: MULTIPLE,
-                    ..arg(c"key", KEY)
-                },
+            args: keys_then(vec![
                 arg(c"owner", STRING),
                 arg(c"ttl-ms", INTEGER),
                 Arg {
                     flags: OPTIONAL,
                     ..option(c"timeout-ms", INTEGER, c"BLOCK")
                 },
-            ],
+            ]),
         },
         Spec {
             name: "LEASE.MRENEW",
@@ -266,15 +274,7 @@ fn specs() -> Vec<Spec> {
             complexity: c"O(k) for k keys",
             since: c"0.3.0",
             history: &[],
-            args: vec![
-                arg(c"numkeys", INTEGER),
-                Arg {
-                    flags: MULTIPLE,
-                    ..arg(c"key", KEY)
-                },
-                arg(c"owner", STRING),
-                arg(c"ttl-ms", INTEGER),
-            ],
+            args: keys_then(vec![arg(c"owner", STRING), arg(c"ttl-ms", INTEGER)]),
         },
         Spec {
             name: "LEASE.MRELEASE",
@@ -288,14 +288,7 @@ fn specs() -> Vec<Spec> {
             complexity: c"O(k log n) for k keys and n waiters queued on them",
             since: c"0.3.0",
             history: &[],
-            args: vec![
-                arg(c"numkeys", INTEGER),
-                Arg {
-                    flags: MULTIPLE,
-                    ..arg(c"key", KEY)
-                },
-                arg(c"owner", STRING),
-            ],
+            args: keys_then(vec![arg(c"owner", STRING)]),
         },
         Spec {
             name: name(APPLY),
