@@ -133,9 +133,17 @@ client-test:
 	$(CARGO) build
 	$(SERVERS) $(CARGO) test -p redis-lease-client --all-features -- --test-threads=4
 
+# Two pytest processes at once, on two halves of the files: the tests wait
+# on servers most of the time, and each starts its own on free ports.
+PY_TESTS_A := $(addprefix clients/python/tests/,test_sync.py test_cluster.py test_quorum.py test_protocol.py)
+PY_TESTS_B := $(filter-out $(PY_TESTS_A),$(wildcard clients/python/tests/test_*.py))
+
 py-test: pyenv
 	$(CARGO) build
-	$(SERVERS) $(PYENV)/bin/python -m pytest -q clients/python/tests
+	@$(SERVERS) $(PYENV)/bin/python -m pytest -q $(PY_TESTS_A) > target/py-test-a.log 2>&1 & a=$$!; \
+	$(SERVERS) $(PYENV)/bin/python -m pytest -q $(PY_TESTS_B); b=$$?; \
+	wait $$a; ra=$$?; echo "--- $(PY_TESTS_A):"; cat target/py-test-a.log; \
+	test $$ra -eq 0 && test $$b -eq 0
 
 fmt:
 	$(CARGO) fmt --all
