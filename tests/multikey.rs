@@ -334,6 +334,7 @@ both! {
         assert!(!exists(&mut c, "b") && !exists(&mut c, "z"));
         assert!(still_waiting(&w1, 50) && !w2.is_finished());
         assert_eq!(info_int(&mut c, "lease_waiters"), 2, "clients, not keys");
+        assert_eq!(waiters(&mut c, "a"), 1, "LEASE.INFO counts the multi-key waiter");
         // a frees: W1 takes both, with one token; W2 still waits.
         assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "a", "h"])), 1);
         let t1 = got_token(w1);
