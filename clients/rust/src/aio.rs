@@ -526,7 +526,9 @@ impl LeaseClient {
                     let info = conn
                         .call_on::<String>(
                             redis::cmd("INFO").arg("lease"),
-                            route,
+                            // The keys' master (a cluster client would ask
+                            // every node and answer a map).
+                            Some(keys.first()),
                             Some(opts.io_timeout),
                         )
                         .await

@@ -288,3 +288,41 @@ both! {
         check("async");
     }
 }
+
+/// A null acquire on a cluster in its grace period says so: the helper asks
+/// `INFO lease` of the key's master (not of every node), sync and async.
+#[test]
+fn a_grace_refusal_on_a_cluster_says_so() {
+    use redis_lease_client::Error;
+    let cluster = Cluster::start_with(common::Kind::Redis, 3, 0, &["grace-ms", "30000"], 3000);
+    let urls: Vec<String> = cluster
+        .masters()
+        .iter()
+        .map(|m| format!("redis://127.0.0.1:{}/", m.port))
+        .collect();
+    let client = LeaseClient::cluster(ClusterClient::new(urls.clone()).unwrap());
+    match client.acquire("{g}:job", Duration::from_secs(5), Block::NoWait) {
+        Err(Error::Grace { remaining, reason }) => {
+            assert!(remaining > Duration::ZERO, "{remaining:?}");
+            assert!(!reason.is_empty());
+        }
+        Err(e) => panic!("sync: {e}"),
+        Ok(l) => panic!("sync: {:?}", l.map(|l| l.token())),
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client =
+            redis_lease_client::aio::LeaseClient::cluster(ClusterClient::new(urls).unwrap());
+        match client
+            .acquire("{g}:job", Duration::from_secs(5), Block::NoWait)
+            .await
+        {
+            Err(Error::Grace { .. }) => {}
+            Err(e) => panic!("async: {e}"),
+            Ok(l) => panic!("async: {:?}", l.map(|l| l.token())),
+        }
+    });
+}
