@@ -371,11 +371,11 @@ both! {
         let s = Server::start(kind);
         let mut c = s.conn();
         acquire(&mut c, "a", "h", "60000");
-        let w = spawn_mwaiter(&s, &["a", "b"], "w", "60000", "200");
         let started = Instant::now();
+        let w = spawn_mwaiter(&s, &["a", "b"], "w", "60000", "200");
         let (r, at) = w.join().unwrap();
         assert_eq!(r.unwrap(), Value::Nil);
-        assert!(at - started >= Duration::from_millis(150));
+        assert!(at - started >= Duration::from_millis(200), "a wait is never shorter than its BLOCK");
         assert_eq!(info_int(&mut c, "lease_waiters"), 0);
         assert_eq!(info_int(&mut c, "lease_wait_timeouts"), 1);
         assert!(!exists(&mut c, "b"));
@@ -401,13 +401,17 @@ both! {
     fn a_hand_off_waits_for_paused_writes(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
-        acquire(&mut c, "a", "h", "150");
+        acquire(&mut c, "a", "h", "1000");
         let w = spawn_mwaiter(&s, &["a", "b"], "w", "60000", "5000");
+        // The lease ends while writes are paused: the hand-off waits for
+        // the pause to end.
+        let left = pttl(&mut c, "a");
         let paused = Instant::now();
-        ok(&mut c, &["CLIENT", "PAUSE", "600", "WRITE"]);
+        ok(&mut c, &["CLIENT", "PAUSE", "1500", "WRITE"]);
+        assert!(left > 100, "the lease ended before the pause began ({left} ms left)");
         let (r, at) = w.join().unwrap();
         assert!(int(&r.expect("token")) > 0);
-        assert!(at - paused >= Duration::from_millis(550), "served {:?} after the pause began", at - paused);
+        assert!(at - paused >= Duration::from_millis(1400), "served {:?} after the pause began", at - paused);
     }
 
     fn dining_philosophers_all_eat_and_never_share_a_fork(kind) {
