@@ -538,11 +538,14 @@ fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
         if spec.keys == Keys::None {
             key_specs.truncate(1);
         }
-        if spec.keys == Keys::Counted {
+        if spec.keys != Keys::None {
             key_specs[0].flags = spec.key_flags as u64;
             key_specs[0].begin_search_type =
                 raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
             key_specs[0].bs.index.pos = 1;
+        }
+        if spec.keys == Keys::Counted {
+            // `numkeys` at 1, then that many keys.
             key_specs[0].find_keys_type =
                 raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
             key_specs[0].fk.keynum.keynumidx = 0;
@@ -550,10 +553,6 @@ fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
             key_specs[0].fk.keynum.keystep = 1;
         }
         if spec.keys == Keys::One {
-            key_specs[0].flags = spec.key_flags as u64;
-            key_specs[0].begin_search_type =
-                raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
-            key_specs[0].bs.index.pos = 1;
             key_specs[0].find_keys_type =
                 raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
             key_specs[0].fk.range.lastkey = 0;

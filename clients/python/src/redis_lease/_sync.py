@@ -8,7 +8,7 @@ import threading
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, Type, TypeVar, Union
 
 import redis
 from redis import exceptions
@@ -614,7 +614,7 @@ class LeaseClient:
 
     def lease(
         self, key: Any, ttl_ms: int, block_ms: Optional[int] = None, **mode: Any
-    ) -> "_LeaseContext":
+    ) -> "_LeaseContext[Lease]":
         """For ``with``: acquires on entry (raising :class:`LeaseBusy` when the
         lease was not obtained, :class:`LeaseGrace` for a grace period) and
         releases on exit; a block that ends normally after the lease was lost
@@ -623,9 +623,13 @@ class LeaseClient:
             with client.lease("lock", 30000, block_ms=5000) as lease:
                 lease.fence("HSET", "data", "k", "v")
         """
-        return _LeaseContext(self, key, ttl_ms, block_ms, mode)
+        return _LeaseContext(
+            lambda: self.acquire(key, ttl_ms, block_ms, **mode), f"{key!r} is held by another owner"
+        )
 
-    def lease_many(self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None) -> "_MultiLeaseContext":
+    def lease_many(
+        self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None
+    ) -> "_LeaseContext[MultiLease]":
         """For ``with``, as :meth:`lease`, holding every key of ``keys`` at
         once (:meth:`acquire_many`): :class:`LeaseBusy` when they were not
         obtained, released on exit::
@@ -634,7 +638,10 @@ class LeaseClient:
                 lease.fence("{acct}:7", "HINCRBY", "{acct}:7:data", "balance", -10)
                 lease.fence("{acct}:9", "HINCRBY", "{acct}:9:data", "balance", 10)
         """
-        return _MultiLeaseContext(self, keys, ttl_ms, block_ms)
+        return _LeaseContext(
+            lambda: self.acquire_many(keys, ttl_ms, block_ms),
+            f"{tuple(keys)!r}: some key is held by another owner",
+        )
 
     def run_many(
         self,
@@ -664,20 +671,23 @@ class LeaseClient:
             return work(lease)
 
 
-class _LeaseContext:
-    """``with client.lease(...) as lease``: acquires on entry, releases on
-    exit (as the asyncio one)."""
+L = TypeVar("L", bound="Lease")
 
-    def __init__(self, client: "LeaseClient", key: Any, ttl_ms: int, block_ms: Optional[int], mode: Any) -> None:
-        self._args = (client, key, ttl_ms, block_ms)
-        self._mode = mode
-        self._lease: Optional[Lease] = None
 
-    def __enter__(self) -> Lease:
-        client, key, ttl_ms, block_ms = self._args
-        lease = client.acquire(key, ttl_ms, block_ms, **self._mode)
+class _LeaseContext(Generic[L]):
+    """``with client.lease(...)`` or ``with client.lease_many(...)``:
+    acquires on entry (:class:`LeaseBusy`, saying ``busy``, when the lease
+    was not obtained), releases on exit (as the asyncio one)."""
+
+    def __init__(self, acquire: Callable[[], Optional[L]], busy: str) -> None:
+        self._acquire = acquire
+        self._busy = busy
+        self._lease: Optional[L] = None
+
+    def __enter__(self) -> L:
+        lease = self._acquire()
         if lease is None:
-            raise LeaseBusy(f"{key!r} is held by another owner")
+            raise LeaseBusy(self._busy)
         self._lease = lease
         return lease
 
@@ -722,32 +732,6 @@ class MultiLease(MultiLeaseCore, Lease):
 
     def __enter__(self) -> "MultiLease":
         return self
-
-
-class _MultiLeaseContext:
-    """``with client.lease_many(...) as lease``: acquires every key on entry,
-    releases them on exit."""
-
-    def __init__(self, client: "LeaseClient", keys: Any, ttl_ms: int, block_ms: Optional[int]) -> None:
-        self._args = (client, keys, ttl_ms, block_ms)
-        self._lease: Optional[MultiLease] = None
-
-    def __enter__(self) -> MultiLease:
-        client, keys, ttl_ms, block_ms = self._args
-        lease = client.acquire_many(keys, ttl_ms, block_ms)
-        if lease is None:
-            raise LeaseBusy(f"{tuple(keys)!r}: some key is held by another owner")
-        self._lease = lease
-        return lease
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        assert self._lease is not None
-        self._lease.__exit__(exc_type, exc, tb)
 
 
 def _grace(conn: Conn, timeout: float) -> Optional[Tuple[int, str]]:

@@ -17,7 +17,7 @@ import asyncio
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Generic, List, Optional, Tuple, Type, TypeVar, Union
 
 import redis.asyncio as aredis
 from redis import exceptions
@@ -360,26 +360,30 @@ class AsyncLease(LeaseCore):
             raise LeaseLost(lost)
 
 
-class _LeaseContext:
-    """``async with client.lease(...) as lease``: acquires on entry, releases
-    on exit. Also awaitable: ``lease = await client.lease(...)``."""
+AL = TypeVar("AL", bound="AsyncLease")
 
-    def __init__(self, client: "AsyncLeaseClient", key: Any, ttl_ms: int, block_ms: Optional[int], mode: Any):
-        self._args = (client, key, ttl_ms, block_ms)
-        self._mode = mode
-        self._lease: Optional[AsyncLease] = None
 
-    async def _get(self) -> AsyncLease:
-        client, key, ttl_ms, block_ms = self._args
-        lease = await client.acquire(key, ttl_ms, block_ms, **self._mode)
+class _LeaseContext(Generic[AL]):
+    """``async with client.lease(...)`` or ``async with
+    client.lease_many(...)``: acquires on entry (:class:`LeaseBusy`, saying
+    ``busy``, when the lease was not obtained), releases on exit. Also
+    awaitable: ``lease = await client.lease(...)``."""
+
+    def __init__(self, acquire: Callable[[], Awaitable[Optional[AL]]], busy: str) -> None:
+        self._acquire = acquire
+        self._busy = busy
+        self._lease: Optional[AL] = None
+
+    async def _get(self) -> AL:
+        lease = await self._acquire()
         if lease is None:
-            raise LeaseBusy(f"{key!r} is held by another owner")
+            raise LeaseBusy(self._busy)
         return lease
 
     def __await__(self):  # type: ignore[no-untyped-def]
         return self._get().__await__()
 
-    async def __aenter__(self) -> AsyncLease:
+    async def __aenter__(self) -> AL:
         self._lease = await self._get()
         return self._lease
 
@@ -634,11 +638,13 @@ class AsyncLeaseClient:
 
     def lease(
         self, key: Any, ttl_ms: int, block_ms: Optional[int] = None, **mode: Any
-    ) -> _LeaseContext:
+    ) -> "_LeaseContext[AsyncLease]":
         """``async with client.lease(key, ttl_ms, block_ms) as lease:``
         acquires (raising :class:`LeaseBusy` when it cannot) and releases on
         exit, also when the block raises or is cancelled."""
-        return _LeaseContext(self, key, ttl_ms, block_ms, mode)
+        return _LeaseContext(
+            lambda: self.acquire(key, ttl_ms, block_ms, **mode), f"{key!r} is held by another owner"
+        )
 
     async def run(
         self,
@@ -653,12 +659,17 @@ class AsyncLeaseClient:
         async with self.lease(key, ttl_ms, block_ms, **mode) as lease:
             return await work(lease)
 
-    def lease_many(self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None) -> "_MultiLeaseContext":
+    def lease_many(
+        self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None
+    ) -> "_LeaseContext[AsyncMultiLease]":
         """``async with client.lease_many(keys, ttl_ms, block_ms) as lease:``
         holds every key of ``keys`` at once (:meth:`acquire_many`), raising
         :class:`LeaseBusy` when they were not obtained, and releases them on
         exit (also awaitable)."""
-        return _MultiLeaseContext(self, keys, ttl_ms, block_ms)
+        return _LeaseContext(
+            lambda: self.acquire_many(keys, ttl_ms, block_ms),
+            f"{tuple(keys)!r}: some key is held by another owner",
+        )
 
     async def run_many(
         self,
@@ -692,35 +703,3 @@ class AsyncMultiLease(MultiLeaseCore, AsyncLease):
 
     async def __aenter__(self) -> "AsyncMultiLease":
         return self
-
-
-class _MultiLeaseContext:
-    """``async with client.lease_many(...) as lease``: acquires every key on
-    entry, releases them on exit. Also awaitable."""
-
-    def __init__(self, client: AsyncLeaseClient, keys: Any, ttl_ms: int, block_ms: Optional[int]) -> None:
-        self._args = (client, keys, ttl_ms, block_ms)
-        self._lease: Optional[AsyncMultiLease] = None
-
-    async def _get(self) -> AsyncMultiLease:
-        client, keys, ttl_ms, block_ms = self._args
-        lease = await client.acquire_many(keys, ttl_ms, block_ms)
-        if lease is None:
-            raise LeaseBusy(f"{tuple(keys)!r}: some key is held by another owner")
-        return lease
-
-    def __await__(self):  # type: ignore[no-untyped-def]
-        return self._get().__await__()
-
-    async def __aenter__(self) -> AsyncMultiLease:
-        self._lease = await self._get()
-        return self._lease
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        assert self._lease is not None
-        await self._lease.__aexit__(exc_type, exc, tb)
