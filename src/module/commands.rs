@@ -254,11 +254,13 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             }
         }
     }
+    let may_wait = block_ms.is_some() && blocked::may_block(ctx);
     let mut states = Vec::with_capacity(ws.len());
-    // When each key held by someone else ends (a wait re-checks it then).
+    // When each key held by someone else ends (a wait re-checks it then;
+    // the keys' expiries are read only for a wait, as LEASE.ACQUIRE does).
     let mut ends: Vec<Option<i64>> = Vec::with_capacity(ws.len());
     for (i, w) in ws.iter_mut().enumerate() {
-        let expire = w.expire_at();
+        let expire = if may_wait { w.expire_at() } else { None };
         let record = w.record()?;
         let mut state = multikey::key_state(record, owner, waited[i], now);
         let mut end = decide::Held::of(record, now).next_end(expire, now);
@@ -276,7 +278,6 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
                 .map(|e| e + 1),
         );
     }
-    let may_wait = block_ms.is_some() && blocked::may_block(ctx);
     let out = tokens::with_clock(|clock| {
         multikey::acquire(
             &keys,

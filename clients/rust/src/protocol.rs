@@ -381,17 +381,26 @@ pub(crate) struct Acquire<'a> {
 }
 
 impl<'a> Acquire<'a> {
-    /// Checks the ttl; a fresh owner; the wait starts now. A multi-key
-    /// lease is exclusive whatever `mode` says (`LEASE.MACQUIRE` has no
-    /// other mode).
+    /// Checks the ttl, that a cluster's keys share one slot
+    /// (`on_cluster`), and that the client holds none of the keys already
+    /// (`held`); a fresh owner; the wait starts now. A multi-key lease is
+    /// exclusive whatever `mode` says (`LEASE.MACQUIRE` has no other mode).
     pub(crate) fn new(
         keys: &'a Keys,
         ttl: Duration,
         mode: Mode,
         block: Block,
         opts: &'a Options,
+        on_cluster: bool,
+        held: &Held,
     ) -> Result<Acquire<'a>, Error> {
         check_ttl(ttl)?;
+        if on_cluster {
+            keys.one_slot()?;
+        }
+        for key in keys.all() {
+            held.check(key)?;
+        }
         let block = normalize(block);
         let wait_until = match block {
             Block::For(d) => Some(Instant::now() + d),
@@ -1028,12 +1037,23 @@ mod tests {
                 Duration::ZERO,
                 Mode::Exclusive,
                 Block::NoWait,
-                &opts
+                &opts,
+                false,
+                &Held::default()
             ),
             Err(Error::InvalidTtl(_))
         ));
         let k = one("k");
-        let mut plan = Acquire::new(&k, ttl, Mode::Exclusive, Block::NoWait, &opts).unwrap();
+        let mut plan = Acquire::new(
+            &k,
+            ttl,
+            Mode::Exclusive,
+            Block::NoWait,
+            &opts,
+            false,
+            &Held::default(),
+        )
+        .unwrap();
         let lost = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
         let refused = redis::RedisError::from((redis::ErrorKind::Client, "ERR"));
         assert_eq!(plan.retry(&refused), None, "an error reply is the answer");
@@ -1118,6 +1138,8 @@ mod tests {
             Mode::Shared,
             Block::Forever,
             &opts,
+            false,
+            &Held::default(),
         )
         .unwrap();
         let (cmd, read) = plan.attempt();
@@ -1139,6 +1161,8 @@ mod tests {
             Mode::Exclusive,
             Block::NoWait,
             &opts,
+            false,
+            &Held::default(),
         )
         .unwrap();
         let (cmd, read) = plan.attempt();

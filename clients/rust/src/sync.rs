@@ -467,13 +467,8 @@ impl LeaseClient {
         block: Block,
     ) -> Result<Option<Lease>, Error> {
         let (hub, opts) = (&self.hub, &self.hub.opts);
-        let mut plan = Acquire::new(&keys, ttl, self.mode, block, opts)?;
-        if matches!(hub.backend, Backend::Cluster(_)) {
-            keys.one_slot()?;
-        }
-        for key in keys.all() {
-            self.held.check(key)?;
-        }
+        let on_cluster = matches!(hub.backend, Backend::Cluster(_));
+        let mut plan = Acquire::new(&keys, ttl, self.mode, block, opts, on_cluster, &self.held)?;
         let route = keys.route();
         loop {
             let (cmd, read) = plan.attempt();
