@@ -256,6 +256,17 @@ def check_ttl(ttl_ms: int, block_ms: Optional[int]) -> None:
         raise ValueError("block_ms must be None (no wait), 0 (FOREVER) or a positive integer")
 
 
+def checked_keys(keys: Any, ttl_ms: int, block_ms: Optional[int], on_cluster: bool) -> Tuple[Any, ...]:
+    """The keys of a multi-key acquire, checked before anything is sent:
+    :func:`many_keys`, then the ttl and the wait (:func:`check_ttl`), then,
+    on a cluster, one slot (:func:`one_slot`)."""
+    out = many_keys(keys)
+    check_ttl(ttl_ms, block_ms)
+    if on_cluster:
+        one_slot(out)
+    return out
+
+
 def connection_kwargs(kwargs: Dict[str, Any], io_timeout: float, no_retry: Any) -> Dict[str, Any]:
     """A pool's connection arguments for a connection of our own: every wait
     on it is bounded. Its socket timeout is ``io_timeout`` (the handshake

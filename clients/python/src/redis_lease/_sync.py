@@ -32,16 +32,15 @@ from ._common import (
     acquire_args,
     check_stale,
     check_ttl,
+    checked_keys,
     connection_kwargs,
     deadline_after,
     grace_of,
     macquire_args,
-    many_keys,
     mode_args,
     mrenew_args,
     needs_fresh_renewal,
     new_owner,
-    one_slot,
     release_failed,
     release_plan,
     still_held,
@@ -506,10 +505,7 @@ class LeaseClient:
         sent. :class:`LeaseGrace`, the retry of a lost reply with the same
         owner and the read timeouts are those of :meth:`acquire`.
         """
-        keys = many_keys(keys)
-        check_ttl(ttl_ms, block_ms)
-        if isinstance(self._target.client, RedisCluster):
-            one_slot(keys)
+        keys = checked_keys(keys, ttl_ms, block_ms, isinstance(self._target.client, RedisCluster))
         self._check_held(keys)
         owner = new_owner()
         lease = self._acquire(

@@ -41,16 +41,15 @@ from ._common import (
     acquire_args,
     check_stale,
     check_ttl,
+    checked_keys,
     connection_kwargs,
     deadline_after,
     grace_of,
     macquire_args,
-    many_keys,
     mrenew_args,
     needs_fresh_renewal,
     mode_args,
     new_owner,
-    one_slot,
     release_failed,
     release_plan,
     still_held,
@@ -535,10 +534,7 @@ class AsyncLeaseClient:
     ) -> Optional["AsyncMultiLease"]:
         """As :meth:`redis_lease.LeaseClient.acquire_many`: every key of
         ``keys`` or none, under one token."""
-        keys = many_keys(keys)
-        check_ttl(ttl_ms, block_ms)
-        if isinstance(self._target.client, RedisCluster):
-            one_slot(keys)
+        keys = checked_keys(keys, ttl_ms, block_ms, isinstance(self._target.client, RedisCluster))
         self._check_held(keys)
         owner = new_owner()
         lease = await self._acquire(
