@@ -5,7 +5,8 @@
 //! a retrying waiter of the owner being served gets the same grant; the
 //! re-check of a same-named key's waiters leaves WATCH alone; the hand-off
 //! comes at a deadline moved earlier (RENEW, re-acquire, PEXPIRE) and at
-//! once when SWAPDB takes the held lease away.
+//! once when SWAPDB takes the held lease away. A hand-off is a new lease:
+//! it waits for memory while the server is out of it.
 mod common;
 use common::*;
 
@@ -589,5 +590,44 @@ both! {
             Some(t0),
             "db 1 keeps the old lease"
         );
+    }
+}
+
+compat! {
+    fn a_hand_off_waits_for_memory_like_every_new_lease(kind) {
+        // Waiters queued before the server reached maxmemory: the release,
+        // the expiry and the multi-key release that free their keys hand
+        // nothing out until memory is back (a hand-off is a new lease,
+        // refused under OOM like a client's acquire).
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        acquire(&mut c, "r", "h", "60000");
+        acquire(&mut c, "m1", "h", "60000");
+        let expiring = Instant::now();
+        acquire(&mut c, "e", "h", "1500");
+        let by_release = spawn_waiter(&s, "r", "w1", "60000", "20000");
+        let by_expiry = spawn_waiter(&s, "e", "w2", "60000", "20000");
+        let multi = spawn_call(&s, &["LEASE.MACQUIRE", "2", "m1", "m2", "w3", "60000", "BLOCK", "20000"]);
+        assert!(wait_until(Duration::from_secs(5), || info_int(&mut c, "lease_waiters") == 3));
+        assert!(expiring.elapsed() < Duration::from_millis(1400), "e ended before the server ran out of memory");
+        ok(&mut c, &["CONFIG", "SET", "maxmemory", "1"]);
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "r", "h"])), 1);
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "m1", "h"])), 1);
+        thread::sleep(Duration::from_millis(1800).saturating_sub(expiring.elapsed()));
+        thread::sleep(Duration::from_millis(300));
+        for k in ["r", "e", "m1", "m2"] {
+            assert_eq!(token_of(&mut c, k), None, "{k} was handed out under OOM");
+        }
+        assert!(!by_release.is_finished() && !by_expiry.is_finished());
+        assert!(matches!(multi.try_recv(), Err(mpsc::TryRecvError::Empty)));
+        assert_eq!(info_int(&mut c, "lease_waiters"), 3, "they keep waiting");
+        let issued = info_int(&mut c, "lease_acquired");
+        ok(&mut c, &["CONFIG", "SET", "maxmemory", "0"]);
+        let (t1, t2) = (got_token(by_release), got_token(by_expiry));
+        let t3 = int(&multi.recv_timeout(Duration::from_secs(5)).expect("answered").unwrap());
+        assert_eq!(token_of(&mut c, "r"), Some(t1));
+        assert_eq!(token_of(&mut c, "e"), Some(t2));
+        assert_eq!((token_of(&mut c, "m1"), token_of(&mut c, "m2")), (Some(t3), Some(t3)));
+        assert!(info_int(&mut c, "lease_acquired") > issued);
     }
 }

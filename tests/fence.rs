@@ -512,3 +512,101 @@ both! {
         );
     }
 }
+
+/// A transfer of 30 units from `from` to `to`, both writes fenced with
+/// `token` in one `MULTI`, with `DEBUG SLEEP <pause>` between them: the
+/// EXEC reply's elements for the two fenced writes.
+fn fenced_transfer_in_exec(c: &mut redis::Connection, token: i64, pause: &str) -> (Value, Value) {
+    let t = token.to_string();
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .ignore_errors()
+        .cmd("LEASE.FENCE")
+        .arg("acct")
+        .arg(&t)
+        .arg("DECRBY")
+        .arg("from")
+        .arg(30)
+        .cmd("DEBUG")
+        .arg("SLEEP")
+        .arg(pause)
+        .cmd("LEASE.FENCE")
+        .arg("acct")
+        .arg(&t)
+        .arg("INCRBY")
+        .arg("to")
+        .arg(30)
+        .query(c)
+        .expect("EXEC");
+    (replies[0].clone(), replies[2].clone())
+}
+
+/// The same transfer in one script, with a busy loop of `ARGV[2]` rounds
+/// between the two fenced writes (`redis.call`: an error aborts the
+/// script). Not `TIME`: from Redis 7.2 on it answers the frozen time too.
+const FENCED_TRANSFER_SCRIPT: &str = r#"
+local a = redis.call('LEASE.FENCE', KEYS[1], ARGV[1], 'DECRBY', KEYS[2], 30)
+local x = 0
+for i = 1, tonumber(ARGV[2]) do x = x + i end
+local b = redis.call('LEASE.FENCE', KEYS[1], ARGV[1], 'INCRBY', KEYS[3], 30)
+return {a, b}
+"#;
+
+fn balances(c: &mut redis::Connection) -> (i64, i64) {
+    let get = |c: &mut redis::Connection, k| ok_text(c, &["GET", k]).parse::<i64>().unwrap();
+    (get(c, "from"), get(c, "to"))
+}
+
+compat! {
+    fn one_exec_or_script_sees_one_time_for_every_fence(kind) {
+        // A lease that ends while a transaction or a script runs: every
+        // lease decision in it sees the time it began (as the server's own
+        // expiry does), so both fenced writes of a transfer run, or, once
+        // the lease is gone, neither.
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        ok(&mut c, &["SET", "from", "100"]);
+        ok(&mut c, &["SET", "to", "0"]);
+        let mut done = false;
+        for _attempt in 0..3 {
+            let asked = Instant::now();
+            let t = acquire(&mut c, "acct", "me", "500");
+            if asked.elapsed() > Duration::from_millis(200) {
+                continue; // too slow a machine to be sure EXEC starts in time
+            }
+            let (a, b) = fenced_transfer_in_exec(&mut c, t, "0.8");
+            assert!(asked.elapsed() > Duration::from_millis(800));
+            assert_eq!(token_of(&mut c, "acct"), None, "the lease ended during the EXEC");
+            assert!(matches!((&a, &b), (Value::Int(70), Value::Int(30))), "{a:?} {b:?}");
+            assert_eq!(balances(&mut c), (70, 30));
+            // Once it has ended, both are refused.
+            let (a, b) = fenced_transfer_in_exec(&mut c, t, "0");
+            assert!(matches!((&a, &b), (Value::ServerError(x), Value::ServerError(y)) if x.code() == "STALE" && y.code() == "STALE"), "{a:?} {b:?}");
+            assert_eq!(balances(&mut c), (70, 30));
+            // A script: the same. Its busy loop must outlast the lease (and
+            // stay under busy-reply-threshold, raised so the server does not
+            // start serving others meanwhile): rounds grow until it does.
+            ok(&mut c, &["CONFIG", "SET", "busy-reply-threshold", "60000"]);
+            let mut ran_long = false;
+            for rounds in [20_000_000u64, 80_000_000, 320_000_000] {
+                ok(&mut c, &["SET", "from", "70"]);
+                ok(&mut c, &["SET", "to", "30"]);
+                let asked = Instant::now();
+                let t = acquire(&mut c, "acct", "me", "300").to_string();
+                let r = ok(&mut c, &["EVAL", FENCED_TRANSFER_SCRIPT, "3", "acct", "from", "to", &t, &rounds.to_string()]);
+                assert_eq!(r, Value::Array(vec![Value::Int(40), Value::Int(60)]), "{rounds} rounds");
+                assert_eq!(balances(&mut c), (40, 60));
+                if asked.elapsed() > Duration::from_millis(450) {
+                    assert_eq!(token_of(&mut c, "acct"), None, "the lease ended during the script");
+                    ran_long = true;
+                    break;
+                }
+                ok(&mut c, &["LEASE.RELEASE", "acct", "me"]);
+            }
+            assert!(ran_long, "no script outlasted its lease");
+            done = true;
+            break;
+        }
+        assert!(done, "three acquires in a row took over 200 ms");
+    }
+}

@@ -4,12 +4,58 @@
 //! is stale, the call counts as a re-acquire and is notified as an
 //! acquire); another owner's lease is untouched; a served waiter gets at
 //! least its floor; errors change nothing; replicas and the AOF keep the
-//! exact token.
+//! exact token; the bound is the grace length ahead of the clock, so a
+//! restart without persistence never issues a token below a `FLOOR`.
 mod common;
+use common::grace;
 use common::*;
 use std::time::Duration;
 
 const FLOOR_OFFSET: i64 = 5_000_000;
+
+/// The grace length of these tests' servers: `FLOOR` may be this far ahead
+/// of the clock (design.md S9).
+const GRACE_MS: &str = "600000";
+
+/// A server whose `FLOOR` bound is 10 minutes ahead, and that grants at once:
+/// `grace-ms 600000` with an AOF written with `appendfsync always` (a start
+/// on such an AOF runs no grace period).
+fn floor_opts() -> Opts {
+    Opts::default()
+        .module_args(&["grace-ms", GRACE_MS])
+        .extra(&["--appendonly", "yes", "--appendfsync", "always"])
+}
+
+fn floor_server(kind: Kind) -> Server {
+    Server::start_with(kind, floor_opts())
+}
+
+/// The largest `FLOOR` a server accepts now, read from the error a token
+/// beyond every bound gets, with that error.
+fn max_floor(c: &mut redis::Connection) -> (String, i64) {
+    let e = common::error_text(
+        &call(
+            c,
+            &[
+                b"LEASE.ACQUIRE",
+                b"k",
+                b"a",
+                b"1000",
+                b"FLOOR",
+                b"9007199254740991",
+            ],
+        )
+        .unwrap_err(),
+    );
+    let max: i64 = e
+        .rsplit("at most ")
+        .next()
+        .unwrap()
+        .trim_end_matches(" now)")
+        .parse()
+        .unwrap();
+    (e, max)
+}
 
 /// A floor well above what this server's clock issues now.
 fn high_floor() -> i64 {
@@ -32,7 +78,7 @@ fn acquire_floor(c: &mut redis::Connection, key: &str, owner: &str, floor: i64) 
 
 compat! {
     fn a_new_lease_takes_the_floor_and_the_clock_follows(kind) {
-        let s = Server::start(kind);
+        let s = floor_server(kind);
         let mut c = s.conn();
         let floor = high_floor();
         assert_eq!(int(&acquire_floor(&mut c, "k", "a", floor)), floor);
@@ -50,7 +96,7 @@ compat! {
     }
 
     fn replicas_and_the_aof_keep_the_exact_token(kind) {
-        let aof = Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]);
+        let aof = floor_opts();
         let master = Server::start_with(kind, aof.clone());
         let replica = replica_of(kind, &master);
         let mut m = master.conn();
@@ -75,7 +121,7 @@ compat! {
 
 both! {
     fn a_holder_s_floor_raises_its_token_and_the_old_one_is_stale(kind) {
-        let s = Server::start(kind);
+        let s = floor_server(kind);
         let mut c = s.conn();
         ok(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "KEA"]);
         let first = acquire(&mut c, "k", "a", "60000");
@@ -109,7 +155,7 @@ both! {
     }
 
     fn another_owner_s_lease_is_untouched(kind) {
-        let s = Server::start(kind);
+        let s = floor_server(kind);
         let mut c = s.conn();
         let token = acquire(&mut c, "k", "a", "60000");
         let last = info_int(&mut c, "lease_last_token");
@@ -119,7 +165,7 @@ both! {
     }
 
     fn a_served_waiter_gets_at_least_its_floor(kind) {
-        let s = Server::start(kind);
+        let s = floor_server(kind);
         let mut c = s.conn();
         acquire(&mut c, "k", "a", "60000");
         let floor = high_floor();
@@ -140,21 +186,19 @@ both! {
     }
 
     fn errors_name_the_problem_and_change_nothing(kind) {
-        let s = Server::start(kind);
+        let s = floor_server(kind);
         let mut c = s.conn();
         let err = |c: &mut redis::Connection, args: &[&str]| {
             let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
             common::error_text(&call(c, &args).unwrap_err())
         };
-        let max_floor = |c: &mut redis::Connection| {
-            let e = err(c, &["LEASE.ACQUIRE", "k", "a", "1000", "FLOOR", "9007199254740991"]);
-            let max: i64 = e.rsplit("at most ").next().unwrap().trim_end_matches(" now)").parse().unwrap();
-            (e, max)
-        };
         let (e, max) = max_floor(&mut c);
-        assert!(e.starts_with("ERR FLOOR token is more than 365 days ahead of this server's clock (at most "), "{e}");
-        let year_ahead = (now_ms() + 365 * 86_400_000) * 1024;
-        assert!((max - year_ahead).abs() < 10_000 * 1024, "{max} vs {year_ahead}");
+        assert!(
+            e.starts_with("ERR FLOOR token is more than the grace length (600000 ms, at least 1000) ahead of this server's clock (at most "),
+            "{e}"
+        );
+        let grace_ahead = (now_ms() + 600_000) * 1024;
+        assert!((max - grace_ahead).abs() < 10_000 * 1024, "{max} vs {grace_ahead}");
         for (args, want) in [
             (vec!["FLOOR", "7", "SHARED"], "ERR FLOOR is for exclusive leases: it cannot be given with LIMIT or SHARED"),
             (vec!["LIMIT", "3", "FLOOR", "7"], "ERR FLOOR is for exclusive leases: it cannot be given with LIMIT or SHARED"),
@@ -173,5 +217,35 @@ both! {
         assert_eq!(info_int(&mut c, "lease_last_token"), 0);
         let at = max_floor(&mut c).1;
         assert_eq!(int(&acquire_floor(&mut c, "k", "a", at)), at);
+    }
+
+    fn the_floor_bound_follows_the_grace_length_and_is_at_least_a_second(kind) {
+        let s = floor_server(kind);
+        let mut c = s.conn();
+        for (grace, ahead) in [("5000", 5000), ("0", 1000), ("10", 1000), ("-1", 60_000)] {
+            ok(&mut c, &["CONFIG", "SET", "lease.grace-ms", grace]);
+            let (e, max) = max_floor(&mut c);
+            assert!(e.contains(&format!("the grace length ({} ms, at least 1000)", ahead.max(1000))), "{grace}: {e}");
+            let want = (now_ms() + ahead) * 1024;
+            assert!((max - want).abs() < 2_000 * 1024, "grace-ms {grace}: {max} vs {want}");
+            assert_eq!(info_int(&mut c, "lease_last_token"), 0, "nothing issued");
+        }
+    }
+
+    fn a_restart_without_persistence_issues_tokens_above_any_floor(kind) {
+        // No persistence and a 1.5 s grace: the fresh start runs it, and so
+        // does the restart after the kill.
+        let opts = || Opts::default().module_args(&["grace-ms", "1500"]);
+        let s = grace::start(kind, opts());
+        let mut c = s.conn();
+        grace::wait_out_grace(&mut c, &[], Duration::from_secs(10));
+        let (_, max) = max_floor(&mut c);
+        assert_eq!(int(&acquire_floor(&mut c, "k", "a", max)), max, "the bound itself is taken");
+        let s = grace::restart(s, opts());
+        let mut c = s.conn();
+        assert_eq!(token_of(&mut c, "k"), None, "nothing persisted");
+        grace::wait_out_grace(&mut c, &[], Duration::from_secs(10));
+        let after = int(&acquire_floor(&mut c, "k", "b", 1));
+        assert!(after > max, "a token after the restart ({after}) is above the floor set before it ({max})");
     }
 }

@@ -29,6 +29,24 @@ fn multi(c: &mut redis::Connection, cmd: &str, keys: &[&str], tail: &[&str]) -> 
     ok(c, &args)
 }
 
+/// How often the module asked the server whether it may write
+/// (`LEASE.GATE` in `INFO commandstats`).
+fn gate_calls(c: &mut redis::Connection) -> i64 {
+    let stats = ok_text(c, &["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| {
+            l.to_lowercase()
+                .strip_prefix("cmdstat_lease.gate:")
+                .map(str::to_string)
+        })
+        .and_then(|l| {
+            l.split(',')
+                .find_map(|f| f.strip_prefix("calls=").and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
 fn lease_keys(c: &mut redis::Connection) -> i64 {
     int(&ok(c, &["DBSIZE"]))
 }
@@ -190,6 +208,37 @@ both! {
         assert_eq!(int(&multi(&mut c, "LEASE.MRELEASE", &keys, &["me"])), 1000);
         ok(&mut c, &["CONFIG", "SET", "maxmemory", "0"]);
         assert_eq!(lease_keys(&mut c), 0);
+    }
+
+    fn a_waiter_on_a_thousand_keys_costs_work_linear_in_its_keys(kind) {
+        // One waiter queued on 1,000 keys, one of them held. A non-blocking
+        // MACQUIRE of the same keys, a second waiter, the first waiter's
+        // timeout with the second behind it, and the release that serves
+        // the second: each opens every key past the write gate at most a
+        // few times, not once per free key (10^6 gate calls froze the
+        // server for half a second).
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let names: Vec<String> = (0..1000).map(|i| format!("{{big}}:{i}")).collect();
+        let keys: Vec<&str> = names.iter().map(String::as_str).collect();
+        acquire(&mut c, keys[0], "h", "60000");
+        let first = spawn_mwaiter(&s, &keys, "w1", "60000", "1500");
+        let before = gate_calls(&mut c);
+        let t0 = Instant::now();
+        assert_eq!(macquire(&mut c, &keys, "x", "60000"), Value::Nil);
+        let took = t0.elapsed();
+        let second = spawn_mwaiter(&s, &keys, "w2", "60000", "10000");
+        let (r, _) = first.join().unwrap();
+        assert_eq!(r.unwrap(), Value::Nil, "the first waiter timed out");
+        assert!(still_waiting(&second, 50), "the second waits: key 0 is held");
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", keys[0], "h"])), 1);
+        let t = got_token(second);
+        for k in [keys[0], keys[500], keys[999]] {
+            assert_eq!(token_of(&mut c, k), Some(t), "{k}");
+        }
+        let gates = gate_calls(&mut c) - before;
+        println!("{kind:?}: non-blocking MACQUIRE of 1000 waited-for keys took {took:?}; {gates} gate calls in all");
+        assert!(gates <= 5 * 1000, "{gates} gate calls for 1000 keys");
     }
 
     fn a_queued_retry_of_the_same_owner_gets_the_same_token(kind) {

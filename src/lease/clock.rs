@@ -8,7 +8,7 @@
 //! per millisecond can be issued before the logical part runs ahead of the
 //! wall clock, and it catches up by itself when the load drops.
 
-use super::limits::{MAX_AHEAD_MS, MAX_TOKEN, TOKENS_PER_MS};
+use super::limits::{MAX_AHEAD_MS, MAX_TOKEN, MIN_FLOOR_AHEAD_MS, TOKENS_PER_MS};
 
 // How far ahead of the wall clock a stored token may be (`MAX_AHEAD_MS`,
 // one year of floor): the logical part runs ahead of the wall clock only by
@@ -18,6 +18,22 @@ use super::limits::{MAX_AHEAD_MS, MAX_TOKEN, TOKENS_PER_MS};
 /// The largest token a stored value may carry at `now_ms`.
 pub fn max_acceptable(now_ms: i64) -> u64 {
     let ahead = u64::try_from(now_ms.saturating_add(MAX_AHEAD_MS)).unwrap_or(0);
+    ahead.saturating_mul(TOKENS_PER_MS).min(MAX_TOKEN)
+}
+
+/// How far ahead of the wall clock a `FLOOR` token may be (design.md S9):
+/// the grace length, at least `MIN_FLOOR_AHEAD_MS`. A start without
+/// persistence runs a grace of that length before it grants, and its clock
+/// restarts at `now_ms * 1024`: every later token is above any token
+/// `FLOOR` could have set.
+pub fn floor_ahead_ms(grace_ms: i64) -> i64 {
+    grace_ms.max(MIN_FLOOR_AHEAD_MS)
+}
+
+/// The largest `FLOOR` token accepted at `now_ms` under a grace length of
+/// `grace_ms`.
+pub fn max_floor(now_ms: i64, grace_ms: i64) -> u64 {
+    let ahead = u64::try_from(now_ms.saturating_add(floor_ahead_ms(grace_ms))).unwrap_or(0);
     ahead.saturating_mul(TOKENS_PER_MS).min(MAX_TOKEN)
 }
 

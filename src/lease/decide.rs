@@ -70,13 +70,17 @@ pub fn acquire(
     })
 }
 
-/// A `FLOOR` token at most a year of wall clock ahead of `now_ms` (the
-/// bound of stored tokens, design.md S2), so that no client can exhaust the
-/// token clock.
-pub fn check_floor(floor: Option<u64>, now_ms: i64) -> Result<u64, LeaseError> {
-    let max = super::clock::max_acceptable(now_ms);
+/// A `FLOOR` token at most the grace length (`grace_ms`, at least 1 s) of
+/// wall clock ahead of `now_ms` (design.md S9): no client can exhaust the
+/// token clock, and a restart without persistence, which runs that grace
+/// before it grants, issues tokens above any `FLOOR` could set.
+pub fn check_floor(floor: Option<u64>, now_ms: i64, grace_ms: i64) -> Result<u64, LeaseError> {
+    let max = super::clock::max_floor(now_ms, grace_ms);
     match floor {
-        Some(t) if t > max => Err(LeaseError::FloorTooFar(max)),
+        Some(t) if t > max => Err(LeaseError::FloorTooFar {
+            ahead_ms: super::clock::floor_ahead_ms(grace_ms),
+            max,
+        }),
         Some(t) => Ok(t),
         None => Ok(0),
     }
@@ -405,13 +409,19 @@ mod tests {
             "another owner's lease: nothing changes"
         );
         assert_eq!(clock.last(), far);
-        let max = crate::lease::clock::max_acceptable(NOW);
-        assert_eq!(check_floor(Some(max), NOW), Ok(max));
-        assert_eq!(
-            check_floor(Some(max + 1), NOW),
-            Err(LeaseError::FloorTooFar(max))
-        );
-        assert_eq!(check_floor(None, NOW), Ok(0));
+        // The bound is the grace length ahead of the clock, at least 1 s.
+        for (grace, ahead) in [(60_000, 60_000), (0, 1000), (10, 1000)] {
+            let max = (NOW + ahead) as u64 * 1024;
+            assert_eq!(check_floor(Some(max), NOW, grace), Ok(max));
+            assert_eq!(
+                check_floor(Some(max + 1), NOW, grace),
+                Err(LeaseError::FloorTooFar {
+                    ahead_ms: ahead,
+                    max
+                })
+            );
+            assert_eq!(check_floor(None, NOW, grace), Ok(0));
+        }
     }
 
     #[test]

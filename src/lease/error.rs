@@ -36,9 +36,10 @@ pub enum LeaseError {
     LimitOne,
     /// `FLOOR` with `LIMIT` or `SHARED`: a quorum lease is exclusive.
     FloorNotExclusive,
-    /// A `FLOOR` token more than a year of wall clock ahead of this
-    /// server's clock (the largest allowed at this moment).
-    FloorTooFar(u64),
+    /// A `FLOOR` token further ahead of this server's clock than its grace
+    /// length (at least 1 s): how far it may be, in ms, and the largest
+    /// token allowed at this moment.
+    FloorTooFar { ahead_ms: i64, max: u64 },
     /// An acquire whose mode does not fit how the key is held: a `LIMIT`
     /// other than the key's, or `LIMIT` against exclusive or shared and
     /// the reverse.
@@ -118,9 +119,9 @@ impl fmt::Display for LeaseError {
                 f,
                 "ERR FLOOR is for exclusive leases: it cannot be given with LIMIT or SHARED"
             ),
-            LeaseError::FloorTooFar(max) => write!(
+            LeaseError::FloorTooFar { ahead_ms, max } => write!(
                 f,
-                "ERR FLOOR token is more than 365 days ahead of this server's clock (at most {max} now)"
+                "ERR FLOOR token is more than the grace length ({ahead_ms} ms, at least 1000) ahead of this server's clock (at most {max} now)"
             ),
             LeaseError::ModeMismatch { held, asked } => write!(
                 f,
@@ -235,7 +236,10 @@ mod tests {
             LeaseError::MissingValue("BLOCK"),
             LeaseError::ExclusiveOptions("LIMIT", "SHARED"),
             LeaseError::FloorNotExclusive,
-            LeaseError::FloorTooFar(5),
+            LeaseError::FloorTooFar {
+                ahead_ms: 1000,
+                max: 5,
+            },
             LeaseError::LimitOne,
             LeaseError::ModeMismatch {
                 held: Mode::Limit(3),

@@ -14,6 +14,9 @@ pub const TOKENS_PER_MS: u64 = 1024;
 /// MIGRATE) may be: one year of floor, so that one payload can never push
 /// the clock to 2^53-1 and exhaust every later acquire.
 pub const MAX_AHEAD_MS: i64 = 365 * 24 * 3600 * 1000;
+/// The least a `FLOOR` token may be ahead of the wall clock (design.md S9):
+/// the bound is the server's grace length, and at least this.
+pub const MIN_FLOOR_AHEAD_MS: i64 = 1000;
 /// Smallest and largest `LIMIT n` (`LIMIT 1` is an exclusive lease).
 pub const MIN_LIMIT: u32 = 2;
 pub const MAX_LIMIT: u32 = 100_000;

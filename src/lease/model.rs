@@ -209,6 +209,7 @@ impl Core {
             grace_ends_at: None,
             ended_early: None,
             prune_per_call: self.prune_per_call,
+            out_of_memory: false,
         };
         let mut k = MapKey {
             key,

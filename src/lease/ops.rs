@@ -660,6 +660,10 @@ pub enum Served {
     RecheckAt(i64),
     /// Nothing to re-check (the key is free or nobody waits).
     Idle,
+    /// The server is out of memory: no new lease now, the waiters keep
+    /// waiting and the key is tried again shortly (design.md S4: a hand-off
+    /// is a new lease, refused under OOM like a client's acquire).
+    NoMemory,
 }
 
 /// The server's side of serving a queue.
@@ -670,14 +674,17 @@ pub struct ServeEnv {
     pub ended_early: Option<i64>,
     /// See `Env::prune_per_call`.
     pub prune_per_call: usize,
+    /// The server is over `maxmemory`: nothing is granted.
+    pub out_of_memory: bool,
 }
 
 /// Serves the waiters of one key, oldest first: a batch of ended holders
 /// leaves, then each step of `Queue::grant_next` is committed like any
 /// acquisition (a new lease or one more holder, with a new token; waiters
 /// with the same owner, a client's retries, get the same token), until the
-/// oldest waiter must wait. Nothing is granted during a grace period or
-/// before an early expiry's millisecond has passed.
+/// oldest waiter must wait. Nothing is granted during a grace period,
+/// while the server is out of memory, or before an early expiry's
+/// millisecond has passed.
 pub fn serve<H>(
     key: &mut impl Key,
     queue: &mut impl Queue<H>,
@@ -694,6 +701,9 @@ pub fn serve<H>(
     }
     if let Some(end) = env.grace_ends_at {
         return Served::RecheckAt(end);
+    }
+    if env.out_of_memory && queue.waiting() > 0 {
+        return Served::NoMemory;
     }
     if key.record().is_ok_and(|r| Held::of(r, now).is_free())
         && let Some(end) = env.ended_early

@@ -131,6 +131,17 @@ mod tests {
         now: i64,
         clock: &mut TokenClock,
     ) -> Late {
+        serve_with(reg, keys, now, clock, false).0
+    }
+
+    /// `serve`, out of memory or not; also what the core said to do next.
+    fn serve_with(
+        reg: &mut WaitRegistry<u32, i64>,
+        keys: &mut HashMap<usize, Record>,
+        now: i64,
+        clock: &mut TokenClock,
+        out_of_memory: bool,
+    ) -> (Late, ops::Served) {
         let (mut issued, mut late) = (HashMap::new(), Vec::new());
         let mut key = MapKey {
             key: 0,
@@ -147,9 +158,25 @@ mod tests {
             grace_ends_at: None,
             ended_early: None,
             prune_per_call: ops::PRUNE_PER_CALL,
+            out_of_memory,
         };
-        ops::serve(&mut key, &mut queue, env, clock);
-        late
+        let served = ops::serve(&mut key, &mut queue, env, clock);
+        (late, served)
+    }
+
+    #[test]
+    fn out_of_memory_no_waiter_is_handed_a_lease_until_memory_is_back() {
+        let mut r: WaitRegistry<u32, i64> = WaitRegistry::default();
+        let mut clock = TokenClock::new();
+        r.push(slot(), 1, b"w", X, 100, None);
+        let mut keys = HashMap::new();
+        let (got, next) = serve_with(&mut r, &mut keys, 1000, &mut clock, true);
+        assert!(got.is_empty() && keys.is_empty(), "{got:?} {keys:?}");
+        assert!(matches!(next, ops::Served::NoMemory), "tried again later");
+        assert_eq!(r.len(&slot()), 1, "it keeps waiting");
+        assert_eq!(clock.last(), 0, "no token issued");
+        let (got, _) = serve_with(&mut r, &mut keys, 1000, &mut clock, false);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![1]);
     }
 
     #[test]

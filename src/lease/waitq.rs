@@ -276,12 +276,14 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
             .then(|| head.clone())
     }
 
-    /// Is the oldest waiter of `slot` a `LEASE.MACQUIRE` waiter?
-    pub fn head_is_multi(&self, slot: &Slot) -> bool {
+    /// The id of the oldest waiter of `slot`, when it is a `LEASE.MACQUIRE`
+    /// waiter.
+    pub fn head_multi_id(&self, slot: &Slot) -> Option<u64> {
         self.queues
             .get(slot)
             .and_then(|q| q.waiters.values().next())
-            .is_some_and(|w| w.keys.is_some())
+            .filter(|w| w.keys.is_some())
+            .map(|w| w.id)
     }
 
     /// Takes the waiter `id` of `slot` (and of every queue it waits in),
@@ -514,7 +516,7 @@ mod tests {
         assert_eq!((r.len(&slot("a")), r.len(&slot("b"))), (2, 2));
         // b is free, but its oldest waiter waits for a too: nobody behind
         // it is served, and it is not the oldest on a yet.
-        assert!(r.head_is_multi(&slot("b")));
+        assert!(r.head_multi_id(&slot("b")).is_some());
         assert_eq!(r.grant_next(&slot("b"), Held::Free, now, &mut clock), None);
         assert_eq!(r.multi_head(&slot("b")), None);
         // a goes to its oldest waiter; then the multi-key waiter is the

@@ -153,6 +153,18 @@ impl KeyWriter {
         self.name
     }
 
+    /// The time a decision on this key uses (`Ctx::now_ms`: one time for a
+    /// whole transaction or script).
+    pub fn now_ms(&self) -> i64 {
+        self.ctx.now_ms()
+    }
+
+    /// Is the server out of memory now? A new lease, a hand-off to a waiter
+    /// included, waits for memory like a client's `deny-oom` acquire.
+    pub fn out_of_memory(&self) -> bool {
+        self.ctx.out_of_memory()
+    }
+
     /// The stored record (live or not), `None` when empty, or WRONGTYPE.
     #[inline]
     pub fn record(&mut self) -> Result<Option<RecordRef<'_>>, LeaseError> {

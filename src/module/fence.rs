@@ -19,7 +19,6 @@ use super::counters::STATS;
 use super::ffi::call;
 use super::ffi::ctx::{Args, Ctx};
 use super::ffi::reply::Reply;
-use super::ffi::server::now_ms;
 
 /// What COMMAND INFO says of a command: its flags, and whether it is a
 /// container of subcommands (CONFIG, CLIENT, ...).
@@ -119,7 +118,7 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, Lease
     let inner = a.strs(4);
     let fenced = {
         let mut key = Reader::open(ctx, a.str(1));
-        match decide::fence_record(key.record()?, token, now_ms()) {
+        match decide::fence_record(key.record()?, token, ctx.now_ms()) {
             Ok(f) => f,
             Err(e) => {
                 STATS.fence_stale.incr();

@@ -31,9 +31,9 @@ pub enum TimerJob {
     /// Take another batch of ended holders out of a counting or shared
     /// lease key.
     Drain(Slot),
-    /// The oldest waiter of a queue is a `LEASE.MACQUIRE` waiter: serve it
-    /// if all its keys are free and it is the oldest waiter of each.
-    Multi(Slot),
+    /// The oldest waiter of a queue is a `LEASE.MACQUIRE` waiter (this id):
+    /// serve it if all its keys are free and it is the oldest waiter of each.
+    Multi(Slot, u64),
 }
 
 /// What an announcement timer writes (its values are read when it fires).

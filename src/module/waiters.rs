@@ -16,6 +16,7 @@
 //! waiters queued and tries again later, or redirects them (`-ASK`,
 //! `-MOVED`) when the key's slot has left this node.
 
+use std::collections::HashSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
@@ -44,6 +45,11 @@ struct Waiters {
     reg: WaitRegistry<Handle, TimerId>,
     /// The timer at the earliest BLOCK timeout, and when it fires.
     timeout_timer: Option<(TimerId, i64)>,
+    /// The `LEASE.MACQUIRE` waiters (by id) whose multi-key timer is
+    /// started and has not fired yet: one timer a waiter, however many of
+    /// its keys are served meanwhile (each would otherwise start its own,
+    /// and each of those look at every key: O(k^2)).
+    multi_pending: HashSet<u64>,
 }
 
 static WAITERS: Mutex<Option<Waiters>> = Mutex::new(None);
@@ -58,6 +64,7 @@ fn with<R>(f: impl FnOnce(&mut Waiters) -> R) -> R {
     let w = guard.get_or_insert_with(|| Waiters {
         reg: WaitRegistry::default(),
         timeout_timer: None,
+        multi_pending: HashSet::new(),
     });
     let out = f(w);
     let (before, after) = (TOTAL.load(Relaxed), w.reg.total());
@@ -347,7 +354,7 @@ impl ops::Queue<Handle> for SlotQueue<'_> {
 /// committed like any acquisition, until the oldest waiter must wait), then
 /// re-checks the key at the next end of a holding.
 pub fn serve(slot: &Slot, w: &mut KeyWriter) {
-    let now = now_ms();
+    let now = w.now_ms();
     let env = ServeEnv {
         now_ms: now,
         grace_ends_at: grace::ends_at(now),
@@ -355,20 +362,31 @@ pub fn serve(slot: &Slot, w: &mut KeyWriter) {
             .then(|| early::ended_early(slot.0, &slot.1))
             .flatten(),
         prune_per_call: ops::PRUNE_PER_CALL,
+        out_of_memory: w.out_of_memory(),
     };
     let served = tokens::with_clock(|clock| ops::serve(w, &mut SlotQueue { slot }, env, clock));
-    if let Served::RecheckAt(at) = served {
-        arm(slot, at);
+    match served {
+        Served::RecheckAt(at) => arm(slot, at),
+        Served::NoMemory => return arm_plain(slot, now + RETRY_REFUSED_MS),
+        Served::Idle => {}
     }
     multi_soon(slot);
 }
 
-/// When the oldest waiter of `slot` is a `LEASE.MACQUIRE` waiter that is
-/// the oldest of all its keys, a 0 ms timer tries to serve it: all its keys
-/// at once, each opened past the gates (`on_multi`).
+/// When the oldest waiter of `slot` is a `LEASE.MACQUIRE` waiter, a 0 ms
+/// timer tries to serve it (`on_multi`: all its keys at once, if it is the
+/// oldest on each and each is free). One timer a waiter at a time: serving
+/// its k keys starts one, not k.
 fn multi_soon(slot: &Slot) {
-    if reg(|r| r.multi_head(slot).is_some()) {
-        timers::start(0, TimerJob::Multi(slot.clone()));
+    let start = with(|w| {
+        w.reg
+            .head_multi_id(slot)
+            .filter(|id| w.multi_pending.insert(*id))
+    });
+    if let Some(id) = start
+        && timers::start(0, TimerJob::Multi(slot.clone(), id)).is_none()
+    {
+        with(|w| w.multi_pending.remove(&id));
     }
 }
 
@@ -396,7 +414,8 @@ pub fn block_multi(ctx: Ctx, slots: Vec<Slot>, want: Want<'_>, rechecks: &[Optio
 /// one of those keys is free, it takes them all (`lease::multikey`, as the
 /// command would decide with nobody ahead); otherwise it keeps waiting, and
 /// the keys' own ends, releases and timers bring it back here.
-pub fn on_multi(ctx: Ctx, slot: Slot) {
+pub fn on_multi(ctx: Ctx, slot: Slot, id: u64) {
+    with(|w| w.multi_pending.remove(&id));
     let Some(waiter) = reg(|r| r.multi_head(&slot)) else {
         return;
     };
@@ -407,8 +426,26 @@ pub fn on_multi(ctx: Ctx, slot: Slot) {
         return;
     }
     let names: Vec<_> = slots.iter().map(|s| ctx.string(&s.1)).collect();
-    let mut ws = Vec::with_capacity(names.len());
     let now = now_ms();
+    // A look first, past no gate: while one key is still taken, the waiter
+    // keeps waiting (that key's end, release or timer brings it back), and
+    // no key is opened for writing.
+    for n in &names {
+        let mut r = Reader::open(ctx, n.as_str());
+        match r.record() {
+            Ok(record)
+                if multikey::key_state(record, &waiter.owner, false, now) != KeyState::Free =>
+            {
+                return;
+            }
+            _ => {}
+        }
+    }
+    if ctx.out_of_memory() {
+        // No new lease without memory: tried again shortly.
+        return arm_plain(&slot, now + RETRY_REFUSED_MS);
+    }
+    let mut ws = Vec::with_capacity(names.len());
     for n in &names {
         match KeyWriter::for_module(ctx, n.as_str()) {
             Ok(w) => ws.push(w),

@@ -431,7 +431,7 @@ unsafe extern "C" fn timer_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
         let (ctx, job) = unsafe { (Ctx::new(ctx), server::take_timer_job::<TimerJob>(data)) };
         match job {
             TimerJob::Recheck(slot) => waiters::on_recheck(ctx, slot),
-            TimerJob::Multi(slot) => waiters::on_multi(ctx, slot),
+            TimerJob::Multi(slot, id) => waiters::on_multi(ctx, slot, id),
             TimerJob::Timeouts => waiters::on_timeouts(),
             TimerJob::Revoke(slot, owner, token) => waiters::on_revoke(ctx, slot, owner, token),
             TimerJob::Align((db, key)) => datatype::on_align(ctx, db, &key),

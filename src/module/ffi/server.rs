@@ -41,6 +41,26 @@ pub fn now_ms() -> i64 {
     }
 }
 
+/// The server's command time, in unix milliseconds: the cached time it set
+/// when the outermost command running now began, the time its key expiry
+/// uses for the whole of a transaction or script. Redis 7.2+ and Valkey
+/// give it as `RedisModule_CachedMicroseconds`; Redis 7.0 has no such call,
+/// and gives the same value (`server.ustime`, which 7.0 also freezes for
+/// the whole outermost command) as `server_time_usec` in `INFO server`.
+/// (On 7.0 a script's expiry uses the script's own start, a few
+/// microseconds later: this time is never later than the server's, so a
+/// key the server keeps is never a lease this time calls ended.)
+pub fn command_time_ms(ctx: Ctx) -> i64 {
+    // SAFETY: a function-pointer read filled in by RedisModule_Init, then a
+    // call that takes no arguments and reads the server's cached time.
+    if let Some(cached) = unsafe { raw::RedisModule_CachedMicroseconds } {
+        return unsafe { cached() } / 1000;
+    }
+    ctx.server_info(c"server", c"server_time_usec")
+        .and_then(|us| us.parse::<i64>().ok())
+        .map_or_else(now_ms, |us| us / 1000)
+}
+
 /// Are writes paused in a way that covers replica traffic (`CLIENT PAUSE`,
 /// `FAILOVER`, `CLUSTER FAILOVER`)? Propagating then aborts Valkey, and a
 /// module timer that stores into a key whose time passed aborts Redis 7.0.
