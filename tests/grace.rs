@@ -685,3 +685,95 @@ compat! {
         a_crash_after_an_rdb_save_has_a_grace(kind);
     }
 }
+
+/// The mark a node whose data is a replica's copy keeps in its directory.
+const REPLICA_MARK: &str = "lease-replica-data.mark";
+
+compat! {
+    fn a_replica_restarted_as_a_master_runs_a_grace_whatever_its_shutdown(kind) {
+        // A replica's data is its master's, possibly without the last
+        // writes the master acknowledged: restarted as a master (its own
+        // command line, no replicaof), it runs a grace as after a
+        // promotion, after a clean SHUTDOWN SAVE and with an AOF written
+        // with appendfsync always alike (both vouch for its own writes only).
+        let master = start(kind, Opts::default());
+        let mut m = master.conn();
+        let t = acquire(&mut m, "k", "holder", "30000");
+        let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+        for (how, extra) in [("clean", &[][..]), ("aof-always", &aof[..])] {
+            let replica = replica_with(kind, &master, grace("1500").extra(extra));
+            let mut r = replica.conn();
+            assert!(wait_until(Duration::from_secs(5), || token_of(&mut r, "k") == Some(t)));
+            assert!(replica.dir.join(REPLICA_MARK).exists(), "{how}: a replica marks its data");
+            // The AOF rewrite that follows a replica's full sync is done.
+            assert!(wait_until(Duration::from_secs(10), || {
+                ["aof_rewrite_in_progress", "aof_rewrite_scheduled"]
+                    .iter()
+                    .all(|f| info_value(&mut r, "persistence", f).is_none_or(|v| v == "0"))
+            }));
+            let dir = if how == "clean" {
+                shutdown(replica, "SAVE")
+            } else {
+                let mut replica = replica;
+                replica.kill();
+                let dir = replica.dir.clone();
+                std::mem::forget(replica);
+                dir
+            };
+            let s = start_in(kind, grace("1500").extra(extra), dir);
+            let mut c = s.conn();
+            assert_grace(&mut c, "promoted", &format!("{how}: a start as a master on a replica's data"));
+            assert_logged(&s, "starts as a master on data it had as a replica");
+            assert_not_logged(&s, NO_GRACE_CLEAN);
+            assert_eq!(token_of(&mut c, "k"), Some(t), "{how}: the replica's lease is kept");
+            assert_eq!(ok(&mut c, &["LEASE.ACQUIRE", "new", "b", "30000"]), Value::Nil, "{how}: nothing new in the grace");
+            // Once its grace as a master has ended, its data is its own: a
+            // clean restart needs none.
+            wait_out_grace(&mut c, &[], Duration::from_secs(5));
+            assert_logged(&s, ENDED);
+            assert!(!s.dir.join(REPLICA_MARK).exists(), "{how}: the mark outlived the grace");
+            let dir = shutdown(s, "SAVE");
+            let s = start_in(kind, grace("1500").extra(extra), dir);
+            let mut c = s.conn();
+            assert_no_grace(&mut c, &format!("{how}: a clean restart of a master after its grace"));
+        }
+    }
+
+    fn grace_off_on_a_replicated_node_is_a_warning_at_start_and_promotion(kind) {
+        // `lease.grace-ms 0` left over (CONFIG REWRITE keeps it) on a node
+        // with replicas or min-replicas-to-write: a warning at the CONFIG
+        // SET, at start and at every promotion, and `lease_grace_off` in
+        // INFO. A standalone node with 0 (a test setup) says nothing.
+        const AT_START: &str = "lease.grace-ms is 0 on a node with replicas or min-replicas-to-write";
+        let warning = |s: &Server, needle: &str| {
+            assert!(
+                wait_until(Duration::from_secs(2), || s.log().lines().any(|l| l.contains(" # ") && l.contains(needle))),
+                "{:?}: no warning with {needle:?}:\n{}",
+                s.kind,
+                s.log_tail(20)
+            );
+        };
+        let alone = start(kind, grace("0"));
+        let mut a = alone.conn();
+        assert_eq!(info_int(&mut a, "lease_grace_off"), 0);
+        assert_not_logged(&alone, AT_START);
+        let guarded = start(kind, grace("0").extra(&["--min-replicas-to-write", "1"]));
+        warning(&guarded, AT_START);
+        assert_eq!(info_int(&mut guarded.conn(), "lease_grace_off"), 1);
+        let master = start(kind, grace("-1"));
+        let replica = replica_with(kind, &master, grace("0"));
+        warning(&replica, AT_START);
+        let mut r = replica.conn();
+        assert_eq!(info_int(&mut r, "lease_grace_off"), 1);
+        ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+        warning(&replica, "no grace period after this promotion (lease.grace-ms is 0)");
+        // The master with a replica connected: the CONFIG SET warns.
+        let mut m = master.conn();
+        assert_eq!(info_int(&mut m, "lease_grace_off"), 0);
+        let replica2 = replica_with(kind, &master, Opts::default());
+        ok(&mut m, &["CONFIG", "SET", "lease.grace-ms", "0"]);
+        warning(&master, "the next failover or restart runs no grace period");
+        assert_eq!(info_int(&mut m, "lease_grace_off"), 1);
+        drop(replica2);
+    }
+}

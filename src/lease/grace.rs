@@ -154,6 +154,14 @@ pub struct Startup {
     pub was_in_grace: bool,
     /// The server has no data file to load (no RDB file, no AOF).
     pub no_data: bool,
+    /// The data is a replica's copy of another master's: this server was
+    /// a replica when it last ran (or since it last ended a grace as a
+    /// master). A replica that shuts down may have missed the last writes
+    /// its master acknowledged (it waits for its own replicas and applies
+    /// nothing more meanwhile), so a clean shutdown says nothing about them.
+    pub replica_data: bool,
+    /// The server starts as a replica (`replicaof` in its configuration).
+    pub as_replica: bool,
 }
 
 /// What a start does about the grace.
@@ -179,7 +187,14 @@ pub enum AtStart {
 /// running goes on: resumed after a clean shutdown (which recorded how much
 /// of it had counted), started anew after a crash (nothing says how much
 /// had counted), whatever the persistence.
+///
+/// A server that starts as a master on a replica's data has, in effect,
+/// been promoted: a full period with reason `promoted`, whatever its
+/// persistence or clean mark (those vouch for its own writes only).
 pub fn at_start(s: &Startup) -> AtStart {
+    if s.replica_data && !s.as_replica {
+        return AtStart::Full(Reason::Promoted);
+    }
     match &s.clean {
         Some(CleanMark {
             grace: Some((reason, counted_ms)),
@@ -316,6 +331,8 @@ mod tests {
             clean,
             was_in_grace,
             no_data: false,
+            replica_data: false,
+            as_replica: false,
         };
         let first = |aof_always, was_in_grace| Startup {
             no_data: true,
@@ -379,6 +396,30 @@ mod tests {
         assert!(shutdown_was_clean(false, true, 0, true));
         assert!(!shutdown_was_clean(false, true, 3, true));
         assert!(!shutdown_was_clean(false, true, 0, false));
+    }
+
+    #[test]
+    fn a_master_start_on_a_replicas_data_is_a_promotion_whatever_else_holds() {
+        let clean = Some(CleanMark {
+            at_ms: 5,
+            grace: None,
+        });
+        for (aof_always, clean) in [(false, clean.clone()), (true, None), (true, clean)] {
+            let s = Startup {
+                aof_always,
+                clean,
+                replica_data: true,
+                ..Startup::default()
+            };
+            assert_eq!(at_start(&s), AtStart::Full(Reason::Promoted), "{s:?}");
+            // Started as a replica again: it grants nothing, and its
+            // promotion will start a period of its own.
+            let replica = Startup {
+                as_replica: true,
+                ..s.clone()
+            };
+            assert_ne!(at_start(&replica), AtStart::Full(Reason::Promoted));
+        }
     }
 
     #[test]

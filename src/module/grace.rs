@@ -28,6 +28,13 @@
 //! - a period that runs keeps a file of its own in the server's directory
 //!   until it ends, so that a crash during it starts it anew at the next
 //!   start whatever the persistence.
+//! - data that is a replica's copy: a node that becomes a replica (the
+//!   role event, or a start with `replicaof`) writes a mark file in the
+//!   server's directory, removed when, as a master, it ends a grace period
+//!   (or runs none, with `lease.grace-ms 0`). A start as a master with the
+//!   mark there is a promotion: a full period, whatever the clean mark or
+//!   the persistence say (a replica that shuts down may have missed the
+//!   last writes its master acknowledged).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -97,6 +104,24 @@ pub fn ends_at(now_ms: i64) -> Option<i64> {
 pub const CLEAN_MARK: &str = "lease-clean-shutdown.mark";
 /// The file a running period keeps in the server's working directory.
 pub const RUNNING_MARK: &str = "lease-grace-running.mark";
+/// The file a node whose data is a replica's copy keeps in the server's
+/// working directory.
+pub const REPLICA_MARK: &str = "lease-replica-data.mark";
+
+/// Marks this node's data as a replica's copy (it became a replica).
+fn mark_replica_data() {
+    if let Err(e) = std::fs::write(REPLICA_MARK, "replica data\n") {
+        log_warning(&format!(
+            "cannot write {REPLICA_MARK} ({e}): if this replica restarts as a master, it may grant leases its old master granted, with no grace period"
+        ));
+    }
+}
+
+/// This node's data is its own again (a master that ended a grace period,
+/// or runs none).
+fn unmark_replica_data() {
+    let _ = std::fs::remove_file(REPLICA_MARK);
+}
 
 /// How often a running period looks whether this server could grant.
 const TICK_MS: i64 = 100;
@@ -125,10 +150,18 @@ pub fn start(reason: Reason) {
 fn begin(period: Period, how: &str) {
     let length = length_ms();
     if length == 0 {
-        log_notice(&format!(
+        let line = format!(
             "no grace period after this {} (lease.grace-ms is 0)",
             event_name(period.reason)
-        ));
+        );
+        if period.reason == Reason::Promoted || replicated() {
+            log_warning(&format!(
+                "{line}: leases the old master or the previous run granted may be granted again at once; set lease.grace-ms back to -1 once a planned switchover is done (a CONFIG REWRITE keeps 0)"
+            ));
+        } else {
+            log_notice(&line);
+        }
+        unmark_replica_data();
         return;
     }
     let reason = period.reason;
@@ -156,6 +189,11 @@ pub fn setting_changed(change: OnChange) {
     match change {
         OnChange::RetimeGrace => {
             warn_if_short();
+            if off_in_replicated_setup() {
+                log_warning(
+                    "lease.grace-ms is 0 on a node with replicas or min-replicas-to-write: the next failover or restart runs no grace period; set it back to -1 once the switchover is done (a CONFIG REWRITE now would keep 0)",
+                );
+            }
             retime();
         }
     }
@@ -186,6 +224,7 @@ fn arm(delay_ms: i64) {
 fn end() {
     set_period(None);
     let _ = std::fs::remove_file(RUNNING_MARK);
+    unmark_replica_data();
     log_warning("grace period ended: new leases are granted again");
     timers::start(0, TimerJob::RecheckAll);
 }
@@ -240,7 +279,31 @@ pub fn on_role_change(now_master: bool) {
     if now_master {
         super::compat::on_promoted();
         start(Reason::Promoted);
+    } else {
+        mark_replica_data();
     }
+}
+
+/// Is this node part of a replicated setup: a replica, a master with
+/// replicas connected, or one with `min-replicas-to-write`? Its failovers
+/// and restarts need the grace period.
+fn replicated() -> bool {
+    if MIN_REPLICAS_TO_WRITE.load(Relaxed) > 0 {
+        return true;
+    }
+    super::ffi::server::detached().is_some_and(|ctx| {
+        ctx.is_replica()
+            || ctx
+                .server_info(c"replication", c"connected_slaves")
+                .and_then(|n| n.parse::<i64>().ok())
+                .is_some_and(|n| n > 0)
+    })
+}
+
+/// `lease.grace-ms` is 0 on a node of a replicated setup: a failover or a
+/// restart runs no grace period (`INFO lease`: `lease_grace_off`).
+pub fn off_in_replicated_setup() -> bool {
+    settings::grace_ms() == 0 && replicated()
 }
 
 /// Was the module loaded at server start (not by MODULE LOAD)?
@@ -265,13 +328,29 @@ pub fn at_load(ctx: Ctx) {
         .ok()
         .map(|t| CleanMark::parse(&t));
     let _ = std::fs::remove_file(CLEAN_MARK);
+    let as_replica = ctx.is_replica();
     let startup = Startup {
         aof_always: ctx.config_get(c"appendonly").as_deref() == Some("yes")
             && ctx.config_get(c"appendfsync").as_deref() == Some("always"),
         clean,
         was_in_grace: std::path::Path::new(RUNNING_MARK).exists(),
         no_data: !has_data_files(ctx),
+        replica_data: std::path::Path::new(REPLICA_MARK).exists(),
+        as_replica,
     };
+    if as_replica {
+        mark_replica_data();
+    }
+    if settings::grace_ms() == 0 && (as_replica || replicated()) {
+        log_warning(
+            "lease.grace-ms is 0 on a node with replicas or min-replicas-to-write: a failover or a restart will run no grace period, and leases that were lost may be granted twice (set it to -1, the default)",
+        );
+    }
+    if startup.replica_data && !as_replica && settings::grace_ms() != 0 {
+        log_warning(
+            "this server starts as a master on data it had as a replica: a grace period as after a promotion (a replica that shut down may have missed writes its master acknowledged)",
+        );
+    }
     match grace::at_start(&startup) {
         AtStart::NoneClean => {
             log_notice("no grace period: the previous run shut down cleanly and saved its data")

@@ -110,6 +110,12 @@ pub fn fields() -> Vec<Field> {
         "grace_paused",
         period.is_some_and(|p| !p.is_counting()) as i64,
     ));
+    // 1 when `lease.grace-ms` is 0 on a node with replicas or
+    // `min-replicas-to-write`: failovers and restarts run no grace.
+    out.push(Field::Signed(
+        "grace_off",
+        grace::off_in_replicated_setup() as i64,
+    ));
     let policy = maxmemory_policy();
     if !policy.is_empty() {
         let may_evict = policy_may_evict(&policy) as i64;

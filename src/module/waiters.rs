@@ -427,14 +427,14 @@ pub fn on_multi(ctx: Ctx, slot: Slot, id: u64) {
     }
     let names: Vec<_> = slots.iter().map(|s| ctx.string(&s.1)).collect();
     let now = now_ms();
-    // A look first, past no gate: while one key is still taken, the waiter
-    // keeps waiting (that key's end, release or timer brings it back), and
+    // A look first, past no gate: while one key is still taken by others,
+    // the waiter keeps waiting (that key's end, release or timer brings it back), and
     // no key is opened for writing.
     for n in &names {
         let mut r = Reader::open(ctx, n.as_str());
         match r.record() {
             Ok(record)
-                if multikey::key_state(record, &waiter.owner, false, now) != KeyState::Free =>
+                if multikey::key_state(record, &waiter.owner, false, now) == KeyState::Taken =>
             {
                 return;
             }
