@@ -190,11 +190,9 @@ pub enum AtStart {
 ///
 /// A server that starts as a master on a replica's data has, in effect,
 /// been promoted: a full period with reason `promoted`, whatever its
-/// persistence or clean mark (those vouch for its own writes only).
+/// persistence or clean mark (those vouch for its own writes only), unless
+/// a period that was running goes on.
 pub fn at_start(s: &Startup) -> AtStart {
-    if s.replica_data && !s.as_replica {
-        return AtStart::Full(Reason::Promoted);
-    }
     match &s.clean {
         Some(CleanMark {
             grace: Some((reason, counted_ms)),
@@ -204,6 +202,7 @@ pub fn at_start(s: &Startup) -> AtStart {
             counted_ms: *counted_ms,
         },
         _ if s.was_in_grace => AtStart::Full(Reason::Restart),
+        _ if s.replica_data && !s.as_replica => AtStart::Full(Reason::Promoted),
         Some(_) => AtStart::NoneClean,
         None if s.aof_always => AtStart::NoneAofAlways,
         None if s.no_data => AtStart::Full(Reason::NoData),

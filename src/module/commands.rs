@@ -17,6 +17,7 @@ use super::ffi::blocked;
 use super::ffi::ctx::{Args, Ctx, Str};
 use super::ffi::replicate::OwnerArg;
 use super::ffi::reply::{Field, Reply};
+use super::ffi::server::decision_ms;
 use super::{compat, early, grace, settings, tokens, waiters};
 
 /// Where the commands that carry an owner id have it. The id is a
@@ -68,7 +69,7 @@ fn finish(
         }
         Then::RecheckAt(at) => waiters::lease_ends_at(ctx, name, at),
         Then::Rearm => {
-            let (now, expire) = (ctx.now_ms(), w.expire_at());
+            let (now, expire) = (decision_ms(ctx), w.expire_at());
             if let Ok(Some(end)) = w.held(now).map(|h| h.next_end(expire, now)) {
                 waiters::lease_ends_at(ctx, name, end);
             }
@@ -101,7 +102,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     };
     let name = a.str(1);
     let mut w = KeyWriter::for_command(ctx, name, Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
-    let now = ctx.now_ms();
+    let now = decision_ms(ctx);
     // A free lease (or a free place of a counting or shared lease) with
     // clients queued goes to the oldest of them first: a newcomer never
     // overtakes a waiter. (No waiter lookup while nobody waits anywhere.)
@@ -239,7 +240,7 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
     let block_ms = args::parse_macquire_options(&a.rest(at + 2))?;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
-    let now = ctx.now_ms();
+    let now = decision_ms(ctx);
     // A free key with clients queued goes to the oldest of them first (as
     // for LEASE.ACQUIRE); a key still waited for is not free.
     let mut waited = vec![false; ws.len()];
@@ -320,7 +321,7 @@ pub fn mrenew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(at))?;
     let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
-    let now = ctx.now_ms();
+    let now = decision_ms(ctx);
     let states = states_of(&mut ws, owner, now)?;
     let out = multikey::renew(&states, owner, ttl, now);
     Ok(finish_multi(ctx, &mut ws, &out))
@@ -335,7 +336,7 @@ pub fn mrelease(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let (keys, at) = multi_keys(a, 1, true)?;
     let owner = check_owner(a.bytes(at))?;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
-    let states = states_of(&mut ws, owner, ctx.now_ms())?;
+    let states = states_of(&mut ws, owner, decision_ms(ctx))?;
     let out = multikey::release(&states, owner);
     Ok(finish_multi(ctx, &mut ws, &out))
 }
@@ -356,7 +357,13 @@ pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(2))?;
     let ttl = parse_ttl(a.bytes(3), settings::max_ttl_ms())?;
     let mut w = KeyWriter::for_command(ctx, a.str(1), Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
-    let out = ops::renew(w.record()?, owner, ttl, ctx.now_ms(), ops::PRUNE_PER_CALL);
+    let out = ops::renew(
+        w.record()?,
+        owner,
+        ttl,
+        decision_ms(ctx),
+        ops::PRUNE_PER_CALL,
+    );
     Ok(finish(ctx, &mut w, &out, None))
 }
 
@@ -375,7 +382,7 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     }
     compat::check()?;
     let mut w = KeyWriter::for_command(ctx, a.str(1), Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
-    let out = ops::release(w.record()?, owner, ctx.now_ms(), ops::PRUNE_PER_CALL);
+    let out = ops::release(w.record()?, owner, decision_ms(ctx), ops::PRUNE_PER_CALL);
     Ok(finish(ctx, &mut w, &out, None))
 }
 
@@ -390,7 +397,7 @@ pub fn fence(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return super::fence::fence_with_command(ctx, a, token);
     }
     let mut key = Reader::open(ctx, a.str(1));
-    match decide::fence_record(key.record()?, token, ctx.now_ms()) {
+    match decide::fence_record(key.record()?, token, decision_ms(ctx)) {
         Ok(_) => {
             STATS.fence_ok.incr();
             Ok(Reply::Ok)
@@ -410,7 +417,7 @@ pub fn info(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     compat::check()?;
     let mut key = Reader::open(ctx, a.str(1));
     let expire = key.expire_at();
-    let now = ctx.now_ms();
+    let now = decision_ms(ctx);
     Ok(match key.record()? {
         Some(RecordRef::Multi(m)) => match decide::holders_info(m, now, expire) {
             Some(view) => Reply::Fields(vec![

@@ -153,10 +153,10 @@ impl KeyWriter {
         self.name
     }
 
-    /// The time a decision on this key uses (`Ctx::now_ms`: one time for a
-    /// whole transaction or script).
+    /// The time a decision on this key uses (`server::decision_ms`: one
+    /// time for a whole transaction or script).
     pub fn now_ms(&self) -> i64 {
-        self.ctx.now_ms()
+        server::decision_ms(self.ctx)
     }
 
     /// Is the server out of memory now? A new lease, a hand-off to a waiter

@@ -19,6 +19,7 @@ use super::counters::STATS;
 use super::ffi::call;
 use super::ffi::ctx::{Args, Ctx};
 use super::ffi::reply::Reply;
+use super::ffi::server::decision_ms;
 
 /// What COMMAND INFO says of a command: its flags, and whether it is a
 /// container of subcommands (CONFIG, CLIENT, ...).
@@ -118,7 +119,7 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, Lease
     let inner = a.strs(4);
     let fenced = {
         let mut key = Reader::open(ctx, a.str(1));
-        match decide::fence_record(key.record()?, token, ctx.now_ms()) {
+        match decide::fence_record(key.record()?, token, decision_ms(ctx)) {
             Ok(f) => f,
             Err(e) => {
                 STATS.fence_stale.incr();

@@ -62,20 +62,6 @@ impl Ctx {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_LOADING != 0
     }
 
-    /// The time a command's lease decisions use. Inside a transaction
-    /// (`EXEC`) or a script (`EVAL`, `FCALL`), the server's own command
-    /// time, which stays the same for the whole of it, as the server's key
-    /// expiry does: every lease decision of one `EXEC` or script sees one
-    /// time (two fenced writes in one `EXEC` pass or fail together).
-    /// Elsewhere, the wall clock (`server::now_ms`).
-    #[inline]
-    pub fn now_ms(self) -> i64 {
-        if self.flags() & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA) == 0 {
-            return super::server::now_ms();
-        }
-        super::server::command_time_ms(self)
-    }
-
     /// Is the server over `maxmemory` (with a policy that cannot free
     /// memory): the state in which it refuses `deny-oom` commands?
     pub fn out_of_memory(self) -> bool {

@@ -41,6 +41,20 @@ pub fn now_ms() -> i64 {
     }
 }
 
+/// The time a command's lease decisions use. Inside a transaction
+/// (`EXEC`) or a script (`EVAL`, `FCALL`), the server's own command time
+/// (`command_time_ms`), which stays the same for the whole of it, as the
+/// server's key expiry does: every lease decision of one `EXEC` or script
+/// sees one time (two fenced writes in one `EXEC` pass or fail together).
+/// Elsewhere, the wall clock (`now_ms`).
+#[inline]
+pub fn decision_ms(ctx: Ctx) -> i64 {
+    if ctx.flags() & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA) == 0 {
+        return now_ms();
+    }
+    command_time_ms(ctx)
+}
+
 /// The server's command time, in unix milliseconds: the cached time it set
 /// when the outermost command running now began, the time its key expiry
 /// uses for the whole of a transaction or script. Redis 7.2+ and Valkey
