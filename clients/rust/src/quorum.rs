@@ -18,7 +18,7 @@
 //! # fn main() -> Result<(), redis_lease_client::Error> {
 //! let client = QuorumClient::open(&["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"])?;
 //! if let Some(lease) = client.acquire("job", Duration::from_secs(10), Block::For(Duration::from_secs(2)))? {
-//!     // On every master that committed the token; Err(Error::Stale) if fewer than a majority ran it.
+//!     // On every master that committed the token; Err(Error::Stale) if current on fewer than a majority.
 //!     let _: () = lease.fence(redis::cmd("SET").arg("report:done").arg(1))?;
 //!     let token = lease.token(); // for a store outside Redis that keeps the highest token
 //!     lease.release()?;
