@@ -74,14 +74,36 @@ def _free_port() -> int:
     raise RuntimeError("no free port up to 55535 in 100 tries")
 
 
+_SHIM: List[str] = []
+
+
+def clock_shim() -> str:
+    """The LD_PRELOAD clock shim of tests/shim/clockshift.c (the Rust
+    harness's), compiled once per test process with the machine's C
+    compiler."""
+    if not _SHIM:
+        out = os.path.join(tempfile.mkdtemp(prefix="lease-py-shim-"), "clockshift.so")
+        src = str(ROOT / "tests/shim/clockshift.c")
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", out, src], check=True, timeout=120)
+        _SHIM.append(out)
+    return _SHIM[0]
+
+
 class Server:
     """One server process with the module, on a free port; killed at the end
-    (continued first if a test stopped it)."""
+    (continued first if a test stopped it). ``clock_shift_ms``: its wall
+    clock runs that far ahead (negative: behind), through the clock shim."""
 
-    def __init__(self, kind: str, extra: Optional[List[str]] = None) -> None:
+    def __init__(self, kind: str, extra: Optional[List[str]] = None, clock_shift_ms: Optional[int] = None) -> None:
         assert os.path.exists(MODULE), f"module not built at {MODULE} (cargo build)"
         self.kind = kind
         self.dir = tempfile.mkdtemp(prefix="lease-py-")
+        env = None
+        if clock_shift_ms is not None:
+            shift = os.path.join(self.dir, "clock-shift")
+            with open(shift, "wb") as f:
+                f.write(clock_shift_ms.to_bytes(8, "little", signed=True))
+            env = dict(os.environ, LD_PRELOAD=clock_shim(), LEASE_CLOCK_SHIFT_FILE=shift)
         last = ""
         for _ in range(3):
             self.port = _free_port()
@@ -101,6 +123,7 @@ class Server:
                     *(extra or []),
                 ],
                 cwd=self.dir,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -369,3 +392,32 @@ def calls(r: redis.Redis, cmd: str) -> int:
         if name.lower() == f"cmdstat_{cmd}":
             return int(v.get("calls", 0))
     return 0
+
+
+class Silent:
+    """A master that accepts no TCP connection: a loopback listener that
+    never accepts, its backlog 0 and filled, so that a new connect gets no
+    answer at all (its SYN is dropped) until the client's own timeout."""
+
+    def __init__(self) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(0)
+        self.port = self.listener.getsockname()[1]
+        self.queued: List[socket.socket] = []
+        # Bounded: 50 connects, the first that gets no answer ends it.
+        for _ in range(50):
+            s = socket.socket()
+            s.settimeout(0.1)
+            try:
+                s.connect(("127.0.0.1", self.port))
+            except OSError:
+                s.close()
+                break
+            self.queued.append(s)
+        assert len(self.queued) < 50, "the listener's queue never filled"
+
+    def close(self) -> None:
+        for s in self.queued:
+            s.close()
+        self.listener.close()

@@ -8,8 +8,8 @@ import time
 import pytest
 from redis import exceptions
 
-from redis_lease import Loss
-from redis_lease._common import Attempts, Batch, ReleasePlan, Schedule, release_attempts, release_failed
+from redis_lease import Loss, Outlier, StaleToken
+from redis_lease._common import Attempts, Batch, Commit, ReleasePlan, Schedule, fenced_reply, release_attempts, release_failed
 
 
 class Probe:
@@ -95,3 +95,43 @@ def test_the_retry_plans():
     assert plan.after(lost) is None
     assert Attempts(0).after(exceptions.MovedError("1 127.0.0.1:7000")) == (0.0, True)
     assert Attempts(3).after(exceptions.ResponseError("ERR")) is None
+
+
+FAR = exceptions.ResponseError(
+    "FLOOR token is more than the grace length (1000 ms, at least 1000) ahead of this server's clock (at most 5 now)"
+)
+
+
+def test_a_token_refused_as_too_far_ahead_is_left_out_and_the_next_committed():
+    ms = 1024
+    commit = Commit.first([(0, 900_000 * ms), (1, 100 * ms), (3, 300 * ms), (4, 200 * ms)], 3)
+    assert commit is not None and (commit.token, commit.on) == (900_000 * ms, [0, 1, 3, 4])
+    settled = commit.settle([900_000 * ms, FAR, FAR, FAR], lambda i: f"m{i}")
+    assert isinstance(settled, tuple)
+    nxt, outliers = settled
+    assert outliers == [Outlier(0, "m0", 900_000 * ms, 300 * ms, 899_700)]
+    assert (nxt.token, nxt.on) == (300 * ms, [1, 3, 4])
+    assert nxt.settle([300 * ms] * 3, str) == [1, 3, 4], "a majority without master 0: held"
+    # A minority refusing does not matter; too few refusing: no lease; other
+    # errors are no refusal of the token.
+    two_of_three = lambda: Commit.first([(0, 9), (1, 5), (2, 7)], 2)  # noqa: E731
+    assert two_of_three().settle([9, 9, FAR], str) == [0, 1]
+    assert two_of_three().settle([9, FAR, TimeoutError()], str) is None
+    other = exceptions.ResponseError("FLOOR is for exclusive leases: it cannot be given with LIMIT or SHARED")
+    assert two_of_three().settle([9, other, other], str) is None
+    assert Commit.first([(0, 9)], 2) is None, "no majority granted"
+
+
+def test_a_quorum_fence_raises_the_commands_error_and_stale_only_when_stale():
+    failed = exceptions.ResponseError("value is not an integer or out of range")
+    stale = exceptions.ResponseError("STALE fencing token is not the token of the lease held on this key")
+    lost = exceptions.TimeoutError("Timeout reading from socket")
+    assert fenced_reply([1, 2, lost], 2) == 1
+    with pytest.raises(exceptions.ResponseError, match="not an integer"):
+        fenced_reply([failed, failed, failed], 2)
+    with pytest.raises(exceptions.ResponseError, match="not an integer"):
+        fenced_reply([lost, failed, 3], 2)
+    with pytest.raises(StaleToken):
+        fenced_reply([stale, StaleToken("STALE x"), 3], 2)
+    with pytest.raises(StaleToken):
+        fenced_reply([failed, lost, lost], 2)

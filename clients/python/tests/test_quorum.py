@@ -16,8 +16,8 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
-from conftest import KINDS, Frozen, Server, token_of, wait_until
-from redis_lease import LeaseBusy, Loss, QuorumClient, StaleToken
+from conftest import KINDS, Frozen, Server, Silent, token_of, wait_until
+from redis_lease import LeaseBusy, Loss, Outlier, QuorumClient, StaleToken
 from redis_lease.quorum import AsyncQuorumClient
 
 
@@ -145,3 +145,183 @@ def test_the_readme_quorum_example_runs_as_written(masters, capsys):
     for m in masters:
         assert m.client().get("report:done") == b"1"
         assert token_of(m.client(), "job") is None
+
+
+@pytest.fixture(params=KINDS)
+def kind(request):
+    return request.param
+
+
+class SomeSilent:
+    """``n`` masters: real servers of ``kind``, and at the positions
+    ``silent`` masters that accept no connection."""
+
+    def __init__(self, kind, n, silent):
+        self.servers = []
+        self.ports = []
+        for i in range(n):
+            m = Silent() if i in silent else Server(kind)
+            self.servers.append(m)
+            self.ports.append(m.port)
+
+    def close(self):
+        for m in self.servers:
+            m.close()
+
+
+# The ttl of the silent-master tests, and its step timeout (a third of it:
+# the default io_timeout is longer).
+SILENT_TTL_MS = 900
+STEP = 0.3
+
+
+def test_three_of_seven_masters_silent_still_give_a_lease(kind):
+    ms = SomeSilent(kind, 7, {1, 3, 5})
+    try:
+        client = QuorumClient([redis.Redis(port=p) for p in ms.ports], watchdog=False)
+        lease = client.acquire("job", SILENT_TTL_MS, block_ms=3000)
+        assert lease is not None, "four masters answer: a majority"
+        assert sorted(lease.committed) == [0, 2, 4, 6]
+        assert lease.release()
+        client.close()
+    finally:
+        ms.close()
+
+
+def test_two_silent_masters_cost_one_step_timeout_per_acquire_and_release(kind):
+    ms = SomeSilent(kind, 5, {0, 3})
+    try:
+        client = QuorumClient([redis.Redis(port=p) for p in ms.ports], watchdog=False)
+        for _ in range(2):
+            t = time.monotonic()
+            lease = client.acquire("job", SILENT_TTL_MS)
+            took_acquire = time.monotonic() - t
+            assert lease is not None, "three of five"
+            t = time.monotonic()
+            assert lease.release()
+            took_release = time.monotonic() - t
+            print(f"2 of 5 silent ({kind}): acquire {took_acquire:.3f} s, release {took_release:.3f} s")
+            assert took_acquire < STEP * 1.5, f"acquire took {took_acquire:.3f} s: one step timeout, not one per silent master"
+            assert took_release < STEP * 1.5, f"release took {took_release:.3f} s: one step timeout, not one per silent master"
+        client.close()
+    finally:
+        ms.close()
+
+
+def test_the_asyncio_client_with_silent_masters_takes_one_step_timeout(kind):
+    async def main(ports, n_silent):
+        client = AsyncQuorumClient([aredis.Redis(port=p) for p in ports], watchdog=False)
+        for _ in range(2):
+            t = time.monotonic()
+            lease = await client.acquire("job", SILENT_TTL_MS, block_ms=3000)
+            took_acquire = time.monotonic() - t
+            assert lease is not None, f"a majority answers ({n_silent} of {len(ports)} silent)"
+            t = time.monotonic()
+            assert await lease.release()
+            took_release = time.monotonic() - t
+            assert took_acquire < STEP * 1.5 and took_release < STEP * 1.5, (took_acquire, took_release)
+        await client.close()
+
+    for n, silent in ((7, {1, 3, 5}), (5, {0, 3})):
+        ms = SomeSilent(kind, n, silent)
+        try:
+            asyncio.run(main(ms.ports, len(silent)))
+        finally:
+            ms.close()
+
+
+DAY_MS = 86_400_000
+
+
+@pytest.fixture
+def one_far_ahead(kind):
+    """Five masters, master 0's clock 400 days ahead: beyond the FLOOR bound
+    of the others (365 days once, the grace length now)."""
+    servers = [Server(kind, clock_shift_ms=400 * DAY_MS if i == 0 else None) for i in range(5)]
+    yield servers
+    for s in servers:
+        s.close()
+
+
+def check_left_out(masters, lease, seen):
+    """Committed without master 0, below its token, and master 0 reported
+    once with its address and about 400 days ahead."""
+    assert sorted(lease.committed) == [1, 2, 3, 4], "the outlier is left out"
+    assert len(seen) == 1, seen
+    o = seen[0]
+    assert isinstance(o, Outlier)
+    assert (o.master, o.addr) == (0, f"127.0.0.1:{masters[0].port}")
+    assert lease.token < o.token and o.instead == lease.token
+    assert 399 <= o.ahead_ms // DAY_MS <= 400, o
+
+
+def test_a_master_whose_clock_is_far_ahead_is_left_out_and_reported(one_far_ahead, caplog):
+    masters = one_far_ahead
+    seen = []
+    client = QuorumClient(
+        [redis.Redis(host="127.0.0.1", port=m.port) for m in masters], io_timeout=0.2, watchdog=False, on_outlier=seen.append
+    )
+    last = 0
+    with caplog.at_level("WARNING", logger="redis_lease.quorum"):
+        for n in range(3):
+            lease = client.acquire("job", 2000, block_ms=1000)
+            assert lease is not None, "a majority without the outlier"
+            check_left_out(masters, lease, seen)
+            assert lease.token > last, "tokens of successive holdings increase"
+            last = lease.token
+            lease.fence("SET", "data", n)
+            assert lease.release()
+            seen.clear()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "redis_lease.quorum"]
+    assert len(warnings) == 3 and f"127.0.0.1:{masters[0].port}" in warnings[0], warnings
+    client.close()
+
+
+def test_the_asyncio_client_leaves_out_and_reports_a_master_whose_clock_is_far_ahead(one_far_ahead):
+    masters = one_far_ahead
+
+    async def main():
+        seen = []
+        client = AsyncQuorumClient(
+            [aredis.Redis(host="127.0.0.1", port=m.port) for m in masters], io_timeout=0.2, watchdog=False, on_outlier=seen.append
+        )
+        last = 0
+        for _ in range(3):
+            lease = await client.acquire("job", 2000, block_ms=1000)
+            assert lease is not None, "a majority without the outlier"
+            check_left_out(masters, lease, seen)
+            assert lease.token > last, "tokens of successive holdings increase"
+            last = lease.token
+            assert await lease.release()
+            seen.clear()
+        await client.close()
+
+    asyncio.run(main())
+
+
+def test_a_fenced_command_that_fails_raises_its_own_error(kind):
+    servers = [Server(kind) for _ in range(3)]
+    try:
+        for s in servers:
+            s.client().set("data", "not a number")
+        client = QuorumClient([redis.Redis(host="127.0.0.1", port=s.port) for s in servers], watchdog=False)
+        with client.lease("job", 5000) as lease:
+            with pytest.raises(redis.ResponseError, match="not an integer") as e:
+                lease.fence("INCR", "data")
+            assert not isinstance(e.value, StaleToken)
+            assert lease.fence("APPEND", "data", "!") == 13, "the token is current: a command that works runs"
+        client.close()
+
+        async def main():
+            client = AsyncQuorumClient([aredis.Redis(host="127.0.0.1", port=s.port) for s in servers], watchdog=False)
+            async with client.lease("job", 5000) as lease:
+                with pytest.raises(redis.ResponseError, match="not an integer") as e:
+                    await lease.fence("INCR", "data")
+                assert not isinstance(e.value, StaleToken)
+                assert await lease.fence("APPEND", "data", "!") == 14
+            await client.close()
+
+        asyncio.run(main())
+    finally:
+        for s in servers:
+            s.close()

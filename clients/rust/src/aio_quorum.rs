@@ -12,9 +12,12 @@ use redis::{Cmd, FromRedisValue, RedisError, RedisResult};
 use tokio::sync::mpsc;
 
 use crate::aio::LossSignal;
-use crate::protocol::{check_ttl, lost_reply, release_cmd, renew_cmd, renew_every, retry_pause};
+use crate::protocol::{
+    Commit, Committed, Outlier, check_ttl, fence_outcome, lost_reply, release_cmd, renew_cmd,
+    renew_every, retry_pause,
+};
 use crate::quorum::{
-    acquire_step, committed, drift, first_renewal, granted, majority, renew_outcome,
+    OnOutlier, acquire_step, addr_of, drift, first_renewal, granted, majority, renew_outcome,
     settle_renewal, valid_until,
 };
 use crate::wire::{Conn, timed_out, within};
@@ -52,6 +55,7 @@ impl Node {
 struct Inner {
     nodes: Vec<Node>,
     opts: Options,
+    on_outlier: Option<OnOutlier>,
 }
 
 impl Inner {
@@ -65,6 +69,13 @@ impl Inner {
 
     fn all(&self) -> Vec<usize> {
         (0..self.nodes.len()).collect()
+    }
+
+    /// Calls `on_outlier` (when set) with each master left out.
+    fn report(&self, outliers: &[Outlier]) {
+        if let Some(f) = &self.on_outlier {
+            outliers.iter().for_each(|o| f(o));
+        }
     }
 
     /// `cmd` on every master of `on` at once, returning once `enough` says
@@ -170,10 +181,14 @@ impl QuorumClient {
 
     /// Leases on the masters of `clients`.
     pub fn new(clients: Vec<redis::Client>) -> QuorumClient {
-        QuorumClient::with(clients, Options::default())
+        QuorumClient::with(clients, Options::default(), None)
     }
 
-    fn with(clients: Vec<redis::Client>, opts: Options) -> QuorumClient {
+    fn with(
+        clients: Vec<redis::Client>,
+        opts: Options,
+        on_outlier: Option<OnOutlier>,
+    ) -> QuorumClient {
         let nodes = clients
             .into_iter()
             .map(|client| Node {
@@ -181,13 +196,26 @@ impl QuorumClient {
                 idle: Mutex::new(Vec::new()),
             })
             .collect();
-        QuorumClient(Arc::new(Inner { nodes, opts }))
+        QuorumClient(Arc::new(Inner {
+            nodes,
+            opts,
+            on_outlier,
+        }))
+    }
+
+    fn clients(&self) -> Vec<redis::Client> {
+        self.0.nodes.iter().map(|n| n.client.clone()).collect()
     }
 
     /// The same masters with other timeouts (new connections).
     pub fn with_options(self, opts: Options) -> QuorumClient {
-        let clients = self.0.nodes.iter().map(|n| n.client.clone()).collect();
-        QuorumClient::with(clients, opts)
+        QuorumClient::with(self.clients(), opts, self.0.on_outlier.clone())
+    }
+
+    /// As [`crate::QuorumClient::on_outlier`] (new connections). `f` runs
+    /// on the acquiring task: keep it short, and do not block in it.
+    pub fn on_outlier(self, f: impl Fn(&Outlier) + Send + Sync + 'static) -> QuorumClient {
+        QuorumClient::with(self.clients(), self.0.opts.clone(), Some(Arc::new(f)))
     }
 
     /// How many masters make a majority.
@@ -232,28 +260,34 @@ impl QuorumClient {
         let replies = inner
             .each(&all, timeout, &acquire_step(key, owner, ttl, None))
             .await;
-        let granted = granted(&all, replies);
-        if granted.len() < inner.quorum() {
-            return None;
-        }
-        let top = granted.iter().map(|&(_, t)| t).max()?;
-        let on: Vec<usize> = granted.iter().map(|&(i, _)| i).collect();
-        let replies = inner
-            .each(&on, timeout, &acquire_step(key, owner, ttl, Some(top)))
-            .await;
-        let committed = committed(&on, replies, top);
         let valid_until = valid_until(t0, ttl);
-        if committed.len() < inner.quorum() || Instant::now() >= valid_until {
+        let mut commit = Commit::new(granted(&all, replies), inner.quorum())?;
+        // At most one round per master: each leaves one out.
+        let held = loop {
+            let step = acquire_step(key, owner, ttl, Some(commit.token()));
+            let replies = inner.each(commit.on(), timeout, &step).await;
+            match commit.settle(replies, |i| addr_of(&inner.nodes[i].client)) {
+                Committed::Again(next, outliers) => {
+                    inner.report(&outliers);
+                    commit = next;
+                }
+                held => break held,
+            }
+        };
+        let Committed::Held { token, on } = held else {
+            return None;
+        };
+        if Instant::now() >= valid_until {
             return None;
         }
         Some(QuorumLease::start(
             self,
             key,
             owner,
-            top,
+            token,
             ttl,
             valid_until,
-            committed,
+            on,
         ))
     }
 }
@@ -332,20 +366,17 @@ impl QuorumLease {
         )
     }
 
-    /// `cmd` fenced with the token on every master that committed it: the
-    /// first reply of a master that ran it, or [`Error::Stale`] when fewer
-    /// than a majority ran it.
+    /// As [`crate::QuorumLease::fence`]: the first reply of a master that
+    /// ran it (the command's own error when it failed there), or
+    /// [`Error::Stale`] when the token was current on fewer than a
+    /// majority.
     pub async fn fence<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
         let inner = &self.client.0;
         let fenced = fence_cmd(&self.key, self.token, cmd);
         let replies = inner
             .each::<redis::Value>(&self.committed, inner.opts.io_timeout, &fenced)
             .await;
-        let ran: Vec<redis::Value> = replies.into_iter().filter_map(Result::ok).collect();
-        if ran.len() < inner.quorum() {
-            return Err(Error::Stale);
-        }
-        let first = ran.into_iter().next().expect("a majority ran it");
+        let first = fence_outcome(replies, inner.quorum())?;
         Ok(T::from_redis_value(first).map_err(RedisError::from)?)
     }
 

@@ -69,7 +69,7 @@ use std::time::Duration;
 mod protocol;
 pub mod quorum;
 mod sync;
-pub use quorum::{QuorumClient, QuorumLease};
+pub use quorum::{Outlier, QuorumClient, QuorumLease};
 pub use sync::{Lease, LeaseClient, LossSignal, MultiLease};
 
 #[cfg(feature = "tokio")]

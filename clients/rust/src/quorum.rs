@@ -18,7 +18,7 @@
 //! # fn main() -> Result<(), redis_lease_client::Error> {
 //! let client = QuorumClient::open(&["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"])?;
 //! if let Some(lease) = client.acquire("job", Duration::from_secs(10), Block::For(Duration::from_secs(2)))? {
-//!     // On every master that committed the token; Err(Error::Stale) if fewer than a majority ran it.
+//!     // On every master that committed the token; Err(Error::Stale) if current on fewer than a majority.
 //!     let _: () = lease.fence(redis::cmd("SET").arg("report:done").arg(1))?;
 //!     let token = lease.token(); // for a store outside Redis that keeps the highest token
 //!     lease.release()?;
@@ -32,8 +32,14 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, FromRedisValue, RedisResult};
 
-use crate::protocol::{lost_reply, release_cmd, renew_cmd, renew_every, retry_pause};
+pub use crate::protocol::Outlier;
+use crate::protocol::{
+    Commit, Committed, fence_outcome, lost_reply, release_cmd, renew_cmd, renew_every, retry_pause,
+};
 use crate::{Block, Error, Loss, LossSignal, Options, fence_cmd, new_owner};
+
+/// What `on_outlier` calls with each master left out of a commit.
+pub(crate) type OnOutlier = Arc<dyn Fn(&Outlier) + Send + Sync>;
 
 /// The clock drift allowed for a ttl: 1% of it plus 2 ms (as Redlock).
 pub fn drift(ttl: Duration) -> Duration {
@@ -75,19 +81,6 @@ pub(crate) fn granted(on: &[usize], replies: Vec<RedisResult<Option<u64>>>) -> V
         .collect()
 }
 
-/// The masters of `on` whose step 3 answered exactly `top`.
-pub(crate) fn committed(
-    on: &[usize],
-    replies: Vec<RedisResult<Option<u64>>>,
-    top: u64,
-) -> Vec<usize> {
-    on.iter()
-        .zip(replies)
-        .filter(|(_, r)| matches!(r, Ok(Some(t)) if *t == top))
-        .map(|(&i, _)| i)
-        .collect()
-}
-
 /// A renewal round from the replies in so far (`None`: not in yet) of `n`
 /// masters: `Some(true)` a majority renewed, `Some(false)` too many
 /// refused (the loss), `None` undecided.
@@ -125,6 +118,11 @@ pub(crate) fn settle_renewal(
     }
 }
 
+/// The address of a master's client: `host:port`, or a Unix socket's path.
+pub(crate) fn addr_of(client: &redis::Client) -> String {
+    client.get_connection_info().addr().to_string()
+}
+
 /// One master: its client and its idle connections.
 struct Node {
     client: redis::Client,
@@ -132,20 +130,37 @@ struct Node {
 }
 
 impl Node {
+    fn new(client: redis::Client) -> Node {
+        Node {
+            client,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
     /// Runs `cmd` within `timeout` (connect included for a new connection).
     /// A connection whose reply was lost is closed.
     fn call<T: FromRedisValue>(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<T> {
         let until = Instant::now() + timeout.max(Duration::from_millis(1));
-        self.send(cmd, timeout)
+        self.send(self.pooled(), cmd, timeout)
             .and_then(|conn| self.recv(conn, until))
     }
 
-    /// Sends `cmd` on a pooled (or new) connection without waiting for the
-    /// reply: the connection, to read it from with [`recv`](Self::recv).
-    fn send(&self, cmd: &Cmd, timeout: Duration) -> RedisResult<redis::Connection> {
+    /// An idle connection, if one is pooled.
+    fn pooled(&self) -> Option<redis::Connection> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    /// Sends `cmd` on `conn` (`None`: a new connection, opened within
+    /// `timeout`) without waiting for the reply: the connection, to read it
+    /// from with [`recv`](Self::recv).
+    fn send(
+        &self,
+        conn: Option<redis::Connection>,
+        cmd: &Cmd,
+        timeout: Duration,
+    ) -> RedisResult<redis::Connection> {
         let timeout = timeout.max(Duration::from_millis(1));
-        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let mut conn = match idle {
+        let mut conn = match conn {
             Some(c) => c,
             None => self.client.get_connection_with_timeout(timeout)?,
         };
@@ -187,6 +202,7 @@ struct Inner {
     /// Skip step 3 (the commit of `T`): only for tests that show why the
     /// step exists.
     commit: bool,
+    on_outlier: Option<OnOutlier>,
 }
 
 impl Inner {
@@ -207,16 +223,57 @@ impl Inner {
         timeout: Duration,
         cmd_for: impl Fn(usize) -> Cmd,
     ) -> Vec<RedisResult<T>> {
-        // Sent to every master first, then every reply read, on this
-        // thread: one round trip in all, with no thread per call.
+        // Sent on the idle connections first, on this thread; the masters
+        // with none connect all at once, a scoped thread each, so that
+        // masters which accept no connection cost one timeout in all, not
+        // one each; then every reply is read on this thread.
         let until = Instant::now() + timeout.max(Duration::from_millis(1));
-        let sent: Vec<_> = on
+        let mut sent: Vec<Option<RedisResult<redis::Connection>>> = on
             .iter()
-            .map(|&i| (i, self.nodes[i].send(&cmd_for(i), timeout)))
+            .map(|&i| {
+                let node = &self.nodes[i];
+                node.pooled()
+                    .map(|c| node.send(Some(c), &cmd_for(i), timeout))
+            })
             .collect();
-        sent.into_iter()
-            .map(|(i, conn)| conn.and_then(|c| self.nodes[i].recv(c, until)))
+        let new: Vec<(usize, usize, Cmd)> = on
+            .iter()
+            .enumerate()
+            .filter(|&(slot, _)| sent[slot].is_none())
+            .map(|(slot, &i)| (slot, i, cmd_for(i)))
+            .collect();
+        if !new.is_empty() {
+            thread::scope(|s| {
+                let started: Vec<_> = new
+                    .into_iter()
+                    .map(|(slot, i, cmd)| {
+                        let node = &self.nodes[i];
+                        (slot, s.spawn(move || node.send(None, &cmd, timeout)))
+                    })
+                    .collect();
+                for (slot, t) in started {
+                    sent[slot] = Some(t.join().unwrap_or_else(|_| {
+                        Err(redis::RedisError::from(std::io::Error::other(
+                            "a connecting thread panicked",
+                        )))
+                    }));
+                }
+            });
+        }
+        on.iter()
+            .zip(sent)
+            .map(|(&i, conn)| {
+                conn.expect("sent or failed")
+                    .and_then(|c| self.nodes[i].recv(c, until))
+            })
             .collect()
+    }
+
+    /// Calls `on_outlier` (when set) with each master left out.
+    fn report(&self, outliers: &[Outlier]) {
+        if let Some(f) = &self.on_outlier {
+            outliers.iter().for_each(|o| f(o));
+        }
     }
 
     /// As [`each`](Self::each), but returns as soon as `enough` says so of
@@ -289,36 +346,48 @@ impl QuorumClient {
 
     /// Leases on the masters of `clients`.
     pub fn new(clients: Vec<redis::Client>) -> QuorumClient {
-        let nodes = clients
-            .into_iter()
-            .map(|client| Node {
-                client,
-                idle: Mutex::new(Vec::new()),
-            })
-            .collect();
         QuorumClient(Arc::new(Inner {
-            nodes,
+            nodes: clients.into_iter().map(Node::new).collect(),
             opts: Options::default(),
             commit: true,
+            on_outlier: None,
         }))
+    }
+
+    /// This client's settings, on its own (new connections when it was
+    /// cloned).
+    fn unshared(self) -> Inner {
+        Arc::try_unwrap(self.0).unwrap_or_else(|a| Inner {
+            nodes: a
+                .nodes
+                .iter()
+                .map(|n| Node::new(n.client.clone()))
+                .collect(),
+            opts: a.opts.clone(),
+            commit: a.commit,
+            on_outlier: a.on_outlier.clone(),
+        })
     }
 
     /// The same client with other timeouts (`io_timeout` bounds each
     /// master's answer to one step, at most a third of the ttl).
     pub fn with_options(self, opts: Options) -> QuorumClient {
-        let inner = Arc::try_unwrap(self.0).unwrap_or_else(|a| Inner {
-            nodes: a
-                .nodes
-                .iter()
-                .map(|n| Node {
-                    client: n.client.clone(),
-                    idle: Mutex::new(Vec::new()),
-                })
-                .collect(),
-            opts: a.opts.clone(),
-            commit: a.commit,
-        });
-        QuorumClient(Arc::new(Inner { opts, ..inner }))
+        QuorumClient(Arc::new(Inner {
+            opts,
+            ..self.unshared()
+        }))
+    }
+
+    /// The same client, calling `f` with each master that an acquisition
+    /// leaves out of its commit because the others refused its token as
+    /// too far ahead of their clocks: the master's clock is wrong, and the
+    /// lease is taken without it ([`Outlier`], docs/helpers.md). `f` runs
+    /// on the acquiring thread: keep it short.
+    pub fn on_outlier(self, f: impl Fn(&Outlier) + Send + Sync + 'static) -> QuorumClient {
+        QuorumClient(Arc::new(Inner {
+            on_outlier: Some(Arc::new(f)),
+            ..self.unshared()
+        }))
     }
 
     /// Skips step 3, the commit of the highest token to a majority. Unsafe:
@@ -326,10 +395,9 @@ impl QuorumClient {
     /// for tests that show why the step exists.
     #[doc(hidden)]
     pub fn without_the_commit_step(self) -> QuorumClient {
-        let inner = Arc::try_unwrap(self.0).unwrap_or_else(|_| panic!("clone-free client only"));
         QuorumClient(Arc::new(Inner {
             commit: false,
-            ..inner
+            ..self.unshared()
         }))
     }
 
@@ -378,36 +446,41 @@ impl QuorumClient {
         let t0 = Instant::now();
         let all = inner.all();
         let replies = inner.each(&all, timeout, |_| acquire_step(key, owner, ttl, None));
-        let granted = granted(&all, replies);
-        if granted.len() < inner.quorum() {
-            return Ok(None);
-        }
-        let top = granted
-            .iter()
-            .map(|&(_, t)| t)
-            .max()
-            .expect("a majority granted");
-        let on: Vec<usize> = granted.iter().map(|&(i, _)| i).collect();
-        let committed = match inner.commit {
-            true => committed(
-                &on,
-                inner.each(&on, timeout, |_| acquire_step(key, owner, ttl, Some(top))),
-                top,
-            ),
-            false => on,
-        };
         let valid_until = valid_until(t0, ttl);
-        if committed.len() < inner.quorum() || Instant::now() >= valid_until {
+        let Some(mut commit) = Commit::new(granted(&all, replies), inner.quorum()) else {
+            return Ok(None);
+        };
+        let held = match inner.commit {
+            false => commit.skipped(),
+            // At most one round per master: each leaves one out.
+            true => loop {
+                let token = commit.token();
+                let replies = inner.each(commit.on(), timeout, |_| {
+                    acquire_step(key, owner, ttl, Some(token))
+                });
+                match commit.settle(replies, |i| addr_of(&inner.nodes[i].client)) {
+                    Committed::Again(next, outliers) => {
+                        inner.report(&outliers);
+                        commit = next;
+                    }
+                    held => break held,
+                }
+            },
+        };
+        let Committed::Held { token, on } = held else {
+            return Ok(None);
+        };
+        if Instant::now() >= valid_until {
             return Ok(None);
         }
         Ok(Some(QuorumLease::start(
             self,
             key,
             owner,
-            top,
+            token,
             ttl,
             valid_until,
-            committed,
+            on,
         )))
     }
 }
@@ -504,17 +577,15 @@ impl QuorumLease {
 
     /// `cmd` fenced with the token on every master that committed it
     /// (`LEASE.FENCE key T cmd`): the first reply of a master that ran it,
-    /// or [`Error::Stale`] when fewer than a majority ran it.
+    /// which is the command's own error ([`Error::Redis`]) when it failed
+    /// there, or [`Error::Stale`] when the token was current on fewer than
+    /// a majority (docs/helpers.md).
     pub fn fence<T: FromRedisValue + Send>(&self, cmd: &Cmd) -> Result<T, Error> {
         let inner = &self.client.0;
         let fenced = fence_cmd(&self.key, self.token, cmd);
         let replies =
             inner.each::<redis::Value>(&self.committed, inner.opts.io_timeout, |_| fenced.clone());
-        let ran: Vec<redis::Value> = replies.into_iter().filter_map(Result::ok).collect();
-        if ran.len() < inner.quorum() {
-            return Err(Error::Stale);
-        }
-        let first = ran.into_iter().next().expect("a majority ran it");
+        let first = fence_outcome(replies, inner.quorum())?;
         Ok(T::from_redis_value(first).map_err(redis::RedisError::from)?)
     }
 

@@ -14,6 +14,7 @@
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,7 +22,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{ClockShift, Link, Opts, Server, info_int, wait_until};
-use redis_lease_client::{Block, Options, QuorumClient};
+use redis_lease_client::{Block, Error, Options, Outlier, QuorumClient};
+use support::Silent;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 const N: usize = 5;
@@ -503,6 +505,222 @@ both! {
                     "master {i}: {list}"
                 );
             }
+            assert!(lease.release().await.unwrap());
+        });
+    }
+}
+
+/// `n` masters: real servers of `kind`, and at the positions `silent`
+/// masters that accept no connection; their URLs in order, and what keeps
+/// them up.
+fn some_silent(
+    kind: common::Kind,
+    n: usize,
+    silent: &[usize],
+) -> (Vec<String>, Vec<Server>, Vec<Silent>) {
+    let (mut urls, mut servers, mut quiet) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..n {
+        if silent.contains(&i) {
+            let s = Silent::start();
+            urls.push(s.url());
+            quiet.push(s);
+        } else {
+            let s = Server::start(kind);
+            urls.push(format!("redis://127.0.0.1:{}/", s.port));
+            servers.push(s);
+        }
+    }
+    (urls, servers, quiet)
+}
+
+/// The ttl of the silent-master tests, and its step timeout (a third of
+/// it: the default `io_timeout` is longer).
+const SILENT_TTL: Duration = Duration::from_millis(900);
+const STEP: Duration = Duration::from_millis(300);
+
+/// One day of wall clock, in ms.
+const DAY_MS: i64 = 86_400_000;
+
+/// Five masters, master 0's clock 400 days ahead: beyond the `FLOOR`
+/// bound of the others (365 days once, the grace length now).
+fn one_far_ahead(kind: common::Kind) -> (Masters, ClockShift) {
+    let shift = ClockShift::new(400 * DAY_MS);
+    (Masters::start(kind, "0", Some(&shift)), shift)
+}
+
+/// What an acquisition with master 0 far ahead must show: committed
+/// without it, the token below its token, and it reported once with its
+/// address and about 400 days ahead.
+fn check_left_out(masters: &Masters, token: u64, committed: &[usize], seen: &[Outlier]) {
+    assert_eq!(committed, &[1, 2, 3, 4], "the outlier is left out");
+    let [o] = seen else {
+        panic!("one report: {seen:?}")
+    };
+    assert_eq!(o.master, 0);
+    assert_eq!(o.addr, format!("127.0.0.1:{}", masters.relays[0].port));
+    assert!(
+        token < o.token,
+        "committed {token} below the outlier's {}",
+        o.token
+    );
+    assert_eq!(o.instead, token);
+    let days = o.ahead.as_secs() / 86_400;
+    assert!((399..=401).contains(&days), "{:?} ahead", o.ahead);
+}
+
+fn incr_on_a_string(masters: &[Server]) {
+    for s in masters {
+        common::ok(&mut s.conn(), &["SET", "data", "not a number"]);
+    }
+}
+
+compat! {
+    fn three_of_seven_masters_silent_still_give_a_lease(kind) {
+        let (urls, _servers, _silent) = some_silent(kind, 7, &[1, 3, 5]);
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let client = QuorumClient::open(&urls).unwrap().with_options(Options { watchdog: false, ..Options::default() });
+        let t = Instant::now();
+        let lease = client.acquire("job", SILENT_TTL, Block::For(MS(3000))).unwrap();
+        eprintln!("3 of 7 silent ({kind:?}): acquire {:?} -> {:?}", t.elapsed(), lease.as_ref().map(|l| l.committed().to_vec()));
+        let lease = lease.expect("four masters answer: a majority");
+        assert_eq!(lease.committed(), &[0, 2, 4, 6]);
+        assert!(lease.release().unwrap());
+    }
+
+    fn two_silent_masters_cost_one_step_timeout_per_acquire_and_release(kind) {
+        let (urls, _servers, _silent) = some_silent(kind, 5, &[0, 3]);
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let client = QuorumClient::open(&urls).unwrap().with_options(Options { watchdog: false, ..Options::default() });
+        for round in 0..2 {
+            let t = Instant::now();
+            let lease = client.acquire("job", SILENT_TTL, Block::NoWait).unwrap().expect("three of five");
+            let acquire = t.elapsed();
+            let t = Instant::now();
+            assert!(lease.release().unwrap());
+            let release = t.elapsed();
+            eprintln!("2 of 5 silent ({kind:?}), round {round}: acquire {acquire:?}, release {release:?} (step timeout {STEP:?})");
+            assert!(acquire < STEP * 3 / 2, "acquire took {acquire:?}: one step timeout, not one per silent master");
+            assert!(release < STEP * 3 / 2, "release took {release:?}: one step timeout, not one per silent master");
+        }
+    }
+
+    fn a_master_whose_clock_is_far_ahead_is_left_out_and_reported(kind) {
+        let (masters, _shift) = one_far_ahead(kind);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let client = masters.client().on_outlier(move |o| s.lock().unwrap().push(o.clone()));
+        let mut last = 0;
+        for round in 0..3 {
+            let lease = client.acquire("job", MS(2000), Block::For(MS(1000))).unwrap().expect("a majority without the outlier");
+            let seen: Vec<Outlier> = seen.lock().unwrap().drain(..).collect();
+            eprintln!("clock far ahead ({kind:?}), round {round}: token {} on {:?}, reported {seen:?}", lease.token(), lease.committed());
+            check_left_out(&masters, lease.token(), lease.committed(), &seen);
+            assert!(lease.token() > last, "tokens of successive holdings increase: {last} then {}", lease.token());
+            last = lease.token();
+            let _: () = lease.fence(redis::cmd("SET").arg("data").arg(round)).unwrap();
+            assert!(lease.release().unwrap());
+        }
+    }
+
+    fn a_fenced_command_that_fails_reports_its_own_error(kind) {
+        let servers: Vec<Server> = (0..3).map(|_| Server::start(kind)).collect();
+        incr_on_a_string(&servers);
+        let urls: Vec<String> = servers.iter().map(|s| format!("redis://127.0.0.1:{}/", s.port)).collect();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let client = QuorumClient::open(&urls).unwrap().with_options(Options { watchdog: false, ..Options::default() });
+        let lease = client.acquire("job", MS(5000), Block::NoWait).unwrap().expect("free");
+        match lease.fence::<i64>(redis::cmd("INCR").arg("data")) {
+            Err(Error::Redis(e)) => assert!(e.to_string().contains("not an integer"), "{e}"),
+            other => panic!("the command's error, not {other:?}"),
+        }
+        // The token is current: a command that works runs everywhere.
+        let n: i64 = lease.fence(redis::cmd("APPEND").arg("data").arg("!")).unwrap();
+        assert_eq!(n, 13);
+        assert!(lease.release().unwrap());
+    }
+}
+
+#[cfg(feature = "tokio")]
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[cfg(feature = "tokio")]
+both! {
+    fn the_async_client_with_three_of_seven_masters_silent_still_gets_a_lease(kind) {
+        use redis_lease_client::aio::QuorumClient as AsyncQuorumClient;
+        let (urls, _servers, _silent) = some_silent(kind, 7, &[1, 3, 5]);
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let client = AsyncQuorumClient::open(&urls).unwrap().with_options(Options { watchdog: false, ..Options::default() });
+        runtime().block_on(async {
+            let lease = client.acquire("job", SILENT_TTL, Block::For(MS(3000))).await.unwrap().expect("four masters answer");
+            assert_eq!(lease.committed(), &[0, 2, 4, 6]);
+            assert!(lease.release().await.unwrap());
+        });
+    }
+
+    fn the_async_client_with_two_silent_masters_takes_one_step_timeout(kind) {
+        use redis_lease_client::aio::QuorumClient as AsyncQuorumClient;
+        let (urls, _servers, _silent) = some_silent(kind, 5, &[0, 3]);
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let client = AsyncQuorumClient::open(&urls).unwrap().with_options(Options { watchdog: false, ..Options::default() });
+        runtime().block_on(async {
+            for round in 0..2 {
+                let t = Instant::now();
+                let lease = client.acquire("job", SILENT_TTL, Block::NoWait).await.unwrap().expect("three of five");
+                let acquire = t.elapsed();
+                let t = Instant::now();
+                assert!(lease.release().await.unwrap());
+                let release = t.elapsed();
+                eprintln!("async, 2 of 5 silent ({kind:?}), round {round}: acquire {acquire:?}, release {release:?}");
+                assert!(acquire < STEP * 3 / 2 && release < STEP * 3 / 2, "one step timeout each");
+            }
+        });
+    }
+
+    fn the_async_client_leaves_out_and_reports_a_master_whose_clock_is_far_ahead(kind) {
+        use redis_lease_client::aio::QuorumClient as AsyncQuorumClient;
+        let (masters, _shift) = one_far_ahead(kind);
+        let urls: Vec<String> = masters.relays.iter().map(|r| format!("redis://127.0.0.1:{}/", r.port)).collect();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let client = AsyncQuorumClient::open(&urls)
+            .unwrap()
+            .with_options(Options { io_timeout: MS(100), watchdog: false, ..Options::default() })
+            .on_outlier(move |o| s.lock().unwrap().push(o.clone()));
+        runtime().block_on(async {
+            let mut last = 0;
+            for _ in 0..3 {
+                let lease = client.acquire("job", MS(2000), Block::For(MS(1000))).await.unwrap().expect("a majority without the outlier");
+                let seen: Vec<Outlier> = seen.lock().unwrap().drain(..).collect();
+                check_left_out(&masters, lease.token(), lease.committed(), &seen);
+                assert!(lease.token() > last, "tokens of successive holdings increase");
+                last = lease.token();
+                assert!(lease.release().await.unwrap());
+            }
+        });
+    }
+
+    fn the_async_fence_of_a_command_that_fails_reports_its_own_error(kind) {
+        use redis_lease_client::aio::QuorumClient as AsyncQuorumClient;
+        let servers: Vec<Server> = (0..3).map(|_| Server::start(kind)).collect();
+        incr_on_a_string(&servers);
+        let urls: Vec<String> = servers.iter().map(|s| format!("redis://127.0.0.1:{}/", s.port)).collect();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let client = AsyncQuorumClient::open(&urls).unwrap().with_options(Options { watchdog: false, ..Options::default() });
+        runtime().block_on(async {
+            let lease = client.acquire("job", MS(5000), Block::NoWait).await.unwrap().expect("free");
+            match lease.fence::<i64>(redis::cmd("INCR").arg("data")).await {
+                Err(Error::Redis(e)) => assert!(e.to_string().contains("not an integer"), "{e}"),
+                other => panic!("the command's error, not {other:?}"),
+            }
+            let n: i64 = lease.fence(redis::cmd("APPEND").arg("data").arg("!")).await.unwrap();
+            assert_eq!(n, 13);
             assert!(lease.release().await.unwrap());
         });
     }

@@ -33,7 +33,7 @@ from ._common import (
 )
 from ._sync import Lease, LeaseClient, LossSignal, MultiLease
 from .lock import Lock
-from .quorum import QuorumClient, QuorumLease
+from .quorum import Outlier, QuorumClient, QuorumLease
 
 __all__ = [
     "FOREVER",
@@ -48,6 +48,7 @@ __all__ = [
     "Loss",
     "LossSignal",
     "MultiLease",
+    "Outlier",
     "QuorumClient",
     "QuorumLease",
     "SharedWrite",

@@ -130,16 +130,25 @@ class _Pool:
         open (one the server closed while idle is replaced: nothing sent on
         it would reach the server, so a new one is safe, for a fence too),
         else a new one."""
+        node, conn = self.idle(key)
+        return node, conn if conn is not None else self.connect(key, timeout)
+
+    def idle(self, key: Any) -> Tuple[Any, Optional[Conn]]:
+        """``(node, an idle connection still open)`` for a call on ``key``, or
+        ``(node, None)`` when there is none."""
         node = self._target.node(key)
         while True:
             with self._lock:
                 idle = self._idle.get(node)
                 conn = idle.pop() if idle else None
-            if conn is None:
-                return node, self._target.connect(key, timeout)
-            if _usable(conn):
+            if conn is None or _usable(conn):
                 return node, conn
             _close(conn)
+
+    def connect(self, key: Any, timeout: Optional[float] = None) -> Conn:
+        """A new connection for a call on ``key`` (``timeout`` bounds every
+        wait on it, connect included)."""
+        return self._target.connect(key, timeout)
 
     def give(self, node: Any, conn: Conn) -> None:
         with self._lock:

@@ -24,10 +24,11 @@ majority renews. Each master must run its grace period after a restart
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from types import TracebackType
 from typing import Any, Awaitable, Callable, List, Optional, Sequence, Tuple, Type
 
@@ -36,18 +37,23 @@ import redis.asyncio as aredis
 
 from . import _sync, aio
 from ._common import (
+    Commit,
     LeaseBusy,
     LeaseLost,
     Loss,
-    StaleToken,
+    Outlier,
     check_ttl,
+    fenced_reply,
     lost_during,
     new_owner,
     renew_every,
     retry_pause,
 )
 
-__all__ = ["QuorumClient", "QuorumLease", "AsyncQuorumClient", "AsyncQuorumLease", "drift"]
+__all__ = ["QuorumClient", "QuorumLease", "AsyncQuorumClient", "AsyncQuorumLease", "Outlier", "drift"]
+
+#: Where the outliers are reported (a warning each): ``redis_lease.quorum``.
+log = logging.getLogger(__name__)
 
 
 def drift(ttl_ms: int) -> float:
@@ -80,11 +86,6 @@ def _granted(replies: Sequence[Any]) -> List[Tuple[int, int]]:
     return [(i, int(r)) for i, r in enumerate(replies) if isinstance(r, int) and not isinstance(r, bool)]
 
 
-def _committed(on: Sequence[int], replies: Sequence[Any], top: int) -> List[int]:
-    """The masters of ``on`` that answered exactly ``top``."""
-    return [i for i, r in zip(on, replies) if isinstance(r, int) and r == top]
-
-
 def _renew_decided(replies: Sequence[Any], n: int) -> bool:
     """Is a renewal decided by the replies in so far (None: not yet in)? A
     majority renewed, or too many refused: no need to wait for the rest."""
@@ -101,13 +102,24 @@ def _renew_outcome(replies: Sequence[Any], n: int) -> Optional[bool]:
     return None
 
 
-def _fenced_reply(replies: Sequence[Any], n_quorum: int) -> Any:
-    """The first reply of a master that ran the fenced command, or
-    :class:`StaleToken` when fewer than a majority ran it."""
-    ran = [r for r in replies if not isinstance(r, BaseException)]
-    if len(ran) < n_quorum:
-        raise StaleToken("STALE the quorum token is not current on a majority; the command ran on fewer")
-    return ran[0]
+def _addr(client: Any) -> str:
+    """A master's address: ``host:port``, or a Unix socket's path."""
+    kwargs = client.connection_pool.connection_kwargs
+    if kwargs.get("path"):
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def _report(outliers: List[Outlier], on_outlier: Optional[Callable[[Outlier], None]]) -> None:
+    """Each master left out of a commit: a warning on :data:`log`, and
+    ``on_outlier`` when given."""
+    for o in outliers:
+        log.warning(
+            "quorum master %d (%s) left out: its token is %d ms of clock ahead of what the others accept; its clock is wrong",
+            o.master, o.addr, o.ahead_ms,
+        )
+        if on_outlier is not None:
+            on_outlier(o)
 
 
 class QuorumClient:
@@ -117,13 +129,27 @@ class QuorumClient:
     - ``io_timeout``: how long one master may take to answer one step (at
       most a third of the ttl). Default 5.
     - ``watchdog``: renew in the background. Default True.
+    - ``on_outlier``: called with an :class:`Outlier` for each master that an
+      acquisition leaves out because the others refused its token as too far
+      ahead of their clocks (each is also a warning on the
+      ``redis_lease.quorum`` logger). Runs on the acquiring thread.
     """
 
-    def __init__(self, clients: Sequence[redis.Redis], *, io_timeout: float = 5.0, watchdog: bool = True) -> None:
+    def __init__(
+        self,
+        clients: Sequence[redis.Redis],
+        *,
+        io_timeout: float = 5.0,
+        watchdog: bool = True,
+        on_outlier: Optional[Callable[[Outlier], None]] = None,
+    ) -> None:
         self._pools = [_sync._Pool(_sync._Target(c, io_timeout)) for c in clients]
-        self._executor = ThreadPoolExecutor(max_workers=len(self._pools), thread_name_prefix="quorum")
+        self._addrs = [_addr(c) for c in clients]
+        # Room for a step's connects while a renewal's slow calls finish.
+        self._executor = ThreadPoolExecutor(max_workers=2 * len(self._pools), thread_name_prefix="quorum")
         self.io_timeout = io_timeout
         self.watchdog = watchdog
+        self.on_outlier = on_outlier
         self.quorum = _quorum(len(self._pools))
         self._commit = True
 
@@ -131,17 +157,28 @@ class QuorumClient:
         """``args(i)`` on every master ``i`` of ``on`` at once: each reply, or
         the exception it raised."""
 
-        # Sent to every master first, then every reply read, on this thread:
-        # one round trip in all, no thread per call.
+        # Sent on the idle connections first, on this thread; the masters
+        # with none connect all at once on the executor, so that masters
+        # which accept no connection cost one timeout in all, not one each;
+        # then every reply is read on this thread.
         end = time.monotonic() + timeout
-        sent: List[Any] = []
-        for i in on:
+
+        def send(i: int, node: Any, conn: Optional[_sync.Conn]) -> Tuple[int, Any, Any]:
             try:
-                node, conn = self._pools[i].take(None, timeout)
+                if conn is None:
+                    conn = self._pools[i].connect(None, timeout)
                 conn.send_command(*args(i))
-                sent.append((i, node, conn))
+                return i, node, conn
             except Exception as e:
-                sent.append((i, None, e))
+                if conn is not None:
+                    _sync._close(conn)
+                return i, None, e
+
+        pending: List[Any] = []
+        for i in on:
+            node, conn = self._pools[i].idle(None)
+            pending.append(send(i, node, conn) if conn is not None else self._executor.submit(send, i, node, None))
+        sent = [p.result() if isinstance(p, Future) else p for p in pending]
         replies: List[Any] = []
         for i, node, conn in sent:
             if isinstance(conn, BaseException):
@@ -218,19 +255,22 @@ class QuorumClient:
         timeout = _node_timeout(self.io_timeout, ttl_ms)
         t0 = time.monotonic()
         valid_until = t0 + ttl_ms / 1000 - drift(ttl_ms)
-        granted = _granted(self._each(self._all(), lambda _: _acquire_args(key, owner, ttl_ms, None), timeout))
-        if len(granted) < self.quorum:
+        commit = Commit.first(_granted(self._each(self._all(), lambda _: _acquire_args(key, owner, ttl_ms, None), timeout)), self.quorum)
+        if commit is None:
             return None
-        top = max(t for _, t in granted)
-        on = [i for i, _ in granted]
-        if self._commit:
-            replies = self._each(on, lambda _: _acquire_args(key, owner, ttl_ms, top), timeout)
-            committed = _committed(on, replies, top)
-        else:
-            committed = on
-        if len(committed) < self.quorum or time.monotonic() >= valid_until:
+        committed: Optional[List[int]] = commit.on
+        # At most one round per master: each leaves one out.
+        while self._commit:
+            token = commit.token
+            settled = commit.settle(self._each(commit.on, lambda _: _acquire_args(key, owner, ttl_ms, token), timeout), self._addrs.__getitem__)
+            if not isinstance(settled, tuple):
+                committed = settled
+                break
+            commit, outliers = settled
+            _report(outliers, self.on_outlier)
+        if committed is None or time.monotonic() >= valid_until:
             return None
-        return QuorumLease(self, key, owner, top, ttl_ms, valid_until, committed)
+        return QuorumLease(self, key, owner, commit.token, ttl_ms, valid_until, committed)
 
     def lease(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> "QuorumLease":
         """For ``with``: acquires now (:class:`LeaseBusy` when no majority
@@ -332,9 +372,11 @@ class QuorumLease(_QuorumCore):
     def fence(self, *command: Any) -> Any:
         """``LEASE.FENCE key token command...`` on every master that committed
         the token: the first reply of a master that ran it, or
-        :class:`StaleToken` when fewer than a majority ran it."""
+        :class:`StaleToken` when the token was current on fewer than a
+        majority; a command that failed where it ran raises the server's
+        error for it (docs/helpers.md)."""
         c = self._client
-        return _fenced_reply(c._each(self.committed, lambda _: self._fence_args(command), c.io_timeout), c.quorum)
+        return fenced_reply(c._each(self.committed, lambda _: self._fence_args(command), c.io_timeout), c.quorum)
 
     def release(self) -> bool:
         """Gives the lease back on every master: True when a majority
@@ -359,11 +401,20 @@ class QuorumLease(_QuorumCore):
 class AsyncQuorumClient:
     """:class:`QuorumClient` for asyncio, on ``redis.asyncio.Redis`` clients."""
 
-    def __init__(self, clients: Sequence[aredis.Redis], *, io_timeout: float = 5.0, watchdog: bool = True) -> None:
+    def __init__(
+        self,
+        clients: Sequence[aredis.Redis],
+        *,
+        io_timeout: float = 5.0,
+        watchdog: bool = True,
+        on_outlier: Optional[Callable[[Outlier], None]] = None,
+    ) -> None:
         self._pools = [aio._Pool(aio._Target(c, io_timeout)) for c in clients]
+        self._addrs = [_addr(c) for c in clients]
         self._stragglers: "set[asyncio.Task[Any]]" = set()
         self.io_timeout = io_timeout
         self.watchdog = watchdog
+        self.on_outlier = on_outlier
         self.quorum = _quorum(len(self._pools))
 
     async def _each(self, on: Sequence[int], args: Callable[[int], Tuple[Any, ...]], timeout: float) -> List[Any]:
@@ -428,16 +479,21 @@ class AsyncQuorumClient:
         t0 = time.monotonic()
         valid_until = t0 + ttl_ms / 1000 - drift(ttl_ms)
         replies = await self._each(self._all(), lambda _: _acquire_args(key, owner, ttl_ms, None), timeout)
-        granted = _granted(replies)
-        if len(granted) < self.quorum:
+        commit = Commit.first(_granted(replies), self.quorum)
+        if commit is None:
             return None
-        top = max(t for _, t in granted)
-        on = [i for i, _ in granted]
-        replies = await self._each(on, lambda _: _acquire_args(key, owner, ttl_ms, top), timeout)
-        committed = _committed(on, replies, top)
-        if len(committed) < self.quorum or time.monotonic() >= valid_until:
+        # At most one round per master: each leaves one out.
+        while True:
+            token = commit.token
+            replies = await self._each(commit.on, lambda _: _acquire_args(key, owner, ttl_ms, token), timeout)
+            settled = commit.settle(replies, self._addrs.__getitem__)
+            if not isinstance(settled, tuple):
+                break
+            commit, outliers = settled
+            _report(outliers, self.on_outlier)
+        if settled is None or time.monotonic() >= valid_until:
             return None
-        return AsyncQuorumLease(self, key, owner, top, ttl_ms, valid_until, committed)
+        return AsyncQuorumLease(self, key, owner, commit.token, ttl_ms, valid_until, settled)
 
     def lease(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> "_AsyncQuorumContext":
         """``async with client.lease(...) as lease:`` as the sync one."""
@@ -484,7 +540,7 @@ class AsyncQuorumLease(_QuorumCore):
 
     async def fence(self, *command: Any) -> Any:
         c = self._client
-        return _fenced_reply(await c._each(self.committed, lambda _: self._fence_args(command), c.io_timeout), c.quorum)
+        return fenced_reply(await c._each(self.committed, lambda _: self._fence_args(command), c.io_timeout), c.quorum)
 
     async def release(self) -> bool:
         if not self._start_release():

@@ -175,3 +175,41 @@ pub fn competitor(s: &Server, key: &str, within: Duration) -> thread::JoinHandle
         None
     })
 }
+
+/// A master that accepts no TCP connection: a loopback listener that never
+/// accepts, its backlog shrunk to nothing and filled, so that a new
+/// connect gets no answer at all (its SYN is dropped) until the client's
+/// own timeout.
+pub struct Silent {
+    pub port: u16,
+    _listener: TcpListener,
+    _queued: Vec<TcpStream>,
+}
+
+impl Silent {
+    pub fn start() -> Silent {
+        use std::os::fd::AsRawFd;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("silent bind");
+        // std listens with a backlog of 128: listen again with 0.
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        let addr = listener.local_addr().unwrap();
+        // Bounded: 50 connects, the first that gets no answer ends it.
+        let mut queued = Vec::new();
+        for _ in 0..50 {
+            match TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
+                Ok(s) => queued.push(s),
+                Err(_) => break,
+            }
+        }
+        assert!(queued.len() < 50, "the listener's queue never filled");
+        Silent {
+            port: addr.port(),
+            _listener: listener,
+            _queued: queued,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
