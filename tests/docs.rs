@@ -6,6 +6,8 @@
 //! src/module/ffi/register.rs is the one source; a change there that the
 //! docs do not follow fails here. Likewise every `lease.*` config of a
 //! server is a row of docs/configuration.md, with its default and bounds.
+//! And the checkable claims about the files of deploy/ (bind, protected
+//! mode, passwords, `dir`) and about `LEASE.GATE` in `INFO commandstats`.
 mod common;
 use common::*;
 
@@ -234,5 +236,123 @@ both! {
             }
             ok(&mut c, &["CONFIG", "SET", &full, &default.to_string()]);
         }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The production files of deploy/ (docs/operations.md, "Network and
+// passwords"): what they promise an operator who copies them.
+
+const DATA_NODE_FILES: [&str; 3] = [
+    "deploy/standalone.conf",
+    "deploy/sentinel/node.conf",
+    "deploy/cluster/node.conf",
+];
+const SENTINEL_FILE: &str = "deploy/sentinel/sentinel.conf";
+
+fn setting_lines(text: &str, name: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.split_whitespace().next() == Some(name))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn deploy_files_listen_on_loopback_with_protected_mode_on() {
+    for rel in DATA_NODE_FILES.iter().chain([&SENTINEL_FILE]) {
+        let text = doc_page(rel);
+        assert_eq!(
+            setting_lines(&text, "bind"),
+            ["bind 127.0.0.1 -::1"],
+            "{rel}: one bind line, loopback as shipped"
+        );
+        assert_eq!(
+            setting_lines(&text, "protected-mode"),
+            ["protected-mode yes"],
+            "{rel}"
+        );
+    }
+}
+
+#[test]
+fn deploy_files_give_one_password_to_nodes_replication_and_sentinels() {
+    // Commented out as shipped, with one placeholder everywhere: clients,
+    // replication (any node may become the master) and Sentinel.
+    let has = |rel: &str, line: &str| {
+        assert!(
+            doc_page(rel).lines().any(|l| l == line),
+            "{rel} has no line {line:?}"
+        );
+    };
+    for rel in DATA_NODE_FILES {
+        has(rel, "# requirepass <password>");
+    }
+    for rel in &DATA_NODE_FILES[1..] {
+        has(rel, "# masterauth <password>");
+    }
+    has(SENTINEL_FILE, "# sentinel auth-pass leases <password>");
+    let ops = doc_page("docs/operations.md");
+    assert!(ops.contains("## Network and passwords"), "operations.md");
+}
+
+#[test]
+fn every_deploy_dir_is_created_before_the_first_start() {
+    let ops = doc_page("docs/operations.md");
+    for rel in DATA_NODE_FILES.iter().chain([&SENTINEL_FILE]) {
+        let text = doc_page(rel);
+        let dirs = setting_lines(&text, "dir");
+        assert_eq!(dirs.len(), 1, "{rel}: one dir line");
+        let dir = dirs[0].split_whitespace().nth(1).unwrap().to_string();
+        let mkdir = format!("install -d -o redis -g redis -m 750 {dir}");
+        assert!(text.contains(&mkdir), "{rel}: no {mkdir:?} before its dir");
+        assert!(ops.contains(&mkdir), "operations.md: no {mkdir:?}");
+    }
+}
+
+/// `calls=` of `cmdstat_LEASE.GATE` (0 when the line is missing), and
+/// whether a line for it in another case exists.
+fn gate_calls(c: &mut redis::Connection) -> (i64, bool) {
+    let stats = ok_text(c, &["INFO", "commandstats"]);
+    let calls = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_LEASE.GATE:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0);
+    let other_case = stats.lines().any(|l| {
+        l.to_lowercase().starts_with("cmdstat_lease.gate:") && !l.starts_with("cmdstat_LEASE.GATE:")
+    });
+    (calls, other_case)
+}
+
+both! {
+    // docs/internals.md, "LEASE.GATE": what INFO commandstats shows of the
+    // grace period's write probe.
+    fn lease_gate_shows_upper_case_in_commandstats_and_not_while_the_grace_is_paused(kind) {
+        // A first start (no data) runs a grace period, paused: no good
+        // replica for min-replicas-to-write 1.
+        let s = Server::start_with(
+            kind,
+            Opts::default()
+                .module_args(&["grace-ms", "5000"])
+                .extra(&["--min-replicas-to-write", "1"]),
+        );
+        let mut c = s.conn();
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        assert_eq!(info_field(&mut c, "lease_grace_paused").as_deref(), Some("1"));
+        assert_eq!(gate_calls(&mut c), (0, false), "{kind:?}: probes while paused (NOREPLICAS)");
+        // Counting: about ten a second.
+        assert_eq!(ok(&mut c, &["CONFIG", "SET", "min-replicas-to-write", "0"]), Value::Okay);
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        assert_eq!(info_field(&mut c, "lease_grace_paused").as_deref(), Some("0"));
+        let (counting, other_case) = gate_calls(&mut c);
+        assert!(!other_case, "{kind:?}: LEASE.GATE in another case");
+        assert!((5..=15).contains(&counting), "{kind:?}: {counting} probes in 1 s of a counting grace");
+        // Writes paused: the look makes no call.
+        assert_eq!(ok(&mut c, &["CLIENT", "PAUSE", "1000", "WRITE"]), Value::Okay);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let before = gate_calls(&mut c).0;
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        assert_eq!(gate_calls(&mut c).0, before, "{kind:?}: probes while writes are paused");
+        assert!(info_int(&mut c, "lease_grace_remaining_ms") > 0, "{kind:?}: the grace ended too soon");
     }
 }

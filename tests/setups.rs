@@ -6,11 +6,13 @@
 //!    survive the crash.
 //! 2. `deploy/sentinel/`: a master and two replicas from `node.conf`, three
 //!    Sentinels from `sentinel.conf`, and a `SENTINEL FAILOVER` while a
-//!    holder renews its lease through Sentinel. The new master runs a grace
-//!    period (reason `promoted`), the holder gets a larger token after it,
+//!    holder renews its lease through Sentinel, to the replica given the
+//!    lowest `replica-priority` (docs/operations.md, "With Sentinel"). The
+//!    new master runs a grace period (reason `promoted`), the holder gets a
+//!    larger token after it, a newcomer gets new leases again,
 //!    and Sentinel's `CONFIG REWRITE` writes the nodes' lease settings into
-//!    their files. The test prints what the failover cost the holder
-//!    (docs/operations.md, "What a failover costs").
+//!    their files. The test prints what the failover cost the holder and
+//!    the newcomer (docs/operations.md, "What a failover costs").
 //! 3. `deploy/cluster/node.conf`: three masters and three replicas, and a
 //!    `CLUSTER FAILOVER` (no FORCE) under a holder: the holder never loses
 //!    its lease, the new master runs a grace period for new leases.
@@ -291,6 +293,25 @@ fn sentinel_failover(kind: Kind) {
         sentinels[0].log_tail(20)
     );
 
+    // The switchover's target, chosen as docs/operations.md says: the
+    // lowest `replica-priority` (the default is 100), seen by every
+    // Sentinel (they read it from the replica's INFO, every 10 s).
+    let target = nodes[2].port;
+    assert_eq!(
+        ok(
+            &mut nodes[2].conn(),
+            &["CONFIG", "SET", "replica-priority", "10"]
+        ),
+        Value::Okay
+    );
+    assert!(
+        wait_until(Duration::from_secs(25), || sentinels
+            .iter()
+            .all(|s| s.replicas().get(&target).is_some_and(|(_, p)| p == "10"))),
+        "the sentinels never saw the target's replica-priority: {:?}",
+        sentinels.iter().map(|s| s.replicas()).collect::<Vec<_>>()
+    );
+
     // What CONFIG REWRITE does to a temporary setting: the old master is
     // given `lease.grace-ms 0`, and Sentinel's rewrite puts it in its file.
     assert_eq!(
@@ -302,9 +323,26 @@ fn sentinel_failover(kind: Kind) {
     let key = "job:nightly";
     let t0 = acquire(&mut mc, key, "holder", "3000");
     let record: Record = Mutex::new(Vec::new());
+    // A newcomer that asks for a lease on a fresh key every 200 ms, through
+    // Sentinel: how long no new lease is granted.
+    let newcomer: Record = Mutex::new(Vec::new());
     let stop = AtomicBool::new(false);
     let began = Instant::now();
     let (promoted_at, failover_done_at) = thread::scope(|scope| {
+        scope.spawn(|| {
+            for i in 0..400 {
+                if stop.load(Ordering::SeqCst) || began.elapsed() > Duration::from_secs(60) {
+                    break;
+                }
+                let sent = Instant::now();
+                let got = match sentinels[i % 3].master_port().and_then(quick_conn) {
+                    Some(mut c) => holder_call(&mut c, &format!("new:{i}"), false),
+                    None => Got::Unreachable,
+                };
+                newcomer.lock().unwrap().push((sent, got));
+                thread::sleep(Duration::from_millis(200));
+            }
+        });
         scope.spawn(|| {
             let mut holding = true;
             let mut sentinel = 0;
@@ -359,19 +397,25 @@ fn sentinel_failover(kind: Kind) {
         );
         let done_at = Instant::now();
         // Then the holder's lease: wait for its next token (after the
-        // grace), up to 30 s.
+        // grace), up to 30 s, and the newcomer's.
         wait_until(Duration::from_secs(30), || {
-            record
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|(t, g)| *t > at && matches!(g, Got::Token(_)))
+            [&record, &newcomer].iter().all(|r| {
+                r.lock()
+                    .unwrap()
+                    .iter()
+                    .any(|(t, g)| *t > done_at && matches!(g, Got::Token(_)))
+            })
         });
         stop.store(true, Ordering::SeqCst);
         ((at, new_master.unwrap()), done_at)
     });
     let (failover_at, new_port) = promoted_at;
     let calls = record.into_inner().unwrap();
+    let new_calls = newcomer.into_inner().unwrap();
+    assert_eq!(
+        new_port, target,
+        "{kind:?}: Sentinel promoted another replica than the one with the lowest replica-priority"
+    );
     let new_i = nodes
         .iter()
         .position(|n| n.port == new_port)
@@ -429,9 +473,17 @@ fn sentinel_failover(kind: Kind) {
     );
     let (_, refused) = windows(&calls, |_| false, |g| *g == Got::Refused);
     let lost_at = calls.iter().find(|(_, g)| *g == Got::Lost).map(|(t, _)| *t);
+    let (no_new_lease, _) = windows(&new_calls, |g| matches!(g, Got::Token(_)), |_| false);
+    assert!(
+        new_calls
+            .iter()
+            .any(|(t, g)| *t > failover_done_at && matches!(g, Got::Token(_))),
+        "{kind:?}: no new lease after the failover: {new_calls:?}"
+    );
     eprintln!(
         "{kind:?} SENTINEL FAILOVER: done after {}; NOREPLICAS for {} ({} calls); lease lost: {}; refused (grace) for {}; \
-         longest stretch without a lease answer: {}; new master's grace refusals: {}",
+         longest stretch without a lease answer: {}; new master's grace refusals: {}; \
+         no new lease (fresh keys) for {}; the held lease survived: {}",
         secs(failover_done_at - failover_at),
         noreplicas.map_or("0 s".into(), |(a, b)| secs(b - a)),
         calls
@@ -445,6 +497,8 @@ fn sentinel_failover(kind: Kind) {
         refused.map_or("0 s".into(), |(a, b)| secs(b - a)),
         secs(renew_gap),
         info_int(&mut nc, "lease_grace_refused"),
+        secs(no_new_lease),
+        if lost_at.is_none() { "yes" } else { "no" },
     );
     drop(sentinels);
     drop(nodes);

@@ -159,6 +159,9 @@ pub struct Opts {
     /// persistence, grace) hold, and the harness sets only the port, bind
     /// address, data directory, log file and `daemonize no`.
     pub config: Option<PathBuf>,
+    /// Listen on this port rather than a free one (a node restarted where
+    /// its replicas and clients look for it).
+    pub port: Option<u16>,
 }
 
 impl Opts {
@@ -173,6 +176,11 @@ impl Opts {
     /// See `Opts::config`.
     pub fn config_file(mut self, path: &Path) -> Self {
         self.config = Some(path.to_path_buf());
+        self
+    }
+    /// See `Opts::port`.
+    pub fn on_port(mut self, port: u16) -> Self {
+        self.port = Some(port);
         self
     }
     pub fn clock(mut self, shift: &ClockShift) -> Self {
@@ -222,7 +230,7 @@ impl Server {
     pub fn try_start_in(kind: Kind, opts: Opts, dir: PathBuf) -> Result<Server, StartFailure> {
         let mut last = StartFailure { log: String::new() };
         for _attempt in 0..3 {
-            let port = free_port();
+            let port = opts.port.unwrap_or_else(free_port);
             let log = dir.join(format!("server-{port}.log"));
             let mut cmd = Command::new(server_binary(kind));
             if let Some(config) = &opts.config {
