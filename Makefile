@@ -122,12 +122,18 @@ unit:
 # about 110 s a server) run on their own, two at a time: they sleep most of
 # the time, but more Sentinel setups at once on 2 cores would blur the
 # timing they check.
-FAILOVER_TESTS := --skip sentinel_failovers --skip cluster_failover_starts_a_grace
+# The upgrade tests (tests/upgrades.rs) and the Sentinel setup's failover
+# (tests/setups.rs) run with them, for the same reason.
+FAILOVER_TESTS := --skip sentinel_failovers --skip cluster_failover_starts_a_grace \
+                  --skip sentinel_setup_fails_over --skip old_master_restarted_as_master \
+                  --skip documented_upgrade_without_sentinel
 
 integration:
 	$(CARGO) build
 	$(SERVERS) $(CARGO) test --tests -- --test-threads=4 $(FAILOVER_TESTS)
 	$(SERVERS) $(CARGO) test --test failover -- --test-threads=2
+	$(SERVERS) $(CARGO) test --test upgrades --test setups -- --test-threads=2 \
+	  sentinel_setup_fails_over old_master_restarted_as_master documented_upgrade_without_sentinel
 
 client-test:
 	$(CARGO) build
