@@ -590,6 +590,10 @@ log "F helpers: ${HELPER_LEASES:-10000} leases held by one process (bench/src/he
 PART_F=$(HANDOFF_KV=$KV "$HANDOFF" helpers "$PORT"
          HANDOFF_KV=$KV "$PYTHON" "$ROOT/bench/helpers.py" "$PORT")
 
+# --- I. the Rust helpers' acquire + release cycle against the raw commands -------
+log "I Rust helper cycles (handoff rcycles, bench/src/rcycles.rs)"
+PART_I=$(HANDOFF_KV=$KV "$HANDOFF" rcycles "$PORT")
+
 INFO_LEASE=$(cli info lease | tr -d '\r' | grep -v '^#' | grep . | paste -sd' ' -)
 log "done"
 
@@ -764,6 +768,7 @@ row() { # label, operation, command
   echo "$PART_B"
   echo
   echo "$PART_F"
+  echo "$PART_I"
   echo
   echo "## Server counters at the end (INFO lease)"
   echo

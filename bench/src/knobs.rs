@@ -47,6 +47,11 @@ macro_rules! knobs {
 
 knobs! {
     numbers {
+        // I: the Rust helpers' cycles.
+        helper_cycle_ms = "HELPER_CYCLE_MS", 2000, min 1:
+            "I: each run of the Rust helper cycle bench, ms";
+        helper_cycle_reps = "HELPER_CYCLE_REPS", 3, min 1:
+            "I: interleaved runs of each kind in the Rust helper cycle bench";
         // B1, B2: hand-off latency.
         handoff_rounds = "HANDOFF_ROUNDS", 500, min 0:
             "B1: release hand-offs per kind of waiter (except the 100 ms poller)";
@@ -175,7 +180,7 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), TABLE.len());
-        assert_eq!(TABLE.len(), 26);
+        assert_eq!(TABLE.len(), 28);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //!     handoff helpers <port>        part F: the Rust helpers holding many leases
 //!     handoff quorum <port>...      part G: quorum lock cycles (bench/quorum.sh)
 //!     handoff multi <port>          part H: multi-key lease cycles (bench/multi.sh)
+//!     handoff rcycles <port>        part I: the Rust helpers' cycle against the raw commands
 //!
 //! Prints Markdown to stdout. Never fails on a slow result: it measures, it
 //! does not judge. bench/README.md says what each section measures; its
@@ -28,6 +29,7 @@ mod kv;
 mod mass;
 mod multi;
 mod quorum;
+mod rcycles;
 mod resp;
 mod scripts;
 mod server;
@@ -48,10 +50,11 @@ fn main() -> ExitCode {
         [mode, port] if mode == "helpers" => part_e(port),
         [mode, ports @ ..] if mode == "quorum" && !ports.is_empty() => part_g(ports),
         [mode, port] if mode == "multi" => part_h(port),
+        [mode, port] if mode == "rcycles" => part_i(port),
         [port, pid] => part_b(port, pid),
         _ => {
             eprintln!(
-                "usage: handoff <port> <server-pid> | handoff cycles <port> | handoff helpers <port> | handoff quorum <port>... | handoff multi <port>\n\n\
+                "usage: handoff <port> <server-pid> | handoff cycles <port> | handoff helpers <port> | handoff quorum <port>... | handoff multi <port> | handoff rcycles <port>\n\n\
                  Knobs (environment variables, [default]):\n{}",
                 knobs::describe()
             );
@@ -103,6 +106,13 @@ fn part_g(ports: &[String]) -> Res<()> {
 fn part_h(port: &str) -> Res<()> {
     let port = arg("port", port)?;
     multi::section(port, &Knobs::from_env()?)
+}
+
+/// `handoff rcycles <port>`.
+fn part_i(port: &str) -> Res<()> {
+    let port = arg("port", port)?;
+    let knobs = Knobs::from_env()?;
+    rcycles::section(port, &knobs, &KvFile::new(knobs.handoff_kv.as_deref()))
 }
 
 /// `handoff <port> <server-pid>`: the sections that HANDOFF_ONLY leaves on.

@@ -38,8 +38,8 @@ use tokio::sync::{Notify, watch};
 
 use crate::protocol::{
     Acquire, Backend, Fresh, Held, Keys, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule,
-    lost_during, lost_reply, refused, release_failed, release_opts, release_plan, renew_every,
-    renews_first, short, start, waits, work_result,
+    linger_left, lost_during, lost_reply, refused, release_failed, release_opts, release_plan,
+    renew_every, renews_first, short, start, waits, work_result,
 };
 use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd};
 
@@ -344,25 +344,41 @@ impl Hub {
     /// replies back, until no lease is left.
     async fn run_watchdog(self: Arc<Hub>) {
         let mut conn: Option<Conn> = None;
+        let mut idle_since = None;
         loop {
+            let now = Instant::now();
             let next = {
                 let mut dog = lock(&self.dog);
-                let next = dog.schedule.next(Instant::now(), self.opts.io_timeout);
+                let next = dog.schedule.next(now, self.opts.io_timeout);
                 if matches!(next, Next::Idle) {
-                    dog.running = false;
-                    return;
+                    match linger_left(*idle_since.get_or_insert(now), now) {
+                        Some(left) => dog.schedule.idle_until(now + left),
+                        None => {
+                            dog.running = false;
+                            return;
+                        }
+                    }
                 }
                 next
             };
             let batch = match next {
                 Next::Send(batch) => batch,
                 Next::Sleep(until) => {
+                    idle_since = None;
                     let until = tokio::time::Instant::from_std(until);
                     let _ = tokio::time::timeout_at(until, self.wake.notified()).await;
                     continue;
                 }
-                Next::Idle => return,
+                // No lease: it lingers a while for the next one.
+                Next::Idle => {
+                    let left = idle_since.map_or(Duration::ZERO, |at| {
+                        linger_left(at, now).unwrap_or(Duration::ZERO)
+                    });
+                    let _ = tokio::time::timeout(left, self.wake.notified()).await;
+                    continue;
+                }
             };
+            idle_since = None;
             if conn.is_none() {
                 conn = Conn::open(&self.backend, &self.opts).await.ok();
             }

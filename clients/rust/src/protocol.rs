@@ -583,6 +583,19 @@ impl Fresh {
     }
 }
 
+/// How long a watchdog with no lease left waits for the next one before it
+/// ends: a client that takes and gives back leases one after the other
+/// keeps one watchdog instead of starting one a lease.
+pub(crate) const WATCHDOG_LINGER: Duration = Duration::from_secs(5);
+
+/// The time a watchdog idle since `since` still lingers at `now`; `None`
+/// once [`WATCHDOG_LINGER`] has passed.
+pub(crate) fn linger_left(since: Instant, now: Instant) -> Option<Duration> {
+    WATCHDOG_LINGER
+        .checked_sub(now.saturating_duration_since(since))
+        .filter(|left| !left.is_zero())
+}
+
 /// What the watchdog's schedule needs of a lease's loss signal.
 pub(crate) trait Renewable {
     /// Neither lost nor released: worth renewing.
@@ -697,6 +710,13 @@ impl<S: Renewable> Schedule<S> {
         self.leases.insert(self.next_id, entry);
         let wake = self.looks_at.is_none_or(|at| first < at);
         (self.next_id, wake)
+    }
+
+    /// The watchdog has no lease and lingers until `at` (see
+    /// [`WATCHDOG_LINGER`]): it looks again then, so a lease whose first
+    /// renewal is later need not wake it.
+    pub(crate) fn idle_until(&mut self, at: Instant) {
+        self.looks_at = Some(at);
     }
 
     /// Stops watching a lease (released).
@@ -1513,5 +1533,50 @@ mod tests {
         s.settle(&b, replies);
         assert_eq!(m.loss(), Some(Loss::Refused), "0: the loss of every key");
         assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn an_idle_watchdog_lingers_and_a_later_lease_does_not_wake_it() {
+        let now = Instant::now();
+        assert_eq!(
+            linger_left(now, now + Duration::from_secs(1)),
+            Some(WATCHDOG_LINGER - Duration::from_secs(1))
+        );
+        assert_eq!(
+            linger_left(now, now + WATCHDOG_LINGER),
+            None,
+            "then it ends"
+        );
+        let ttl = Duration::from_secs(30);
+        let mut s: Schedule<Probe> = Schedule::default();
+        assert!(matches!(s.next(now, Duration::from_secs(5)), Next::Idle));
+        // Without the linger mark, any lease wakes an idle watchdog.
+        let (_, wake) = s.add(
+            &one("a"),
+            "o",
+            ttl,
+            now + renew_every(ttl),
+            Probe::new(now + ttl),
+        );
+        assert!(wake);
+        let mut s: Schedule<Probe> = Schedule::default();
+        assert!(matches!(s.next(now, Duration::from_secs(5)), Next::Idle));
+        s.idle_until(now + WATCHDOG_LINGER);
+        let (_, wake) = s.add(
+            &one("a"),
+            "o",
+            ttl,
+            now + renew_every(ttl),
+            Probe::new(now + ttl),
+        );
+        assert!(!wake, "its first renewal is after the watchdog looks again");
+        let (_, wake) = s.add(
+            &one("b"),
+            "o",
+            ttl,
+            now + Duration::from_millis(10),
+            Probe::new(now + ttl),
+        );
+        assert!(wake, "one due before that wakes it");
     }
 }

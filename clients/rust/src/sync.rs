@@ -13,8 +13,8 @@ use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, Value};
 
 use crate::protocol::{
     Acquire, Backend, Fresh, Held, Keys, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule,
-    lost_during, lost_reply, refused, release_failed, release_opts, release_plan, renew_every,
-    renews_first, short, start, work_result,
+    linger_left, lost_during, lost_reply, refused, release_failed, release_opts, release_plan,
+    renew_every, renews_first, short, start, work_result,
 };
 use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd};
 
@@ -177,7 +177,8 @@ struct Hub {
 
 struct Dog {
     schedule: Schedule<LossSignal>,
-    /// The watchdog thread runs (it stops when no lease is left).
+    /// The watchdog thread runs (it stops once no lease is left for
+    /// `WATCHDOG_LINGER`).
     running: bool,
 }
 
@@ -291,22 +292,33 @@ impl Hub {
         loop {
             let batch = {
                 let mut dog = self.dog.lock().unwrap_or_else(|p| p.into_inner());
+                let mut idle_since = None;
                 loop {
                     let now = Instant::now();
-                    match dog.schedule.next(now, self.opts.io_timeout) {
+                    let wait = match dog.schedule.next(now, self.opts.io_timeout) {
                         Next::Send(batch) => break batch,
                         Next::Sleep(until) => {
-                            dog = self
-                                .wake
-                                .wait_timeout(dog, until.saturating_duration_since(now))
-                                .unwrap_or_else(|p| p.into_inner())
-                                .0;
+                            idle_since = None;
+                            until.saturating_duration_since(now)
                         }
-                        Next::Idle => {
-                            dog.running = false;
-                            return;
-                        }
-                    }
+                        // No lease: it lingers a while for the next one (a
+                        // thread a lease would cost more than the lease).
+                        Next::Idle => match linger_left(*idle_since.get_or_insert(now), now) {
+                            Some(left) => {
+                                dog.schedule.idle_until(now + left);
+                                left
+                            }
+                            None => {
+                                dog.running = false;
+                                return;
+                            }
+                        },
+                    };
+                    dog = self
+                        .wake
+                        .wait_timeout(dog, wait)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
                 }
             };
             let replies = match conn.as_mut() {
