@@ -114,7 +114,10 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         waiters_ahead = waiters::waiting(&slot) > 0;
     }
     let may_wait = opts.block_ms.is_some() && blocked::may_block(ctx);
-    let floor = decide::check_floor(opts.floor, now, grace::length_ms())?;
+    let floor = match opts.floor {
+        Some(_) => decide::check_floor(opts.floor, now, grace::length_ms())?,
+        None => 0,
+    };
     let req = AcquireRequest {
         owner,
         ttl_ms: ttl,

@@ -41,34 +41,30 @@ pub fn now_ms() -> i64 {
     }
 }
 
-/// The time a command's lease decisions use. Inside a transaction
-/// (`EXEC`) or a script (`EVAL`, `FCALL`), the server's own command time
-/// (`command_time_ms`), which stays the same for the whole of it, as the
-/// server's key expiry does: every lease decision of one `EXEC` or script
-/// sees one time (two fenced writes in one `EXEC` pass or fail together).
-/// Elsewhere, the wall clock (`now_ms`).
+/// The time a command's lease decisions use: the server's command time,
+/// the time its own key expiry uses. It stays the same for the whole of a
+/// transaction (`EXEC`) or a script (`EVAL`, `FCALL`), so every lease
+/// decision of one `EXEC` or script sees one time (two fenced writes in one
+/// `EXEC` pass or fail together).
+///
+/// Redis 7.2+ and Valkey give it as `RedisModule_CachedMicroseconds`: the
+/// time the outermost command running now began (for a command on its own,
+/// a few microseconds ago). Redis 7.0 has no such call: inside a
+/// transaction or a script it gives the same value (`server.ustime`, which
+/// 7.0 also freezes for the whole outermost command) as `server_time_usec`
+/// in `INFO server`, and elsewhere the wall clock serves (`now_ms`). (On
+/// 7.0 a script's expiry uses the script's own start, a few microseconds
+/// later: this time is never later than the server's, so a key the server
+/// keeps is never a lease this time calls ended.)
 #[inline]
 pub fn decision_ms(ctx: Ctx) -> i64 {
-    if ctx.flags() & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA) == 0 {
-        return now_ms();
-    }
-    command_time_ms(ctx)
-}
-
-/// The server's command time, in unix milliseconds: the cached time it set
-/// when the outermost command running now began, the time its key expiry
-/// uses for the whole of a transaction or script. Redis 7.2+ and Valkey
-/// give it as `RedisModule_CachedMicroseconds`; Redis 7.0 has no such call,
-/// and gives the same value (`server.ustime`, which 7.0 also freezes for
-/// the whole outermost command) as `server_time_usec` in `INFO server`.
-/// (On 7.0 a script's expiry uses the script's own start, a few
-/// microseconds later: this time is never later than the server's, so a
-/// key the server keeps is never a lease this time calls ended.)
-pub fn command_time_ms(ctx: Ctx) -> i64 {
     // SAFETY: a function-pointer read filled in by RedisModule_Init, then a
     // call that takes no arguments and reads the server's cached time.
     if let Some(cached) = unsafe { raw::RedisModule_CachedMicroseconds } {
         return unsafe { cached() } / 1000;
+    }
+    if ctx.flags() & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA) == 0 {
+        return now_ms();
     }
     ctx.server_info(c"server", c"server_time_usec")
         .and_then(|us| us.parse::<i64>().ok())
