@@ -21,7 +21,7 @@ SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9
             REDIS80_SERVER=$(REDIS80)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration client-test py-test deps deps-build deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration client-test py-test deps deps-build deps-shellcheck deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
 
 all: build
 
@@ -154,11 +154,21 @@ py-test: pyenv
 fmt:
 	$(CARGO) fmt --all
 
+# Every shell script of the project (bench, scripts, CI), for shellcheck.
+SHELL_SCRIPTS := $(wildcard scripts/*.sh bench/*.sh tests/*/*.sh) .ci/run
+
 # What CI checks before the tests (.ci/run): formatting, and clippy with
-# warnings denied on every crate of the workspace and every target.
-lint: deps-build
+# warnings denied on every crate of the workspace and every target, and on
+# the fuzz targets (their own workspace); shellcheck on every script.
+lint: deps-build deps-shellcheck
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace --all-features -- -D warnings
+	cd fuzz && $(CARGO) fmt -- --check && $(CARGO) clippy --all-targets -- -D warnings
+	shellcheck $(SHELL_SCRIPTS)
+
+deps-shellcheck:
+	@command -v shellcheck >/dev/null 2>&1 || { echo "installing shellcheck"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q shellcheck; }
 
 # The helpers as packages, into target/package/: the Rust crate (cargo
 # package, which builds it from the packaged files) and the Python wheel and

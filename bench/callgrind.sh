@@ -392,7 +392,7 @@ top() {
 bench_server() {
   # An absolute path, but not through symlinks: Debian's redis-server is a
   # link to redis-check-rdb, which picks its role from its name.
-  BIN=$(command -v "$1") && [ -x "$BIN" ] || { echo "missing server $1" >&2; exit 1; }
+  if ! BIN=$(command -v "$1") || [ ! -x "$BIN" ]; then echo "missing server $1" >&2; exit 1; fi
   [[ $BIN == /* ]] || BIN=$PWD/$BIN
   local version
   version=$("$BIN" --version | awk '{ print $1, $3 }' | sed 's/v=//')
@@ -402,7 +402,7 @@ bench_server() {
   # module is loaded with grace-ms 0 if it takes that argument (a grace
   # period would refuse the acquires), else without it; MODULE_ARGS, when
   # set, are the load arguments instead.
-  CUR=probe RUN_ID= LAYOUT=1
+  CUR=probe RUN_ID='' LAYOUT=1
   if [ -n "$MODULE_ARGS" ]; then
     LOAD_ARGS=$MODULE_ARGS
     start_server probe
@@ -490,7 +490,7 @@ bench_server() {
     NET[$name]=$(awk -v a="$pc" -v b="$ping" 'BEGIN { printf "%.1f", a - b }')
     INCALL[$name]=$(awk -v a="$cc" -v b="$ping_call" 'BEGIN { printf "%.1f", a - b }')
     printf '%-44s %10s %8s %10s %10s\n' "${LABEL[$name]}" "$pc" "$spread" "${NET[$name]}" "${INCALL[$name]}"
-    [ -z "$TSV" ] || printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$version" "$MODULE" "$name" "$N" "$pc" \
+    [ -z "$TSV" ] || printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$version" "$MODULE" "$name" "$N" "$pc" \
       "${NET[$name]}" "$spread" "${INCALL[$name]}" >>"$TSV"
   done
   echo
@@ -498,7 +498,7 @@ bench_server() {
   local pair a b
   for pair in acquire:set_nx renew:renew_lua renew:set_ifeq release:del release:delifeq fence:get; do
     a=${pair%%:*} b=${pair##*:}
-    [ -n "${NET[$b]:-}" ] && [ -n "${NET[$a]:-}" ] || continue
+    if [ -z "${NET[$b]:-}" ] || [ -z "${NET[$a]:-}" ]; then continue; fi
     printf '  %-40s %6s %10s\n' "${SHORT[$a]} / ${SHORT[$b]}" \
       "$(awk -v a="${NET[$a]}" -v b="${NET[$b]}" 'BEGIN { printf "%.2f", a / b }')" \
       "$(awk -v a="${INCALL[$a]}" -v b="${INCALL[$b]}" 'BEGIN { printf "%.2f", a / b }')"

@@ -54,7 +54,7 @@ call() { # label, command...
   local before; before=$(aof_size)
   cli "${@:2}" >/dev/null
   BYTES[$1]=$(( $(aof_size) - before ))
-  US[$1]=$(usec_of "$(tr 'A-Z' 'a-z' <<<"$2")")
+  US[$1]=$(usec_of "$(tr '[:upper:]' '[:lower:]' <<<"$2")")
 }
 call acquire LEASE.ACQUIRE crowd newcomer 600000 LIMIT 100000
 call renew LEASE.RENEW crowd survivor 600000
@@ -88,6 +88,6 @@ echo "$CROWD holders of one \`LIMIT 100000\` key, taken in one burst with a 300 
 echo
 echo "| call | server time (usec) | AOF bytes added |"
 echo "|---|---:|---:|"
-for c in acquire renew release; do echo "| \`LEASE.$(tr 'a-z' 'A-Z' <<<"$c")\` | ${US[$c]} | ${BYTES[$c]} |"; done
+for c in acquire renew release; do echo "| \`LEASE.$(tr '[:lower:]' '[:upper:]' <<<"$c")\` | ${US[$c]} | ${BYTES[$c]} |"; done
 echo
 echo "Then the drain, on a freshly crowded key: ${DRAIN_MS} ms from a \`LEASE.RENEW\` until the record held only its live holders ($TAKEN counted in \`lease_expired\`), with $DRAIN_BYTES AOF bytes in all, the call's included; the longest PING round trip a client saw meanwhile: ${PING_MAX} ms (\`redis-benchmark -c 1 PING\`, max latency)."

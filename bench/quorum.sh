@@ -25,7 +25,7 @@ trap cleanup EXIT
 
 free_port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORTS=()
-for i in 1 2 3 4 5; do
+for _ in 1 2 3 4 5; do
   p=$(free_port)
   "$SERVER" --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" --logfile "$DIR/$p.log" \
     --loadmodule "$MODULE" grace-ms 0 &

@@ -634,6 +634,7 @@ target_row() { # what, module, native, ratio, goal
 
 # --- report -------------------------------------------------------------------
 row() { # label, operation, command
+  # shellcheck disable=SC2016 # the backquotes are Markdown, printed as they are
   printf '| %s | `%s` | %s | %s | %s |\n' "$2" "$3" "$(usec_per_call "$1")" "$(median_rps "$1")" "$(effect_pct "$1")"
 }
 {

