@@ -52,13 +52,14 @@ find "$doc" -type d -exec chmod 755 {} + && find "$doc" -type f -exec chmod 644 
 crates=$($CARGO tree -q -e normal,no-proc-macro --prefix none --format '{p} {l}' -p redis-lease \
          | grep -v '^redis-lease ' | sed 's/ (\*)$//' | sort -u)
 rm_version=$(sed -n 's/^redis-module v\([^ ]*\) .*/\1/p' <<<"$crates")
-bsd=$(ls "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/redis-module-"$rm_version"/LICENSE | head -1)
+bsd=$(find "${CARGO_HOME:-$HOME/.cargo}"/registry/src -path "*/redis-module-$rm_version/LICENSE" | head -1)
+[ -f "$bsd" ] || { echo "no LICENSE of redis-module $rm_version in the cargo registry" >&2; exit 1; }
 {
   echo "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
   echo "Upstream-Name: redis-lease"
   echo "Comment: The module is statically linked with these Rust crates, under"
   echo " these licenses (their notices are in their sources in the crates registry):"
-  sed 's/^/ /' <<<"$crates"
+  printf '%s\n' "$crates" | sed 's/^/ /'
   echo
   echo "Files: *"
   echo "Copyright: 2026 The redis-lease authors"

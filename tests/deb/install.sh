@@ -152,7 +152,7 @@ out=$(cli LEASE.INFO job:1)
 printf '%s\n' "$out" | sed 's/^/    /'
 [ "$(redis-cli -p "$port" LEASE.INFO job:1 | sed -n 2p)" = "$token" ] || fail "LEASE.INFO: not token $token"
 ttl=$(redis-cli -p "$port" LEASE.INFO job:1 | sed -n 4p)
-[ "$ttl" -gt 0 ] && [ "$ttl" -le 30000 ] || fail "LEASE.INFO: ttl $ttl"
+if [ "$ttl" -le 0 ] || [ "$ttl" -gt 30000 ]; then fail "LEASE.INFO: ttl $ttl"; fi
 [ "$(redis-cli -p "$port" LEASE.INFO job:1 | sed -n 6p)" = 0 ] || fail "LEASE.INFO: waiters"
 
 # The version: MODULE LIST gives major*10000+minor*100+patch, INFO lease the
