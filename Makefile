@@ -162,7 +162,8 @@ lint: deps-build
 
 # The helpers as packages, into target/package/: the Rust crate (cargo
 # package, which builds it from the packaged files) and the Python wheel and
-# sdist (python -m build in the test virtualenv).
+# sdist (python -m build in the test virtualenv); and the module as a Debian
+# package (deb, below).
 package: pyenv
 	$(CARGO) package -p redis-lease-client --allow-dirty
 	$(MAKE) --no-print-directory deb
