@@ -21,7 +21,7 @@ SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9
             REDIS80_SERVER=$(REDIS80)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration client-test py-test deps deps-build deps-shellcheck deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration client-test py-test deb deps-deb deb-test deps deps-build deps-shellcheck deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
 
 all: build
 
@@ -113,7 +113,7 @@ run: deps build
 # Unit tests of the pure core, then integration tests against real
 # redis-server and valkey-server processes, then the client helpers' tests
 # (Rust crate clients/rust, Python package clients/python) against them too.
-test: deps deps-exporter servers unit integration client-test py-test
+test: deps deps-exporter servers unit integration client-test py-test deb-test
 
 unit:
 	$(CARGO) test --lib
@@ -155,7 +155,7 @@ fmt:
 	$(CARGO) fmt --all
 
 # Every shell script of the project (bench, scripts, CI), for shellcheck.
-SHELL_SCRIPTS := $(wildcard scripts/*.sh bench/*.sh tests/*/*.sh) .ci/run
+SHELL_SCRIPTS := $(wildcard scripts/*.sh bench/*.sh tests/*/*.sh packaging/*/*.sh) .ci/run
 
 # What CI checks before the tests (.ci/run): formatting, and clippy with
 # warnings denied on every crate of the workspace and every target, and on
@@ -172,12 +172,38 @@ deps-shellcheck:
 
 # The helpers as packages, into target/package/: the Rust crate (cargo
 # package, which builds it from the packaged files) and the Python wheel and
-# sdist (python -m build in the test virtualenv).
+# sdist (python -m build in the test virtualenv); and the module as a Debian
+# package (deb, below).
 package: pyenv
 	$(CARGO) package -p redis-lease-client --allow-dirty
+	$(MAKE) --no-print-directory deb
 	$(PYENV)/bin/python -m pip install -q --disable-pip-version-check build
 	$(PYENV)/bin/python -m build --outdir target/package/python clients/python
 	rm -rf clients/python/build clients/python/src/redis_lease.egg-info
+
+# The module as a Debian package: target/package/redis-lease_<version>_<arch>.deb
+# (packaging/deb/build.sh: the release build staged at Debian's paths and
+# built with dpkg-deb), then checked by lintian. Installs dpkg-dev and
+# lintian with apt when missing.
+DEB_VERSION = $(subst -,~,$(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -1))
+DEB = target/package/redis-lease_$(DEB_VERSION)_$(shell dpkg --print-architecture 2>/dev/null).deb
+
+deb: build deps-deb
+	bash packaging/deb/build.sh $(MODULE) target/package
+	lintian --fail-on error,warning $(DEB)
+
+deps-deb:
+	@command -v dpkg-shlibdeps >/dev/null 2>&1 && command -v lintian >/dev/null 2>&1 || { \
+	  echo "installing dpkg-dev and lintian"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends dpkg-dev lintian; }
+
+# The README's install from the Debian package, on this machine's own
+# redis-server (tests/deb/install.sh): it installs the package, includes its
+# file from /etc/redis/redis.conf, restarts the server, runs the quick start,
+# then puts everything back. Only as root with CI=true or LEASE_DEB_TEST=1;
+# otherwise it says why it skipped.
+deb-test:
+	@if bash tests/deb/install.sh --may-run; then $(MAKE) --no-print-directory deb && bash tests/deb/install.sh $(DEB); fi
 
 # Every server of the test matrix (Redis 7.0, Valkey 8.1, Valkey 9.1), one
 # after the other, each on its own fresh process: see bench/README.md.
