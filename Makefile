@@ -21,7 +21,7 @@ SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9
             REDIS80_SERVER=$(REDIS80)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration client-test py-test deps deps-build deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration client-test py-test py-lint deps deps-build deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
 
 all: build
 
@@ -149,10 +149,18 @@ fmt:
 	$(CARGO) fmt --all
 
 # What CI checks before the tests (.ci/run): formatting, and clippy with
-# warnings denied on every crate of the workspace and every target.
-lint: deps-build
+# warnings denied on every crate of the workspace and every target; then the
+# Python package and its tests: mypy --strict and ruff (pinned, in the
+# pyenv; their settings are in clients/python/pyproject.toml).
+PY_LINTERS := mypy==2.4.1 ruff==0.17.6
+lint: deps-build py-lint
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace --all-features -- -D warnings
+
+py-lint: pyenv
+	$(PYENV)/bin/python -m pip install -q --disable-pip-version-check $(PY_LINTERS)
+	cd clients/python && $(abspath $(PYENV))/bin/python -m mypy --strict src tests
+	cd clients/python && $(abspath $(PYENV))/bin/python -m ruff check src tests
 
 # The helpers as packages, into target/package/: the Rust crate (cargo
 # package, which builds it from the packaged files) and the Python wheel and
@@ -169,6 +177,7 @@ bench: deps servers build pyenv deps-bench
 	bash bench/run.sh
 	bash bench/quorum.sh
 	bash bench/multi.sh
+	$(PYENV)/bin/python bench/pylock.py --module $(MODULE) | tee bench/PYLOCK.md
 
 clean:
 	$(CARGO) clean
