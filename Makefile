@@ -177,7 +177,7 @@ bench: deps servers build pyenv deps-bench
 	bash bench/run.sh
 	bash bench/quorum.sh
 	bash bench/multi.sh
-	$(PYENV)/bin/python bench/pylock.py --module $(MODULE) | tee bench/PYLOCK.md
+	$(PYENV)/bin/python bench/pylock.py --module $(MODULE) > bench/PYLOCK.md && cat bench/PYLOCK.md
 
 clean:
 	$(CARGO) clean

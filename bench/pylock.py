@@ -178,6 +178,12 @@ def main() -> None:
         proc.kill()
         proc.wait()
 
+    print("# Python drop-ins: acquire + release cycle speed (issue 31 point 5)")
+    print()
+    print(f"Command: `PYLOCK_N={N} PYLOCK_ROUNDS={ROUNDS} python bench/pylock.py` (part of `make bench`), "
+          f"module {args.module}, one server started by the script. Client and server share the "
+          "machine's cores with whatever else runs: compare ratios within one run only.")
+    print()
     print(f"Redis {version}, redis-py {redis.__version__}, Python {sys.version.split()[0]}, "
           f"{N} cycles x {ROUNDS} rounds, best round; nproc {os.cpu_count()}")
     print()
