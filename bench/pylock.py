@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Tuple
+from typing import Awaitable, Callable, Dict, Tuple
 
 import redis
 import redis.asyncio as aredis
