@@ -21,7 +21,7 @@ SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9
             REDIS80_SERVER=$(REDIS80)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration client-test py-test deb deps-deb deb-test deps deps-build deps-shellcheck deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration client-test py-test py-lint deb deps-deb deb-test deps deps-build deps-shellcheck deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
 
 all: build
 
@@ -159,8 +159,11 @@ SHELL_SCRIPTS := $(wildcard scripts/*.sh bench/*.sh tests/*/*.sh packaging/*/*.s
 
 # What CI checks before the tests (.ci/run): formatting, and clippy with
 # warnings denied on every crate of the workspace and every target, and on
-# the fuzz targets (their own workspace); shellcheck on every script.
-lint: deps-build deps-shellcheck
+# the fuzz targets (their own workspace); shellcheck on every script; then
+# the Python package and its tests: mypy --strict and ruff (pinned, in the
+# pyenv; their settings are in clients/python/pyproject.toml).
+PY_LINTERS := mypy==2.4.1 ruff==0.17.6
+lint: deps-build deps-shellcheck py-lint
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace --all-features -- -D warnings
 	cd fuzz && $(CARGO) fmt -- --check && $(CARGO) clippy --all-targets -- -D warnings
@@ -169,6 +172,11 @@ lint: deps-build deps-shellcheck
 deps-shellcheck:
 	@command -v shellcheck >/dev/null 2>&1 || { echo "installing shellcheck"; \
 	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q shellcheck; }
+
+py-lint: pyenv
+	$(PYENV)/bin/python -m pip install -q --disable-pip-version-check $(PY_LINTERS)
+	cd clients/python && $(abspath $(PYENV))/bin/python -m mypy --strict src tests
+	cd clients/python && $(abspath $(PYENV))/bin/python -m ruff check src tests
 
 # The helpers as packages, into target/package/: the Rust crate (cargo
 # package, which builds it from the packaged files) and the Python wheel and
@@ -211,6 +219,7 @@ bench: deps servers build pyenv deps-bench
 	bash bench/run.sh
 	bash bench/quorum.sh
 	bash bench/multi.sh
+	$(PYENV)/bin/python bench/pylock.py --module $(MODULE) > bench/PYLOCK.md && cat bench/PYLOCK.md
 
 clean:
 	$(CARGO) clean

@@ -9,6 +9,7 @@ redis,valkey,valkey9,redis82 (default: every one whose binary is there)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import shutil
@@ -18,7 +19,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Callable, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 import redis
@@ -68,7 +69,7 @@ def _free_port() -> int:
     for _ in range(100):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+            port = int(s.getsockname()[1])
         if port <= 55535:
             return port
     raise RuntimeError("no free port up to 55535 in 100 tries")
@@ -187,6 +188,11 @@ def server(request) -> Iterator[Server]:
     s.close()
 
 
+def _cluster_ok(c: redis.Redis) -> bool:
+    info = c.execute_command("CLUSTER", "INFO").decode()
+    return "cluster_state:ok" in info and "cluster_known_nodes:3" in info
+
+
 class ClusterNodes:
     """Three masters with the module, joined by ``redis-cli --cluster
     create``."""
@@ -216,8 +222,7 @@ class ClusterNodes:
             c = n.client()
             assert wait_until(
                 20,
-                lambda: "cluster_state:ok" in (info := c.execute_command("CLUSTER", "INFO").decode())
-                and "cluster_known_nodes:3" in info,
+                functools.partial(_cluster_ok, c),
             ), "the cluster never became ok"
 
     def close(self) -> None:
@@ -235,7 +240,7 @@ def cluster(request) -> Iterator[ClusterNodes]:
     c.close()
 
 
-def lease_info(r: redis.Redis, key: str) -> Optional[dict]:
+def lease_info(r: redis.Redis, key: str) -> Optional[Dict[str, Any]]:
     """LEASE.INFO as a dict with str keys (a RESP3 map or a RESP2 flat
     array), None when no lease is held."""
     info = r.execute_command("LEASE.INFO", key)

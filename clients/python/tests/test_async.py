@@ -158,7 +158,7 @@ def test_the_lease_is_released_when_the_work_raises_or_is_cancelled(server):
         with pytest.raises(ZeroDivisionError):
             async with client.lease("job", 10000) as lease:
                 await lease.fence("SET", "x", 1)
-                1 / 0
+                raise ZeroDivisionError
         assert token_of(r, "job") is None
 
         async def work(lease):
@@ -201,9 +201,9 @@ def test_busy_and_blocking(server):
         loop = asyncio.get_running_loop()
         assert await loop.run_in_executor(None, wait_until, 5, lambda: waiters(r, "job") == 1)
         assert await a.release()
-        b = await asyncio.wait_for(b, 10)
-        assert b.token > a.token
-        assert await b.release()
+        got = await asyncio.wait_for(b, 10)
+        assert got.token > a.token
+        assert await got.release()
 
     asyncio.run(main())
 
@@ -212,6 +212,7 @@ def test_the_readme_example_runs(server):
     spec = importlib.util.spec_from_file_location(
         "quickstart_async", HERE.parent / "examples/quickstart_async.py"
     )
+    assert spec is not None and spec.loader is not None
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     asyncio.run(example.run(server.url()))

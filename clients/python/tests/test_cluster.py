@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any, Dict
 
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
@@ -29,7 +30,7 @@ def node_of_slot(cluster, slot):
 def tags_on_every_master(cluster):
     """Three hash tags, each served by another master."""
     r = cluster.nodes[0].client()
-    found = {}
+    found: Dict[Any, Any] = {}
     for i in range(1000):
         if len(found) == 3:
             break

@@ -6,6 +6,7 @@ without polling, the loss signal, a renewed lease for ``timeout=None``)."""
 from __future__ import annotations
 
 import threading
+from typing import Any, Dict
 import time
 
 import pytest
@@ -260,7 +261,7 @@ def test_thread_local_holds_one_acquisition_per_thread(server):
     r = server.client()
     lock = Lock(r, "foo", timeout=5)
     assert lock.acquire(blocking=False)
-    seen = {}
+    seen: Dict[str, Any] = {}
 
     def other_thread():
         seen["owned"] = lock.owned()
@@ -312,7 +313,7 @@ def test_a_waiter_is_handed_the_lock_at_the_release_not_by_polling(server):
     r = server.client()
     holder = Lock(r, "foo")
     holder.acquire()
-    got = {}
+    got: Dict[str, Any] = {}
 
     def wait():
         got["ok"] = Lock(r, "foo", sleep=10).acquire()  # a sleep that would show
@@ -354,7 +355,7 @@ def test_the_readme_lock_example_runs_as_written(server):
     import pathlib
 
     readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## A drop-in for redis-py's Lock", 1)[1]
+    section = readme.split("## Drop-ins for redis-py's Lock", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     r = server.client()
     exec(compile(code, "README.md", "exec"), {"r": r})

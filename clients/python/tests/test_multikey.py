@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any, Dict
 import time
 
 import pytest
@@ -126,7 +127,7 @@ def test_block_waits_until_every_key_is_free(server):
     began = time.monotonic()
     assert client.acquire_many(KEYS, 10000, block_ms=300) is None
     assert time.monotonic() - began >= 0.3
-    got = {}
+    got: Dict[str, Any] = {}
     waiter = threading.Thread(target=lambda: got.setdefault("lease", client.acquire_many(KEYS, 10000, block_ms=5000)))
     waiter.start()
     assert wait_until(3, lambda: waiters(r, KEYS[0]) == 1 and waiters(r, KEYS[2]) == 1)
@@ -164,7 +165,7 @@ def test_lease_many_releases_on_exit(server):
     assert all(token_of(r, k) is None for k in accounts)
     with pytest.raises(ZeroDivisionError):
         with client.lease_many(KEYS, 10000):
-            1 / 0
+            raise ZeroDivisionError
     assert tokens(r) == [None] * 3, "released when the block raises"
     assert client.run_many(KEYS, 10000, lambda lease: lease.token) > 0
     assert tokens(r) == [None] * 3
@@ -265,7 +266,7 @@ def test_async_multi_key_leases(server):
         assert all(token_of(r, k) is None for k in accounts)
         with pytest.raises(ZeroDivisionError):
             async with client.lease_many(KEYS, 10000):
-                1 / 0
+                raise ZeroDivisionError
         assert tokens(r) == [None] * 3
 
         async def work(lease):

@@ -4,6 +4,7 @@ without a server: the watchdog's schedule and the retry plans."""
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import pytest
 from redis import exceptions
@@ -17,7 +18,7 @@ class Probe:
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
-        self.reason = None
+        self.reason: Optional[Loss] = None
 
     def is_set(self) -> bool:
         return self.reason is not None
@@ -47,10 +48,11 @@ def test_renewals_due_together_share_one_batch():
     s.remove(soon)
     batch = s.next(t0 + 0.4, 5.0)
     assert isinstance(batch, Batch) and batch.keys == ["k0", "k1"], "the one due 50 ms later goes along"
-    assert 0.7 < batch.timeout <= 0.8
+    assert 0.7 < batch.timeout <= 0.8 + 1e-9
     s.settle(batch, [1, 1])
     assert s.stats() == {"leases": 3, "renewals": 2, "round_trips": 1}
     batch = s.next(t0 + 0.71, 5.0)
+    assert isinstance(batch, Batch)
     assert sorted(batch.keys) == ["k0", "k1", "k2"], "in step from here on"
     # A 0 is the loss and ends the watch; an error or no reply comes back soon.
     replies = [0, exceptions.ResponseError("WRONGTYPE")]
@@ -72,6 +74,7 @@ def test_lost_released_and_collected_leases_leave_the_schedule():
     lost._lose(Loss.REFUSED)
     s.gone.append(gone)  # what a collected lease's finalizer does
     batch = s.next(now, 5.0)
+    assert isinstance(batch, Batch)
     assert batch.keys == ["a"]
     s.remove(a)
     s.settle(batch, [1])

@@ -34,6 +34,7 @@ from ._common import (
 from ._sync import Lease, LeaseClient, LossSignal, MultiLease
 from .lock import Lock
 from .quorum import Outlier, QuorumClient, QuorumLease
+from .switch import use_lease_locks
 
 __all__ = [
     "FOREVER",
@@ -54,4 +55,5 @@ __all__ = [
     "SharedWrite",
     "StaleToken",
     "new_owner",
+    "use_lease_locks",
 ]

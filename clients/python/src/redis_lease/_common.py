@@ -408,6 +408,9 @@ class Batch:
         #: How long to wait for the replies: until the latest deadline of the
         #: batch, at most the io timeout.
         self.timeout = 0.001
+        #: The ttl each renewal asks for (shorter than the lease's for the
+        #: last renewal of a lease watched ``until`` an end).
+        self.ttls: List[int] = []
 
 
 class Schedule:
@@ -433,20 +436,46 @@ class Schedule:
         self.round_trips = 0
 
     def add(
-        self, key: Any, owner: str, ttl_ms: int, first: float, signal: Any, keys: Optional[Tuple[Any, ...]] = None
+        self,
+        key: Any,
+        owner: Any,
+        ttl_ms: int,
+        first: float,
+        signal: Any,
+        keys: Optional[Tuple[Any, ...]] = None,
+        until: Optional[float] = None,
     ) -> Tuple[int, bool]:
         """Watches a lease from ``first`` on: its id, and whether the watchdog
         must be woken (it would look too late). With ``keys`` (a multi-key
         lease; ``key`` is the first, which says the node), one ``LEASE.MRENEW``
-        renews them all and answers their number."""
+        renews them all and answers their number. With ``until`` (a monotonic
+        time), renewals stop there: the last one asks only for the time left,
+        so the lease ends at ``until`` (a lock's ``timeout`` longer than the
+        server's ``lease.max-ttl-ms``)."""
         self._next_id += 1
         if keys is None:
             args: Tuple[Any, ...] = ("LEASE.RENEW", key, owner, ttl_ms)
             count = 1
         else:
             args, count = mrenew_args(keys, owner, ttl_ms), len(keys)
-        self._leases[self._next_id] = [key, ttl_ms, first, args, signal, count]
+        self._leases[self._next_id] = [key, ttl_ms, first, args, signal, count, until]
         return self._next_id, self._looks_at is None or first < self._looks_at
+
+    def set_until(self, lease_id: int, until: Optional[float], next_at: float) -> bool:
+        """Moves the end of a lease watched ``until`` an end (None: no end),
+        just renewed: its next renewal is at ``next_at``. True: the watchdog
+        must be woken (it would look too late)."""
+        entry = self._leases.get(lease_id)
+        if entry is None:
+            return False
+        entry[6], entry[2] = until, next_at
+        return self._looks_at is None or next_at < self._looks_at
+
+    def idle_until(self, when: float) -> None:
+        """The watchdog, with no lease left, waits for new ones until
+        ``when``: a lease added whose first renewal is due later needs no
+        wake-up."""
+        self._looks_at = when
 
     def remove(self, lease_id: int) -> None:
         self._leases.pop(lease_id, None)
@@ -471,12 +500,25 @@ class Schedule:
         if first > now:
             return first
         batch = Batch(now)
-        for lease_id, (key, ttl_ms, next_at, args, signal, _) in self._leases.items():
+        ended = []
+        for lease_id, (key, ttl_ms, next_at, args, signal, _, until) in self._leases.items():
             if next_at <= now + renew_window(ttl_ms):
+                ttl = ttl_ms
+                if until is not None:
+                    ttl = min(ttl_ms, math.ceil((until - now) * 1000))
+                    if ttl < 1:
+                        ended.append(lease_id)  # ends at ``until`` by itself
+                        continue
+                    args = args[:-1] + (ttl,)
                 batch.ids.append(lease_id)
                 batch.keys.append(key)
                 batch.args.append(args)
+                batch.ttls.append(ttl)
                 batch.timeout = max(batch.timeout, min(signal.deadline - now, io_timeout))
+        for lease_id in ended:
+            del self._leases[lease_id]
+        if not batch.ids:
+            return self.next(now, io_timeout)
         return batch
 
     def settle(self, batch: Batch, replies: List[Any], pipelines: int = 1) -> None:
@@ -493,11 +535,16 @@ class Schedule:
                 continue
             reply = replies[n] if n < len(replies) else None
             ttl_ms, signal, count = entry[1], entry[4], entry[5]
+            sent_ttl = batch.ttls[n] if n < len(batch.ttls) else ttl_ms
             if isinstance(reply, int) and not isinstance(reply, bool) and reply == count:
-                if signal._extend(batch.sent, ttl_ms):
-                    entry[2] = batch.sent + renew_every(ttl_ms)
-                else:
+                if not signal._extend(batch.sent, sent_ttl):
                     del self._leases[lease_id]
+                elif sent_ttl < ttl_ms and entry[6] is not None:
+                    # The last renewal of a lease watched until an end: it
+                    # ends there unless set_until moves the end meanwhile.
+                    entry[2] = entry[6]
+                else:
+                    entry[2] = batch.sent + renew_every(ttl_ms)
             elif isinstance(reply, int) and not isinstance(reply, bool):
                 signal._lose(Loss.REFUSED)
                 del self._leases[lease_id]

@@ -4,6 +4,7 @@ decided in ``_common.py``; this file only does the blocking I/O."""
 
 from __future__ import annotations
 
+import select
 import threading
 import time
 import weakref
@@ -42,7 +43,6 @@ from ._common import (
     needs_fresh_renewal,
     new_owner,
     release_failed,
-    release_plan,
     still_held,
 )
 
@@ -56,10 +56,12 @@ class _Target:
     def __init__(self, client: Union[redis.Redis, RedisCluster], io_timeout: float) -> None:
         self.client = client
         self.io_timeout = io_timeout
+        self.cluster = isinstance(client, RedisCluster)
 
     def node(self, key: Any) -> Any:
         """Which node serves ``key`` (None: the one server): the pool's key."""
-        if isinstance(self.client, RedisCluster):
+        if self.cluster:
+            assert isinstance(self.client, RedisCluster)
             return self.client.get_node_from_key(key).name  # type: ignore[no-untyped-call]
         return None
 
@@ -89,6 +91,9 @@ def _call(conn: Conn, args: Tuple[Any, ...], timeout: Optional[float]) -> Any:
     seconds (``None``: no limit). The connection is closed on an I/O error
     or a timeout."""
     conn.send_command(*args)
+    if timeout is not None and timeout == conn.socket_timeout:
+        # The socket's own timeout: nothing to set (and set back) per read.
+        return conn.read_response()
     return conn.read_response(timeout=None if timeout is None else max(timeout, 0.001))
 
 
@@ -108,9 +113,19 @@ def _pipeline(conn: Conn, commands: List[Tuple[Any, ...]], timeout: float) -> Li
 
 def _usable(conn: Conn) -> bool:
     """Is an idle connection of ours still open? With no reply due, anything
-    readable on it is the server's close (or garbage): not usable."""
+    readable on it is the server's close (or garbage): not usable. One
+    ``poll`` of its socket (redis-py's ``can_read`` costs several system
+    calls)."""
     try:
-        return not conn.can_read(timeout=0)
+        sock = getattr(conn, "_sock", None)
+        buffer = getattr(getattr(conn, "_parser", None), "_buffer", None)
+        if sock is None or buffer is None or not hasattr(buffer, "unread_bytes"):
+            return not conn.can_read(timeout=0)
+        if buffer.unread_bytes():
+            return False
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
     except Exception:
         return False
 
@@ -179,6 +194,40 @@ class _Pool:
             self._idle.clear()
         for conn in conns:
             _close(conn)
+
+
+#: How long a watchdog with no lease left waits for a new one before it ends
+#: (a thread a lease would otherwise start anew at every acquire).
+WATCHDOG_LINGER_S = 10.0
+IDLE_NAP_S = 0.5
+
+_SHARED_LOCK = threading.Lock()
+
+
+class _Shared:
+    """What every :class:`LeaseClient` (and :class:`redis_lease.Lock`) made
+    from one redis-py client with one ``io_timeout`` shares: the pool of
+    connections, the watchdog's schedule and its thread. Kept on the redis-py
+    client object itself, so it goes with it."""
+
+    def __init__(self, target: _Target) -> None:
+        self.target = target
+        self.pool = _Pool(target)
+        self.schedule = Schedule()
+        self.wake = threading.Condition()
+        self.running = False
+        #: The server's ``lease.max-ttl-ms`` once an acquire over it was
+        #: refused (the lowest of the nodes'): the locks' lease length.
+        self.max_ttl_ms: Optional[int] = None
+
+
+def _shared(client: Any, io_timeout: float) -> _Shared:
+    with _SHARED_LOCK:
+        per_timeout: Dict[float, _Shared] = client.__dict__.setdefault("_redis_lease_shared", {})
+        shared = per_timeout.get(io_timeout)
+        if shared is None:
+            shared = per_timeout[io_timeout] = _Shared(_Target(client, io_timeout))
+        return shared
 
 
 class LossSignal:
@@ -353,7 +402,9 @@ class LeaseClient:
 
     All its leases share its connections (a pool per node: as many as calls
     run at once, at most 8 kept idle) and one watchdog thread, which renews
-    them in batches: one pipeline per node each round.
+    them in batches: one pipeline per node each round. Every
+    ``LeaseClient`` and :class:`redis_lease.Lock` made from one redis-py
+    client (with one ``io_timeout``) shares that pool and that watchdog.
     """
 
     def __init__(
@@ -365,13 +416,13 @@ class LeaseClient:
         retries: int = 3,
         watchdog: bool = True,
     ) -> None:
-        self._target = _Target(client, io_timeout)
-        self._pool = _Pool(self._target)
+        self._shared = _shared(client, io_timeout)
+        self._target = self._shared.target
+        self._pool = self._shared.pool
         self._held: "weakref.WeakValueDictionary[Any, Lease]" = weakref.WeakValueDictionary()
         self._held_lock = threading.Lock()
-        self._schedule = Schedule()
-        self._wake = threading.Condition()
-        self._running = False
+        self._schedule = self._shared.schedule
+        self._wake = self._shared.wake
         self.io_timeout = io_timeout
         self.block_margin = block_margin
         self.retries = retries
@@ -390,18 +441,35 @@ class LeaseClient:
             return self._schedule.stats()
 
     def _watch(
-        self, key: Any, owner: str, ttl_ms: int, first: float, signal: LossSignal, keys: Optional[Tuple[Any, ...]] = None
+        self,
+        key: Any,
+        owner: Any,
+        ttl_ms: int,
+        first: float,
+        signal: LossSignal,
+        keys: Optional[Tuple[Any, ...]] = None,
+        until: Optional[float] = None,
     ) -> int:
         """Renews a lease (every key of ``keys`` for a multi-key one) from
-        ``first`` on; starts the watchdog thread when none runs."""
+        ``first`` on (until ``until``, when given); starts the watchdog
+        thread when none runs."""
         with self._wake:
-            lease_id, wake = self._schedule.add(key, owner, ttl_ms, first, signal, keys)
-            if not self._running:
-                self._running = True
-                threading.Thread(target=self._run_watchdog, name="lease-watchdog", daemon=True).start()
-            elif wake:
-                self._wake.notify()
+            lease_id, wake = self._schedule.add(key, owner, ttl_ms, first, signal, keys, until)
+            self._started(wake)
             return lease_id
+
+    def _set_until(self, lease_id: int, until: Optional[float], next_at: float) -> None:
+        """A watched lease was just renewed by hand: its end and next renewal."""
+        with self._wake:
+            self._started(self._schedule.set_until(lease_id, until, next_at))
+
+    def _started(self, wake: bool) -> None:
+        shared = self._shared
+        if not shared.running:
+            shared.running = True
+            threading.Thread(target=self._run_watchdog, name="lease-watchdog", daemon=True).start()
+        elif wake:
+            self._wake.notify()
 
     def _forget(self, lease_id: int) -> None:
         with self._wake:
@@ -411,6 +479,7 @@ class LeaseClient:
         """Sends each batch the schedule makes, one pipeline per node, and
         hands the replies back, until no lease is left."""
         conns: Dict[Any, Conn] = {}
+        idle_since: Optional[float] = None
         try:
             while True:
                 with self._wake:
@@ -420,8 +489,19 @@ class LeaseClient:
                         if isinstance(step, Batch):
                             break
                         if step is None:
-                            self._running = False
-                            return
+                            # No lease left: wait a while for a new one
+                            # rather than start a thread for each.
+                            if idle_since is None:
+                                idle_since = now
+                            elif now - idle_since >= WATCHDOG_LINGER_S:
+                                self._shared.running = False
+                                return
+                            # In short naps: a lease whose first renewal
+                            # is due after the nap needs no wake-up.
+                            self._schedule.idle_until(now + IDLE_NAP_S)
+                            self._wake.wait(IDLE_NAP_S)
+                            continue
+                        idle_since = None
                         self._wake.wait(step - now)
                 replies, pipelines = self._send(step, conns)
                 with self._wake:
@@ -555,12 +635,18 @@ class LeaseClient:
         attempts = Attempts(self.retries)
         while True:
             args, timeout = attempt(wait_until)
-            conn = None
+            conn = node = None
             try:
                 node, conn = self._pool.take(route)
                 sent = time.monotonic()
                 token = _call(conn, args, timeout)
             except Exception as e:
+                if conn is not None and _answered(e):
+                    # An error reply (WRONGTYPE, a ttl out of range): the
+                    # connection is fine.
+                    self._pool.give(node, conn)
+                    assert isinstance(e, exceptions.ResponseError)
+                    raise check_stale(e) from None
                 _close(conn)
                 step = attempts.after(e)
                 if step is None:
@@ -754,3 +840,11 @@ def _close(conn: Optional[Conn]) -> None:
             conn.disconnect()
         except Exception:
             pass
+
+
+def _answered(e: BaseException) -> bool:
+    """An error reply to a call that reached the server, other than a
+    cluster redirection: the connection stays usable."""
+    return isinstance(e, exceptions.ResponseError) and not isinstance(
+        e, (exceptions.MovedError, exceptions.AskError, exceptions.TryAgainError)
+    )

@@ -51,11 +51,10 @@ from ._common import (
     mode_args,
     new_owner,
     release_failed,
-    release_plan,
     still_held,
 )
 
-__all__ = ["AsyncLeaseClient", "AsyncLease", "AsyncLossSignal", "AsyncMultiLease"]
+__all__ = ["AsyncLeaseClient", "AsyncLease", "AsyncLossSignal", "AsyncMultiLease", "Lock"]
 
 Conn = Any  # a redis.asyncio.connection.Connection
 T = TypeVar("T")
@@ -65,12 +64,16 @@ class _Target:
     def __init__(self, client: Union[aredis.Redis, RedisCluster], io_timeout: float) -> None:
         self.client = client
         self.io_timeout = io_timeout
+        self.cluster = isinstance(client, RedisCluster)
 
     def node(self, key: Any) -> Any:
         """Which node serves ``key`` (None: the one server), once the
         cluster's slots are known: the pool's key."""
-        if isinstance(self.client, RedisCluster) and self.client.nodes_manager.slots_cache:
-            node = self.client.get_node_from_key(key)
+        if self.cluster:
+            client: RedisCluster = self.client  # type: ignore[assignment]
+            if not client.nodes_manager.slots_cache:
+                return None
+            node = client.get_node_from_key(key)
             return None if node is None else node.name
         return None
 
@@ -119,6 +122,11 @@ async def _call(conn: Conn, args: Tuple[Any, ...], timeout: Optional[float]) -> 
     try:
         if timeout is None:
             return await go()
+        if timeout == conn.socket_timeout:
+            # The connection's own timeout bounds the send and the read
+            # (redis-py closes it when one runs out): no task per call.
+            await conn.send_command(*args)
+            return await conn.read_response()
         return await asyncio.wait_for(go(), max(timeout, 0.001))
     except asyncio.TimeoutError:
         await _close(conn)
@@ -226,6 +234,35 @@ class _Pool:
         self._idle.clear()
         for conn in conns:
             await _close(conn)
+
+
+#: How long a watchdog task with no lease left waits for a new one before it
+#: ends (rather than a task started anew at every acquire).
+WATCHDOG_LINGER_S = 10.0
+IDLE_NAP_S = 0.5
+
+
+class _Shared:
+    """What every :class:`AsyncLeaseClient` (and asyncio
+    :class:`redis_lease.aio.Lock`) made from one redis-py asyncio client with
+    one ``io_timeout`` shares: the pool, the watchdog's schedule and task.
+    Kept on the redis-py client object itself."""
+
+    def __init__(self, target: _Target) -> None:
+        self.target = target
+        self.pool = _Pool(target)
+        self.schedule = Schedule()
+        self.wake = asyncio.Event()
+        self.task: Optional["asyncio.Task[None]"] = None
+        self.max_ttl_ms: Optional[int] = None
+
+
+def _shared(client: Any, io_timeout: float) -> _Shared:
+    per_timeout: Dict[float, _Shared] = client.__dict__.setdefault("_redis_lease_shared", {})
+    shared = per_timeout.get(io_timeout)
+    if shared is None:
+        shared = per_timeout[io_timeout] = _Shared(_Target(client, io_timeout))
+    return shared
 
 
 class AsyncLossSignal:
@@ -411,12 +448,11 @@ class AsyncLeaseClient:
         retries: int = 3,
         watchdog: bool = True,
     ) -> None:
-        self._target = _Target(client, io_timeout)
-        self._pool = _Pool(self._target)
+        self._shared = _shared(client, io_timeout)
+        self._target = self._shared.target
+        self._pool = self._shared.pool
         self._held: "weakref.WeakValueDictionary[Any, AsyncLease]" = weakref.WeakValueDictionary()
-        self._schedule = Schedule()
-        self._wake = asyncio.Event()
-        self._task: Optional["asyncio.Task[None]"] = None
+        self._schedule = self._shared.schedule
         self.io_timeout = io_timeout
         self.block_margin = block_margin
         self.retries = retries
@@ -436,37 +472,59 @@ class AsyncLeaseClient:
     def _watch(
         self,
         key: Any,
-        owner: str,
+        owner: Any,
         ttl_ms: int,
         first: float,
         signal: AsyncLossSignal,
         keys: Optional[Tuple[Any, ...]] = None,
+        until: Optional[float] = None,
     ) -> int:
         """Renews a lease (every key of ``keys`` for a multi-key one) from
-        ``first`` on; starts the watchdog task (on the running loop) when
-        none runs."""
-        lease_id, wake = self._schedule.add(key, owner, ttl_ms, first, signal, keys)
-        if self._task is None or self._task.done():
-            self._wake = asyncio.Event()
-            self._task = asyncio.ensure_future(self._run_watchdog())
-        elif wake:
-            self._wake.set()
+        ``first`` on (until ``until``, when given); starts the watchdog task
+        (on the running loop) when none runs."""
+        lease_id, wake = self._schedule.add(key, owner, ttl_ms, first, signal, keys, until)
+        self._started(wake)
         return lease_id
+
+    def _set_until(self, lease_id: int, until: Optional[float], next_at: float) -> None:
+        """A watched lease was just renewed by hand: its end and next renewal."""
+        self._started(self._schedule.set_until(lease_id, until, next_at))
+
+    def _started(self, wake: bool) -> None:
+        shared = self._shared
+        if shared.task is None or shared.task.done():
+            shared.wake = asyncio.Event()
+            shared.task = asyncio.ensure_future(self._run_watchdog())
+        elif wake:
+            shared.wake.set()
 
     async def _run_watchdog(self) -> None:
         """Sends each batch the schedule makes, one pipeline per node, and
         hands the replies back, until no lease is left."""
         conns: Dict[Any, Conn] = {}
+        idle_since: Optional[float] = None
+        shared = self._shared
         try:
             while True:
                 now = time.monotonic()
                 step = self._schedule.next(now, self.io_timeout)
                 if step is None:
-                    return
+                    # No lease left: wait a while for a new one rather than
+                    # start a task for each.
+                    if idle_since is None:
+                        idle_since = now
+                    elif now - idle_since >= WATCHDOG_LINGER_S:
+                        return
+                    # In short naps: a lease whose first renewal is due
+                    # after the nap needs no wake-up.
+                    self._schedule.idle_until(now + IDLE_NAP_S)
+                    step = now + IDLE_NAP_S
+                else:
+                    idle_since = None
                 if not isinstance(step, Batch):
-                    self._wake.clear()
+                    shared.wake.clear()
                     try:
-                        await asyncio.wait_for(self._wake.wait(), max(step - now, 0.001))
+                        await asyncio.wait_for(shared.wake.wait(), max(step - now, 0.001))
                     except asyncio.TimeoutError:
                         pass
                     continue
@@ -569,12 +627,18 @@ class AsyncLeaseClient:
         attempts = Attempts(self.retries)
         while True:
             args, timeout = attempt(wait_until)
-            conn = None
+            conn = node = None
             try:
                 node, conn = await self._pool.take(route, self.io_timeout)
                 sent = time.monotonic()
                 token = await _call(conn, args, timeout)
             except Exception as e:
+                if conn is not None and _answered(e):
+                    # An error reply (WRONGTYPE, a ttl out of range): the
+                    # connection is fine.
+                    await self._pool.give(node, conn)
+                    assert isinstance(e, exceptions.ResponseError)
+                    raise check_stale(e) from None
                 await _close(conn)
                 step = attempts.after(e)
                 if step is None:
@@ -699,3 +763,15 @@ class AsyncMultiLease(MultiLeaseCore, AsyncLease):
 
     async def __aenter__(self) -> "AsyncMultiLease":
         return self
+
+
+def _answered(e: BaseException) -> bool:
+    """An error reply to a call that reached the server, other than a
+    cluster redirection: the connection stays usable."""
+    return isinstance(e, exceptions.ResponseError) and not isinstance(
+        e, (exceptions.MovedError, exceptions.AskError, exceptions.TryAgainError)
+    )
+
+
+# The drop-in for redis.asyncio.lock.Lock: ``from redis_lease.aio import Lock``.
+from ._alock import Lock  # noqa: E402
