@@ -16,7 +16,7 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
-from conftest import KINDS, Frozen, Server, Silent, token_of, wait_until
+from conftest import KINDS, Frozen, Server, Silent, token_of
 from redis_lease import LeaseBusy, Loss, Outlier, QuorumClient, StaleToken
 from redis_lease.quorum import AsyncQuorumClient
 
@@ -125,7 +125,9 @@ def test_asyncio_quorum_lease(masters):
         for m in masters:
             assert token_of(m.client(), "job") is None
             assert m.client().get("data") == b"async"
-        lease = await client.acquire("job", 300)
+        again = await client.acquire("job", 300)
+        assert again is not None
+        lease = again
         for m in masters[:3]:
             m.client().delete("job")
         await asyncio.wait_for(lease.lost.wait(), 1)
@@ -257,7 +259,7 @@ def check_left_out(masters, lease, seen):
 
 def test_a_master_whose_clock_is_far_ahead_is_left_out_and_reported(one_far_ahead, caplog):
     masters = one_far_ahead
-    seen = []
+    seen: list[Outlier] = []
     client = QuorumClient(
         [redis.Redis(host="127.0.0.1", port=m.port) for m in masters], io_timeout=0.2, watchdog=False, on_outlier=seen.append
     )
@@ -281,7 +283,7 @@ def test_the_asyncio_client_leaves_out_and_reports_a_master_whose_clock_is_far_a
     masters = one_far_ahead
 
     async def main():
-        seen = []
+        seen: list[Outlier] = []
         client = AsyncQuorumClient(
             [aredis.Redis(host="127.0.0.1", port=m.port) for m in masters], io_timeout=0.2, watchdog=False, on_outlier=seen.append
         )

@@ -30,7 +30,7 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from types import TracebackType
-from typing import Any, Awaitable, Callable, List, Optional, Sequence, Tuple, Type
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Type
 
 import redis
 import redis.asyncio as aredis
@@ -79,6 +79,12 @@ def _backoff(ttl_ms: int) -> float:
 def _acquire_args(key: Any, owner: str, ttl_ms: int, floor: Optional[int]) -> Tuple[Any, ...]:
     args: Tuple[Any, ...] = ("LEASE.ACQUIRE", key, owner, ttl_ms)
     return args if floor is None else args + ("FLOOR", floor)
+
+
+def _floor_args(key: Any, owner: str, ttl_ms: int, floor: int) -> Callable[[int], Tuple[Any, ...]]:
+    """The step-3 commit of ``floor``, the same on every master."""
+    args = _acquire_args(key, owner, ttl_ms, floor)
+    return lambda _: args
 
 
 def _granted(replies: Sequence[Any]) -> List[Tuple[int, int]]:
@@ -262,7 +268,7 @@ class QuorumClient:
         # At most one round per master: each leaves one out.
         while self._commit:
             token = commit.token
-            settled = commit.settle(self._each(commit.on, lambda _: _acquire_args(key, owner, ttl_ms, token), timeout), self._addrs.__getitem__)
+            settled = commit.settle(self._each(commit.on, _floor_args(key, owner, ttl_ms, token), timeout), self._addrs.__getitem__)
             if not isinstance(settled, tuple):
                 committed = settled
                 break
@@ -485,7 +491,7 @@ class AsyncQuorumClient:
         # At most one round per master: each leaves one out.
         while True:
             token = commit.token
-            replies = await self._each(commit.on, lambda _: _acquire_args(key, owner, ttl_ms, token), timeout)
+            replies = await self._each(commit.on, _floor_args(key, owner, ttl_ms, token), timeout)
             settled = commit.settle(replies, self._addrs.__getitem__)
             if not isinstance(settled, tuple):
                 break
