@@ -1,0 +1,128 @@
+"""The errors the helpers raise, the loss reasons, and what a reply means
+(a lost reply, a grace refusal, a stale token)."""
+
+from __future__ import annotations
+
+import enum
+import socket
+from typing import Any, Optional, Tuple
+
+import redis
+from redis import exceptions
+
+
+#: ``block_ms=FOREVER`` waits until the lease is ours (``BLOCK 0``).
+FOREVER = 0
+
+
+class Loss(str, enum.Enum):
+    """Why a lease is no longer held."""
+
+    #: A renewal answered 0: the server says the lease is not ours.
+    REFUSED = "refused"
+    #: The client-side deadline passed with no successful renewal.
+    EXPIRED = "expired"
+    #: The holder released it.
+    RELEASED = "released"
+
+
+class LeaseError(redis.RedisError):
+    """Base class of this package's errors."""
+
+
+class LeaseBusy(LeaseError):
+    """``client.lease(...)`` could not take the lease: another owner holds it
+    (and the ``block_ms`` wait, if any, ran out)."""
+
+
+class LeaseGrace(LeaseBusy):
+    """The server refused the lease because it is in a grace period (after a
+    failover or a start on possibly lost data, design.md S7), not because
+    another owner holds it: no new lease on that server for
+    ``remaining_ms`` more (``reason``: ``promoted``, ``restart`` or
+    ``no-data``). Leases already held keep working. Read from the server's
+    ``INFO lease`` right after the refusal."""
+
+    def __init__(self, key: Any, remaining_ms: int, reason: str) -> None:
+        super().__init__(
+            f"{key!r}: the server is in a grace period ({reason}): "
+            f"no new lease for {remaining_ms} ms more"
+        )
+        self.remaining_ms = remaining_ms
+        self.reason = reason
+
+
+def grace_of(info: Any) -> Optional[Tuple[int, str]]:
+    """``(remaining_ms, reason)`` of a running grace period, from an ``INFO
+    lease`` reply (bytes or str); None when none runs."""
+    if isinstance(info, bytes):
+        info = info.decode(errors="replace")
+    fields = dict(
+        line.split(":", 1) for line in str(info).splitlines() if ":" in line
+    )
+    try:
+        remaining = int(fields.get("lease_grace_remaining_ms", "0"))
+    except ValueError:
+        return None
+    if remaining <= 0:
+        return None
+    return remaining, fields.get("lease_grace_reason", "unknown").strip()
+
+
+class StaleToken(LeaseError, exceptions.ResponseError):
+    """``LEASE.FENCE`` answered ``STALE``: the token is not the one of the lease
+    held now, and the fenced command was not run."""
+
+
+class SharedWrite(LeaseError, exceptions.ResponseError):
+    """A ``shared=True`` holder's token fenced a write command: refused by the
+    server, nothing run. Readers fence reads only; take the lease exclusively
+    to write."""
+
+
+class AlreadyHeld(LeaseError):
+    """This client already holds a lease on this key (not released, not
+    lost): a second acquire would wait on itself (with ``block_ms``) or be
+    refused. Use the lease you hold, or release it first. Raised at once,
+    nothing sent."""
+
+    def __init__(self, key: Any) -> None:
+        super().__init__(f"{key!r} is already held by this client: use that lease or release it first")
+
+
+def still_held(lease: Any) -> bool:
+    """Is ``lease`` (a sync or an asyncio one, or None) neither released nor
+    lost? A second acquire of its key by the same client is then
+    :class:`AlreadyHeld`."""
+    return lease is not None and not lease._released and not lease.lost.is_set()
+
+
+def lost_during(reason: Optional[Loss]) -> Optional[Loss]:
+    """The loss to report when a block ends normally: a lease that was
+    refused or expired during the work (not one the work released)."""
+    return reason if reason in (Loss.REFUSED, Loss.EXPIRED) else None
+
+
+class LeaseLost(LeaseError):
+    """The lease is lost; raise it from work that saw ``lease.lost`` set."""
+
+    def __init__(self, loss: Optional[Loss]) -> None:
+        super().__init__(f"lease lost: {loss.value if loss else 'unknown'}")
+        self.loss = loss
+
+
+def lost_reply(e: BaseException) -> bool:
+    """May the command have run without us hearing the answer? (I/O error,
+    closed connection, timeout.)"""
+    return isinstance(
+        e, (exceptions.ConnectionError, exceptions.TimeoutError, socket.timeout, OSError)
+    )
+
+
+def check_stale(e: exceptions.ResponseError) -> BaseException:
+    """``STALE ...`` as :class:`StaleToken`, anything else unchanged."""
+    if str(e).startswith("STALE"):
+        return StaleToken(str(e))
+    if "a SHARED holder's token cannot fence a write command" in str(e):
+        return SharedWrite(str(e))
+    return e
