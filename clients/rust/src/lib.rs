@@ -2,30 +2,13 @@
 //! `LEASE.RELEASE`, `LEASE.FENCE`), on the [`redis`] crate.
 //!
 //! The raw commands work from any client, but every user then writes the
-//! same fragile code around them. This crate writes it once:
-//!
-//! - **a fresh owner id per acquisition**: 16 random bytes, hex;
-//! - **a lost reply is retried with the same owner** (an I/O error or a
-//!   timeout on `LEASE.ACQUIRE`), on a new connection, so a grant whose reply
-//!   was lost is picked up again (same token) instead of being left orphaned
-//!   until its ttl runs out. The read timeout is longer than the `BLOCK`
-//!   timeout, so a wait is never cut short by the client;
-//! - **a watchdog** renews the lease at about a third of its ttl (one per
-//!   client for all its leases, batching the renewals that are due into one
-//!   pipeline, on a connection of its own), and signals the loss at once: when a renewal answers 0, or
-//!   when the lease's client-side deadline passes with no successful renewal.
-//!   That deadline is `ttl` from when the acquire was *sent*, moved to `ttl`
-//!   from when each successful renewal was sent. It is checked where the
-//!   signal is read, so the loss shows at the deadline even while the
-//!   watchdog's renewal is stuck on a paused server;
-//! - **fenced writes**: [`Lease::fence`] sends `LEASE.FENCE key token <cmd>`;
-//!   a `STALE` refusal is [`Error::Stale`];
-//! - **release on every way out**: [`Lease::release`], and on drop of the
-//!   guard (an early return, an error, a panic);
-//! - **multi-key leases**: [`LeaseClient::acquire_many`] takes several keys
-//!   at once, every key or none, under one fencing token (`LEASE.MACQUIRE`):
-//!   a [`MultiLease`], renewed with one `LEASE.MRENEW`, fenced on any of
-//!   its keys.
+//! same fragile code around them. This crate writes it once: a fresh owner
+//! id per acquisition, a lost acquire reply retried with the same owner, a
+//! watchdog with a client-side deadline and a loss signal, fenced writes
+//! ([`Lease::fence`]), release on every way out, multi-key leases
+//! ([`LeaseClient::acquire_many`]) and quorum leases ([`QuorumClient`]). The
+//! rules, the same in every language, are listed once in the project's
+//! `docs/helpers.md`, "What the helpers do for you".
 //!
 //! The sync API is [`LeaseClient`] / [`Lease`]. With the `tokio` feature,
 //! [`aio`] has the same on tokio. Both work with one server

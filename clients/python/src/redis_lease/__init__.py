@@ -17,6 +17,11 @@
 - :class:`QuorumClient` (and ``redis_lease.quorum.AsyncQuorumClient``):
   one lease on a majority of independent masters with one fencing token
   (design.md S9).
+
+What the helpers do for you (owner ids, lost-reply retries, bounded waits,
+the watchdog and its client-side deadline, release on every way out, ...)
+is listed once, the same in every language, in the project's
+docs/helpers.md, "What the helpers do for you".
 """
 
 from ._common import (
