@@ -29,25 +29,12 @@ fn digest(c: &mut redis::Connection, key: &str) -> String {
     format!("{:?}", ok(c, &["DEBUG", "DIGEST-VALUE", key]))
 }
 
-/// Every counter of `INFO lease`.
+/// Every counter of `INFO lease` (the module's one list of them).
 fn counters(c: &mut redis::Connection) -> Vec<(String, i64)> {
-    [
-        "acquired",
-        "contended",
-        "reacquired",
-        "renewed",
-        "renew_failed",
-        "released",
-        "release_failed",
-        "expired",
-        "fence_ok",
-        "fence_stale",
-        "wait_timeouts",
-        "grace_refused",
-    ]
-    .iter()
-    .map(|n| (n.to_string(), info_int(c, &format!("lease_{n}"))))
-    .collect()
+    common::stats::NAMES
+        .iter()
+        .map(|n| (n.to_string(), info_int(c, &format!("lease_{n}"))))
+        .collect()
 }
 
 fn counter(c: &mut redis::Connection, name: &str) -> i64 {

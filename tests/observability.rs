@@ -8,26 +8,12 @@ use common::*;
 use std::thread;
 use std::time::Duration;
 
-/// Every counter of `INFO lease`, by its short name.
-const COUNTERS: [&str; 13] = [
-    "acquired",
-    "contended",
-    "reacquired",
-    "renewed",
-    "renew_failed",
-    "released",
-    "release_failed",
-    "expired",
-    "fence_ok",
-    "fence_stale",
-    "waiters",
-    "wait_timeouts",
-    "last_token",
-];
-
+/// Every counter of `INFO lease` (the module's one list of them), and the
+/// waiters and the last token, by their short names.
 fn counters(c: &mut redis::Connection) -> Vec<(&'static str, i64)> {
-    COUNTERS
+    common::stats::NAMES
         .iter()
+        .chain(&["waiters", "last_token"])
         .map(|n| (*n, info_int(c, &format!("lease_{n}"))))
         .collect()
 }

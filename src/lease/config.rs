@@ -31,18 +31,31 @@ pub enum OnChange {
     RetimeGrace,
 }
 
-/// Which setting (an index into `SETTINGS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Name {
-    MaxTtlMs,
-    GraceMs,
+/// Declares `Name` (one variant per setting, `Name::ALL` in table order)
+/// and `SETTINGS` (the rows) from one table: nothing is kept beside it.
+macro_rules! settings {
+    ($($(#[doc = $doc:literal])* $variant:ident = $row:expr,)*) => {
+        /// Which setting (an index into `SETTINGS`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Name {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl Name {
+            /// Every setting, in the order of `SETTINGS`.
+            pub const ALL: &[Name] = &[$(Name::$variant),*];
+        }
+
+        /// Every setting.
+        pub const SETTINGS: [Setting; [$(Name::$variant),*].len()] = [$($row),*];
+    };
 }
 
-/// Every setting. Default `max-ttl-ms`: one minute (design.md S7: the grace after a
-/// failover must outlast the longest lease that could have been lost; long
-/// leases are renewed, not granted long).
-pub const SETTINGS: [Setting; 2] = [
-    Setting {
+settings! {
+    /// Default one minute (design.md S7: the grace after a failover must
+    /// outlast the longest lease that could have been lost; long leases are
+    /// renewed, not granted long).
+    MaxTtlMs = Setting {
         name: "max-ttl-ms",
         default: 60_000,
         min: 1,
@@ -50,7 +63,7 @@ pub const SETTINGS: [Setting; 2] = [
         doc: "the longest ttl-ms an acquire or renew may ask for",
         on_change: OnChange::RetimeGrace,
     },
-    Setting {
+    GraceMs = Setting {
         name: "grace-ms",
         default: -1,
         min: -1,
@@ -58,11 +71,9 @@ pub const SETTINGS: [Setting; 2] = [
         doc: "the grace period after a promotion or a start on possibly older data: -1 is max-ttl-ms, plus min-replicas-max-lag + 2 s when min-replicas-to-write is set; 0 turns it off",
         on_change: OnChange::RetimeGrace,
     },
-];
+}
 
 impl Name {
-    pub const ALL: [Name; 2] = [Name::MaxTtlMs, Name::GraceMs];
-
     pub fn setting(self) -> &'static Setting {
         &SETTINGS[self as usize]
     }
@@ -85,14 +96,6 @@ impl Default for Settings {
 impl Settings {
     pub fn get(&self, name: Name) -> i64 {
         self.values[name as usize]
-    }
-
-    pub fn max_ttl_ms(&self) -> i64 {
-        self.get(Name::MaxTtlMs)
-    }
-
-    pub fn grace_ms(&self) -> i64 {
-        self.get(Name::GraceMs)
     }
 }
 
@@ -148,26 +151,26 @@ mod tests {
     #[test]
     fn defaults_and_values() {
         assert_eq!(parse_module_args(&[]), Ok(Settings::default()));
-        assert_eq!(Settings::default().max_ttl_ms(), 60_000);
-        assert_eq!(Settings::default().grace_ms(), -1);
+        assert_eq!(Settings::default().get(Name::MaxTtlMs), 60_000);
+        assert_eq!(Settings::default().get(Name::GraceMs), -1);
         assert_eq!(
             parse_module_args(&[b"max-ttl-ms", b"5000"])
                 .unwrap()
-                .max_ttl_ms(),
+                .get(Name::MaxTtlMs),
             5000
         );
         assert_eq!(
             parse_module_args(&[b"lease.max-ttl-ms", b"7"])
                 .unwrap()
-                .max_ttl_ms(),
+                .get(Name::MaxTtlMs),
             7
         );
         let s = parse_module_args(&[b"grace-ms", b"0", b"MAX-TTL-MS", b"9"]).unwrap();
-        assert_eq!((s.grace_ms(), s.max_ttl_ms()), (0, 9));
+        assert_eq!((s.get(Name::GraceMs), s.get(Name::MaxTtlMs)), (0, 9));
         assert_eq!(
             parse_module_args(&[b"lease.grace-ms", b"-1"])
                 .unwrap()
-                .grace_ms(),
+                .get(Name::GraceMs),
             -1
         );
     }

@@ -28,6 +28,7 @@ pub mod mode;
 pub mod multikey;
 pub mod ops;
 pub mod record;
+pub mod stats;
 pub mod versions;
 pub mod waitq;
 
@@ -41,3 +42,26 @@ pub use exclusive::Lease;
 pub use holders::{Holder, Multi};
 pub use mode::{Mode, MultiMode};
 pub use record::{Record, RecordMut, RecordRef};
+
+// The counters' table is included as it is by the integration tests
+// (tests/common), so its unit test lives here.
+#[cfg(test)]
+mod stats_tests {
+    use super::stats::*;
+
+    #[test]
+    fn every_counter_is_named_once_and_shown_in_order() {
+        let s = Stats::new();
+        s.expired.add(3);
+        let fields = s.fields();
+        assert_eq!(fields.iter().map(|f| f.0).collect::<Vec<_>>(), NAMES);
+        assert_eq!(
+            fields.iter().find(|f| f.0 == "expired").map(|f| f.1),
+            Some(3)
+        );
+        let mut names = NAMES.to_vec();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), NAMES.len());
+    }
+}

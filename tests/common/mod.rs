@@ -16,7 +16,9 @@
 //! - `cluster`: `Cluster` and `Master`;
 //! - `sentinel`: `Sentinel` processes and `quick_conn`;
 //! - `matrix`: the `both!` and `compat!` macros;
-//! - `grace`: helpers of the grace-period tests (`use common::grace::*;`).
+//! - `grace`: helpers of the grace-period tests (`use common::grace::*;`);
+//! - `stats`: the module's own table of `INFO lease` counters
+//!   (`src/lease/stats.rs`, included as it is: `stats::NAMES`).
 #![allow(dead_code)]
 
 pub use redis::Value;
@@ -31,6 +33,11 @@ mod replication;
 mod sentinel;
 mod server;
 mod waiters;
+
+/// The module's table of `INFO lease` counters, the very file it is built
+/// from (it uses nothing but `std`).
+#[path = "../../src/lease/stats.rs"]
+pub mod stats;
 
 // Each test file uses only some of the harness.
 #[allow(unused_imports)]
