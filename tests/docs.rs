@@ -356,3 +356,28 @@ both! {
         assert!(info_int(&mut c, "lease_grace_remaining_ms") > 0, "{kind:?}: the grace ended too soon");
     }
 }
+
+#[test]
+fn internals_md_names_every_test_file() {
+    let page = doc_page("docs/internals.md");
+    let dir = repo_file("tests");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("tests/") {
+        let name = entry
+            .expect("an entry")
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        if name.ends_with(".rs")
+            && !page.contains(&format!("`{name}`"))
+            && !page.contains(&format!("tests/{name}"))
+        {
+            missing.push(name);
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "docs/internals.md does not name {missing:?}"
+    );
+}
