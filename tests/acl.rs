@@ -19,7 +19,7 @@ fn noperm(c: &mut redis::Connection, args: &[&str]) {
     assert!(e.starts_with("NOPERM"), "{args:?}: {e}");
 }
 
-both! {
+full_suite! {
     fn key_patterns_apply_to_every_lease_command(kind) {
         let s = Server::start(kind);
         let mut admin = s.conn();

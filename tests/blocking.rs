@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-both! {
+full_suite! {
     fn a_block_timeout_never_ends_the_wait_early(kind) {
         // The clock reads whole milliseconds: a timeout taken as `now + ms`
         // could end up to 1 ms before `ms` had passed. Every wait is at
@@ -189,7 +189,7 @@ both! {
 }
 
 // The compatibility subset (also on Redis 7.4 and 8.0).
-compat! {
+every_server! {
     fn release_hands_off_to_the_oldest_waiter_only(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -419,7 +419,7 @@ fn a_waiter_is_served_at_the_new_deadline(kind: Kind, change: &[&str]) {
     assert_eq!(token_of(&mut c, "k"), Some(t));
 }
 
-both! {
+full_suite! {
     // A BLOCK waiter whose timeout races with the release gets exactly one
     // reply, never none or two: each of 20 waiters released right around its 50
     // ms timeout gets a token it then holds, or a null (and then it holds
@@ -593,7 +593,7 @@ both! {
     }
 }
 
-compat! {
+every_server! {
     fn a_hand_off_waits_for_memory_like_every_new_lease(kind) {
         // Waiters queued before the server reached maxmemory: the release,
         // the expiry and the multi-key release that free their keys hand

@@ -39,7 +39,7 @@ fn module_list_version(c: &mut redis::Connection) -> i64 {
     panic!("the lease module is not in MODULE LIST")
 }
 
-both! {
+full_suite! {
     fn module_list_info_and_log_show_the_build(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

@@ -16,7 +16,7 @@ fn over_a_year_ahead(token: i64) -> bool {
     token / 1024 > now_ms() + 365 * 86_400_000
 }
 
-both! {
+full_suite! {
     fn a_replica_whose_clock_is_years_behind_takes_the_full_sync(kind) {
         let ahead = ClockShift::new(TWO_YEARS_MS);
         let master = Server::start_with(kind, Opts::default().clock(&ahead));

@@ -22,7 +22,7 @@ fn migrate_through(cluster: &mut Cluster, src_port: u16, args: &[String]) {
     }
 }
 
-both! {
+full_suite! {
     fn leases_survive_slot_moves_and_failover_with_increasing_tokens(kind) {
         let mut cluster = Cluster::start(kind, 3, 1);
         // Leases over many slots, on every master.

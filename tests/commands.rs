@@ -31,7 +31,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
-both! {
+full_suite! {
     fn reacquire_by_the_same_owner_returns_the_same_token_and_resets_the_expiry(kind) {
         let s = Server::start(kind);
         each_protocol(&s, |c, resp3, p| {
@@ -237,7 +237,7 @@ both! {
 }
 
 // The compatibility subset (also on Redis 7.4 and 8.0).
-compat! {
+every_server! {
     fn acquire_free_key_returns_an_integer_token(kind) {
         let s = Server::start(kind);
         each_protocol(&s, |c, resp3, p| {
@@ -341,7 +341,7 @@ fn token_in(v: &Value) -> Option<i64> {
     field(v, "token").map(|t| int(&t))
 }
 
-both! {
+full_suite! {
     // Lease calls that change nothing (a contended ACQUIRE, a RENEW or RELEASE
     // by another owner, INFO, a stale FENCE) do not open the key for writing,
     // so WATCH on it holds. A failing `SET NX` is the control: it never did.

@@ -38,7 +38,7 @@ fn burst(c: &mut redis::Connection, key: &str, ttl: i64) {
     assert!(tokens.iter().all(|t| t.is_some()));
 }
 
-both! {
+full_suite! {
     fn one_call_after_many_ended_holders_stays_small(kind) {
         let master = Server::start_with(kind, Opts::default().extra(&["--appendonly", "yes"]));
         let replica = replica_of(kind, &master);

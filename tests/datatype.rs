@@ -52,7 +52,7 @@ fn assert_remaining(c: &mut redis::Connection, key: &str, ttl: i64) {
     );
 }
 
-both! {
+full_suite! {
     fn type_exists_del_unlink(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -259,7 +259,7 @@ both! {
 }
 
 // The compatibility subset (also on Redis 7.4 and 8.0).
-compat! {
+every_server! {
     fn dump_restore_keeps_owner_and_token(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -339,7 +339,7 @@ compat! {
     }
 }
 
-both! {
+full_suite! {
     // `RESTORE k 0 <lease payload>` gives the key the lease's deadline as its
     // expiry (or removes it), also when the deadline has passed already: no key
     // without a TTL outlives its lease.

@@ -154,7 +154,7 @@ fn history(page: &str) -> Vec<String> {
         .collect()
 }
 
-both! {
+full_suite! {
     fn every_command_page_says_what_command_docs_says(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -211,7 +211,7 @@ fn setting_row(page: &str, name: &str) -> Option<(i64, i64, i64)> {
     Some((default, min.parse().ok()?, max.parse().ok()?))
 }
 
-both! {
+full_suite! {
     fn the_configuration_page_gives_every_setting_as_the_server_has_it(kind) {
         // Every `lease.*` config of a fresh server is a row of the settings
         // table, with the default it starts with and the bounds CONFIG SET
@@ -324,7 +324,7 @@ fn gate_calls(c: &mut redis::Connection) -> (i64, bool) {
     (calls, other_case)
 }
 
-both! {
+full_suite! {
     // docs/internals.md, "LEASE.GATE": what INFO commandstats shows of the
     // grace period's write probe.
     fn lease_gate_shows_upper_case_in_commandstats_and_not_while_the_grace_is_paused(kind) {

@@ -7,7 +7,7 @@
 mod common;
 use common::*;
 
-compat! {
+every_server! {
     fn every_command_on_a_missing_key_answers_and_the_server_stays_up(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

@@ -87,7 +87,7 @@ fn holder_still_holds(c: &mut redis::Connection) {
     assert_eq!(int(&ok(c, &["LEASE.RENEW", "held", HOLDER, "60000"])), 1);
 }
 
-both! {
+full_suite! {
     fn wrong_number_of_arguments(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

@@ -8,7 +8,7 @@ use common::*;
 const EVICTED_LINE: &str = "a lease key was evicted";
 const POLICY_WARNING: &str = "lease keys may be evicted";
 
-both! {
+full_suite! {
     fn evicted_leases_are_counted_and_logged(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

@@ -90,7 +90,7 @@ fn script_values(metrics: &str) -> HashMap<String, f64> {
         .collect()
 }
 
-compat! {
+every_server! {
     fn the_exporter_script_exports_every_numeric_lease_field(kind) {
         let Some(binary) = exporter_binary() else {
             eprintln!(

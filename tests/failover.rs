@@ -94,7 +94,7 @@ fn serves_itself(node: &Server, slot: i64) -> bool {
     })
 }
 
-both! {
+full_suite! {
     fn cluster_failover_starts_a_grace_on_the_promoted_master(kind) {
         let began = Instant::now();
         let mut cluster = Cluster::start_with(kind, 3, 1, &["grace-ms", "2000"], 2000);
@@ -1330,7 +1330,7 @@ fn assert_graceless(p: &Params, o: &Outcome, report: &str) {
     }
 }
 
-both! {
+full_suite! {
     fn sentinel_failovers_grant_no_lease_twice(kind) {
         let p = short_leases("-1");
         let o = sentinel_scenario(kind, p);

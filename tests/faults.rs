@@ -26,7 +26,7 @@ struct Ledger {
     tokens: Vec<i64>,
 }
 
-both! {
+full_suite! {
     fn kill_9_under_load_loses_no_acknowledged_acquisition(kind) {
         let opts = Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]);
         let mut s = Server::start_with(kind, opts.clone());

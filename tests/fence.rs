@@ -31,7 +31,7 @@ fn bulk(v: &Value) -> Option<String> {
     }
 }
 
-both! {
+full_suite! {
     fn refusals_name_the_problem_and_run_nothing(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -209,7 +209,7 @@ fn violations(writes: &[(i64, usize)]) -> Vec<String> {
     out
 }
 
-both! {
+full_suite! {
     fn contention_no_stale_write_lands_through_the_fence(kind) {
         let fenced = contention(kind, true);
         assert!(fenced.len() >= 10, "too few writes: {fenced:?}");
@@ -222,7 +222,7 @@ both! {
 }
 
 // The compatibility subset (also on Redis 7.4 and 8.0).
-compat! {
+every_server! {
     fn the_command_runs_only_with_the_current_token(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -296,7 +296,7 @@ fn field_at(v: &Value, i: usize) -> Value {
     }
 }
 
-both! {
+full_suite! {
     // LEASE.FENCE writes through its inner command: it is flagged `write`,
     // never `readonly`.
     fn fence_is_flagged_write(kind) {
@@ -557,7 +557,7 @@ fn balances(c: &mut redis::Connection) -> (i64, i64) {
     (get(c, "from"), get(c, "to"))
 }
 
-compat! {
+every_server! {
     fn one_exec_or_script_sees_one_time_for_every_fence(kind) {
         // A lease that ends while a transaction or a script runs: every
         // lease decision in it sees the time it began (as the server's own

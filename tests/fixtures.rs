@@ -130,7 +130,7 @@ fn check_all(s: &Server, dir: &Path, what: &str) {
     assert!(acquire(&mut c, "fx:after", "new", "1000") > max, "{what}");
 }
 
-both! {
+full_suite! {
     fn an_rdb_file_of_version_1_records_loads(kind) {
         let dir = fresh_dir();
         std::fs::copy(fixtures().join("rdb/dump.rdb"), dir.join("dump.rdb")).unwrap();

@@ -76,7 +76,7 @@ fn acquire_floor(c: &mut redis::Connection, key: &str, owner: &str, floor: i64) 
     )
 }
 
-compat! {
+every_server! {
     fn a_new_lease_takes_the_floor_and_the_clock_follows(kind) {
         let s = floor_server(kind);
         let mut c = s.conn();
@@ -119,7 +119,7 @@ compat! {
     }
 }
 
-both! {
+full_suite! {
     fn a_holder_s_floor_raises_its_token_and_the_old_one_is_stale(kind) {
         let s = floor_server(kind);
         let mut c = s.conn();

@@ -79,7 +79,7 @@ fn aof_bytes(s: &Server) -> u64 {
         .sum()
 }
 
-both! {
+full_suite! {
     fn info_on_the_wire(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -487,7 +487,7 @@ both! {
 }
 
 // The compatibility subset (also on Redis 7.4 and 8.0).
-compat! {
+every_server! {
     fn limit_admits_n_holders_each_with_its_own_token(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

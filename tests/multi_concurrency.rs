@@ -282,7 +282,7 @@ const READERS_WRITERS: [Role; 8] = [
     Role::Reader,
 ];
 
-both! {
+full_suite! {
     fn limit_3_never_has_more_than_3_holders(kind) {
         check_limit(&workload(kind, &PERMITS, false));
     }

@@ -143,7 +143,7 @@ fn owners_hold_but(c: &mut redis::Connection, gone: &[(&str, &[u8])]) {
     }
 }
 
-both! {
+full_suite! {
     fn one_effect_per_holder_whatever_the_holder_count(kind) {
         let master = Server::start_with(kind, Opts::default().extra(&["--appendonly", "yes", "--appendfsync", "always"]));
         let mut m = master.conn();
@@ -224,7 +224,7 @@ fn near_ttls(c: &mut redis::Connection) {
 }
 
 // The compatibility subset (also on Redis 7.4 and 8.0).
-compat! {
+every_server! {
     fn a_replica_answers_like_its_master(kind) {
         let master = Server::start(kind);
         let mut m = master.conn();

@@ -100,7 +100,7 @@ fn still_waiting(h: &Answer, for_ms: u64) -> bool {
     !h.is_finished()
 }
 
-compat! {
+every_server! {
     fn every_key_or_none_with_one_token(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -188,7 +188,7 @@ compat! {
     }
 }
 
-both! {
+full_suite! {
     fn a_thousand_keys_and_the_memory_gate(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -525,7 +525,7 @@ both! {
     }
 }
 
-both! {
+full_suite! {
     fn a_cluster_takes_keys_of_one_slot_and_refuses_crossslot(kind) {
         let cl = Cluster::start(kind, 3, 0);
         let t = int(&cl.ok("{acct}:1", &["LEASE.MACQUIRE", "2", "{acct}:1", "{acct}:2", "me", "60000"]));

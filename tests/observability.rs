@@ -94,7 +94,7 @@ fn command_docs(c: &mut redis::Connection, name: &str) -> Value {
     all[1].clone()
 }
 
-both! {
+full_suite! {
     fn info_lease_counts_every_outcome(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -491,7 +491,7 @@ fn settle(c: &mut redis::Connection, what: &str, expect: i64) {
     );
 }
 
-both! {
+full_suite! {
     // LEASE.ACQUIRE can block (BLOCK): it is flagged `blocking`, and not
     // `fast`.
     fn acquire_is_flagged_blocking_and_not_fast(kind) {

@@ -41,7 +41,7 @@ fn contended(c: &mut redis::Connection, key: &str) -> bool {
     ok(c, &["LEASE.ACQUIRE", key, "intruder", "1000"]) == Value::Nil
 }
 
-both! {
+full_suite! {
     fn restart_without_persistence_still_issues_larger_tokens(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -76,7 +76,7 @@ both! {
 
 }
 
-both! {
+full_suite! {
     // The module writes the token clock (LEASE.CLOCK) after every fork. Forks
     // happen inside commands (PSYNC of a full sync, BGSAVE, BGREWRITEAOF):
     // propagating from within the fork event made the server propagate the
@@ -121,7 +121,7 @@ both! {
 }
 
 // The compatibility subset (also on Redis 7.4 and 8.0).
-compat! {
+every_server! {
     fn rdb_restart_keeps_leases_and_the_clock(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -201,7 +201,7 @@ compat! {
     }
 }
 
-both! {
+full_suite! {
     // rdb_load logs with the module's context: the lines about a value it
     // refuses carry `<lease>`, not `<module>`.
     fn rdb_load_log_lines_carry_the_lease_prefix(kind) {

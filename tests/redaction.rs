@@ -74,7 +74,7 @@ fn holder_calls(c: &mut redis::Connection) {
     acquire_opts(c, "sem", "other", "60000", &["LIMIT", "3"]).unwrap(); // drops brief
 }
 
-both! {
+full_suite! {
     fn the_owner_of_a_holding_stays_out_of_slowlog_and_monitor(kind) {
         let master = Server::start(kind);
         let replica = replica_of(kind, &master);

@@ -24,7 +24,7 @@ fn sync(m: &mut redis::Connection, replicas: i64) {
     );
 }
 
-both! {
+full_suite! {
     fn a_promoted_replica_that_missed_writes_still_issues_larger_tokens(kind) {
         let master = Server::start(kind);
         let replica = replica_of(kind, &master);
@@ -63,7 +63,7 @@ both! {
 }
 
 // The compatibility subset (also on Redis 7.4 and 8.0).
-compat! {
+every_server! {
     fn a_replica_answers_like_its_master(kind) {
         let master = Server::start(kind);
         let mut m = master.conn();

@@ -105,7 +105,7 @@ fn restore_mutations(
     loaded
 }
 
-both! {
+full_suite! {
     fn mutated_multi_record_payloads_never_crash_or_corrupt(kind) {
         let mut s = Server::start(kind);
         let mut c = s.conn();
@@ -304,7 +304,7 @@ fn ping(c: &mut redis::Connection) -> String {
     redis::cmd("PING").query(c).expect("PING")
 }
 
-both! {
+full_suite! {
     // COMMAND GETKEYS of a 10,000-deep nest of `LEASE.FENCE k t` is answered (a
     // key list or an error) by a live server: listing the keys does not recurse
     // once per level (which overflowed the stack and killed the server without

@@ -92,7 +92,7 @@ fn assert_module_loaded(s: &Server) {
 // ---------------------------------------------------------------------------
 // 1. Standalone.
 
-compat! {
+every_server! {
     fn standalone_setup_survives_a_crash_without_a_grace(kind) {
         let files = fresh_dir();
         let conf = node_conf("standalone.conf", &files.join("redis.conf"));

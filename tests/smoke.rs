@@ -2,7 +2,7 @@
 mod common;
 use common::*;
 
-both! {
+full_suite! {
     fn quick_start(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

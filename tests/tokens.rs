@@ -22,7 +22,7 @@ fn assert_increasing(tokens: &[i64], what: &str) {
     }
 }
 
-both! {
+full_suite! {
     fn tokens_are_in_range_and_exact_in_a_double(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -148,7 +148,7 @@ both! {
     }
 }
 
-both! {
+full_suite! {
     fn restore_of_a_larger_token_raises_the_clock(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -223,7 +223,7 @@ both! {
 }
 
 // The compatibility subset (also on Redis 7.4 and 8.0).
-compat! {
+every_server! {
     fn many_pipelined_acquisitions_strictly_increase(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
@@ -328,7 +328,7 @@ fn tokens_stay_ahead_after_an_aof_rewrite_without_preamble(kind: Kind, keep_live
     );
 }
 
-both! {
+full_suite! {
     // RESTORE (or any load from a client) of a lease whose token is more than
     // one year ahead of the wall clock is refused and logged: such a token,
     // near 2^53-1, would raise the server-wide clock there and leave every

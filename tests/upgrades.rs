@@ -281,240 +281,232 @@ fn summary(calls: &[Call], ports: &[(&str, u16)]) -> String {
 // ---------------------------------------------------------------------------
 // 1. The old master started again without `replicaof`.
 
-fn restarted_master(kind: Kind) {
-    let mut a = start_node(kind, node_opts("1"), None);
-    let b = start_node(kind, node_opts("1"), Some(a.port));
-    let c = start_node(kind, node_opts("1"), Some(a.port));
-    wait_replicas(&a, 2, "setup");
-    // A's first start (no data) runs a grace period: ended, as a new
-    // deployment does.
-    end_grace_as_documented(&a);
-    let ports = [a.port, b.port, c.port];
-    let calls = Mutex::new(Vec::new());
-    let stop = AtomicBool::new(false);
-    let a_dir = thread::scope(|scope| {
-        scope.spawn(|| writer(&ports, &stop, &calls));
-        thread::sleep(Duration::from_millis(500));
-        // The switchover: B becomes the master, A its replica, C stays A's.
-        let reply = ok(
-            &mut a.conn(),
-            &["FAILOVER", "TO", "127.0.0.1", &b.port.to_string()],
-        );
-        assert_eq!(reply, Value::Okay);
-        wait_role(&b, "master", None, "FAILOVER TO B");
-        wait_role(&a, "slave", Some(b.port), "FAILOVER TO B");
-        end_grace_as_documented(&b);
-        thread::sleep(Duration::from_millis(1000));
-        // The old master is shut down to be upgraded, while the writer goes
-        // on with B, then B refuses writes (its one replica is gone).
-        let dir = a.shutdown();
-        thread::sleep(Duration::from_millis(2500));
-        stop.store(true, Ordering::SeqCst);
-        dir
-    });
-    let calls = calls.into_inner().unwrap();
-    // A started again with its own command line: no replicaof.
-    a.start_again(kind, a_dir, &[]);
-    let reason = grace::reason(&mut a.conn());
-    // Once C follows A again, A can take writes (min-replicas-to-write 1).
-    wait_role(&c, "slave", Some(a.port), "C back to the restarted A");
-    let mut ac = a.conn();
-    let writable = wait_until(Duration::from_secs(5), || {
-        call(&mut ac, &[b"SET", b"probe", b"1"]).is_ok()
-    });
-    assert!(writable, "{kind:?}: the restarted A never took a write");
-    let (asked, missing, twice) = second_grants(&a, &calls);
-    let names = [("A", a.port), ("B", b.port), ("C", c.port)];
-    eprintln!(
-        "{kind:?} old master restarted without replicaof: grace reason {reason}; \
-         of {asked} leases B granted that may still be held, A lacked {missing} and granted {} again ({:?}); \
-         writer: {}",
-        twice.len(),
-        twice,
-        summary(&calls, &names)
-    );
-    assert!(
-        missing > 0,
-        "{kind:?}: the scenario did not reproduce: A has every lease B granted ({asked}); writer: {}",
-        summary(&calls, &names)
-    );
-    assert!(
-        twice.is_empty(),
-        "{kind:?}: A, started again as a master on a replica's data (grace reason {reason}), \
-         granted {} of the {missing} live leases B granted that it lacked: {twice:?}",
-        twice.len()
-    );
-    assert_ne!(
-        reason, "none",
-        "{kind:?}: A started as a master on a replica's data without a grace period"
-    );
-    drop((b, c));
-}
-
-compat! {
+every_server! {
     fn old_master_restarted_as_master_grants_no_lease_the_new_master_granted(kind) {
-        restarted_master(kind)
+        let mut a = start_node(kind, node_opts("1"), None);
+        let b = start_node(kind, node_opts("1"), Some(a.port));
+        let c = start_node(kind, node_opts("1"), Some(a.port));
+        wait_replicas(&a, 2, "setup");
+        // A's first start (no data) runs a grace period: ended, as a new
+        // deployment does.
+        end_grace_as_documented(&a);
+        let ports = [a.port, b.port, c.port];
+        let calls = Mutex::new(Vec::new());
+        let stop = AtomicBool::new(false);
+        let a_dir = thread::scope(|scope| {
+            scope.spawn(|| writer(&ports, &stop, &calls));
+            thread::sleep(Duration::from_millis(500));
+            // The switchover: B becomes the master, A its replica, C stays A's.
+            let reply = ok(
+                &mut a.conn(),
+                &["FAILOVER", "TO", "127.0.0.1", &b.port.to_string()],
+            );
+            assert_eq!(reply, Value::Okay);
+            wait_role(&b, "master", None, "FAILOVER TO B");
+            wait_role(&a, "slave", Some(b.port), "FAILOVER TO B");
+            end_grace_as_documented(&b);
+            thread::sleep(Duration::from_millis(1000));
+            // The old master is shut down to be upgraded, while the writer goes
+            // on with B, then B refuses writes (its one replica is gone).
+            let dir = a.shutdown();
+            thread::sleep(Duration::from_millis(2500));
+            stop.store(true, Ordering::SeqCst);
+            dir
+        });
+        let calls = calls.into_inner().unwrap();
+        // A started again with its own command line: no replicaof.
+        a.start_again(kind, a_dir, &[]);
+        let reason = grace::reason(&mut a.conn());
+        // Once C follows A again, A can take writes (min-replicas-to-write 1).
+        wait_role(&c, "slave", Some(a.port), "C back to the restarted A");
+        let mut ac = a.conn();
+        let writable = wait_until(Duration::from_secs(5), || {
+            call(&mut ac, &[b"SET", b"probe", b"1"]).is_ok()
+        });
+        assert!(writable, "{kind:?}: the restarted A never took a write");
+        let (asked, missing, twice) = second_grants(&a, &calls);
+        let names = [("A", a.port), ("B", b.port), ("C", c.port)];
+        eprintln!(
+            "{kind:?} old master restarted without replicaof: grace reason {reason}; \
+             of {asked} leases B granted that may still be held, A lacked {missing} and granted {} again ({:?}); \
+             writer: {}",
+            twice.len(),
+            twice,
+            summary(&calls, &names)
+        );
+        assert!(
+            missing > 0,
+            "{kind:?}: the scenario did not reproduce: A has every lease B granted ({asked}); writer: {}",
+            summary(&calls, &names)
+        );
+        assert!(
+            twice.is_empty(),
+            "{kind:?}: A, started again as a master on a replica's data (grace reason {reason}), \
+             granted {} of the {missing} live leases B granted that it lacked: {twice:?}",
+            twice.len()
+        );
+        assert_ne!(
+            reason, "none",
+            "{kind:?}: A started as a master on a replica's data without a grace period"
+        );
+        drop((b, c));
     }
 }
 
 // ---------------------------------------------------------------------------
 // 2. The documented procedure.
 
-fn documented_upgrade(kind: Kind) {
-    let mut nodes: Vec<Node> = vec![start_node(kind, node_opts("2"), None)];
-    let a_port = nodes[0].port;
-    for _ in 0..3 {
-        nodes.push(start_node(kind, node_opts("2"), Some(a_port)));
-    }
-    wait_replicas(&nodes[0], 3, "setup");
-    end_grace_as_documented(&nodes[0]);
-    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-    let calls = Mutex::new(Vec::new());
-    let stop = AtomicBool::new(false);
-    let b_port = ports[1];
-    let mut chained_refusal = None;
-    let mut steps_done = Instant::now();
-    thread::scope(|scope| {
-        scope.spawn(|| writer(&ports, &stop, &calls));
-        thread::sleep(Duration::from_millis(300));
-        // Step 1: the replicas, one at a time, started again on their data
-        // with their command lines; each online again before the next.
-        for i in 1..4 {
-            let dir = nodes[i].shutdown();
-            nodes[i].start_again(kind, dir, &[]);
-            wait_role(&nodes[i], "slave", Some(a_port), "step 1");
-            wait_replicas(&nodes[0], 3, "step 1");
+full_suite! {
+    fn documented_upgrade_without_sentinel_keeps_writes_and_grants_no_lease_twice(kind) {
+        let mut nodes: Vec<Node> = vec![start_node(kind, node_opts("2"), None)];
+        let a_port = nodes[0].port;
+        for _ in 0..3 {
+            nodes.push(start_node(kind, node_opts("2"), Some(a_port)));
         }
-        // Step 2: FAILOVER TO B, on A.
-        let reply = ok(
-            &mut nodes[0].conn(),
-            &["FAILOVER", "TO", "127.0.0.1", &b_port.to_string()],
-        );
-        assert_eq!(reply, Value::Okay);
-        wait_role(&nodes[1], "master", None, "step 2");
-        wait_role(&nodes[0], "slave", Some(b_port), "step 2");
-        // What FAILOVER leaves: C and D still follow A, B has one replica
-        // and, with min-replicas-to-write 2, refuses every write (once its
-        // count of good replicas is refreshed: up to 2 s).
-        thread::sleep(Duration::from_millis(2500));
-        chained_refusal = call(&mut nodes[1].conn(), &[b"SET", b"probe", b"1"])
-            .err()
-            .map(|e| error_text(&e));
-        // Step 3: the other replicas re-pointed to B.
-        for node in &nodes[2..] {
+        wait_replicas(&nodes[0], 3, "setup");
+        end_grace_as_documented(&nodes[0]);
+        let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+        let calls = Mutex::new(Vec::new());
+        let stop = AtomicBool::new(false);
+        let b_port = ports[1];
+        let mut chained_refusal = None;
+        let mut steps_done = Instant::now();
+        thread::scope(|scope| {
+            scope.spawn(|| writer(&ports, &stop, &calls));
+            thread::sleep(Duration::from_millis(300));
+            // Step 1: the replicas, one at a time, started again on their data
+            // with their command lines; each online again before the next.
+            for i in 1..4 {
+                let dir = nodes[i].shutdown();
+                nodes[i].start_again(kind, dir, &[]);
+                wait_role(&nodes[i], "slave", Some(a_port), "step 1");
+                wait_replicas(&nodes[0], 3, "step 1");
+            }
+            // Step 2: FAILOVER TO B, on A.
             let reply = ok(
-                &mut node.conn(),
-                &["REPLICAOF", "127.0.0.1", &b_port.to_string()],
+                &mut nodes[0].conn(),
+                &["FAILOVER", "TO", "127.0.0.1", &b_port.to_string()],
             );
             assert_eq!(reply, Value::Okay);
-        }
-        for node in &nodes[2..] {
-            wait_role(node, "slave", Some(b_port), "step 3");
-        }
-        wait_replicas(&nodes[1], 3, "step 3");
-        // Step 4: B's grace ended (FAILOVER lost nothing).
-        end_grace_as_documented(&nodes[1]);
-        let repointed = Instant::now();
-        // Step 5: the old master upgraded and started as a replica of B.
-        let dir = nodes[0].shutdown();
-        nodes[0].start_again(
-            kind,
-            dir,
-            &["--replicaof", "127.0.0.1", &b_port.to_string()],
-        );
-        wait_role(&nodes[0], "slave", Some(b_port), "step 5");
-        wait_replicas(&nodes[1], 3, "step 5");
-        steps_done = Instant::now();
-        thread::sleep(Duration::from_millis(1000));
-        stop.store(true, Ordering::SeqCst);
-        // From the re-pointing on, B took every write.
-        let after: Vec<String> = calls
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|c| c.port == b_port && c.sent > repointed + Duration::from_millis(100))
-            .filter_map(|c| match &c.got {
-                Got::Error(e) => Some(e.clone()),
-                _ => None,
-            })
-            .collect();
+            wait_role(&nodes[1], "master", None, "step 2");
+            wait_role(&nodes[0], "slave", Some(b_port), "step 2");
+            // What FAILOVER leaves: C and D still follow A, B has one replica
+            // and, with min-replicas-to-write 2, refuses every write (once its
+            // count of good replicas is refreshed: up to 2 s).
+            thread::sleep(Duration::from_millis(2500));
+            chained_refusal = call(&mut nodes[1].conn(), &[b"SET", b"probe", b"1"])
+                .err()
+                .map(|e| error_text(&e));
+            // Step 3: the other replicas re-pointed to B.
+            for node in &nodes[2..] {
+                let reply = ok(
+                    &mut node.conn(),
+                    &["REPLICAOF", "127.0.0.1", &b_port.to_string()],
+                );
+                assert_eq!(reply, Value::Okay);
+            }
+            for node in &nodes[2..] {
+                wait_role(node, "slave", Some(b_port), "step 3");
+            }
+            wait_replicas(&nodes[1], 3, "step 3");
+            // Step 4: B's grace ended (FAILOVER lost nothing).
+            end_grace_as_documented(&nodes[1]);
+            let repointed = Instant::now();
+            // Step 5: the old master upgraded and started as a replica of B.
+            let dir = nodes[0].shutdown();
+            nodes[0].start_again(
+                kind,
+                dir,
+                &["--replicaof", "127.0.0.1", &b_port.to_string()],
+            );
+            wait_role(&nodes[0], "slave", Some(b_port), "step 5");
+            wait_replicas(&nodes[1], 3, "step 5");
+            steps_done = Instant::now();
+            thread::sleep(Duration::from_millis(1000));
+            stop.store(true, Ordering::SeqCst);
+            // From the re-pointing on, B took every write.
+            let after: Vec<String> = calls
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|c| c.port == b_port && c.sent > repointed + Duration::from_millis(100))
+                .filter_map(|c| match &c.got {
+                    Got::Error(e) => Some(e.clone()),
+                    _ => None,
+                })
+                .collect();
+            assert!(
+                after.is_empty(),
+                "{kind:?}: B refused writes after step 3: {after:?}"
+            );
+        });
+        let calls = calls.into_inner().unwrap();
+        let names = [
+            ("A", ports[0]),
+            ("B", ports[1]),
+            ("C", ports[2]),
+            ("D", ports[3]),
+        ];
+        // Without step 3, B refused writes.
+        let chained = chained_refusal.unwrap_or_default();
         assert!(
-            after.is_empty(),
-            "{kind:?}: B refused writes after step 3: {after:?}"
+            chained.starts_with("NOREPLICAS"),
+            "{kind:?}: B with C and D chained behind A: expected NOREPLICAS, got {chained:?}"
         );
-    });
-    let calls = calls.into_inner().unwrap();
-    let names = [
-        ("A", ports[0]),
-        ("B", ports[1]),
-        ("C", ports[2]),
-        ("D", ports[3]),
-    ];
-    // Without step 3, B refused writes.
-    let chained = chained_refusal.unwrap_or_default();
-    assert!(
-        chained.starts_with("NOREPLICAS"),
-        "{kind:?}: B with C and D chained behind A: expected NOREPLICAS, got {chained:?}"
-    );
-    // B takes writes and grants after the steps.
-    let mut bc = nodes[1].conn();
-    assert_eq!(
-        ok(&mut bc, &["SET", "probe", "2"]),
-        Value::Okay,
-        "{kind:?}: B after the steps"
-    );
-    assert!(
-        matches!(
-            ok(&mut bc, &["LEASE.ACQUIRE", "job:after", "me", TTL]),
-            Value::Int(_)
-        ),
-        "{kind:?}: B grants no new lease after the steps"
-    );
-    assert!(
-        calls
+        // B takes writes and grants after the steps.
+        let mut bc = nodes[1].conn();
+        assert_eq!(
+            ok(&mut bc, &["SET", "probe", "2"]),
+            Value::Okay,
+            "{kind:?}: B after the steps"
+        );
+        assert!(
+            matches!(
+                ok(&mut bc, &["LEASE.ACQUIRE", "job:after", "me", TTL]),
+                Value::Int(_)
+            ),
+            "{kind:?}: B grants no new lease after the steps"
+        );
+        assert!(
+            calls
+                .iter()
+                .any(|c| c.port == b_port && c.sent > steps_done && c.got == Got::Granted),
+            "{kind:?}: the writer got no lease from B after the steps: {}",
+            summary(&calls, &names)
+        );
+        // The old master is a replica of B, and refuses writes.
+        assert!(nodes[0].replication().contains("role:slave"));
+        let e = err(
+            &mut nodes[0].conn(),
+            &["LEASE.ACQUIRE", "job:0", "second", TTL],
+        );
+        assert!(e.starts_with("READONLY"), "{kind:?}: the old master: {e}");
+        // No lease granted twice: B holds every lease granted before it that
+        // may still be held.
+        let (asked, missing, twice) = second_grants(&nodes[1], &calls);
+        let first_b = calls
             .iter()
-            .any(|c| c.port == b_port && c.sent > steps_done && c.got == Got::Granted),
-        "{kind:?}: the writer got no lease from B after the steps: {}",
-        summary(&calls, &names)
-    );
-    // The old master is a replica of B, and refuses writes.
-    assert!(nodes[0].replication().contains("role:slave"));
-    let e = err(
-        &mut nodes[0].conn(),
-        &["LEASE.ACQUIRE", "job:0", "second", TTL],
-    );
-    assert!(e.starts_with("READONLY"), "{kind:?}: the old master: {e}");
-    // No lease granted twice: B holds every lease granted before it that
-    // may still be held.
-    let (asked, missing, twice) = second_grants(&nodes[1], &calls);
-    let first_b = calls
-        .iter()
-        .find(|c| c.port == b_port && c.got == Got::Granted)
-        .map(|c| c.sent);
-    let last_a = calls
-        .iter()
-        .rev()
-        .find(|c| c.port == a_port && c.got == Got::Granted)
-        .map(|c| c.sent);
-    eprintln!(
-        "{kind:?} documented upgrade: without step 3 B answered {chained:?}; no new lease for {}; \
-         B lacked {missing} of {asked} live leases granted before it, granted {} again; writer: {}",
-        match (last_a, first_b) {
-            (Some(a), Some(b)) if b > a => format!("{:.1} s", (b - a).as_secs_f64()),
-            _ => "?".into(),
-        },
-        twice.len(),
-        summary(&calls, &names)
-    );
-    assert!(
-        twice.is_empty(),
-        "{kind:?}: B granted again {twice:?} ({missing} of {asked} live leases missing on B)"
-    );
-    assert_eq!(missing, 0, "{kind:?}: FAILOVER lost leases");
-}
-
-both! {
-    fn documented_upgrade_without_sentinel_keeps_writes_and_grants_no_lease_twice(kind) {
-        documented_upgrade(kind)
+            .find(|c| c.port == b_port && c.got == Got::Granted)
+            .map(|c| c.sent);
+        let last_a = calls
+            .iter()
+            .rev()
+            .find(|c| c.port == a_port && c.got == Got::Granted)
+            .map(|c| c.sent);
+        eprintln!(
+            "{kind:?} documented upgrade: without step 3 B answered {chained:?}; no new lease for {}; \
+             B lacked {missing} of {asked} live leases granted before it, granted {} again; writer: {}",
+            match (last_a, first_b) {
+                (Some(a), Some(b)) if b > a => format!("{:.1} s", (b - a).as_secs_f64()),
+                _ => "?".into(),
+            },
+            twice.len(),
+            summary(&calls, &names)
+        );
+        assert!(
+            twice.is_empty(),
+            "{kind:?}: B granted again {twice:?} ({missing} of {asked} live leases missing on B)"
+        );
+        assert_eq!(missing, 0, "{kind:?}: FAILOVER lost leases");
     }
 }

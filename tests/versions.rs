@@ -113,7 +113,7 @@ fn wait_for(what: &str, s: &Server, mut f: impl FnMut() -> bool) {
     );
 }
 
-both! {
+full_suite! {
     fn every_node_says_what_it_speaks(kind) {
         let master = Server::start_with(kind, Opts::default().extra(&["--appendonly", "yes"]));
         let mut m = master.conn();

@@ -105,7 +105,7 @@ fn waiter_waits_out_a_write_pause(kind: Kind, opts: Opts, with_replica: bool) {
     s.assert_alive("after the pause", false);
 }
 
-both! {
+full_suite! {
     // No replica, no AOF.
     fn waiter_waits_out_a_write_pause_plain(kind) {
         waiter_waits_out_a_write_pause(kind, Opts::default(), false);

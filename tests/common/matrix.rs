@@ -1,15 +1,16 @@
-//! The test matrix: `both!` and `compat!` turn one test body into one test
-//! per server binary.
+//! The test matrix: `full_suite!` and `every_server!` turn one test body
+//! into one test per server binary.
 
-/// Defines one test per server every test runs on: `both! { fn name(kind)
-/// { ... } }` makes `name::redis` (Redis 7.0), `name::valkey` (Valkey 8.1),
-/// `name::valkey9` (Valkey 9.1) and `name::redis82` (Redis 8.2), each
-/// running the body with `kind` set to its `Kind`. (The name dates from
-/// when there were two servers.)
+/// Defines one test per server that runs the full suite: `full_suite! { fn
+/// name(kind) { ... } }` makes `name::redis` (Redis 7.0), `name::valkey`
+/// (Valkey 8.1), `name::valkey9` (Valkey 9.1) and `name::redis82` (Redis
+/// 8.2), each running the body with `kind` set to its `Kind`. Doc comments
+/// and attributes before `fn` go on the test's module.
 #[macro_export]
-macro_rules! both {
-    ($(fn $name:ident($kind:ident) $body:block)*) => {
+macro_rules! full_suite {
+    ($($(#[$meta:meta])* fn $name:ident($kind:ident) $body:block)*) => {
         $(
+            $(#[$meta])*
             mod $name {
                 #[allow(unused_imports)]
                 use super::*;
@@ -27,13 +28,15 @@ macro_rules! both {
     };
 }
 
-/// `both!` plus Redis 7.4 and 8.0 (`name::redis74`, `name::redis80`): the
-/// compatibility subset, chosen so that together its tests exercise every
-/// command, mode, option, persistence path and replication.
+/// One test per server of the matrix: `full_suite!` plus Redis 7.4 and 8.0
+/// (`name::redis74`, `name::redis80`), which run only these tests (the
+/// compatibility subset, chosen so that together they exercise every
+/// command, mode, option, persistence path and replication).
 #[macro_export]
-macro_rules! compat {
-    ($(fn $name:ident($kind:ident) $body:block)*) => {
+macro_rules! every_server {
+    ($($(#[$meta:meta])* fn $name:ident($kind:ident) $body:block)*) => {
         $(
+            $(#[$meta])*
             mod $name {
                 #[allow(unused_imports)]
                 use super::*;

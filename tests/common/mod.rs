@@ -15,7 +15,7 @@
 //! - `replication`: `replica_of` and `Link`, a network link that can be cut;
 //! - `cluster`: `Cluster` and `Master`;
 //! - `sentinel`: `Sentinel` processes and `quick_conn`;
-//! - `matrix`: the `both!` and `compat!` macros;
+//! - `matrix`: the `full_suite!` and `every_server!` macros;
 //! - `grace`: helpers of the grace-period tests (`use common::grace::*;`);
 //! - `stats`: the module's own table of `INFO lease` counters
 //!   (`src/lease/stats.rs`, included as it is: `stats::NAMES`).

@@ -32,7 +32,7 @@ fn client(s: &Server) -> LeaseClient {
     LeaseClient::open(&s.url(false)).unwrap()
 }
 
-both! {
+full_suite! {
     fn many_leases_share_two_connections_and_batched_renewals(kind) {
         // As in tests/sync.rs: 300 leases of one client share one
         // multiplexed connection and one watchdog task that pipelines.

@@ -84,7 +84,7 @@ fn assert_routed(cluster: &Cluster, owner: &Master, tag: &str) {
     }
 }
 
-both! {
+full_suite! {
     fn lease_calls_are_routed_by_the_lease_key_slot(kind) {
         let cluster = Cluster::start(kind, 3, 0);
         let nodes = vec![format!("redis://127.0.0.1:{}/", cluster.nodes[0].port)];

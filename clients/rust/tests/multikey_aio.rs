@@ -41,7 +41,7 @@ fn tokens(c: &mut redis::Connection) -> Vec<Option<i64>> {
     KEYS.iter().map(|k| token_of(c, k)).collect()
 }
 
-both! {
+full_suite! {
     fn all_or_nothing_with_one_token_fencing_every_key(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

@@ -320,7 +320,7 @@ fn grace_control(kind: common::Kind, grace: &str) -> (Verdict, bool) {
     (verdict, second.is_some())
 }
 
-compat! {
+every_server! {
     fn quorum_history_with_faults_keeps_tokens_increasing_and_holdings_apart(kind) {
         let masters = Arc::new(Masters::start(kind, "1500", None));
         let ttl = MS(400);
@@ -424,7 +424,7 @@ compat! {
 }
 
 #[cfg(feature = "tokio")]
-both! {
+full_suite! {
     fn the_async_quorum_client_takes_renews_fences_and_loses_like_the_sync_one(kind) {
         use redis_lease_client::aio::QuorumClient as AsyncQuorumClient;
         let masters = Masters::start(kind, "0", None);
@@ -459,7 +459,7 @@ both! {
 }
 
 #[cfg(feature = "tokio")]
-both! {
+full_suite! {
     fn the_async_quorum_client_logs_in_selects_the_database_and_speaks_resp3(kind) {
         use redis_lease_client::aio::QuorumClient as AsyncQuorumClient;
         let servers: Vec<Server> = (0..3).map(|_| Server::start(kind)).collect();
@@ -574,7 +574,7 @@ fn incr_on_a_string(masters: &[Server]) {
     }
 }
 
-compat! {
+every_server! {
     fn three_of_seven_masters_silent_still_give_a_lease(kind) {
         let (urls, _servers, _silent) = some_silent(kind, 7, &[1, 3, 5]);
         let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
@@ -650,7 +650,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 #[cfg(feature = "tokio")]
-both! {
+full_suite! {
     fn the_async_client_with_three_of_seven_masters_silent_still_gets_a_lease(kind) {
         use redis_lease_client::aio::QuorumClient as AsyncQuorumClient;
         let (urls, _servers, _silent) = some_silent(kind, 7, &[1, 3, 5]);

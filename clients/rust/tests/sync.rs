@@ -25,7 +25,7 @@ fn client(s: &Server) -> LeaseClient {
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
-both! {
+full_suite! {
     fn watchdog_keeps_the_lease_over_several_ttls(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
