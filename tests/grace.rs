@@ -239,9 +239,9 @@ full_suite! {
         let s = start(kind, grace("3000"));
         let mut c = s.conn();
         assert_grace(&mut c, "no-data", "start");
-        let w1 = spawn_queued(&s, "k", "w1", "5000", "8000");
-        let w2 = spawn_queued(&s, "k", "w2", "5000", "8000");
-        let w3 = spawn_queued(&s, "k", "w3", "5000", "8000");
+        let w1 = spawn_waiter(&s, "k", "w1", "5000", "8000");
+        let w2 = spawn_waiter(&s, "k", "w2", "5000", "8000");
+        let w3 = spawn_waiter(&s, "k", "w3", "5000", "8000");
         assert_eq!(info_int(&mut c, "lease_waiters"), 3);
         let end = wait_out_grace(&mut c, &[&w1, &w2, &w3], Duration::from_secs(5));
         let (t1, at1) = token_within(w1, Duration::from_secs(2), "w1");
@@ -300,7 +300,7 @@ full_suite! {
         let s = start(kind, grace("3000"));
         let mut c = s.conn();
         assert_grace(&mut c, "no-data", "start");
-        let w = spawn_queued(&s, "k", "w", "5000", "8000");
+        let w = spawn_waiter(&s, "k", "w", "5000", "8000");
         let set = Instant::now();
         assert_eq!(
             ok(&mut c, &["CONFIG", "SET", "lease.grace-ms", "0"]),
@@ -437,7 +437,7 @@ full_suite! {
             ok(&mut c, &["CONFIG", "SET", "lease.max-ttl-ms", "2000"]),
             Value::Okay
         );
-        let w = spawn_queued(&s, "k", "w", "2000", "8000");
+        let w = spawn_waiter(&s, "k", "w", "2000", "8000");
         let end = wait_out_grace(&mut c, &[&w], Duration::from_secs(4));
         let (t, at) = token_within(w, Duration::from_secs(2), "the waiter");
         served_at_the_end(at, end, "the waiter");

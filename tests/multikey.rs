@@ -57,34 +57,11 @@ fn spawn_mwaiter(s: &Server, keys: &[&str], owner: &str, ttl: &str, timeout: &st
     let mut args: Vec<String> = vec!["LEASE.MACQUIRE".into(), keys.len().to_string()];
     args.extend(keys.iter().map(|k| k.to_string()));
     args.extend([owner, ttl, "BLOCK", timeout].iter().map(|a| a.to_string()));
-    spawn_blocked(s, args, owner)
-}
-
-/// Starts `args` (a blocking acquire) on its own connection and thread, and
-/// waits (up to 5 s) until the server counts one more waiter (a free key
-/// shows no LEASE.INFO, so INFO lease is asked).
-fn spawn_blocked(s: &Server, args: Vec<String>, owner: &str) -> Answer {
-    let mut probe = s.conn();
-    let before = info_int(&mut probe, "lease_waiters");
-    let mut c = s.conn();
-    let keys = args.clone();
-    let h = thread::spawn(move || {
-        let reply = call_args(&mut c, &args);
-        (reply, Instant::now())
-    });
-    assert!(
-        wait_until(Duration::from_secs(5), || info_int(
-            &mut probe,
-            "lease_waiters"
-        ) > before),
-        "{owner} never started waiting: {keys:?}"
-    );
-    h
+    spawn_blocked(s, &args, owner)
 }
 
 fn spawn_single(s: &Server, key: &str, owner: &str, timeout: &str) -> Answer {
-    let args = ["LEASE.ACQUIRE", key, owner, "60000", "BLOCK", timeout];
-    spawn_blocked(s, args.iter().map(|a| a.to_string()).collect(), owner)
+    spawn_waiter(s, key, owner, "60000", timeout)
 }
 
 /// A philosopher's meal as it recorded it: (worker, forks, from, to), from

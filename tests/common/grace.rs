@@ -177,31 +177,6 @@ pub fn shutdown(mut s: Server, how: &str) -> PathBuf {
     dir
 }
 
-/// Starts `LEASE.ACQUIRE key owner ttl BLOCK timeout` on its own connection
-/// and thread and waits (up to 5 s) until `INFO lease` counts one waiter
-/// more (LEASE.INFO shows no waiters on a free key).
-pub fn spawn_queued(s: &Server, key: &str, owner: &str, ttl: &str, timeout: &str) -> Answer {
-    let mut probe = s.conn();
-    let before = info_int(&mut probe, "lease_waiters");
-    let mut c = s.conn();
-    let args: Vec<String> = ["LEASE.ACQUIRE", key, owner, ttl, "BLOCK", timeout]
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-    let h = std::thread::spawn(move || {
-        let reply = call_args(&mut c, &args);
-        (reply, Instant::now())
-    });
-    assert!(
-        wait_until(Duration::from_secs(5), || info_int(
-            &mut probe,
-            "lease_waiters"
-        ) > before),
-        "{owner} never started waiting on {key}"
-    );
-    h
-}
-
 /// Joins waiter `h` once it has its answer, waiting at most `within`.
 pub fn join_within(h: Answer, within: Duration, who: &str) -> (redis::RedisResult<Value>, Instant) {
     assert!(
