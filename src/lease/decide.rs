@@ -98,20 +98,6 @@ pub fn release(current: Option<&Lease>, owner: &[u8], now_ms: i64) -> bool {
     live(current, now_ms).is_some_and(|l| l.is_held_by(owner))
 }
 
-/// LEASE.RELEASE replayed from the master or the AOF: the master already
-/// decided, so the owner alone counts (the replica's clock must not).
-pub fn release_effect(current: Option<&Lease>, owner: &[u8]) -> bool {
-    current.is_some_and(|l| l.is_held_by(owner))
-}
-
-/// LEASE.FENCE: is `token` the token of the lease held right now?
-pub fn fence(current: Option<&Lease>, token: u64, now_ms: i64) -> Result<(), LeaseError> {
-    match live(current, now_ms) {
-        Some(l) if l.token == token => Ok(()),
-        _ => Err(LeaseError::Stale),
-    }
-}
-
 /// What LEASE.INFO shows (never the owner).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InfoView {
@@ -445,7 +431,10 @@ mod tests {
         ));
         assert_eq!(renew(Some(&cur), b"a", 10, NOW), None);
         assert!(!release(Some(&cur), b"a", NOW));
-        assert_eq!(fence(Some(&cur), 77, NOW), Err(LeaseError::Stale));
+        assert!(matches!(
+            fence_record(Some(RecordRef::Exclusive(&cur)), 77, NOW),
+            Err(LeaseError::Stale)
+        ));
         assert_eq!(info(Some(&cur), NOW, None), None);
     }
 
@@ -458,15 +447,6 @@ mod tests {
         assert!(release(Some(&cur), b"a", NOW));
         assert!(!release(Some(&cur), b"b", NOW));
         assert!(!release(None, b"a", NOW));
-        assert!(release_effect(Some(&cur), b"a"));
-        assert!(
-            release_effect(Some(&held(b"a", 77, NOW - 5)), b"a"),
-            "expired: the master decided"
-        );
-        assert!(!release_effect(Some(&cur), b"b"));
-        assert_eq!(fence(Some(&cur), 77, NOW), Ok(()));
-        assert_eq!(fence(Some(&cur), 76, NOW), Err(LeaseError::Stale));
-        assert_eq!(fence(None, 77, NOW), Err(LeaseError::Stale));
         assert_eq!(
             info(Some(&cur), NOW + 40, None),
             Some(InfoView {

@@ -43,10 +43,22 @@ pub enum Closed {
     /// Writes are paused: try again shortly.
     Paused,
     /// The server refuses writes for now (replica, min-replicas, MISCONF,
-    /// cluster down): try again later.
+    /// cluster down, out of memory for a new lease): try again later.
     Refused,
     /// The key's slot is served by another node: the redirection to send.
     Moved(String),
+}
+
+impl Closed {
+    /// The one retry policy of a module-started write the gate held back:
+    /// how soon to try again (`None`: never here, the key lives elsewhere).
+    pub fn retry_in_ms(&self) -> Option<i64> {
+        match self {
+            Closed::Paused => Some(10),
+            Closed::Refused => Some(50),
+            Closed::Moved(_) => None,
+        }
+    }
 }
 
 /// May the module write `name` now, as a client's write could? The server

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use crate::lease::ops;
 
-use super::commit::{Closed, KeyWriter, Reader};
+use super::commit::{KeyWriter, Reader};
 use super::counters::STATS;
 use super::ffi::ctx::{Ctx, Str};
 use super::ffi::server::{log_warning, mono_ms, now_ms};
@@ -186,13 +186,13 @@ pub fn on_drain(ctx: Ctx, slot: crate::lease::waitq::Slot) {
                 w.commit(&c);
             }
         }
-        Err(Closed::Moved(_)) => {}
-        Err(_) => timers::start_drain(db, &key, DRAIN_RETRY_MS),
+        Err(closed) => {
+            if let Some(ms) = closed.retry_in_ms() {
+                timers::start_drain(db, &key, ms);
+            }
+        }
     }
 }
-
-/// How soon a drain whose write gate was closed tries again.
-const DRAIN_RETRY_MS: i64 = 50;
 
 /// The alignment timer fired: sets the key's expiry back to its lease's
 /// deadline, or deletes it when the lease has already ended

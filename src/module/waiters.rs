@@ -37,10 +37,6 @@ use super::ffi::waker;
 use super::timers::{self, TimerJob};
 use super::{early, grace, tokens};
 
-/// How soon a closed gate is tried again: writes paused, other refusals.
-const RETRY_PAUSED_MS: i64 = 10;
-const RETRY_REFUSED_MS: i64 = 50;
-
 struct Waiters {
     reg: WaitRegistry<Handle, TimerId>,
     /// The timer at the earliest BLOCK timeout, and when it fires.
@@ -287,10 +283,10 @@ pub fn on_recheck(ctx: Ctx, slot: Slot) {
 
 /// What a closed gate does to the waiters of `slot`.
 fn gate_closed(slot: &Slot, closed: Closed, now: i64) {
-    match closed {
-        Closed::Paused => arm_plain(slot, now + RETRY_PAUSED_MS),
-        Closed::Refused => arm_plain(slot, now + RETRY_REFUSED_MS),
-        Closed::Moved(to) => fail_all(slot, LeaseError::Redirect(to)),
+    match (closed.retry_in_ms(), closed) {
+        (Some(ms), _) => arm_plain(slot, now + ms),
+        (None, Closed::Moved(to)) => fail_all(slot, LeaseError::Redirect(to)),
+        (None, _) => {}
     }
 }
 
@@ -367,7 +363,7 @@ pub fn serve(slot: &Slot, w: &mut KeyWriter) {
     let served = tokens::with_clock(|clock| ops::serve(w, &mut SlotQueue { slot }, env, clock));
     match served {
         Served::RecheckAt(at) => arm(slot, at),
-        Served::NoMemory => return arm_plain(slot, now + RETRY_REFUSED_MS),
+        Served::NoMemory => return gate_closed(slot, Closed::Refused, now),
         Served::Idle => {}
     }
     multi_soon(slot);
@@ -443,7 +439,7 @@ pub fn on_multi(ctx: Ctx, slot: Slot, id: u64) {
     }
     if ctx.out_of_memory() {
         // No new lease without memory: tried again shortly.
-        return arm_plain(&slot, now + RETRY_REFUSED_MS);
+        return gate_closed(&slot, Closed::Refused, now);
     }
     let mut ws = Vec::with_capacity(names.len());
     for n in &names {
@@ -615,14 +611,10 @@ pub fn on_revoke(ctx: Ctx, slot: Slot, owner: Box<[u8]>, token: u64) {
             }
             serve(&slot, &mut w);
         }
-        Err(Closed::Moved(_)) => {}
         Err(closed) => {
-            let retry = if closed == Closed::Paused {
-                RETRY_PAUSED_MS
-            } else {
-                RETRY_REFUSED_MS
-            };
-            timers::start(retry, TimerJob::Revoke(slot.clone(), owner, token));
+            if let Some(ms) = closed.retry_in_ms() {
+                timers::start(ms, TimerJob::Revoke(slot.clone(), owner, token));
+            }
         }
     }
     tidy(&slot);

@@ -518,8 +518,9 @@ pub unsafe extern "C" fn wake_cb(data: *mut c_void) {
 // --- Server and keyspace events --------------------------------------------
 
 fn announce(ctx: Ctx, what: Announcement) {
-    if commit::announce(ctx, what.now()).is_err() {
-        timers::start(10, TimerJob::Announce(what));
+    if let Err(closed) = commit::announce(ctx, what.now()) {
+        let retry = closed.retry_in_ms().unwrap_or(0);
+        timers::start(retry.max(10), TimerJob::Announce(what));
     }
 }
 
