@@ -48,6 +48,34 @@ pub fn key_state(
     }
 }
 
+/// One key as a multi-key acquire sees it: its state and, when it is
+/// taken, when to look at it again (the end of its holding, one
+/// millisecond on). `ended_early`: the deadline millisecond of a lease
+/// Redis 8.2 expired within that millisecond, when the key is free for that
+/// reason alone: it stays taken until that millisecond has passed. The
+/// command and the timer that serves a multi-key waiter decide alike from
+/// it.
+pub fn key_view(
+    record: Option<RecordRef<'_>>,
+    owner: &[u8],
+    waited: bool,
+    now_ms: i64,
+    key_expire_ms: Option<i64>,
+    ended_early: Option<i64>,
+) -> (KeyState, Option<i64>) {
+    let state = key_state(record, owner, waited, now_ms);
+    match (state, ended_early) {
+        (KeyState::Free, Some(end)) => (KeyState::Taken, Some(end + 1)),
+        (KeyState::Taken, _) => (
+            state,
+            Held::of(record, now_ms)
+                .next_end(key_expire_ms, now_ms)
+                .map(|end| end + 1),
+        ),
+        _ => (state, None),
+    }
+}
+
 /// What `LEASE.MACQUIRE` may do, before any token is issued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -266,6 +294,28 @@ mod tests {
             grace_ends_at: grace,
             may_wait,
         }
+    }
+
+    #[test]
+    fn a_key_view_says_when_to_look_again() {
+        let other = Lease::new(b"x", 8, NOW + 10);
+        let ex = Some(RecordRef::Exclusive(&other));
+        assert_eq!(
+            key_view(ex, b"o", false, NOW, None, None),
+            (Taken, Some(NOW + 11))
+        );
+        assert_eq!(
+            key_view(ex, b"o", false, NOW, Some(NOW + 5), None),
+            (Taken, Some(NOW + 6)),
+            "the key's own expiry, when earlier"
+        );
+        assert_eq!(key_view(None, b"o", false, NOW, None, None), (Free, None));
+        assert_eq!(
+            key_view(None, b"o", false, NOW, None, Some(NOW)),
+            (Taken, Some(NOW + 1)),
+            "expired early by the server: taken until its millisecond passed"
+        );
+        assert_eq!(key_view(None, b"o", true, NOW, None, None), (Waited, None));
     }
 
     #[test]

@@ -264,22 +264,10 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let mut ends: Vec<Option<i64>> = Vec::with_capacity(ws.len());
     for (i, w) in ws.iter_mut().enumerate() {
         let expire = if may_wait { w.expire_at() } else { None };
-        let record = w.record()?;
-        let mut state = multikey::key_state(record, owner, waited[i], now);
-        let mut end = decide::Held::of(record, now).next_end(expire, now);
-        // Redis 8.2 expired it within its deadline millisecond: held until
-        // that millisecond has passed.
-        if state == multikey::KeyState::Free
-            && let Some(e) = ended_early(ctx, w.name())
-        {
-            state = multikey::KeyState::Taken;
-            end = Some(e);
-        }
+        let early = ended_early(ctx, w.name());
+        let (state, end) = multikey::key_view(w.record()?, owner, waited[i], now, expire, early);
         states.push(state);
-        ends.push(
-            end.filter(|_| state == multikey::KeyState::Taken)
-                .map(|e| e + 1),
-        );
+        ends.push(end);
     }
     let out = tokens::with_clock(|clock| {
         multikey::acquire(

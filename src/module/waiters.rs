@@ -423,18 +423,24 @@ pub fn on_multi(ctx: Ctx, slot: Slot, id: u64) {
     }
     let names: Vec<_> = slots.iter().map(|s| ctx.string(&s.1)).collect();
     let now = now_ms();
-    // A look first, past no gate: while one key is still taken by others,
-    // the waiter keeps waiting (that key's end, release or timer brings it back), and
-    // no key is opened for writing.
-    for n in &names {
+    // A look first, past no gate (`multikey::key_view`, as the command
+    // decides): while one key is still taken by others, the waiter keeps
+    // waiting, and no key is opened for writing. A key Redis 8.2 expired
+    // within its deadline millisecond is looked at again once it has
+    // passed; the others' ends, releases and timers bring it back here.
+    for (slot, n) in slots.iter().zip(&names) {
         let mut r = Reader::open(ctx, n.as_str());
-        match r.record() {
-            Ok(record)
-                if multikey::key_state(record, &waiter.owner, false, now) == KeyState::Taken =>
-            {
-                return;
+        let early = early::any_ended_early()
+            .then(|| early::ended_early(slot.0, &slot.1))
+            .flatten();
+        if let Ok(record) = r.record()
+            && let (KeyState::Taken, recheck) =
+                multikey::key_view(record, &waiter.owner, false, now, None, early)
+        {
+            if let (Some(at), Some(_)) = (recheck, early) {
+                arm(slot, at);
             }
-            _ => {}
+            return;
         }
     }
     if ctx.out_of_memory() {
@@ -450,26 +456,16 @@ pub fn on_multi(ctx: Ctx, slot: Slot, id: u64) {
     }
     let mut states = Vec::with_capacity(ws.len());
     let mut wrong = None;
-    for (i, w) in ws.iter_mut().enumerate() {
-        let state = match w.record() {
-            Ok(record) => multikey::key_state(record, &waiter.owner, false, now),
+    for w in ws.iter_mut() {
+        match w.record() {
+            Ok(record) => states.push(multikey::key_state(record, &waiter.owner, false, now)),
             // A key of another type now: this waiter is answered WRONGTYPE
             // (as its command would be), the others of its keys stay.
             Err(e) => {
                 wrong = Some(e);
                 break;
             }
-        };
-        // Redis 8.2 expired it within its deadline millisecond: free once
-        // that millisecond has passed.
-        if state == KeyState::Free
-            && let Some(end) = early::any_ended_early()
-                .then(|| early::ended_early(slots[i].0, &slots[i].1))
-                .flatten()
-        {
-            return arm(&slots[i], end + 1);
         }
-        states.push(state);
     }
     let keys: Vec<&[u8]> = slots.iter().map(|s| s.1.as_slice()).collect();
     let decided = match wrong {
