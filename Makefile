@@ -21,7 +21,7 @@ SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9
             REDIS80_SERVER=$(REDIS80)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration client-test py-test deps deps-build deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration client-test py-test node-test deps-node node-deps deps deps-build deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
 
 all: build
 
@@ -113,7 +113,7 @@ run: deps build
 # Unit tests of the pure core, then integration tests against real
 # redis-server and valkey-server processes, then the client helpers' tests
 # (Rust crate clients/rust, Python package clients/python) against them too.
-test: deps deps-exporter servers unit integration client-test py-test
+test: deps deps-exporter servers unit integration client-test py-test node-test
 
 unit:
 	$(CARGO) test --lib
@@ -151,14 +151,33 @@ py-test: pyenv
 	wait $$a; ra=$$?; echo "--- $(PY_TESTS_A):"; cat target/py-test-a.log; \
 	test $$ra -eq 0 && test $$b -eq 0
 
+# The Node.js client (clients/node): node and npm from Debian when missing,
+# its dev dependencies from package-lock.json (npm ci), built with tsc, and
+# its tests (node --test, Node's own runner) against every server of the
+# matrix, two test files at a time.
+NODE_DIR := clients/node
+deps-node:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "installing nodejs and npm"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; }
+
+node-deps: deps-node
+	@test $(NODE_DIR)/node_modules/.package-lock.json -nt $(NODE_DIR)/package-lock.json || \
+	  { cd $(NODE_DIR) && npm ci --silent --no-audit --no-fund; }
+
+node-test: node-deps
+	$(CARGO) build
+	cd $(NODE_DIR) && npm run --silent build
+	cd $(NODE_DIR) && $(SERVERS) node --test --test-concurrency=2 --test-timeout=300000 dist/test/
+
 fmt:
 	$(CARGO) fmt --all
 
 # What CI checks before the tests (.ci/run): formatting, and clippy with
 # warnings denied on every crate of the workspace and every target.
-lint: deps-build
+lint: deps-build node-deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace --all-features -- -D warnings
+	cd $(NODE_DIR) && npx tsc -p tsconfig.json --noEmit && npx eslint src test
 
 # The helpers as packages, into target/package/: the Rust crate (cargo
 # package, which builds it from the packaged files) and the Python wheel and
@@ -168,6 +187,7 @@ package: pyenv
 	$(PYENV)/bin/python -m pip install -q --disable-pip-version-check build
 	$(PYENV)/bin/python -m build --outdir target/package/python clients/python
 	rm -rf clients/python/build clients/python/src/redis_lease.egg-info
+	$(MAKE) node-deps && mkdir -p target/package/node && cd $(NODE_DIR) && npm pack --silent --pack-destination $(CURDIR)/target/package/node
 
 # Every server of the test matrix (Redis 7.0, Valkey 8.1, Valkey 9.1), one
 # after the other, each on its own fresh process: see bench/README.md.

@@ -139,8 +139,10 @@ const IO_OWN = {
 /** A node-redis duplicate for the helper's own use: a broken one is dropped,
  * never reconnected. */
 async function nodeDuplicate(c: Any): Promise<Any> {
-  const socket = c.options?.socket;
-  const conn = c.duplicate(socket !== undefined || !c.options?.rootNodes ? { socket: { ...(socket ?? {}), reconnectStrategy: false } } : undefined);
+  const o = c.options ?? {};
+  const conn = o.rootNodes
+    ? c.duplicate({ defaults: { ...(o.defaults ?? {}), socket: { ...(o.defaults?.socket ?? {}), reconnectStrategy: false } } })
+    : c.duplicate({ socket: { ...(o.socket ?? {}), reconnectStrategy: false } });
   conn.on("error", () => undefined);
   await conn.connect();
   return conn;

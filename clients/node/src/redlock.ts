@@ -7,7 +7,7 @@
 
 import { EventEmitter } from "node:events";
 
-import { Arg, FOREVER, LeaseError, LeaseGrace, LeaseLost, Loss, checkStale } from "./core";
+import { AlreadyHeld, Arg, FOREVER, LeaseError, LeaseLost, Loss, checkStale } from "./core";
 import { RedisClient } from "./adapter";
 import { Lease, LeaseClient } from "./client";
 import { QuorumClient, QuorumLease } from "./quorum";
@@ -232,8 +232,10 @@ export default class Redlock extends EventEmitter {
         failure = this.lockedError(resources);
       }
     } catch (e) {
-      if (!(e instanceof LeaseGrace) && !(e instanceof LeaseError)) throw e;
-      failure = e;
+      if (!(e instanceof LeaseError)) throw e;
+      // A resource this Redlock holds already: contention with itself,
+      // refused at once instead of waiting on itself.
+      failure = e instanceof AlreadyHeld ? new ResourceLockedError(e.message) : e;
     }
     this.emit("error", failure);
     throw new ExecutionError("The operation was unable to achieve a quorum during its retry window.", [this.stats([], clients.map((c) => [c, failure]))]);
