@@ -191,10 +191,11 @@ package: pyenv
 
 # Every server of the test matrix (Redis 7.0, Valkey 8.1, Valkey 9.1), one
 # after the other, each on its own fresh process: see bench/README.md.
-bench: deps servers build pyenv deps-bench
+bench: deps servers build pyenv deps-bench node-deps
 	bash bench/run.sh
 	bash bench/quorum.sh
 	bash bench/multi.sh
+	bash bench/node.sh
 
 clean:
 	$(CARGO) clean

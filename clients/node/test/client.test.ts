@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
 import { AlreadyHeld, FOREVER, LeaseBusy, LeaseClient, LeaseGrace, LeaseLost, SharedWrite, StaleToken } from "../src";
-import { FULL, KINDS, LIBS, Server, leaseInfo, raw, sleep, waitUntil } from "./servers";
+import { KINDS, LIBS, Server, leaseInfo, raw, sleep, waitUntil } from "./servers";
 
 for (const kind of KINDS) {
   for (const lib of LIBS) {
@@ -148,7 +148,7 @@ for (const kind of KINDS) {
         assert.equal(await leaseInfo(r, "{h}:lock"), null);
       });
 
-      it("SHARED readers hold together, keep a writer out, and cannot fence a write", { skip: !FULL(kind) }, async () => {
+      it("SHARED readers hold together, keep a writer out, and cannot fence a write", async () => {
         const a = await client.acquire("{i}:lock", 10000, { shared: true });
         const b = await new LeaseClient(conn).acquire("{i}:lock", 10000, { shared: true });
         assert.ok(a && b && b.token > a.token);
