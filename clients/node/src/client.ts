@@ -21,6 +21,7 @@ import {
   checkedKeys,
   deadlineAfter,
   graceOf,
+  lossReason,
   lostReply,
   macquireArgs,
   modeArgs,
@@ -59,36 +60,45 @@ export interface AcquireOptions extends ModeOptions {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(ms, 0)));
 
-/** The loss signal of one lease: an AbortController aborted, for good, the
- * moment a renewal is refused, the client-side deadline passes (ttl after
- * the acquire, or the last successful renewal, was sent) or the lease is
- * released. Its `reason` is a LeaseLost whose `loss` says which. */
+/** The loss signal of one lease: lost, for good, the moment a renewal is
+ * refused, the client-side deadline passes (ttl after the acquire, or the
+ * last successful renewal, was sent) or the lease is released. Its
+ * AbortSignal (reason: a LeaseLost whose `loss` says which) is made when
+ * first asked for, and only then is a timer armed at the deadline: an
+ * AbortSignal and a timer cost more than a round trip's tenth, and most
+ * leases are released without anyone listening. */
 class LossSignal implements Signal {
-  readonly controller = new AbortController();
+  private controller: AbortController | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
-  constructor(private dl: number) {
-    this.arm();
+  private lostWith: Loss | null = null;
+  constructor(private dl: number) {}
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.isSet()) this.controller.abort(lossReason(this.lostWith!));
+      else this.arm();
+    }
+    return this.controller.signal;
   }
   private arm(): void {
+    if (!this.controller) return;
     if (this.timer) clearTimeout(this.timer);
     this.timer = setTimeout(() => this.check(), Math.max(this.dl - now(), 0) + 1);
     this.timer.unref?.();
   }
   private check(): void {
-    if (!this.controller.signal.aborted && now() >= this.dl) this.lose("expired");
-    else if (!this.controller.signal.aborted) this.arm();
+    if (this.lostWith === null && now() >= this.dl) this.lose("expired");
+    else if (this.lostWith === null) this.arm();
   }
   get deadline(): number {
     return this.dl;
   }
   get loss(): Loss | null {
-    this.check();
-    const r = this.controller.signal.reason;
-    return this.controller.signal.aborted && r instanceof LeaseLost ? r.loss : null;
+    if (this.lostWith === null && now() >= this.dl) this.lose("expired");
+    return this.lostWith;
   }
   isSet(): boolean {
-    this.check();
-    return this.controller.signal.aborted;
+    return this.loss !== null;
   }
   extend(sent: number, ttlMs: number): boolean {
     if (this.isSet()) return false;
@@ -101,7 +111,9 @@ class LossSignal implements Signal {
   lose(loss: Loss): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
-    if (!this.controller.signal.aborted) this.controller.abort(new LeaseLost(loss));
+    if (this.lostWith !== null) return;
+    this.lostWith = loss;
+    this.controller?.abort(lossReason(loss));
   }
 }
 
@@ -110,9 +122,6 @@ class LossSignal implements Signal {
 export class Lease {
   /** The fencing token. */
   readonly token: number;
-  /** Aborted the moment the lease is lost or released; `signal.reason` is a
-   * LeaseLost whose `loss` is "refused", "expired" or "released". */
-  readonly signal: AbortSignal;
   protected released = false;
   protected watched: number | null = null;
   protected readonly count: number = 1;
@@ -133,7 +142,6 @@ export class Lease {
     this.token = token;
     this.count = keys ? keys.length : 1;
     this.lossSignal = new LossSignal(deadline);
-    this.signal = this.lossSignal.controller.signal;
     if (watchdog) {
       const first = deadline - ttlMs + renewEvery(ttlMs);
       this.watched = client._watch(key, owner, ttlMs, first, this.lossSignal, keys, this);
@@ -143,6 +151,12 @@ export class Lease {
   /** @internal The owner id (the holder's credential: never logged). */
   get _owner(): string {
     return this.owner;
+  }
+
+  /** Aborted the moment the lease is lost or released; `signal.reason` is a
+   * LeaseLost whose `loss` is "refused", "expired" or "released". */
+  get signal(): AbortSignal {
+    return this.lossSignal.signal;
   }
 
   /** Lost or released (the deadline is checked here too). */
@@ -207,7 +221,7 @@ export class Lease {
     this.released = true;
     const plan = releasePlan(this.lossSignal.loss);
     this.lossSignal.lose("released");
-    if (this.watched !== null) this.client._forget(this.watched);
+    if (this.watched !== null) this.client._forget(this.watched, this);
     this.client._unhold(this);
     const attempts = releaseAttempts(plan, this.client.ioTimeoutMs, this.client.retries);
     for (let n = 0; n < attempts.length; n++) {
@@ -315,8 +329,9 @@ export class LeaseClient {
   }
 
   /** @internal */
-  _forget(id: number): void {
+  _forget(id: number, lease: Lease): void {
     this.schedule.remove(id);
+    this.gone.unregister(lease);
   }
 
   /** @internal */
@@ -329,7 +344,7 @@ export class LeaseClient {
   _watch(key: string, owner: string, ttlMs: number, first: number, signal: Signal, keys: string[] | undefined, lease: Lease): number {
     const [id, wake] = this.schedule.add(key, owner, ttlMs, first, signal, keys);
     // A lease dropped without release() is collected: its renewals end.
-    this.gone.register(lease, id);
+    this.gone.register(lease, id, lease);
     if (!this.running) void this.runWatchdog();
     else if (wake && this.wake) this.wake();
     return id;

@@ -15,6 +15,7 @@ import {
   checkTtl,
   drift,
   fencedReply,
+  lossReason,
   newOwner,
   nodeTimeout,
   now,
@@ -201,7 +202,7 @@ export class QuorumLease {
 
   private lose(loss: Loss): void {
     clearTimeout(this.timer);
-    if (!this.signal.aborted) this.controller.abort(new LeaseLost(loss));
+    if (!this.signal.aborted) this.controller.abort(lossReason(loss));
   }
 
   private schedule(ms: number): void {
