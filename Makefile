@@ -21,7 +21,7 @@ SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9
             REDIS80_SERVER=$(REDIS80)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration client-test py-test py-lint deb deps-deb deb-test deps deps-build deps-shellcheck deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration client-test py-test py-lint node-test deps-node node-deps deb deps-deb deb-test deps deps-build deps-shellcheck deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
 
 all: build
 
@@ -113,7 +113,7 @@ run: deps build
 # Unit tests of the pure core, then integration tests against real
 # redis-server and valkey-server processes, then the client helpers' tests
 # (Rust crate clients/rust, Python package clients/python) against them too.
-test: deps deps-exporter servers unit integration client-test py-test deb-test
+test: deps deps-exporter servers unit integration client-test py-test node-test deb-test
 
 unit:
 	$(CARGO) test --lib
@@ -151,6 +151,24 @@ py-test: pyenv
 	wait $$a; ra=$$?; echo "--- $(PY_TESTS_A):"; cat target/py-test-a.log; \
 	test $$ra -eq 0 && test $$b -eq 0
 
+# The Node.js client (clients/node): node and npm from Debian when missing,
+# its dev dependencies from package-lock.json (npm ci), built with tsc, and
+# its tests (node --test, Node's own runner) against every server of the
+# matrix, two test files at a time.
+NODE_DIR := clients/node
+deps-node:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "installing nodejs and npm"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; }
+
+node-deps: deps-node
+	@test $(NODE_DIR)/node_modules/.package-lock.json -nt $(NODE_DIR)/package-lock.json || \
+	  { cd $(NODE_DIR) && npm ci --silent --no-audit --no-fund; }
+
+node-test: node-deps
+	$(CARGO) build
+	cd $(NODE_DIR) && npm run --silent build
+	cd $(NODE_DIR) && $(SERVERS) node --test --test-concurrency=2 --test-timeout=300000 dist/test/
+
 fmt:
 	$(CARGO) fmt --all
 
@@ -159,15 +177,17 @@ SHELL_SCRIPTS := $(wildcard scripts/*.sh bench/*.sh tests/*/*.sh packaging/*/*.s
 
 # What CI checks before the tests (.ci/run): formatting, and clippy with
 # warnings denied on every crate of the workspace and every target, and on
-# the fuzz targets (their own workspace); shellcheck on every script; then
-# the Python package and its tests: mypy --strict and ruff (pinned, in the
-# pyenv; their settings are in clients/python/pyproject.toml).
+# the fuzz targets (their own workspace); shellcheck on every script; the
+# Python package and its tests: mypy --strict and ruff (pinned, in the
+# pyenv; their settings are in clients/python/pyproject.toml); the Node.js
+# package: tsc --noEmit and eslint.
 PY_LINTERS := mypy==2.4.1 ruff==0.17.6
-lint: deps-build deps-shellcheck py-lint
+lint: deps-build deps-shellcheck py-lint node-deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace --all-features -- -D warnings
 	cd fuzz && $(CARGO) fmt -- --check && $(CARGO) clippy --all-targets -- -D warnings
 	shellcheck $(SHELL_SCRIPTS)
+	cd $(NODE_DIR) && npx tsc -p tsconfig.json --noEmit && npx eslint src test
 
 deps-shellcheck:
 	@command -v shellcheck >/dev/null 2>&1 || { echo "installing shellcheck"; \
@@ -188,6 +208,7 @@ package: pyenv
 	$(PYENV)/bin/python -m pip install -q --disable-pip-version-check build
 	$(PYENV)/bin/python -m build --outdir target/package/python clients/python
 	rm -rf clients/python/build clients/python/src/redis_lease.egg-info
+	$(MAKE) node-deps && mkdir -p target/package/node && cd $(NODE_DIR) && npm pack --silent --pack-destination $(CURDIR)/target/package/node
 
 # The module as a Debian package: target/package/redis-lease_<version>_<arch>.deb
 # (packaging/deb/build.sh: the release build staged at Debian's paths and
@@ -215,11 +236,12 @@ deb-test:
 
 # Every server of the test matrix (Redis 7.0, Valkey 8.1, Valkey 9.1), one
 # after the other, each on its own fresh process: see bench/README.md.
-bench: deps servers build pyenv deps-bench
+bench: deps servers build pyenv deps-bench node-deps
 	bash bench/run.sh
 	bash bench/quorum.sh
 	bash bench/multi.sh
 	$(PYENV)/bin/python bench/pylock.py --module $(MODULE) > bench/PYLOCK.md && cat bench/PYLOCK.md
+	bash bench/node.sh
 
 clean:
 	$(CARGO) clean

@@ -1,0 +1,523 @@
+// The I/O-free core: errors, loss reasons, owner ids, command arguments,
+// timing rules, the watchdog's schedule and the quorum decisions. The same
+// rules as the Python helper's _common.py and the Rust crate's protocol/;
+// client.ts, quorum.ts and redlock.ts only do the I/O.
+
+import { randomBytes } from "node:crypto";
+
+// `await using` (TypeScript 5.2+) on Node versions without the symbol: the
+// one TypeScript's own helpers look for.
+(Symbol as { asyncDispose?: symbol }).asyncDispose ??= Symbol.for("Symbol.asyncDispose");
+
+/** A command argument: sent as its string form. */
+export type Arg = string | number | Buffer;
+
+/** `blockMs: FOREVER` waits until the lease is ours (`BLOCK 0`). */
+export const FOREVER = 0;
+
+/** Why a lease is no longer held (the loss signal's `reason.loss`). */
+export type Loss = "refused" | "expired" | "released";
+
+/** The monotonic clock, in ms. */
+export const now = (): number => performance.now();
+
+export class LeaseError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** The lease could not be taken: another owner holds it (and the wait, if
+ * any, ran out). */
+export class LeaseBusy extends LeaseError {}
+
+/** The server refused the lease because it is in a grace period (design.md
+ * S7), not because another owner holds it: no new lease on that server for
+ * `remainingMs` more (`reason`: promoted, restart or no-data). Read from the
+ * server's `INFO lease` right after the refusal. */
+export class LeaseGrace extends LeaseBusy {
+  constructor(
+    key: unknown,
+    public readonly remainingMs: number,
+    public readonly reason: string,
+  ) {
+    super(`${String(key)}: the server is in a grace period (${reason}): no new lease for ${remainingMs} ms more`);
+  }
+}
+
+/** `LEASE.FENCE` answered `STALE`: the token is not current, nothing ran. */
+export class StaleToken extends LeaseError {}
+
+/** A SHARED holder's token fenced a write command: refused, nothing ran. */
+export class SharedWrite extends LeaseError {}
+
+/** This client already holds a lease on this key (not released, not lost):
+ * raised at once, nothing sent. */
+export class AlreadyHeld extends LeaseError {
+  constructor(public readonly key: string) {
+    super(`${key} is already held by this client: use that lease or release it first`);
+  }
+}
+
+/** The lease is lost: the loss signal's `reason`, and what `using(...)`
+ * throws when the work ended normally after the lease was lost. */
+export class LeaseLost extends LeaseError {
+  constructor(public readonly loss: Loss) {
+    super(`lease lost: ${loss}`);
+  }
+}
+
+/** The LeaseLost of a loss signal's `reason`: made without a stack trace
+ * (it says what happened to the lease, not where the code was), which
+ * keeps a release cheap. */
+export function lossReason(loss: Loss): LeaseLost {
+  const limit = Error.stackTraceLimit;
+  Error.stackTraceLimit = 0;
+  try {
+    return new LeaseLost(loss);
+  } finally {
+    Error.stackTraceLimit = limit;
+  }
+}
+
+/** No reply in time (the reply may still come: a lost reply). */
+export class ReplyTimeout extends LeaseError {}
+
+/** A fresh owner id: 16 random bytes as 32 hex digits. */
+export function newOwner(): string {
+  return randomBytes(16).toString("hex");
+}
+
+/** `[remainingMs, reason]` of a running grace period from an `INFO lease`
+ * reply; null when none runs. */
+export function graceOf(info: unknown): [number, string] | null {
+  const text = Buffer.isBuffer(info) ? info.toString() : String(info);
+  const fields = new Map<string, string>();
+  for (const line of text.split(/\r?\n/)) {
+    const at = line.indexOf(":");
+    if (at > 0) fields.set(line.slice(0, at), line.slice(at + 1).trim());
+  }
+  const remaining = Number(fields.get("lease_grace_remaining_ms") ?? "0");
+  if (!Number.isFinite(remaining) || remaining <= 0) return null;
+  return [remaining, fields.get("lease_grace_reason") ?? "unknown"];
+}
+
+/** A server error reply of either client library (ioredis `ReplyError`,
+ * node-redis `ErrorReply`). */
+export function isReplyError(e: unknown): e is Error {
+  if (!(e instanceof Error)) return false;
+  for (let p = Object.getPrototypeOf(e); p && p !== Error.prototype; p = Object.getPrototypeOf(p)) {
+    const name = (p.constructor as { name?: string }).name;
+    if (name === "ReplyError" || name === "ErrorReply") return true;
+  }
+  return false;
+}
+
+/** A cluster redirection (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`). */
+export function isRedirect(e: unknown): boolean {
+  return isReplyError(e) && /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(e.message);
+}
+
+/** `STALE ...` as StaleToken, a reader's fenced write as SharedWrite,
+ * anything else unchanged. */
+export function checkStale(e: unknown): unknown {
+  if (isReplyError(e)) {
+    if (e.message.startsWith("STALE")) return new StaleToken(e.message);
+    if (e.message.includes("a SHARED holder's token cannot fence a write command")) return new SharedWrite(e.message);
+  }
+  return e;
+}
+
+/** May the command have run without us hearing the answer? Anything that is
+ * not an error reply of the server (I/O error, closed connection, timeout). */
+export function lostReply(e: unknown): boolean {
+  return !isReplyError(e) && !(e instanceof LeaseError && !(e instanceof ReplyTimeout));
+}
+
+export interface ModeOptions {
+  /** A read lease (`SHARED`). */
+  shared?: boolean;
+  /** A counting lease of `n` holders (`LIMIT n`). */
+  limit?: number;
+}
+
+/** `SHARED` or `LIMIT n` (or nothing: exclusive). */
+export function modeArgs(mode: ModeOptions): Arg[] {
+  if (mode.shared && mode.limit !== undefined) throw new RangeError("a lease is shared or limited, not both");
+  if (mode.limit !== undefined) {
+    if (!Number.isInteger(mode.limit) || mode.limit < 1) throw new RangeError("limit must be a positive integer");
+    return ["LIMIT", mode.limit];
+  }
+  return mode.shared ? ["SHARED"] : [];
+}
+
+export function checkTtl(ttlMs: number, blockMs: number | undefined): void {
+  if (!Number.isInteger(ttlMs) || ttlMs < 1) throw new RangeError("ttlMs must be a positive integer (milliseconds)");
+  if (blockMs !== undefined && (!Number.isInteger(blockMs) || blockMs < 0))
+    throw new RangeError("blockMs must be undefined (no wait), 0 (FOREVER) or a positive integer");
+}
+
+/** The keys of a multi-key lease: at least one, none twice; on a cluster all
+ * in one slot. Checked before anything is sent. */
+export function checkedKeys(keys: readonly string[], cluster: boolean): string[] {
+  if (typeof keys === "string" || !Array.isArray(keys)) throw new TypeError("keys must be an array of keys");
+  if (keys.length === 0) throw new RangeError("a multi-key lease needs at least one key");
+  const seen = new Set<string>();
+  for (const k of keys) {
+    if (seen.has(k)) throw new RangeError(`${k} is given twice`);
+    seen.add(k);
+  }
+  if (cluster) {
+    const slot = keySlot(keys[0]);
+    for (const k of keys.slice(1))
+      if (keySlot(k) !== slot)
+        throw new RangeError(`${keys[0]} and ${k} hash to different cluster slots (CROSSSLOT): give the keys one hash tag`);
+  }
+  return [...keys];
+}
+
+/** The wait of an acquire: its `BLOCK` option and the read timeout of its
+ * reply (null: none, for `BLOCK 0`). `waitUntil`: monotonic end of a
+ * `blockMs > 0` wait. */
+export function withBlock(
+  args: Arg[],
+  blockMs: number | undefined,
+  waitUntil: number | undefined,
+  ioTimeoutMs: number,
+  blockMarginMs: number,
+): [Arg[], number | null] {
+  if (blockMs === undefined) return [args, ioTimeoutMs];
+  if (blockMs === FOREVER) return [[...args, "BLOCK", 0], null];
+  const left = Math.ceil((waitUntil ?? 0) - now());
+  // Nothing left of the wait (a retry at its end): once without BLOCK,
+  // never BLOCK 0, which would wait forever.
+  if (left <= 0) return [args, ioTimeoutMs];
+  return [[...args, "BLOCK", left], left + blockMarginMs];
+}
+
+export function acquireArgs(key: string, owner: string, ttlMs: number, mode: Arg[]): Arg[] {
+  return ["LEASE.ACQUIRE", key, owner, ttlMs, ...mode];
+}
+
+export function macquireArgs(keys: string[], owner: string, ttlMs: number): Arg[] {
+  return ["LEASE.MACQUIRE", keys.length, ...keys, owner, ttlMs];
+}
+
+export function mrenewArgs(keys: string[], owner: string, ttlMs: number): Arg[] {
+  return ["LEASE.MRENEW", keys.length, ...keys, owner, ttlMs];
+}
+
+export function mreleaseArgs(keys: string[], owner: string): Arg[] {
+  return ["LEASE.MRELEASE", keys.length, ...keys, owner];
+}
+
+/** The renewal interval: a third of the ttl (ms). */
+export function renewEvery(ttlMs: number): number {
+  return Math.max(ttlMs / 3, 1);
+}
+
+/** The pause before a failed (not refused) renewal is tried again (ms). */
+export function retryPause(ttlMs: number): number {
+  return Math.min(Math.max(ttlMs / 20, 5), 250);
+}
+
+/** A renewal due within this many ms of a batch goes with it. */
+export function renewWindow(ttlMs: number): number {
+  return ttlMs / 12;
+}
+
+/** After a blocking acquire granted long after it was sent, the deadline
+ * counted from the send is near: renew at once and count from that. */
+export function needsFreshRenewal(sent: number, ttlMs: number): boolean {
+  return now() - sent >= renewEvery(ttlMs);
+}
+
+/** A new lease's deadline and whether it is refused: ttl after the acquire
+ * was sent, or after the renewal sent at `renewed` (its reply `reply`;
+ * `count`: what renewing every key answers). */
+export function deadlineAfter(
+  sent: number,
+  ttlMs: number,
+  renewed: number | null,
+  reply: unknown,
+  count = 1,
+): [number, boolean] {
+  if (renewed === null || reply === null || reply === undefined) return [sent + ttlMs, false];
+  if (reply === count) return [renewed + ttlMs, false];
+  return [sent + ttlMs, true];
+}
+
+/** How a release is sent, given what the holder knows of its lease: held (a
+ * lost reply retried), past its deadline (one short attempt), or refused
+ * (nothing sent: the server said it is not ours). */
+export type ReleasePlan = "full" | "short" | "none";
+
+/** The bound of the one release attempt after the deadline passed (ms). */
+export const SHORT_MS = 250;
+
+export function releasePlan(loss: Loss | null): ReleasePlan {
+  if (loss === "refused") return "none";
+  if (loss === "expired") return "short";
+  return "full";
+}
+
+/** The read timeouts of a release's attempts under `plan`. */
+export function releaseAttempts(plan: ReleasePlan, ioTimeoutMs: number, retries: number): number[] {
+  if (plan === "none") return [];
+  if (plan === "short") return [SHORT_MS];
+  return Array<number>(retries + 1).fill(ioTimeoutMs);
+}
+
+/** The retry plan of one acquire: a lost reply sent again with the same
+ * owner (`retries` times, pausing a little longer each time), a cluster
+ * redirection after the slots are learnt again (five times). */
+export class Attempts {
+  private lost = 0;
+  private redirects = 0;
+  constructor(private readonly retries: number) {}
+
+  /** `[pause ms, refresh the slots first]` before the next try, or null:
+   * give up with `e`. */
+  after(e: unknown): [number, boolean] | null {
+    if (isRedirect(e)) {
+      this.redirects += 1;
+      return this.redirects > 5 ? null : [0, true];
+    }
+    if (lostReply(e) && this.lost < this.retries) {
+      this.lost += 1;
+      return [20 * this.lost, false];
+    }
+    return null;
+  }
+}
+
+// --- The watchdog's schedule -------------------------------------------
+
+/** What the schedule needs of a lease's loss signal. */
+export interface Signal {
+  isSet(): boolean;
+  readonly deadline: number;
+  extend(sent: number, ttlMs: number): boolean;
+  lose(loss: Loss): void;
+}
+
+interface Entry {
+  key: string;
+  ttlMs: number;
+  next: number;
+  args: Arg[];
+  signal: Signal;
+  count: number;
+}
+
+/** The renewals of one watchdog round, sent as one pipeline per node. */
+export class Batch {
+  readonly ids: number[] = [];
+  readonly keys: string[] = [];
+  readonly args: Arg[][] = [];
+  /** How long to wait for the replies: until the latest deadline of the
+   * batch, at most the io timeout (ms). */
+  timeout = 1;
+  constructor(readonly sent: number) {}
+}
+
+/** The watchdog's plan for every lease of a client: when each renewal is
+ * due, which go out together, what each reply does to its lease. */
+export class Schedule {
+  private leases = new Map<number, Entry>();
+  private nextId = 0;
+  private looksAt: number | null = null;
+  renewals = 0;
+  roundTrips = 0;
+
+  /** Watches a lease from `first` on: its id, and whether the watchdog must
+   * be woken (it would look too late). With `keys`, one `LEASE.MRENEW`. */
+  add(key: string, owner: string, ttlMs: number, first: number, signal: Signal, keys?: string[]): [number, boolean] {
+    this.nextId += 1;
+    const args = keys ? mrenewArgs(keys, owner, ttlMs) : ["LEASE.RENEW", key, owner, ttlMs];
+    this.leases.set(this.nextId, { key, ttlMs, next: first, args, signal, count: keys ? keys.length : 1 });
+    return [this.nextId, this.looksAt === null || first < this.looksAt];
+  }
+
+  remove(id: number): void {
+    this.leases.delete(id);
+  }
+
+  get size(): number {
+    return this.leases.size;
+  }
+
+  /** Forgets the leases lost or released; then the batch of every renewal
+   * due within its window, else the monotonic time to look again, or null
+   * when no lease is left. */
+  next(t: number, ioTimeoutMs: number): Batch | number | null {
+    for (const [id, e] of this.leases) if (e.signal.isSet()) this.leases.delete(id);
+    if (this.leases.size === 0) {
+      this.looksAt = null;
+      return null;
+    }
+    let first = Infinity;
+    for (const e of this.leases.values()) first = Math.min(first, e.next);
+    this.looksAt = Math.max(first, t);
+    if (first > t) return first;
+    const batch = new Batch(t);
+    for (const [id, e] of this.leases) {
+      if (e.next <= t + renewWindow(e.ttlMs)) {
+        batch.ids.push(id);
+        batch.keys.push(e.key);
+        batch.args.push(e.args);
+        batch.timeout = Math.max(batch.timeout, Math.min(e.signal.deadline - t, ioTimeoutMs));
+      }
+    }
+    return batch;
+  }
+
+  /** The replies to `batch` in its order (an Error, or undefined, for one
+   * that failed or never came). */
+  settle(batch: Batch, replies: unknown[], pipelines = 1): void {
+    this.roundTrips += pipelines;
+    this.renewals += batch.ids.length;
+    batch.ids.forEach((id, n) => {
+      const e = this.leases.get(id);
+      if (!e) return;
+      const reply = replies[n];
+      if (typeof reply === "number" && reply === e.count) {
+        if (e.signal.extend(batch.sent, e.ttlMs)) e.next = batch.sent + renewEvery(e.ttlMs);
+        else this.leases.delete(id);
+      } else if (typeof reply === "number") {
+        e.signal.lose("refused");
+        this.leases.delete(id);
+      } else {
+        e.next = now() + retryPause(e.ttlMs);
+      }
+    });
+  }
+
+  stats(): { leases: number; renewals: number; roundTrips: number } {
+    return { leases: this.leases.size, renewals: this.renewals, roundTrips: this.roundTrips };
+  }
+}
+
+// --- Cluster slots -------------------------------------------------------
+
+const CRC16_TABLE = (() => {
+  const t = new Uint16Array(256);
+  for (let i = 0; i < 256; i++) {
+    let c = i << 8;
+    for (let j = 0; j < 8; j++) c = c & 0x8000 ? ((c << 1) ^ 0x1021) & 0xffff : (c << 1) & 0xffff;
+    t[i] = c;
+  }
+  return t;
+})();
+
+/** The cluster slot of a key (CRC16 of its hash tag, mod 16384). */
+export function keySlot(key: string | Buffer): number {
+  let b = Buffer.isBuffer(key) ? key : Buffer.from(key);
+  const open = b.indexOf(0x7b);
+  if (open >= 0) {
+    const close = b.indexOf(0x7d, open + 1);
+    if (close > open + 1) b = b.subarray(open + 1, close);
+  }
+  let crc = 0;
+  for (const byte of b) crc = ((crc << 8) & 0xffff) ^ CRC16_TABLE[((crc >> 8) ^ byte) & 0xff];
+  return crc & 16383;
+}
+
+// --- Quorum leases (design.md S9) ----------------------------------------
+
+/** The clock drift allowed for a ttl (ms): 1% of it plus 2 ms. */
+export function drift(ttlMs: number): number {
+  return ttlMs / 100 + 2;
+}
+
+export function quorumOf(n: number): number {
+  return Math.floor(n / 2) + 1;
+}
+
+/** How long one master may take to answer one step (ms). */
+export function nodeTimeout(ioTimeoutMs: number, ttlMs: number): number {
+  return Math.min(ioTimeoutMs, ttlMs / 3);
+}
+
+/** A random pause before another quorum try: up to a tenth of the ttl (1 to
+ * 50 ms), so that contenders fall out of step. */
+export function backoff(ttlMs: number): number {
+  return Math.max(Math.random() * Math.min(Math.max(ttlMs / 10, 1), 50), 0.2);
+}
+
+/** True: a majority renewed. False: too many refused (the loss). null: not
+ * enough answers yet. */
+export function renewOutcome(replies: unknown[], n: number): boolean | null {
+  const q = quorumOf(n);
+  if (replies.filter((r) => r === 1).length >= q) return true;
+  if (replies.filter((r) => r === 0).length > n - q) return false;
+  return null;
+}
+
+/** A master left out of a quorum acquisition's commit because the others
+ * refused its token as too far ahead of their clocks: its clock is wrong. */
+export interface Outlier {
+  /** Its index in the client's list. */
+  master: number;
+  /** Its address (`host:port`). */
+  addr: string;
+  /** The token it granted, which the others refused. */
+  token: number;
+  /** The token tried next in its place. */
+  instead: number;
+  /** How far ahead its token is, in ms of wall clock. */
+  aheadMs: number;
+}
+
+/** A master's refusal of a `FLOOR` token as too far ahead of its clock. */
+export function floorRefused(reply: unknown): boolean {
+  return isReplyError(reply) && reply.message.includes("FLOOR") && reply.message.includes("ahead");
+}
+
+/** Step 3 of a quorum acquisition, one round at a time (see the Python
+ * helper's `Commit`): each round leaves at least one master out, so there
+ * are at most N. */
+export class Commit {
+  constructor(
+    private readonly grants: Map<number, number>,
+    readonly on: number[],
+    readonly token: number,
+    private readonly quorum: number,
+  ) {}
+
+  /** The first round from step 1's replies; null when fewer than `quorum`
+   * masters granted. */
+  static first(replies: unknown[], quorum: number): Commit | null {
+    const grants = new Map<number, number>();
+    replies.forEach((r, i) => {
+      if (typeof r === "number") grants.set(i, r);
+    });
+    if (grants.size < quorum || grants.size === 0) return null;
+    return new Commit(grants, [...grants.keys()], Math.max(...grants.values()), quorum);
+  }
+
+  /** The masters that committed `token` (a majority: held), or the next round
+   * and the outliers it leaves out, or null (no majority: release, retry). */
+  settle(replies: unknown[], addr: (i: number) => string): number[] | [Commit, Outlier[]] | null {
+    const committed = this.on.filter((_, n) => replies[n] === this.token);
+    if (committed.length >= this.quorum) return committed;
+    const refused = this.on.filter((_, n) => floorRefused(replies[n]));
+    if (refused.length < this.quorum) return null;
+    const instead = Math.max(...refused.map((i) => this.grants.get(i) ?? 0));
+    const outliers = this.on
+      .filter((i) => this.grants.get(i) === this.token)
+      .map((i) => ({ master: i, addr: addr(i), token: this.token, instead, aheadMs: Math.floor((this.token - instead) / 1024) }));
+    return [new Commit(this.grants, refused, instead, this.quorum), outliers];
+  }
+}
+
+/** A quorum fence's outcome from the replies of the masters that committed
+ * the token: the first reply of a master where the token was current once
+ * at least `quorum` such came; else StaleToken. */
+export function fencedReply(replies: unknown[], quorum: number): unknown {
+  const ran = replies.filter((r) => !(r instanceof Error) || (isReplyError(r) && !(checkStale(r) instanceof StaleToken)));
+  if (ran.length < quorum) throw new StaleToken("STALE the quorum token is not current on a majority; the command ran on fewer");
+  if (ran[0] instanceof Error) throw checkStale(ran[0]);
+  return ran[0];
+}

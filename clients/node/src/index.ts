@@ -1,0 +1,22 @@
+// redis-lease: fenced leases for Redis and Valkey on ioredis or node-redis.
+export {
+  FOREVER,
+  LeaseError,
+  LeaseBusy,
+  LeaseGrace,
+  LeaseLost,
+  StaleToken,
+  SharedWrite,
+  AlreadyHeld,
+  ReplyTimeout,
+  keySlot,
+  drift,
+} from "./core";
+export type { Arg, Loss, ModeOptions, Outlier } from "./core";
+export type { RedisClient } from "./adapter";
+export { LeaseClient, Lease, MultiLease } from "./client";
+export type { ClientOptions, AcquireOptions } from "./client";
+export { QuorumClient, QuorumLease } from "./quorum";
+export type { QuorumOptions } from "./quorum";
+export { default as Redlock, Lock, ExecutionError, ResourceLockedError } from "./redlock";
+export type { Settings, ExecutionStats, ExecutionResult, RedlockAbortSignal } from "./redlock";

@@ -1,0 +1,281 @@
+// Quorum leases over independent masters with one fencing token (design.md
+// S9), the same algorithm as the Rust and Python helpers': LEASE.ACQUIRE on
+// every master at once; when a majority granted, the highest token T is
+// committed back with LEASE.ACQUIRE ... FLOOR T; held when a majority answers
+// exactly T while ttl - drift (from the first send) lasts.
+
+import {
+  Arg,
+  Commit,
+  LeaseBusy,
+  LeaseLost,
+  Loss,
+  Outlier,
+  backoff,
+  checkTtl,
+  drift,
+  fencedReply,
+  lossReason,
+  newOwner,
+  nodeTimeout,
+  now,
+  quorumOf,
+  renewEvery,
+  renewOutcome,
+  retryPause,
+} from "./core";
+import { RedisClient, Target, targetOf } from "./adapter";
+import { held } from "./client";
+
+export interface QuorumOptions {
+  /** How long one master may take to answer one step, ms (5000; at most a
+   * third of the ttl is used). */
+  ioTimeoutMs?: number;
+  /** Renew in the background (true). */
+  watchdog?: boolean;
+  /** Called for each master an acquisition leaves out because the others
+   * refused its token as too far ahead of their clocks (also a warning on
+   * `console.warn` unless this is given). */
+  onOutlier?: (o: Outlier) => void;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(ms, 0)));
+
+/** Takes quorum leases on the masters of `clients` (one ioredis or
+ * node-redis client per master; three or five in practice). */
+export class QuorumClient {
+  readonly ioTimeoutMs: number;
+  readonly watchdog: boolean;
+  readonly quorum: number;
+  onOutlier: ((o: Outlier) => void) | undefined;
+  /** @internal */
+  readonly targets: Target[];
+
+  constructor(clients: Iterable<RedisClient>, options: QuorumOptions = {}) {
+    this.targets = [...clients].map(targetOf);
+    if (this.targets.length === 0) throw new RangeError("a quorum client needs at least one master");
+    this.ioTimeoutMs = options.ioTimeoutMs ?? 5000;
+    this.watchdog = options.watchdog ?? true;
+    this.onOutlier = options.onOutlier;
+    this.quorum = quorumOf(this.targets.length);
+  }
+
+  get masters(): number {
+    return this.targets.length;
+  }
+
+  /** `args(i)` on every master `i` of `on` at once: each reply or the Error. */
+  async _each(on: number[], key: string, args: (i: number) => Arg[], timeoutMs: number): Promise<unknown[]> {
+    return Promise.all(on.map((i) => this.targets[i].call(key, args(i), timeoutMs).catch((e: unknown) => e)));
+  }
+
+  /** As `_each` on every master, resolved as soon as `enough` says so. */
+  _eachUntil(key: string, args: Arg[], timeoutMs: number, enough: (r: unknown[]) => boolean): Promise<unknown[]> {
+    return new Promise((resolve) => {
+      const replies: unknown[] = new Array(this.targets.length).fill(undefined);
+      let left = this.targets.length;
+      this.targets.forEach((t, i) => {
+        void t
+          .call(key, args, timeoutMs)
+          .catch((e: unknown) => e)
+          .then((r) => {
+            replies[i] = r;
+            left -= 1;
+            if (left === 0 || enough(replies)) resolve(replies);
+          });
+      });
+    });
+  }
+
+  private all(): number[] {
+    return this.targets.map((_, i) => i);
+  }
+
+  /** @internal */
+  async _releaseEverywhere(key: string, owner: string, timeoutMs: number): Promise<number> {
+    const replies = await this._each(this.all(), key, () => ["LEASE.RELEASE", key, owner], timeoutMs);
+    return replies.filter((r) => r === 1).length;
+  }
+
+  /** Takes the lease on `key` on a majority, with one token: the lease, or
+   * null when no majority came within `blockMs` (undefined: one try; 0:
+   * until one does), retrying after a random back-off with the same owner. */
+  async acquire(key: string, ttlMs: number, options: { blockMs?: number; watchdog?: boolean } = {}): Promise<QuorumLease | null> {
+    checkTtl(ttlMs, options.blockMs);
+    const owner = newOwner();
+    const until = options.blockMs === 0 ? null : now() + (options.blockMs ?? 0);
+    for (let n = 0; ; n++) {
+      const lease = await this.attempt(key, owner, ttlMs, options.watchdog ?? this.watchdog);
+      if (lease) return lease;
+      await this._releaseEverywhere(key, owner, nodeTimeout(this.ioTimeoutMs, ttlMs));
+      const pause = backoff(ttlMs);
+      if (until !== null && now() + pause >= until) return null;
+      await sleep(pause);
+    }
+  }
+
+  private async attempt(key: string, owner: string, ttlMs: number, watchdog: boolean): Promise<QuorumLease | null> {
+    const timeout = nodeTimeout(this.ioTimeoutMs, ttlMs);
+    const t0 = now();
+    const validUntil = t0 + ttlMs - drift(ttlMs);
+    let commit = Commit.first(await this._each(this.all(), key, () => ["LEASE.ACQUIRE", key, owner, ttlMs], timeout), this.quorum);
+    if (!commit) return null;
+    let committed: number[] | null = null;
+    // At most one round per master: each leaves one out.
+    for (let round = 0; round <= this.targets.length; round++) {
+      const token = commit.token;
+      const settled: number[] | [Commit, Outlier[]] | null = commit.settle(
+        await this._each(commit.on, key, () => ["LEASE.ACQUIRE", key, owner, ttlMs, "FLOOR", token], timeout),
+        (i) => this.targets[i].addr(),
+      );
+      if (settled === null || typeof settled[0] === "number") {
+        committed = settled as number[] | null;
+        break;
+      }
+      const [next, outliers] = settled as [Commit, Outlier[]];
+      commit = next;
+      for (const o of outliers) {
+        if (this.onOutlier) this.onOutlier(o);
+        else console.warn(`redis-lease: quorum master ${o.master} (${o.addr}) left out: its token is ${o.aheadMs} ms of clock ahead of what the others accept; its clock is wrong`);
+      }
+    }
+    if (!committed || now() >= validUntil) return null;
+    return new QuorumLease(this, key, owner, commit.token, ttlMs, validUntil, committed, watchdog);
+  }
+
+  /** `acquire`, or LeaseBusy when no majority granted. */
+  async lease(key: string, ttlMs: number, options: { blockMs?: number } = {}): Promise<QuorumLease> {
+    const lease = await this.acquire(key, ttlMs, options);
+    if (!lease) throw new LeaseBusy(`${key}: no majority of the masters granted the lease`);
+    return lease;
+  }
+
+  /** Runs `work(lease)` holding the quorum lease, releases it however it
+   * ends; LeaseLost when it ended normally after the lease was lost. */
+  async using<T>(key: string, ttlMs: number, options: { blockMs?: number }, work: (lease: QuorumLease) => Promise<T>): Promise<T> {
+    return held(await this.lease(key, ttlMs, options), work);
+  }
+
+  /** Closes the helper's own connections (not the clients you passed). */
+  async close(): Promise<void> {
+    await Promise.all(this.targets.map((t) => t.close()));
+  }
+}
+
+/** A quorum lease: one `token` committed on a majority (`committed`: the
+ * masters' indexes), `signal` aborted when lost or released. */
+export class QuorumLease {
+  readonly signal: AbortSignal;
+  private readonly controller = new AbortController();
+  private validUntil: number;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private released = false;
+
+  /** @internal */
+  constructor(
+    private readonly client: QuorumClient,
+    readonly key: string,
+    private readonly owner: string,
+    readonly token: number,
+    readonly ttlMs: number,
+    validUntil: number,
+    readonly committed: number[],
+    watchdog: boolean,
+  ) {
+    this.signal = this.controller.signal;
+    this.validUntil = validUntil;
+    this.armExpiry();
+    if (watchdog) this.schedule(validUntil + drift(ttlMs) - ttlMs + renewEvery(ttlMs) - now());
+  }
+
+  private armExpiry(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.checkExpiry(), Math.max(this.validUntil - now(), 0) + 1);
+    this.timer.unref?.();
+  }
+
+  private checkExpiry(): void {
+    if (this.signal.aborted) return;
+    if (now() >= this.validUntil) this.lose("expired");
+    else this.armExpiry();
+  }
+
+  private lose(loss: Loss): void {
+    clearTimeout(this.timer);
+    if (!this.signal.aborted) this.controller.abort(lossReason(loss));
+  }
+
+  private schedule(ms: number): void {
+    const t = setTimeout(() => void this.watchdogRound(), Math.max(ms, 1));
+    t.unref?.();
+  }
+
+  private async watchdogRound(): Promise<void> {
+    if (this.lost) return;
+    const outcome = await this.renewRound();
+    if (outcome === false || this.lost) return;
+    this.schedule(outcome ? renewEvery(this.ttlMs) : retryPause(this.ttlMs));
+  }
+
+  /** @internal The owner id (the holder's credential: never logged). */
+  get _owner(): string {
+    return this.owner;
+  }
+
+  get lost(): boolean {
+    this.checkExpiry();
+    return this.signal.aborted;
+  }
+
+  get loss(): Loss | null {
+    this.checkExpiry();
+    const r: unknown = this.signal.reason;
+    return this.signal.aborted && r instanceof LeaseLost ? r.loss : null;
+  }
+
+  /** Until when it is valid (performance.now() ms). */
+  get deadline(): number {
+    return this.validUntil;
+  }
+
+  private async renewRound(ttlMs = this.ttlMs): Promise<boolean | null> {
+    const c = this.client;
+    const sent = now();
+    const n = c.masters;
+    const replies = await c._eachUntil(this.key, ["LEASE.RENEW", this.key, this.owner, ttlMs], nodeTimeout(c.ioTimeoutMs, ttlMs), (r) => renewOutcome(r, n) !== null);
+    const outcome = renewOutcome(replies, n);
+    if (outcome === true && !this.signal.aborted) {
+      this.validUntil = Math.max(this.validUntil, sent + ttlMs - drift(ttlMs));
+      this.armExpiry();
+    } else if (outcome === false) this.lose("refused");
+    return outcome;
+  }
+
+  /** Renews on every master now (for `ttlMs`, the lease's ttl unless
+   * given): true when a majority renewed. */
+  async renew(ttlMs: number = this.ttlMs): Promise<boolean> {
+    if (this.lost) return false;
+    return (await this.renewRound(ttlMs)) === true;
+  }
+
+  /** `LEASE.FENCE key token command...` on the masters that committed the
+   * token: the first reply of a master that ran it, or StaleToken when the
+   * token was current on fewer than a majority. */
+  async fence(...command: Arg[]): Promise<unknown> {
+    const c = this.client;
+    return fencedReply(await c._each(this.committed, this.key, () => ["LEASE.FENCE", this.key, this.token, ...command], c.ioTimeoutMs), c.quorum);
+  }
+
+  /** Gives the lease back on every master: true when a majority released. */
+  async release(): Promise<boolean> {
+    if (this.released) return false;
+    this.released = true;
+    this.lose("released");
+    const c = this.client;
+    return (await c._releaseEverywhere(this.key, this.owner, nodeTimeout(c.ioTimeoutMs, this.ttlMs))) >= c.quorum;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+}
