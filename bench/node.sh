@@ -21,7 +21,7 @@ trap cleanup EXIT
 (cd clients/node && npm run --silent build)
 free_port() { node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
 PORTS=()
-for i in 1 2 3 4 5 6; do
+for _ in 1 2 3 4 5 6; do
   p=$(free_port)
   "$SERVER" --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" --logfile "$DIR/$p.log" \
     --loadmodule "$MODULE" grace-ms 0 &
