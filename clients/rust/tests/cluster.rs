@@ -157,7 +157,10 @@ full_suite! {
     fn one_watchdog_renews_leases_on_every_master_at_once(kind) {
         // Leases on every master held together: the sync watchdog sends one
         // pipeline per node each round, the async one all renewals in
-        // flight at once; every lease stays held on its own master.
+        // flight at once; every lease stays held on its own master. The
+        // leases are taken one after the other, so they fall into step over
+        // a few rounds: at least 5 renewals a round trip on average (1
+        // without batching; at most 10 here, 30 leases on 3 masters).
         let cluster = Cluster::start(kind, 3, 0);
         let nodes = vec![format!("redis://127.0.0.1:{}/", cluster.nodes[0].port)];
         let ttl = Duration::from_millis(600);
@@ -173,7 +176,7 @@ full_suite! {
             assert_eq!(cluster.token(lock), Some(lease.token() as i64));
         }
         let stats = lc.watchdog_stats();
-        assert!(stats.renewals >= 30 * 6 && stats.round_trips * 10 <= stats.renewals, "{stats:?}");
+        assert!(stats.renewals >= 30 * 6 && stats.round_trips * 5 <= stats.renewals, "{stats:?}");
         drop(leases);
         assert!(locks.iter().all(|l| cluster.token(l).is_none()));
 
@@ -194,7 +197,7 @@ full_suite! {
                 assert_eq!(cluster.token(lock), Some(lease.token() as i64));
             }
             let stats = alc.watchdog_stats();
-            assert!(stats.renewals >= 30 * 6 && stats.round_trips * 10 <= stats.renewals, "{stats:?}");
+            assert!(stats.renewals >= 30 * 6 && stats.round_trips * 5 <= stats.renewals, "{stats:?}");
             for l in leases {
                 assert!(l.release().await.unwrap());
             }
