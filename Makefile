@@ -245,7 +245,7 @@ deb-test:
 bench: deps servers build pyenv deps-bench node-deps
 	bash bench/run.sh
 	bash bench/quorum.sh
-	bash bench/multi.sh
+	bash bench/multikey.sh
 	$(PYENV)/bin/python bench/pylock.py --module $(MODULE) > bench/PYLOCK.md && cat bench/PYLOCK.md
 	bash bench/node.sh
 

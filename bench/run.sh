@@ -506,11 +506,11 @@ SHA_SEM_REL=$(cli script load "$LUA_SEM_RELEASE")
 SHA_READ_ACQ=$(cli script load "$LUA_READ_ACQUIRE")
 SHA_READ_REL=$(cli script load "$LUA_READ_RELEASE")
 
-MULTI_KEYS=${BENCH_MULTI_KEYS:-50000}
-MULTI_REPS=${BENCH_MULTI_REPS:-3}
-MULTI_REL_KEYS=${BENCH_MULTI_REL_KEYS:-100000}
-MULTI_REL_N=${BENCH_MULTI_REL_N:-20000}
-MULTI_LIMIT=100
+HOLDERS_KEYS=${BENCH_HOLDERS_KEYS:-50000}
+HOLDERS_REPS=${BENCH_HOLDERS_REPS:-3}
+HOLDERS_REL_KEYS=${BENCH_HOLDERS_REL_KEYS:-100000}
+HOLDERS_REL_N=${BENCH_HOLDERS_REL_N:-20000}
+HOLDERS_LIMIT=100
 FAR=9999999999999   # a permit expiry far in the future (unix ms)
 lease_ctr() { cli info lease | tr -d '\r' | awk -F: -v n="lease_$1" '$1 == n { print $2 }'; }
 snap() { ACQ0=$(lease_ctr acquired); REL0=$(lease_ctr released); }
@@ -528,49 +528,49 @@ prefill_kind() { # kind, keys, holders, [owner]
   local kind=$1 keys=$2 all o
   all=$(seq -f 'h%g' 1 "$3")
   [ -n "${4:-}" ] && all="$all $4"
-  [ "$kind" = sem ] && prefill "SET rs:%012d $((MULTI_LIMIT - $(wc -w <<<"$all")))" 0 "$keys"
+  [ "$kind" = sem ] && prefill "SET rs:%012d $((HOLDERS_LIMIT - $(wc -w <<<"$all")))" 0 "$keys"
   for o in $all; do
     case $kind in
-      limit) prefill "LEASE.ACQUIRE ml:%012d $o $LONG_TTL LIMIT $MULTI_LIMIT" 0 "$keys" ;;
+      limit) prefill "LEASE.ACQUIRE ml:%012d $o $LONG_TTL LIMIT $HOLDERS_LIMIT" 0 "$keys" ;;
       shared) prefill "LEASE.ACQUIRE ms:%012d $o $LONG_TTL SHARED" 0 "$keys" ;;
       sem) prefill "ZADD rs:%012d:timeout $FAR $o" 0 "$keys" ;;
       read) prefill "EVALSHA $SHA_READ_ACQ 1 rw:%012d $LONG_TTL $o rw-writer" 0 "$keys" ;;
     esac
   done
 }
-held_limit() { flush; prefill_kind limit "$MULTI_REL_KEYS" 3 "$OWNER"; snap; }
-held_shared() { flush; prefill_kind shared "$MULTI_REL_KEYS" 3 "$OWNER"; snap; }
-held_sem() { flush; prefill_kind sem "$MULTI_REL_KEYS" 3 "$OWNER"; }
-held_read() { flush; prefill_kind read "$MULTI_REL_KEYS" 3 "$OWNER"; }
+held_limit() { flush; prefill_kind limit "$HOLDERS_REL_KEYS" 3 "$OWNER"; snap; }
+held_shared() { flush; prefill_kind shared "$HOLDERS_REL_KEYS" 3 "$OWNER"; snap; }
+held_sem() { flush; prefill_kind sem "$HOLDERS_REL_KEYS" 3 "$OWNER"; }
+held_read() { flush; prefill_kind read "$HOLDERS_REL_KEYS" 3 "$OWNER"; }
 
-log "D1 acquire of counting and shared leases: $MULTI_KEYS keys with 3 holders each"
+log "D1 acquire of counting and shared leases: $HOLDERS_KEYS keys with 3 holders each"
 flush
-for kind in limit sem shared read; do prefill_kind "$kind" "$MULTI_KEYS" 3; done
+for kind in limit sem shared read; do prefill_kind "$kind" "$HOLDERS_KEYS" 3; done
 LAST_N=$N
-for rep in $(seq "$MULTI_REPS"); do
-  one_run macq_limit LEASE.ACQUIRE snap eff_acquired -- -n "$N" -r "$MULTI_KEYS" \
-    LEASE.ACQUIRE ml:__rand_int__ o:__rand_int__ "$LONG_TTL" LIMIT "$MULTI_LIMIT"
-  one_run macq_sem evalsha nothing eff_zadd -- -n "$N" -r "$MULTI_KEYS" \
+for rep in $(seq "$HOLDERS_REPS"); do
+  one_run macq_limit LEASE.ACQUIRE snap eff_acquired -- -n "$N" -r "$HOLDERS_KEYS" \
+    LEASE.ACQUIRE ml:__rand_int__ o:__rand_int__ "$LONG_TTL" LIMIT "$HOLDERS_LIMIT"
+  one_run macq_sem evalsha nothing eff_zadd -- -n "$N" -r "$HOLDERS_KEYS" \
     EVALSHA "$SHA_SEM_ACQ" 1 rs:__rand_int__ o:__rand_int__ "$LONG_TTL"
-  one_run macq_shared LEASE.ACQUIRE snap eff_acquired -- -n "$N" -r "$MULTI_KEYS" \
+  one_run macq_shared LEASE.ACQUIRE snap eff_acquired -- -n "$N" -r "$HOLDERS_KEYS" \
     LEASE.ACQUIRE ms:__rand_int__ o:__rand_int__ "$LONG_TTL" SHARED
-  one_run macq_read evalsha nothing eff_set -- -n "$N" -r "$MULTI_KEYS" \
+  one_run macq_read evalsha nothing eff_set -- -n "$N" -r "$HOLDERS_KEYS" \
     EVALSHA "$SHA_READ_ACQ" 1 rw:__rand_int__ "$LONG_TTL" o:__rand_int__ rw-writer
 done
 HOLDERS_AFTER=$(( $(cli LEASE.INFO ml:000000000007 | grep -c '^token$') - 1 ))
 MEMUSAGE_LIMIT=$(cli memory usage ml:000000000007)
 MEMUSAGE_SEM=$(( $(cli memory usage rs:000000000007) + $(cli memory usage rs:000000000007:timeout) ))
 
-LAST_N=$MULTI_REL_N
+LAST_N=$HOLDERS_REL_N
 for rep in $(seq "$REL_REPS"); do
-  log "D2 release of counting and shared leases, run $rep of $REL_REPS: $MULTI_REL_KEYS keys with 4 holders each"
-  one_run mrel_limit LEASE.RELEASE held_limit eff_released -- -n "$MULTI_REL_N" -r "$MULTI_REL_KEYS" \
+  log "D2 release of counting and shared leases, run $rep of $REL_REPS: $HOLDERS_REL_KEYS keys with 4 holders each"
+  one_run mrel_limit LEASE.RELEASE held_limit eff_released -- -n "$HOLDERS_REL_N" -r "$HOLDERS_REL_KEYS" \
     LEASE.RELEASE ml:__rand_int__ "$OWNER"
-  one_run mrel_sem evalsha held_sem eff_incrby -- -n "$MULTI_REL_N" -r "$MULTI_REL_KEYS" \
+  one_run mrel_sem evalsha held_sem eff_incrby -- -n "$HOLDERS_REL_N" -r "$HOLDERS_REL_KEYS" \
     EVALSHA "$SHA_SEM_REL" 1 rs:__rand_int__ "$OWNER"
-  one_run mrel_shared LEASE.RELEASE held_shared eff_released -- -n "$MULTI_REL_N" -r "$MULTI_REL_KEYS" \
+  one_run mrel_shared LEASE.RELEASE held_shared eff_released -- -n "$HOLDERS_REL_N" -r "$HOLDERS_REL_KEYS" \
     LEASE.RELEASE ms:__rand_int__ "$OWNER"
-  one_run mrel_read evalsha held_read eff_hincrby -- -n "$MULTI_REL_N" -r "$MULTI_REL_KEYS" \
+  one_run mrel_read evalsha held_read eff_hincrby -- -n "$HOLDERS_REL_N" -r "$HOLDERS_REL_KEYS" \
     EVALSHA "$SHA_READ_REL" 1 rw:__rand_int__ "$OWNER"
 done
 flush
@@ -735,12 +735,12 @@ row() { # label, operation, command
   echo
   echo "## D. Counting and shared leases against Redisson-style scripts"
   echo
-  echo "Same columns as part A. Acquire: $MULTI_REPS interleaved runs of \`-n $N -r $MULTI_KEYS\` on $MULTI_KEYS keys of each kind that held 3 holders each before the first run (a random new owner or permit id per call, so each call adds a holder; about $((N / MULTI_KEYS)) more per key per run). Release: $REL_REPS runs of \`-n $MULTI_REL_N -r $MULTI_REL_KEYS\`, each on $MULTI_REL_KEYS freshly prefilled keys with 4 holders, one of them \`$OWNER\`, whose holding the call gives back (the rest of the calls hit a key where it was already given back)."
+  echo "Same columns as part A. Acquire: $HOLDERS_REPS interleaved runs of \`-n $N -r $HOLDERS_KEYS\` on $HOLDERS_KEYS keys of each kind that held 3 holders each before the first run (a random new owner or permit id per call, so each call adds a holder; about $((N / HOLDERS_KEYS)) more per key per run). Release: $REL_REPS runs of \`-n $HOLDERS_REL_N -r $HOLDERS_REL_KEYS\`, each on $HOLDERS_REL_KEYS freshly prefilled keys with 4 holders, one of them \`$OWNER\`, whose holding the call gives back (the rest of the calls hit a key where it was already given back)."
   echo "The scripts are written from the documented algorithms of Redisson's RPermitExpirableSemaphore and RReadWriteLock (read side); see bench/README.md."
   echo
   echo "| operation | command | usec/call | ops/s | did the work |"
   echo "|---|---|---:|---:|---:|"
-  row macq_limit "acquire: LIMIT lease" "LEASE.ACQUIRE ml:R o:R $LONG_TTL LIMIT $MULTI_LIMIT"
+  row macq_limit "acquire: LIMIT lease" "LEASE.ACQUIRE ml:R o:R $LONG_TTL LIMIT $HOLDERS_LIMIT"
   row macq_sem "acquire: Redisson-style expirable semaphore" "EVALSHA sem-acquire 1 rs:R o:R $LONG_TTL"
   row macq_shared "acquire: SHARED lease" "LEASE.ACQUIRE ms:R o:R $LONG_TTL SHARED"
   row macq_read "acquire: Redisson-style read lock" "EVALSHA read-acquire 1 rw:R $LONG_TTL o:R rw-writer"

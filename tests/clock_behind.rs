@@ -23,7 +23,7 @@ full_suite! {
         let mut m = master.conn();
         let t = acquire(&mut m, "k", "me", "30000");
         assert!(over_a_year_ahead(t), "the master's clock runs two years ahead: token {t}");
-        let t_multi = acquire_opts(&mut m, "sem", "me", "30000", &["LIMIT", "3"]).unwrap();
+        let t_holders = acquire_opts(&mut m, "sem", "me", "30000", &["LIMIT", "3"]).unwrap();
         let mut replica = replica_of(kind, &master);
         replica.assert_alive("a full sync of tokens two years ahead", false);
         let mut r = replica.conn();
@@ -32,7 +32,7 @@ full_suite! {
         assert!(replica.log().contains(WARNING), "{}", replica.log_tail(20));
         // Promoted, it issues tokens above what it was given.
         ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
-        assert!(acquire(&mut r, "k2", "me", "30000") > t.max(t_multi));
+        assert!(acquire(&mut r, "k2", "me", "30000") > t.max(t_holders));
     }
 
     fn a_server_whose_clock_stepped_back_loads_its_own_rdb(kind) {

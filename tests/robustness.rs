@@ -106,7 +106,7 @@ fn restore_mutations(
 }
 
 full_suite! {
-    fn mutated_multi_record_payloads_never_crash_or_corrupt(kind) {
+    fn mutated_holders_record_payloads_never_crash_or_corrupt(kind) {
         let mut s = Server::start(kind);
         let mut c = s.conn();
         int(&ok(&mut c, &["LEASE.ACQUIRE", "template", "t", "60000"]));
@@ -114,8 +114,8 @@ full_suite! {
         let now = now_ms();
         let t = info_int(&mut c, "lease_last_token") as u64;
         // Uncompressed records, so the mutations hit their fields.
-        let limit = module_payload(&template, &multi_record(3, &[(b"a", t + 1, now + 60_000), (b"b\0", t + 2, now + 50_000), (b"c", t + 5, now + 40_000)]));
-        let readers = module_payload(&template, &multi_record(0, &[(b"r1", t + 7, now + 60_000), (b"r2", t + 9, now + 30_000)]));
+        let limit = module_payload(&template, &holders_record(3, &[(b"a", t + 1, now + 60_000), (b"b\0", t + 2, now + 50_000), (b"c", t + 5, now + 40_000)]));
+        let readers = module_payload(&template, &holders_record(0, &[(b"r1", t + 7, now + 60_000), (b"r2", t + 9, now + 30_000)]));
         for (i, payload) in [limit, readers].iter().enumerate() {
             assert_eq!(call(&mut c, &[b"RESTORE", b"good", b"0", payload, b"REPLACE"]).unwrap(), Value::Okay);
             restore_mutations(&mut s, &mut c, payload, 0x51ed_270b_2719_9a3d + i as u64);

@@ -99,11 +99,11 @@ knobs! {
         helper_refused = "HELPER_REFUSED", 100, min 1:
             "F: leases deleted on the server to time the loss signal";
         // H: multi-key lease cycles.
-        multi_ms = "MULTI_MS", 2000, min 100:
+        multikey_ms = "MULTIKEY_MS", 2000, min 100:
             "H: the counted window of one run, ms";
-        multi_reps = "MULTI_REPS", 3, min 1:
+        multikey_reps = "MULTIKEY_REPS", 3, min 1:
             "H: runs of every (k, kind), interleaved (medians shown)";
-        multi_warm_ms = "MULTI_WARM_MS", 300, min 0:
+        multikey_warm_ms = "MULTIKEY_WARM_MS", 300, min 0:
             "H: the warm-up before the counted window, ms";
     }
     texts {

@@ -5,7 +5,7 @@
 //!     handoff cycles <port>         part C: full lock cycles per second
 //!     handoff helpers <port>        part F: the Rust helpers holding many leases
 //!     handoff quorum <port>...      part G: quorum lock cycles (bench/quorum.sh)
-//!     handoff multi <port>          part H: multi-key lease cycles (bench/multi.sh)
+//!     handoff multikey <port>       part H: multi-key lease cycles (bench/multikey.sh)
 //!     handoff rcycles <port>        part I: the Rust helpers' cycle against the raw commands
 //!
 //! Prints Markdown to stdout. Never fails on a slow result: it measures, it
@@ -13,7 +13,7 @@
 //! "Knobs" section lists the environment variables (src/knobs.rs reads them).
 //!
 //! The modules: one per section (handoff: B1 and B2, herd: B3, mass: B4 with
-//! crowd, its sockets; cycles: C; helpers: F; quorum: G; multi: H), and
+//! crowd, its sockets; cycles: C; helpers: F; quorum: G; multikey: H), and
 //! what they share: resp (the RESP client), server (readings of the
 //! server), stats, clock, knobs, kv (the HANDOFF_KV lines), scripts (the
 //! recipes' Lua).
@@ -27,7 +27,7 @@ mod herd;
 mod knobs;
 mod kv;
 mod mass;
-mod multi;
+mod multikey;
 mod quorum;
 mod rcycles;
 mod resp;
@@ -49,12 +49,12 @@ fn main() -> ExitCode {
         [mode, port] if mode == "cycles" => part_c(port),
         [mode, port] if mode == "helpers" => part_e(port),
         [mode, ports @ ..] if mode == "quorum" && !ports.is_empty() => part_g(ports),
-        [mode, port] if mode == "multi" => part_h(port),
+        [mode, port] if mode == "multikey" => part_h(port),
         [mode, port] if mode == "rcycles" => part_i(port),
         [port, pid] => part_b(port, pid),
         _ => {
             eprintln!(
-                "usage: handoff <port> <server-pid> | handoff cycles <port> | handoff helpers <port> | handoff quorum <port>... | handoff multi <port> | handoff rcycles <port>\n\n\
+                "usage: handoff <port> <server-pid> | handoff cycles <port> | handoff helpers <port> | handoff quorum <port>... | handoff multikey <port> | handoff rcycles <port>\n\n\
                  Knobs (environment variables, [default]):\n{}",
                 knobs::describe()
             );
@@ -102,10 +102,10 @@ fn part_g(ports: &[String]) -> Res<()> {
     quorum::section(&ports)
 }
 
-/// `handoff multi <port>`.
+/// `handoff multikey <port>`.
 fn part_h(port: &str) -> Res<()> {
     let port = arg("port", port)?;
-    multi::section(port, &Knobs::from_env()?)
+    multikey::section(port, &Knobs::from_env()?)
 }
 
 /// `handoff rcycles <port>`.

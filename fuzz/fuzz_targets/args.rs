@@ -11,7 +11,7 @@ use redis_lease::lease::clock::TokenClock;
 use redis_lease::lease::config::parse_module_args;
 use redis_lease::lease::decide::{self, Decision, Held};
 use redis_lease::lease::limits::{MAX_LIMIT, MAX_OWNER_LEN, MAX_TOKEN, MIN_LIMIT};
-use redis_lease::lease::{Holder, Lease, LeaseError, Mode, Multi, MultiMode, fence};
+use redis_lease::lease::{Holder, Holders, HoldersMode, Lease, LeaseError, Mode, fence};
 
 /// An error reply must be one line starting with an upper-case code.
 fn check_error(e: &LeaseError) {
@@ -60,13 +60,13 @@ fuzz_target!(|data: &[u8]| {
                         token: 5,
                         deadline_ms: now + 10,
                     };
-                    let full = Multi::with(MultiMode::Limit(2), holder.clone());
-                    let readers = Multi::with(MultiMode::Shared, holder);
+                    let full = Holders::with(HoldersMode::Limit(2), holder.clone());
+                    let readers = Holders::with(HoldersMode::Shared, holder);
                     for held in [
                         Held::Free,
                         Held::Exclusive(&current),
-                        Held::Multi(&full),
-                        Held::Multi(&readers),
+                        Held::Holders(&full),
+                        Held::Holders(&readers),
                     ] {
                         for ahead in [false, true] {
                             match decide::acquire_mode(held, opts.mode, owner, ahead, now) {

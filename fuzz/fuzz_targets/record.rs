@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
             assert!(lease.deadline_ms > 0);
             assert_eq!(lease.encode(), data, "decoding is canonical");
         }
-        Ok(Record::Multi(m)) => {
+        Ok(Record::Holders(m)) => {
             assert!(!m.is_empty(), "a stored record has a holder");
             assert!(
                 m.mode().has_room(m.len() - 1),

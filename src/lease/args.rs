@@ -3,7 +3,7 @@
 
 use super::error::{LeaseError, printable};
 use super::limits::{MAX_KEYS, MAX_LIMIT, MAX_MS, MAX_TOKEN, MIN_LIMIT, owner_ok};
-use super::mode::{Mode, MultiMode};
+use super::mode::{HoldersMode, Mode};
 
 /// Parses an integer the way Redis does (`string2ll`): optional `-`, digits,
 /// no `+`, no spaces, no leading zeros, no `-0`.
@@ -214,10 +214,10 @@ pub fn parse_macquire_options(opts: &[&[u8]]) -> Result<Option<i64>, LeaseError>
 }
 
 /// The mode words of `LEASE.HOLD`: `LIMIT n` or `SHARED`.
-pub fn parse_hold_mode(words: &[&[u8]]) -> Result<MultiMode, LeaseError> {
+pub fn parse_hold_mode(words: &[&[u8]]) -> Result<HoldersMode, LeaseError> {
     match words {
-        [w] if w.eq_ignore_ascii_case(b"SHARED") => Ok(MultiMode::Shared),
-        [w, n] if w.eq_ignore_ascii_case(b"LIMIT") => Ok(MultiMode::Limit(parse_limit(n)?)),
+        [w] if w.eq_ignore_ascii_case(b"SHARED") => Ok(HoldersMode::Shared),
+        [w, n] if w.eq_ignore_ascii_case(b"LIMIT") => Ok(HoldersMode::Limit(parse_limit(n)?)),
         [w, ..] if !w.eq_ignore_ascii_case(b"LIMIT") && !w.eq_ignore_ascii_case(b"SHARED") => {
             Err(LeaseError::UnknownOption(printable(w)))
         }
@@ -518,8 +518,11 @@ mod tests {
 
     #[test]
     fn hold_modes() {
-        assert_eq!(parse_hold_mode(&[b"SHARED"]), Ok(MultiMode::Shared));
-        assert_eq!(parse_hold_mode(&[b"LIMIT", b"7"]), Ok(MultiMode::Limit(7)));
+        assert_eq!(parse_hold_mode(&[b"SHARED"]), Ok(HoldersMode::Shared));
+        assert_eq!(
+            parse_hold_mode(&[b"LIMIT", b"7"]),
+            Ok(HoldersMode::Limit(7))
+        );
         assert!(parse_hold_mode(&[b"LIMIT", b"1"]).is_err());
         assert!(parse_hold_mode(&[b"LIMIT"]).is_err());
         assert!(parse_hold_mode(&[b"SHARED", b"x"]).is_err());

@@ -6,10 +6,10 @@ use super::limits::MAX_AHEAD_MS;
 
 /// Record version of an exclusive lease, written first in its encoding.
 pub const LEASE_VERSION: u8 = 1;
-/// Record version of a multi-holder record.
-pub const MULTI_VERSION: u8 = 2;
+/// Record version of a holders record.
+pub const HOLDERS_VERSION: u8 = 2;
 /// The newest record version this build reads.
-pub const NEWEST_VERSION: u8 = MULTI_VERSION;
+pub const NEWEST_VERSION: u8 = HOLDERS_VERSION;
 
 /// Why a stored record could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]

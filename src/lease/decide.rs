@@ -7,8 +7,8 @@
 use super::clock::TokenClock;
 use super::error::LeaseError;
 use super::exclusive::Lease;
-use super::holders::Multi;
-use super::mode::{Mode, MultiMode};
+use super::holders::Holders;
+use super::mode::{HoldersMode, Mode};
 use super::record::RecordRef;
 
 /// The lease that counts at `now_ms`: a stored record past its deadline is
@@ -139,16 +139,16 @@ pub enum Held<'a> {
     /// Held with `LIMIT n` or `SHARED` by at least one live holder; holders
     /// past their deadline may still be stored (they leave at the next
     /// write), and every decision here looks at each holder's deadline.
-    Multi(&'a Multi),
+    Holders(&'a Holders),
 }
 
 impl<'a> Held<'a> {
     /// The state of a stored record at `now_ms`: a lease past its deadline,
-    /// or a multi record whose holders have all passed theirs, is free.
+    /// or a holders record whose holders have all passed theirs, is free.
     pub fn of(record: Option<RecordRef<'a>>, now_ms: i64) -> Held<'a> {
         match record {
             Some(RecordRef::Exclusive(l)) if l.is_live(now_ms) => Held::Exclusive(l),
-            Some(RecordRef::Multi(m)) if m.is_live(now_ms) => Held::Multi(m),
+            Some(RecordRef::Holders(m)) if m.is_live(now_ms) => Held::Holders(m),
             _ => Held::Free,
         }
     }
@@ -163,7 +163,7 @@ impl<'a> Held<'a> {
         let end = match self {
             Held::Free => return None,
             Held::Exclusive(l) => l.deadline_ms,
-            Held::Multi(m) => m.next_live_deadline(now_ms)?,
+            Held::Holders(m) => m.next_live_deadline(now_ms)?,
         };
         Some(key_expire_ms.map_or(end, |e| e.min(end)))
     }
@@ -219,22 +219,22 @@ pub fn acquire_mode(
             Mode::Exclusive => Decision::Reacquired { token: l.token },
             Mode::Shared => return Err(conflict(Mode::Exclusive, mode)),
         },
-        Held::Multi(m) => {
+        Held::Holders(m) => {
             let held_mode = m.mode().mode();
             let mine = m.holder(owner).filter(|h| h.is_live(now_ms));
             match (m.mode(), mode) {
-                (MultiMode::Limit(k), Mode::Limit(n)) if k == n => match mine {
+                (HoldersMode::Limit(k), Mode::Limit(n)) if k == n => match mine {
                     Some(h) => Decision::Reacquired { token: h.token },
                     None => queued(m.has_room(now_ms)),
                 },
-                (MultiMode::Limit(_), _) | (MultiMode::Shared, Mode::Limit(_)) => {
+                (HoldersMode::Limit(_), _) | (HoldersMode::Shared, Mode::Limit(_)) => {
                     return Err(conflict(held_mode, mode));
                 }
-                (MultiMode::Shared, Mode::Shared) => match mine {
+                (HoldersMode::Shared, Mode::Shared) => match mine {
                     Some(h) => Decision::Reacquired { token: h.token },
                     None => queued(true),
                 },
-                (MultiMode::Shared, Mode::Exclusive) => match mine {
+                (HoldersMode::Shared, Mode::Exclusive) => match mine {
                     Some(_) => return Err(conflict(held_mode, mode)),
                     None => Decision::Contended,
                 },
@@ -243,16 +243,16 @@ pub fn acquire_mode(
     })
 }
 
-/// LEASE.RENEW on a multi record: the new deadline when `owner` holds a
+/// LEASE.RENEW on a holders record: the new deadline when `owner` holds a
 /// live holding, else `None`.
-pub fn renew_holder(m: &Multi, owner: &[u8], ttl_ms: i64, now_ms: i64) -> Option<i64> {
+pub fn renew_holder(m: &Holders, owner: &[u8], ttl_ms: i64, now_ms: i64) -> Option<i64> {
     m.holder(owner)
         .filter(|h| h.is_live(now_ms))
         .map(|_| now_ms + ttl_ms)
 }
 
-/// LEASE.RELEASE on a multi record: may `owner` give back its holding?
-pub fn release_holder(m: &Multi, owner: &[u8], now_ms: i64) -> bool {
+/// LEASE.RELEASE on a holders record: may `owner` give back its holding?
+pub fn release_holder(m: &Holders, owner: &[u8], now_ms: i64) -> bool {
     m.holder(owner).is_some_and(|h| h.is_live(now_ms))
 }
 
@@ -273,9 +273,9 @@ pub fn fence_record(
         Some(RecordRef::Exclusive(l)) if l.is_live(now_ms) && l.token == token => {
             Ok(Fenced { shared: false })
         }
-        Some(RecordRef::Multi(m)) => match m.by_token(token) {
+        Some(RecordRef::Holders(m)) => match m.by_token(token) {
             Some(h) if h.is_live(now_ms) => Ok(Fenced {
-                shared: m.mode() == MultiMode::Shared,
+                shared: m.mode() == HoldersMode::Shared,
             }),
             _ => Err(LeaseError::Stale),
         },
@@ -285,8 +285,8 @@ pub fn fence_record(
 
 /// What LEASE.INFO shows of a counting or shared lease (never an owner).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MultiInfo {
-    pub mode: MultiMode,
+pub struct HoldersInfo {
+    pub mode: HoldersMode,
     /// The newest holder's token.
     pub token: u64,
     /// Time to the latest deadline (or the key's expiry when earlier).
@@ -295,9 +295,9 @@ pub struct MultiInfo {
     pub holders: Vec<(u64, i64)>,
 }
 
-/// LEASE.INFO of a multi record at `now_ms`: its live holders only; `None`
+/// LEASE.INFO of a holders record at `now_ms`: its live holders only; `None`
 /// when none is live.
-pub fn holders_info(m: &Multi, now_ms: i64, key_expire_ms: Option<i64>) -> Option<MultiInfo> {
+pub fn holders_info(m: &Holders, now_ms: i64, key_expire_ms: Option<i64>) -> Option<HoldersInfo> {
     let end = |deadline: i64| key_expire_ms.map_or(deadline, |e| e.min(deadline));
     let holders: Vec<(u64, i64)> = m
         .holders()
@@ -306,7 +306,7 @@ pub fn holders_info(m: &Multi, now_ms: i64, key_expire_ms: Option<i64>) -> Optio
         .collect();
     let &(token, _) = holders.last()?;
     let latest = m.latest_deadline()?;
-    Some(MultiInfo {
+    Some(HoldersInfo {
         mode: m.mode(),
         token,
         ttl_ms: (end(latest) - now_ms).max(0),
@@ -314,9 +314,9 @@ pub fn holders_info(m: &Multi, now_ms: i64, key_expire_ms: Option<i64>) -> Optio
     })
 }
 
-/// What a multi key's expiry should be set to so that it matches its
+/// What a holders record's key expiry should be set to so that it matches its
 /// latest deadline (see `decide::expiry_to_align`).
-pub fn holders_expiry_to_align(m: &Multi, key_expire_ms: Option<i64>) -> Option<i64> {
+pub fn holders_expiry_to_align(m: &Holders, key_expire_ms: Option<i64>) -> Option<i64> {
     let latest = m.latest_deadline()?;
     match key_expire_ms {
         Some(e) if e <= latest => None,
@@ -488,7 +488,7 @@ mod tests {
 }
 
 #[cfg(test)]
-mod multi_tests {
+mod holders_tests {
     use super::*;
     use crate::lease::holders::Holder;
 
@@ -506,8 +506,8 @@ mod multi_tests {
         Lease::new(owner.as_bytes(), 5, NOW + 10)
     }
 
-    fn sample() -> Multi {
-        let mut m = Multi::new(MultiMode::Limit(3));
+    fn sample() -> Holders {
+        let mut m = Holders::new(HoldersMode::Limit(3));
         m.put(h("a", 10, NOW + 100));
         m.put(h(b"b\0\xff", 12, NOW + 50));
         m
@@ -558,7 +558,7 @@ mod multi_tests {
     #[test]
     fn acquire_on_a_limit_key() {
         let m = sample(); // LIMIT 3, holders a and b
-        let held = Held::Multi(&m);
+        let held = Held::Holders(&m);
         assert_eq!(
             acquire_mode(held, Mode::Limit(3), b"a", true, NOW),
             Ok(Decision::Reacquired { token: 10 })
@@ -574,7 +574,7 @@ mod multi_tests {
         let mut full = m.clone();
         full.put(h("c", 20, NOW + 5));
         assert_eq!(
-            acquire_mode(Held::Multi(&full), Mode::Limit(3), b"d", false, NOW),
+            acquire_mode(Held::Holders(&full), Mode::Limit(3), b"d", false, NOW),
             Ok(Decision::Contended)
         );
         let e = acquire_mode(held, Mode::Limit(5), b"c", false, NOW).unwrap_err();
@@ -603,23 +603,23 @@ mod multi_tests {
             "full, then two ended"
         );
         assert_eq!(
-            acquire_mode(Held::Multi(&m), Mode::Limit(3), b"d", false, NOW),
+            acquire_mode(Held::Holders(&m), Mode::Limit(3), b"d", false, NOW),
             Ok(Decision::Contended),
             "full"
         );
         assert_eq!(
-            acquire_mode(Held::Multi(&m), Mode::Limit(3), b"d", false, later),
+            acquire_mode(Held::Holders(&m), Mode::Limit(3), b"d", false, later),
             Ok(Decision::New),
             "b's and c's places are free"
         );
         assert_eq!(
-            acquire_mode(Held::Multi(&m), Mode::Limit(3), b"c", false, later),
+            acquire_mode(Held::Holders(&m), Mode::Limit(3), b"c", false, later),
             Ok(Decision::New),
             "c's holding ended: it is a newcomer"
         );
-        let s = Multi::with(MultiMode::Shared, h("r", 9, NOW + 10));
+        let s = Holders::with(HoldersMode::Shared, h("r", 9, NOW + 10));
         assert_eq!(
-            acquire_mode(Held::Multi(&s), Mode::Exclusive, b"r", false, NOW + 11),
+            acquire_mode(Held::Holders(&s), Mode::Exclusive, b"r", false, NOW + 11),
             Ok(Decision::Contended),
             "an ended reader is no holder: its exclusive ask is no error"
         );
@@ -627,8 +627,8 @@ mod multi_tests {
 
     #[test]
     fn acquire_on_a_shared_key() {
-        let m = Multi::with(MultiMode::Shared, h("r", 9, NOW + 10));
-        let held = Held::Multi(&m);
+        let m = Holders::with(HoldersMode::Shared, h("r", 9, NOW + 10));
+        let held = Held::Holders(&m);
         assert_eq!(
             acquire_mode(held, Mode::Shared, b"r", true, NOW),
             Ok(Decision::Reacquired { token: 9 })
@@ -664,13 +664,13 @@ mod multi_tests {
         assert_eq!(renew_holder(&m, b"zz", 30, NOW), None);
         assert!(release_holder(&m, b"a", NOW));
         assert!(!release_holder(&m, b"a", NOW + 101));
-        fn rec(m: &Multi) -> Option<RecordRef<'_>> {
-            Some(RecordRef::Multi(m))
+        fn rec(m: &Holders) -> Option<RecordRef<'_>> {
+            Some(RecordRef::Holders(m))
         }
         assert_eq!(fence_record(rec(&m), 12, NOW), Ok(Fenced { shared: false }));
         assert_eq!(fence_record(rec(&m), 12, NOW + 51), Err(LeaseError::Stale));
         assert_eq!(fence_record(rec(&m), 11, NOW), Err(LeaseError::Stale));
-        let s = Multi::with(MultiMode::Shared, h("r", 9, NOW + 10));
+        let s = Holders::with(HoldersMode::Shared, h("r", 9, NOW + 10));
         assert_eq!(fence_record(rec(&s), 9, NOW), Ok(Fenced { shared: true }));
         let l = excl("a");
         assert_eq!(
@@ -679,7 +679,7 @@ mod multi_tests {
         );
         assert_eq!(fence_record(None, 5, NOW), Err(LeaseError::Stale));
         let view = holders_info(&m, NOW + 10, None).unwrap();
-        assert_eq!(view.mode, MultiMode::Limit(3));
+        assert_eq!(view.mode, HoldersMode::Limit(3));
         assert_eq!((view.token, view.ttl_ms), (12, 90));
         assert_eq!(view.holders, vec![(10, 90), (12, 40)]);
         let view = holders_info(&m, NOW + 60, Some(NOW + 80)).unwrap();
@@ -706,9 +706,9 @@ mod multi_tests {
         let l = excl("a");
         assert!(Held::of(None, NOW).is_free());
         assert!(Held::of(Some(RecordRef::Exclusive(&l)), NOW + 11).is_free());
-        assert!(!Held::of(Some(RecordRef::Multi(&m)), NOW + 100).is_free());
-        assert!(Held::of(Some(RecordRef::Multi(&m)), NOW + 101).is_free());
-        let held = Held::of(Some(RecordRef::Multi(&m)), NOW);
+        assert!(!Held::of(Some(RecordRef::Holders(&m)), NOW + 100).is_free());
+        assert!(Held::of(Some(RecordRef::Holders(&m)), NOW + 101).is_free());
+        let held = Held::of(Some(RecordRef::Holders(&m)), NOW);
         assert_eq!(held.next_end(None, NOW), Some(NOW + 50));
         assert_eq!(held.next_end(Some(NOW + 20), NOW), Some(NOW + 20));
         assert_eq!(

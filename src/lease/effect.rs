@@ -15,8 +15,8 @@ use std::ffi::CStr;
 use super::args::{check_owner, parse_hold_mode, parse_token, parse_unix_ms};
 use super::error::LeaseError;
 use super::exclusive::Lease;
-use super::holders::{Holder, Multi};
-use super::mode::MultiMode;
+use super::holders::{Holder, Holders};
+use super::mode::HoldersMode;
 use super::record::{Record, RecordMut, RecordRef};
 
 /// A change to one lease key, as it travels.
@@ -32,7 +32,7 @@ pub enum Effect<'a> {
     /// `LEASE.HOLD key owner token deadline-ms LIMIT n|SHARED`: one holder
     /// of a counting or shared lease, added or updated.
     Hold {
-        mode: MultiMode,
+        mode: HoldersMode,
         owner: &'a [u8],
         token: u64,
         deadline_ms: i64,
@@ -48,7 +48,7 @@ pub enum Effect<'a> {
     /// `DEL key`: a lease nobody holds any more goes (a revoked hand-off,
     /// a record whose key outlived it).
     Delete,
-    /// `PEXPIREAT key at-ms`: a multi record's key expiry set back to its
+    /// `PEXPIREAT key at-ms`: a holders record's key expiry set back to its
     /// latest deadline.
     ExpireAt { at_ms: i64 },
 }
@@ -198,10 +198,10 @@ impl<'a> Effect<'a> {
             } => {
                 let (t, d) = (decimal(token as i64, a), decimal(deadline_ms, b));
                 match mode {
-                    MultiMode::Limit(n) => {
+                    HoldersMode::Limit(n) => {
                         ArgList::new([owner, t, d, b"LIMIT", decimal(n as i64, c)])
                     }
-                    MultiMode::Shared => ArgList::new([owner, t, d, b"SHARED"]),
+                    HoldersMode::Shared => ArgList::new([owner, t, d, b"SHARED"]),
                 }
             }
             Effect::Drop { owner } | Effect::Release { owner } => ArgList::new([owner]),
@@ -286,7 +286,7 @@ impl<'a> Effect<'a> {
                         l.token = token;
                         l.deadline_ms = deadline_ms;
                     }
-                    // Any other value (another type, a multi record, another
+                    // Any other value (another type, a holders record, another
                     // owner's ended lease) is replaced: the master's state
                     // wins.
                     other => {
@@ -311,19 +311,19 @@ impl<'a> Effect<'a> {
                 };
                 match stored {
                     // A holder's renewal: its deadline moves in place.
-                    Stored::Record(RecordMut::Multi(m))
+                    Stored::Record(RecordMut::Holders(m))
                         if m.mode() == mode
                             && m.holder(owner).is_some_and(|h| h.token == token) =>
                     {
                         m.set_deadline(owner, deadline_ms);
                         change.expire_at = m.latest_deadline();
                     }
-                    Stored::Record(RecordMut::Multi(m)) if m.mode() == mode => {
+                    Stored::Record(RecordMut::Holders(m)) if m.mode() == mode => {
                         // A full LIMIT n record never takes an (n+1)th
                         // holder: the master prunes ended ones first
                         // (LEASE.PRUNE); should it not have, the earliest
                         // deadlines give way, on every node alike.
-                        if let MultiMode::Limit(n) = mode
+                        if let HoldersMode::Limit(n) = mode
                             && m.holder(owner).is_none()
                             && let Some((_, d, t)) =
                                 m.ended_batch(i64::MAX, (m.len() + 1).saturating_sub(n as usize))
@@ -335,16 +335,17 @@ impl<'a> Effect<'a> {
                     }
                     other => {
                         change.delete = matches!(other, Stored::Other);
-                        change.store = Some(Record::Multi(Box::new(Multi::with(mode, holder()))));
+                        change.store =
+                            Some(Record::Holders(Box::new(Holders::with(mode, holder()))));
                         change.expire_at = Some(deadline_ms);
                     }
                 }
                 change.changed = true;
             }
-            // A holder leaves: one holding of a multi record, or the
+            // A holder leaves: one holding of a holders record, or the
             // exclusive lease of that owner, whatever the clock says.
             Effect::Drop { owner } | Effect::Release { owner } => match stored {
-                Stored::Record(RecordMut::Multi(m)) => {
+                Stored::Record(RecordMut::Holders(m)) => {
                     let removed = m.remove(owner).is_some();
                     if removed {
                         after_removal(m, &mut change);
@@ -357,7 +358,7 @@ impl<'a> Effect<'a> {
                 _ => {}
             },
             Effect::Prune { deadline_ms, token } => {
-                if let Stored::Record(RecordMut::Multi(m)) = stored
+                if let Stored::Record(RecordMut::Holders(m)) = stored
                     && m.take_through(deadline_ms, token) > 0
                 {
                     after_removal(m, &mut change);
@@ -388,7 +389,7 @@ impl<'a> Effect<'a> {
                 token: l.token,
                 deadline_ms: l.deadline_ms,
             }],
-            RecordRef::Multi(m) => m
+            RecordRef::Holders(m) => m
                 .holders()
                 .filter(|h| h.is_live(now_ms))
                 .map(|h| Effect::Hold {
@@ -411,9 +412,9 @@ impl<'a> Effect<'a> {
     }
 }
 
-/// A holder left a multi record: the key goes with the last one, else its
+/// A holder left a holders record: the key goes with the last one, else its
 /// expiry follows the latest deadline.
-fn after_removal(m: &Multi, change: &mut Change) {
+fn after_removal(m: &Holders, change: &mut Change) {
     match m.latest_deadline() {
         Some(latest) => change.expire_at = Some(latest),
         None => change.delete = true,
@@ -540,13 +541,13 @@ mod tests {
                 deadline_ms: NOW,
             },
             Effect::Hold {
-                mode: MultiMode::Limit(100_000),
+                mode: HoldersMode::Limit(100_000),
                 owner: b"w",
                 token: 7,
                 deadline_ms: NOW + 1,
             },
             Effect::Hold {
-                mode: MultiMode::Shared,
+                mode: HoldersMode::Shared,
                 owner: b"r",
                 token: 9,
                 deadline_ms: NOW + 2,
@@ -615,25 +616,25 @@ mod tests {
         assert_eq!((c.delete, c.expire_at, c.changed), (false, Some(NOW), true));
         assert!(e.apply(Stored::Other).delete);
         // HOLD into a record of its mode, and one of another mode.
-        let mut m = Multi::with(MultiMode::Limit(3), holder(b"a", 1, NOW));
+        let mut m = Holders::with(HoldersMode::Limit(3), holder(b"a", 1, NOW));
         let hold = Effect::Hold {
-            mode: MultiMode::Limit(3),
+            mode: HoldersMode::Limit(3),
             owner: b"b",
             token: 2,
             deadline_ms: NOW + 5,
         };
-        let c = hold.apply(Stored::Record(RecordMut::Multi(&mut m)));
+        let c = hold.apply(Stored::Record(RecordMut::Holders(&mut m)));
         assert_eq!((c.store.is_none(), c.expire_at), (true, Some(NOW + 5)));
         assert_eq!(m.len(), 2);
         let shared = Effect::Hold {
-            mode: MultiMode::Shared,
+            mode: HoldersMode::Shared,
             owner: b"r",
             token: 3,
             deadline_ms: NOW,
         };
         assert!(
             shared
-                .apply(Stored::Record(RecordMut::Multi(&mut m)))
+                .apply(Stored::Record(RecordMut::Holders(&mut m)))
                 .store
                 .is_some()
         );
@@ -642,9 +643,9 @@ mod tests {
             deadline_ms: NOW,
             token: 1,
         }
-        .apply(Stored::Record(RecordMut::Multi(&mut m)));
+        .apply(Stored::Record(RecordMut::Holders(&mut m)));
         assert_eq!((m.len(), c.expire_at, c.delete), (1, Some(NOW + 5), false));
-        let c = Effect::Drop { owner: b"b" }.apply(Stored::Record(RecordMut::Multi(&mut m)));
+        let c = Effect::Drop { owner: b"b" }.apply(Stored::Record(RecordMut::Holders(&mut m)));
         assert!(c.delete && c.changed);
         // RELEASE by owner alone, whatever the clock.
         let mut l = Lease::new(b"a", 5, 1);
@@ -660,19 +661,19 @@ mod tests {
     /// every node that applies the effect ends with the same record.
     #[test]
     fn a_full_limit_record_keeps_its_limit() {
-        let mut m = Multi::with(MultiMode::Limit(2), holder(b"a", 1, NOW + 9));
+        let mut m = Holders::with(HoldersMode::Limit(2), holder(b"a", 1, NOW + 9));
         m.put(holder(b"b", 2, NOW + 3));
         let hold = |owner: &'static [u8], token| Effect::Hold {
-            mode: MultiMode::Limit(2),
+            mode: HoldersMode::Limit(2),
             owner,
             token,
             deadline_ms: NOW + 20,
         };
-        hold(b"c", 3).apply(Stored::Record(RecordMut::Multi(&mut m)));
+        hold(b"c", 3).apply(Stored::Record(RecordMut::Holders(&mut m)));
         let owners: Vec<&[u8]> = m.holders().map(|h| &*h.owner).collect();
         assert_eq!((m.len(), m.holder(b"b")), (2, None), "{owners:?}");
         // A holder's own retry (same owner, new token) takes no one's place.
-        hold(b"a", 4).apply(Stored::Record(RecordMut::Multi(&mut m)));
+        hold(b"a", 4).apply(Stored::Record(RecordMut::Holders(&mut m)));
         assert_eq!(m.len(), 2);
         assert!(m.holder(b"c").is_some() && m.holder(b"a").is_some());
     }
@@ -688,9 +689,9 @@ mod tests {
                 deadline_ms: NOW
             }]
         );
-        let mut m = Multi::with(MultiMode::Shared, holder(b"a", 1, NOW - 1));
+        let mut m = Holders::with(HoldersMode::Shared, holder(b"a", 1, NOW - 1));
         m.put(holder(b"b", 2, NOW + 1));
-        let effects = Effect::of_record(RecordRef::Multi(&m), NOW);
+        let effects = Effect::of_record(RecordRef::Holders(&m), NOW);
         assert_eq!(effects.len(), 1, "only live holders");
         // Applied to nothing, in order, they give the live record back.
         let mut rebuilt: Option<Record> = None;
@@ -705,7 +706,7 @@ mod tests {
         }
         let mut live = m.clone();
         live.take_ended(NOW, usize::MAX);
-        assert_eq!(rebuilt, Some(Record::Multi(Box::new(live))));
+        assert_eq!(rebuilt, Some(Record::Holders(Box::new(live))));
     }
 
     #[test]

@@ -83,7 +83,7 @@ pub enum LeaseError {
     MixedTokens(String),
     /// `LEASE.MACQUIRE` by an owner that holds this key with a counting or
     /// shared lease.
-    MultiHeld(String),
+    OwnerAmongHolders(String),
     /// A bug caught at the boundary (a panic turned into an error reply).
     Internal(String),
 }
@@ -182,7 +182,7 @@ impl fmt::Display for LeaseError {
                 f,
                 "ERR this owner holds the keys under more than one token ('{key}' has another): release them first"
             ),
-            LeaseError::MultiHeld(key) => write!(
+            LeaseError::OwnerAmongHolders(key) => write!(
                 f,
                 "ERR this owner holds '{key}' with a counting or shared lease: a multi-key lease is exclusive, release it first"
             ),
@@ -270,7 +270,7 @@ mod tests {
             LeaseError::DuplicateKey("k".into()),
             LeaseError::PartlyHeld("k".into()),
             LeaseError::MixedTokens("k".into()),
-            LeaseError::MultiHeld("k".into()),
+            LeaseError::OwnerAmongHolders("k".into()),
             LeaseError::Internal("x".into()),
         ];
         for e in all {

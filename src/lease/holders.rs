@@ -7,15 +7,15 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::clock::max_acceptable;
-use super::codec::{DecodeError, MULTI_VERSION};
+use super::codec::{DecodeError, HOLDERS_VERSION};
 use super::limits::{MAX_LIMIT, MAX_TOKEN, MIN_LIMIT, owner_ok};
-use super::mode::MultiMode;
+use super::mode::HoldersMode;
 
 /// Mode bytes in the encoding.
 const MODE_LIMIT: u8 = 1;
 const MODE_SHARED: u8 = 2;
-/// Fixed part of an encoded multi record: version, mode, limit, count.
-const MULTI_HEADER_LEN: usize = 1 + 1 + 4 + 4;
+/// Fixed part of an encoded holders record: version, mode, limit, count.
+const HOLDERS_HEADER_LEN: usize = 1 + 1 + 4 + 4;
 /// Fixed part of one encoded holder: token, deadline, owner length.
 const HOLDER_HEADER_LEN: usize = 8 + 8 + 2;
 
@@ -40,16 +40,16 @@ impl Holder {
 /// are unique; a stored record has at least one holder (the last holder
 /// leaving deletes the key).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Multi {
-    mode: MultiMode,
+pub struct Holders {
+    mode: HoldersMode,
     by_token: BTreeMap<u64, Holder>,
     by_owner: HashMap<Box<[u8]>, u64>,
     by_deadline: BTreeSet<(i64, u64)>,
 }
 
-impl Multi {
-    pub fn new(mode: MultiMode) -> Multi {
-        Multi {
+impl Holders {
+    pub fn new(mode: HoldersMode) -> Holders {
+        Holders {
             mode,
             by_token: BTreeMap::new(),
             by_owner: HashMap::new(),
@@ -58,13 +58,13 @@ impl Multi {
     }
 
     /// A record with one holder.
-    pub fn with(mode: MultiMode, holder: Holder) -> Multi {
-        let mut m = Multi::new(mode);
+    pub fn with(mode: HoldersMode, holder: Holder) -> Holders {
+        let mut m = Holders::new(mode);
         m.put(holder);
         m
     }
 
-    pub fn mode(&self) -> MultiMode {
+    pub fn mode(&self) -> HoldersMode {
         self.mode
     }
 
@@ -195,8 +195,8 @@ impl Multi {
     /// takes an ended holder out before it adds one to a full record).
     pub fn has_room(&self, now_ms: i64) -> bool {
         match self.mode {
-            MultiMode::Shared => true,
-            MultiMode::Limit(n) => {
+            HoldersMode::Shared => true,
+            HoldersMode::Limit(n) => {
                 let (n, len) = (n as usize, self.len());
                 len < n
                     || (len == n && self.has_ended(now_ms))
@@ -268,11 +268,11 @@ impl Multi {
     pub fn encode(&self) -> Vec<u8> {
         let owners: usize = self.by_token.values().map(|h| h.owner.len()).sum();
         let mut out =
-            Vec::with_capacity(MULTI_HEADER_LEN + self.len() * HOLDER_HEADER_LEN + owners);
-        out.push(MULTI_VERSION);
+            Vec::with_capacity(HOLDERS_HEADER_LEN + self.len() * HOLDER_HEADER_LEN + owners);
+        out.push(HOLDERS_VERSION);
         out.push(match self.mode {
-            MultiMode::Limit(_) => MODE_LIMIT,
-            MultiMode::Shared => MODE_SHARED,
+            HoldersMode::Limit(_) => MODE_LIMIT,
+            HoldersMode::Shared => MODE_SHARED,
         });
         out.extend_from_slice(&self.mode.limit().to_le_bytes());
         out.extend_from_slice(&(self.len() as u32).to_le_bytes());
@@ -289,29 +289,29 @@ impl Multi {
     /// refused, never trusted: the count is bounded by the bytes present
     /// before anything is allocated, tokens must strictly increase (so the
     /// encoding is canonical) and owners must be unique.
-    pub fn decode(bytes: &[u8]) -> Result<Multi, DecodeError> {
-        if bytes.len() < MULTI_HEADER_LEN {
+    pub fn decode(bytes: &[u8]) -> Result<Holders, DecodeError> {
+        if bytes.len() < HOLDERS_HEADER_LEN {
             return Err(DecodeError::Truncated);
         }
-        if bytes[0] != MULTI_VERSION {
+        if bytes[0] != HOLDERS_VERSION {
             return Err(DecodeError::Invalid("encoding version"));
         }
         let limit = u32::from_le_bytes(bytes[2..6].try_into().expect("4 bytes"));
         let mode = match bytes[1] {
-            MODE_LIMIT if (MIN_LIMIT..=MAX_LIMIT).contains(&limit) => MultiMode::Limit(limit),
-            MODE_SHARED if limit == 0 => MultiMode::Shared,
+            MODE_LIMIT if (MIN_LIMIT..=MAX_LIMIT).contains(&limit) => HoldersMode::Limit(limit),
+            MODE_SHARED if limit == 0 => HoldersMode::Shared,
             MODE_LIMIT | MODE_SHARED => return Err(DecodeError::Invalid("limit")),
             _ => return Err(DecodeError::Invalid("mode")),
         };
         let count = u32::from_le_bytes(bytes[6..10].try_into().expect("4 bytes")) as usize;
-        let mut rest = &bytes[MULTI_HEADER_LEN..];
+        let mut rest = &bytes[HOLDERS_HEADER_LEN..];
         if count == 0 || !mode.has_room(count - 1) {
             return Err(DecodeError::Invalid("holder count"));
         }
         if count > rest.len() / (HOLDER_HEADER_LEN + 1) {
             return Err(DecodeError::Truncated);
         }
-        let mut m = Multi::new(mode);
+        let mut m = Holders::new(mode);
         let mut last_token = 0u64;
         for _ in 0..count {
             if rest.len() < HOLDER_HEADER_LEN {
@@ -366,8 +366,8 @@ mod tests {
         }
     }
 
-    fn sample() -> Multi {
-        let mut m = Multi::new(MultiMode::Limit(3));
+    fn sample() -> Holders {
+        let mut m = Holders::new(HoldersMode::Limit(3));
         m.put(h("a", 10, NOW + 100));
         m.put(h(b"b\0\xff", 12, NOW + 50));
         m
@@ -423,16 +423,16 @@ mod tests {
 
     #[test]
     fn encode_decode_round_trip_and_every_truncation_refused() {
-        for m in [sample(), Multi::with(MultiMode::Shared, h("r", 7, NOW))] {
+        for m in [sample(), Holders::with(HoldersMode::Shared, h("r", 7, NOW))] {
             let bytes = m.encode();
-            assert_eq!(bytes[0], MULTI_VERSION);
-            assert_eq!(Multi::decode(&bytes), Ok(m.clone()));
+            assert_eq!(bytes[0], HOLDERS_VERSION);
+            assert_eq!(Holders::decode(&bytes), Ok(m.clone()));
             for n in 0..bytes.len() {
-                assert!(Multi::decode(&bytes[..n]).is_err(), "prefix of {n}");
+                assert!(Holders::decode(&bytes[..n]).is_err(), "prefix of {n}");
             }
             let mut long = bytes.clone();
             long.push(0);
-            assert_eq!(Multi::decode(&long), Err(DecodeError::TrailingBytes));
+            assert_eq!(Holders::decode(&long), Err(DecodeError::TrailingBytes));
         }
     }
 
@@ -442,7 +442,7 @@ mod tests {
         let edit = |f: &dyn Fn(&mut Vec<u8>)| {
             let mut b = good.clone();
             f(&mut b);
-            Multi::decode(&b)
+            Holders::decode(&b)
         };
         assert!(edit(&|b| b[1] = 9).is_err(), "mode");
         assert!(
@@ -464,40 +464,40 @@ mod tests {
             "more holders than the limit"
         );
         // More holders than the bytes can carry: refused before allocating.
-        let mut shared = Multi::with(MultiMode::Shared, h("r", 7, NOW)).encode();
+        let mut shared = Holders::with(HoldersMode::Shared, h("r", 7, NOW)).encode();
         shared[6..10].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert_eq!(Multi::decode(&shared), Err(DecodeError::Truncated));
+        assert_eq!(Holders::decode(&shared), Err(DecodeError::Truncated));
         // Tokens out of order or repeated, a repeated owner, zero fields.
-        let mut m = Multi::new(MultiMode::Shared);
+        let mut m = Holders::new(HoldersMode::Shared);
         m.put(h("a", 5, NOW));
         m.put(h("b", 6, NOW));
         let two = m.encode();
-        let first_token = MULTI_HEADER_LEN;
-        let second_token = MULTI_HEADER_LEN + HOLDER_HEADER_LEN + 1;
+        let first_token = HOLDERS_HEADER_LEN;
+        let second_token = HOLDERS_HEADER_LEN + HOLDER_HEADER_LEN + 1;
         let mut b = two.clone();
         b[second_token..second_token + 8].copy_from_slice(&5u64.to_le_bytes());
-        assert_eq!(Multi::decode(&b), Err(DecodeError::Invalid("token")));
+        assert_eq!(Holders::decode(&b), Err(DecodeError::Invalid("token")));
         let mut b = two.clone();
         b[second_token + HOLDER_HEADER_LEN] = b'a';
         assert_eq!(
-            Multi::decode(&b),
+            Holders::decode(&b),
             Err(DecodeError::Invalid("owner (repeated)"))
         );
         let mut b = two.clone();
         b[first_token..first_token + 8].copy_from_slice(&0u64.to_le_bytes());
-        assert!(Multi::decode(&b).is_err());
+        assert!(Holders::decode(&b).is_err());
         let mut b = two.clone();
         b[first_token + 8..first_token + 16].copy_from_slice(&0i64.to_le_bytes());
-        assert_eq!(Multi::decode(&b), Err(DecodeError::Invalid("deadline")));
+        assert_eq!(Holders::decode(&b), Err(DecodeError::Invalid("deadline")));
         let mut b = two;
         b[first_token + 16..first_token + 18].copy_from_slice(&0u16.to_le_bytes());
-        assert!(Multi::decode(&b).is_err(), "empty owner");
+        assert!(Holders::decode(&b).is_err(), "empty owner");
     }
 
     #[test]
     fn a_token_too_far_ahead_is_refused() {
         let ahead = (NOW + 400 * 86_400_000) as u64 * 1024;
-        let m = Multi::with(MultiMode::Shared, h("a", ahead, NOW));
+        let m = Holders::with(HoldersMode::Shared, h("a", ahead, NOW));
         assert!(matches!(
             m.check_not_ahead(NOW),
             Err(DecodeError::TooFarAhead { .. })

@@ -39,8 +39,8 @@ mod testkit;
 
 pub use error::LeaseError;
 pub use exclusive::Lease;
-pub use holders::{Holder, Multi};
-pub use mode::{Mode, MultiMode};
+pub use holders::{Holder, Holders};
+pub use mode::{HoldersMode, Mode};
 pub use record::{Record, RecordMut, RecordRef};
 
 // The counters' table is included as it is by the integration tests

@@ -16,12 +16,12 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// The multi-holder mode, `None` for an exclusive lease.
-    pub fn multi(self) -> Option<MultiMode> {
+    /// The counting or shared mode, `None` for an exclusive lease.
+    pub fn holders(self) -> Option<HoldersMode> {
         match self {
             Mode::Exclusive => None,
-            Mode::Limit(n) => Some(MultiMode::Limit(n)),
-            Mode::Shared => Some(MultiMode::Shared),
+            Mode::Limit(n) => Some(HoldersMode::Limit(n)),
+            Mode::Shared => Some(HoldersMode::Shared),
         }
     }
 }
@@ -39,40 +39,40 @@ impl fmt::Display for Mode {
 
 /// How a key with several holders is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MultiMode {
+pub enum HoldersMode {
     Limit(u32),
     Shared,
 }
 
-impl MultiMode {
+impl HoldersMode {
     pub fn mode(self) -> Mode {
         match self {
-            MultiMode::Limit(n) => Mode::Limit(n),
-            MultiMode::Shared => Mode::Shared,
+            HoldersMode::Limit(n) => Mode::Limit(n),
+            HoldersMode::Shared => Mode::Shared,
         }
     }
 
     /// `n` of `LIMIT n`; 0 for shared (as `LEASE.INFO` shows it).
     pub fn limit(self) -> u32 {
         match self {
-            MultiMode::Limit(n) => n,
-            MultiMode::Shared => 0,
+            HoldersMode::Limit(n) => n,
+            HoldersMode::Shared => 0,
         }
     }
 
     /// The `mode` field of `LEASE.INFO`.
     pub fn name(self) -> &'static str {
         match self {
-            MultiMode::Limit(_) => "limit",
-            MultiMode::Shared => "shared",
+            HoldersMode::Limit(_) => "limit",
+            HoldersMode::Shared => "shared",
         }
     }
 
     /// Room for another holder besides `holders`?
     pub fn has_room(self, holders: usize) -> bool {
         match self {
-            MultiMode::Limit(n) => holders < n as usize,
-            MultiMode::Shared => true,
+            HoldersMode::Limit(n) => holders < n as usize,
+            HoldersMode::Shared => true,
         }
     }
 }

@@ -21,7 +21,7 @@ use rand::{RngExt, SeedableRng};
 
 use super::clock::TokenClock;
 use super::decide::{self, Held};
-use super::mode::{Mode, MultiMode};
+use super::mode::{HoldersMode, Mode};
 use super::ops::{self, AcquireRequest, Env, Key, Outcome, Recheck, ServeEnv, Served, Then};
 use super::record::{Record, RecordRef};
 use super::testkit::{Late, MapKey, SlotQueue};
@@ -70,7 +70,7 @@ enum Op {
 }
 
 /// LEASE.INFO as compared: mode and limit (none for exclusive), token, ttl,
-/// waiters, and (token, ttl) per holder (multi only).
+/// waiters, and (token, ttl) per holder (counting and shared only).
 type InfoAnswer = (
     Option<(&'static str, u32)>,
     u64,
@@ -357,15 +357,17 @@ impl Core {
             Op::Info { key } => {
                 let waiters = self.waiting(key);
                 Answer::Info(match self.record(key) {
-                    Some(RecordRef::Multi(m)) => decide::holders_info(m, self.now, None).map(|v| {
-                        (
-                            Some((v.mode.name(), v.mode.limit())),
-                            v.token,
-                            v.ttl_ms,
-                            waiters,
-                            v.holders,
-                        )
-                    }),
+                    Some(RecordRef::Holders(m)) => {
+                        decide::holders_info(m, self.now, None).map(|v| {
+                            (
+                                Some((v.mode.name(), v.mode.limit())),
+                                v.token,
+                                v.ttl_ms,
+                                waiters,
+                                v.holders,
+                            )
+                        })
+                    }
                     Some(RecordRef::Exclusive(l)) => decide::info(Some(l), self.now, None)
                         .map(|v| (None, v.token, v.ttl_ms, waiters, vec![])),
                     None => None,
@@ -762,7 +764,7 @@ fn the_core_agrees_with_the_reference_model() {
 }
 
 /// The model exercises what it is meant to: several holders at once in
-/// each multi mode, readers and writers taking turns, refusals, hand-offs.
+/// each counting and shared mode, readers and writers taking turns, refusals, hand-offs.
 #[test]
 fn the_model_reaches_the_interesting_states() {
     let (mut most_limit, mut most_shared, mut errors, mut handoffs) = (0, 0, 0, 0);
@@ -775,11 +777,11 @@ fn the_model_reaches_the_interesting_states() {
                 errors += 1;
             }
             for r in core.keys.values() {
-                if let Record::Multi(m) = r {
+                if let Record::Holders(m) = r {
                     let live = m.holders().filter(|h| h.is_live(core.now)).count();
                     match m.mode() {
-                        MultiMode::Limit(_) => most_limit = most_limit.max(live),
-                        MultiMode::Shared => most_shared = most_shared.max(live),
+                        HoldersMode::Limit(_) => most_limit = most_limit.max(live),
+                        HoldersMode::Shared => most_shared = most_shared.max(live),
                     }
                 }
             }

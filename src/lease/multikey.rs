@@ -41,10 +41,10 @@ pub fn key_state(
         Held::Free => KeyState::Free,
         Held::Exclusive(l) if l.is_held_by(owner) => KeyState::Mine(l.token),
         Held::Exclusive(_) => KeyState::Taken,
-        Held::Multi(m) if m.holder(owner).is_some_and(|h| h.is_live(now_ms)) => {
+        Held::Holders(m) if m.holder(owner).is_some_and(|h| h.is_live(now_ms)) => {
             KeyState::MineShared
         }
-        Held::Multi(_) => KeyState::Taken,
+        Held::Holders(_) => KeyState::Taken,
     }
 }
 
@@ -106,7 +106,7 @@ pub fn one_token(states: &[KeyState]) -> Option<u64> {
 pub fn decide(keys: &[&[u8]], states: &[KeyState]) -> Result<Decision, LeaseError> {
     let named = |i: usize| printable(keys[i]);
     if let Some(i) = states.iter().position(|s| *s == KeyState::MineShared) {
-        return Err(LeaseError::MultiHeld(named(i)));
+        return Err(LeaseError::OwnerAmongHolders(named(i)));
     }
     let mine = |s: &KeyState| matches!(s, KeyState::Mine(_));
     if states.iter().any(mine) {
@@ -281,8 +281,8 @@ pub fn release<'a>(states: &[KeyState], owner: &'a [u8]) -> Outcome<'a> {
 mod tests {
     use super::KeyState::*;
     use super::*;
-    use crate::lease::holders::{Holder, Multi};
-    use crate::lease::{Lease, MultiMode};
+    use crate::lease::holders::{Holder, Holders};
+    use crate::lease::{HoldersMode, Lease};
 
     const NOW: i64 = 1_800_000_000_000;
     const KEYS: [&[u8]; 3] = [b"a", b"b", b"c"];
@@ -336,14 +336,14 @@ mod tests {
             token: 9,
             deadline_ms: NOW + 10,
         };
-        let shared = Multi::with(MultiMode::Shared, h(b"o"));
-        let others = Multi::with(MultiMode::Limit(3), h(b"x"));
+        let shared = Holders::with(HoldersMode::Shared, h(b"o"));
+        let others = Holders::with(HoldersMode::Limit(3), h(b"x"));
         assert_eq!(
-            key_state(Some(RecordRef::Multi(&shared)), b"o", false, NOW),
+            key_state(Some(RecordRef::Holders(&shared)), b"o", false, NOW),
             MineShared
         );
         assert_eq!(
-            key_state(Some(RecordRef::Multi(&others)), b"o", false, NOW),
+            key_state(Some(RecordRef::Holders(&others)), b"o", false, NOW),
             Taken
         );
     }
@@ -415,7 +415,7 @@ mod tests {
         );
         assert_eq!(
             err([Free, MineShared, Taken]),
-            LeaseError::MultiHeld("b".into())
+            LeaseError::OwnerAmongHolders("b".into())
         );
         // A refusal by error changes nothing, even with BLOCK.
         let e = acquire(

@@ -11,8 +11,8 @@ use super::decide::{self, Acquire, Decision, Held};
 use super::effect::Effect;
 use super::error::LeaseError;
 use super::exclusive::Lease;
-use super::holders::Multi;
-use super::mode::{Mode, MultiMode};
+use super::holders::Holders;
+use super::mode::{HoldersMode, Mode};
 use super::record::RecordRef;
 use super::waitq::{Step, Waiter};
 
@@ -230,7 +230,7 @@ fn exclusive(record: Option<RecordRef<'_>>) -> Option<&Lease> {
 #[inline]
 pub fn serve_first(record: Option<RecordRef<'_>>, now_ms: i64) -> bool {
     match record {
-        Some(RecordRef::Multi(_)) => true,
+        Some(RecordRef::Holders(_)) => true,
         current => decide::live(exclusive(current), now_ms).is_none(),
     }
 }
@@ -238,7 +238,7 @@ pub fn serve_first(record: Option<RecordRef<'_>>, now_ms: i64) -> bool {
 /// Takes out at least `min` and at most `max(min, per_call)` ended holders
 /// of `m` (the earliest first), as one `LEASE.PRUNE`.
 fn prune<'a>(
-    m: &Multi,
+    m: &Holders,
     now_ms: i64,
     min: usize,
     per_call: usize,
@@ -267,8 +267,8 @@ pub fn acquire<'a>(
 ) -> Result<Outcome<'a>, LeaseError> {
     let now = env.now_ms;
     let expire = if req.may_wait { key_expire() } else { None };
-    if req.mode != Mode::Exclusive || matches!(record, Some(RecordRef::Multi(_))) {
-        return acquire_multi(record, expire, req, env);
+    if req.mode != Mode::Exclusive || matches!(record, Some(RecordRef::Holders(_))) {
+        return acquire_holder(record, expire, req, env);
     }
     let current = exclusive(record);
     if current.is_none()
@@ -335,7 +335,7 @@ pub fn acquire<'a>(
 /// `LEASE.ACQUIRE` with `LIMIT n` or `SHARED`, or on a key held that way
 /// (design.md S8): the decision first, so that an error changes nothing; then a
 /// batch of ended holders leaves, and one effect.
-fn acquire_multi<'a>(
+fn acquire_holder<'a>(
     record: Option<RecordRef<'_>>,
     expire: Option<i64>,
     req: AcquireRequest<'a>,
@@ -346,13 +346,13 @@ fn acquire_multi<'a>(
     let decision = decide::acquire_mode(held, req.mode, req.owner, env.waiters_ahead, now)?;
     let mut commits = Commits::default();
     let stored = match record {
-        Some(RecordRef::Multi(m)) => Some(m),
+        Some(RecordRef::Holders(m)) => Some(m),
         _ => None,
     };
     // A stored LIMIT n record keeps at most n holders: a new holder of a
     // full one takes the place of an ended one.
-    let room = match (stored, req.mode.multi()) {
-        (Some(m), Some(mode @ MultiMode::Limit(n))) if m.mode() == mode => {
+    let room = match (stored, req.mode.holders()) {
+        (Some(m), Some(mode @ HoldersMode::Limit(n))) if m.mode() == mode => {
             (m.len() + 1).saturating_sub(n as usize)
         }
         _ => 0,
@@ -378,7 +378,7 @@ fn acquire_multi<'a>(
         Decision::New => {
             let token = env.clock.issue(now).ok_or(LeaseError::TokensExhausted)?;
             let mut out = Outcome::new(Answer::Token(token));
-            let effect = match req.mode.multi() {
+            let effect = match req.mode.holders() {
                 None => Effect::Apply {
                     owner: req.owner,
                     token,
@@ -397,7 +397,7 @@ fn acquire_multi<'a>(
         }
         Decision::Reacquired { token } => {
             let mut out = Outcome::new(Answer::Token(token));
-            let mode = stored.map_or(MultiMode::Shared, |m| m.mode());
+            let mode = stored.map_or(HoldersMode::Shared, |m| m.mode());
             commits.push(
                 Effect::Hold {
                     mode,
@@ -440,7 +440,7 @@ pub fn renew<'a>(
     prune_per_call: usize,
 ) -> Outcome<'a> {
     match record {
-        Some(RecordRef::Multi(m)) => {
+        Some(RecordRef::Holders(m)) => {
             let mut commits = Commits::default();
             let pruned = prune(m, now_ms, 0, prune_per_call, &mut commits);
             let renewed = decide::renew_holder(m, owner, ttl_ms, now_ms);
@@ -502,7 +502,7 @@ pub fn release<'a>(
     prune_per_call: usize,
 ) -> Outcome<'a> {
     match record {
-        Some(RecordRef::Multi(m)) => {
+        Some(RecordRef::Holders(m)) => {
             let mut commits = Commits::default();
             let pruned = prune(m, now_ms, 0, prune_per_call, &mut commits);
             let released = decide::release_holder(m, owner, now_ms);
@@ -542,7 +542,7 @@ pub fn revoke<'a>(
 ) -> Option<Commit<'a>> {
     let effect = match record? {
         RecordRef::Exclusive(l) if l.token == token && l.is_held_by(owner) => Effect::Delete,
-        RecordRef::Multi(m) if m.holder(owner).is_some_and(|h| h.token == token) => {
+        RecordRef::Holders(m) if m.holder(owner).is_some_and(|h| h.token == token) => {
             Effect::Drop { owner }
         }
         _ => return None,
@@ -556,7 +556,7 @@ pub fn revoke<'a>(
 /// One batch of the drain of a counting or shared lease: at most
 /// `DRAIN_PER_TICK` ended holders, the earliest first.
 pub fn drain<'a>(record: Option<RecordRef<'_>>, now_ms: i64) -> Option<Commit<'a>> {
-    let Some(RecordRef::Multi(m)) = record else {
+    let Some(RecordRef::Holders(m)) = record else {
         return None;
     };
     let (n, deadline_ms, token) = m.ended_batch(now_ms, DRAIN_PER_TICK)?;
@@ -585,7 +585,7 @@ pub fn align<'a>(
                 deadline_ms: l.deadline_ms,
             }),
         ),
-        RecordRef::Multi(m) => (
+        RecordRef::Holders(m) => (
             m.is_live(now_ms),
             m.len(),
             decide::holders_expiry_to_align(m, key_expire).map(|at_ms| Effect::ExpireAt { at_ms }),
@@ -619,10 +619,10 @@ pub enum Recheck {
 /// within their time, or a live exclusive lease).
 pub fn recheck(record: Option<RecordRef<'_>>, key_expire: Option<i64>, now_ms: i64) -> Recheck {
     let end = match record {
-        Some(RecordRef::Multi(m)) if !m.has_room(now_ms) => {
-            Held::Multi(m).next_end(key_expire, now_ms)
+        Some(RecordRef::Holders(m)) if !m.has_room(now_ms) => {
+            Held::Holders(m).next_end(key_expire, now_ms)
         }
-        Some(RecordRef::Multi(_)) => None,
+        Some(RecordRef::Holders(_)) => None,
         record => Held::of(record, now_ms).next_end(key_expire, now_ms),
     };
     end.map_or(Recheck::Serve, |end| Recheck::At(end + 1))
@@ -693,7 +693,7 @@ pub fn serve<H>(
 ) -> Served {
     let now = env.now_ms;
     let mut batch = Commits::default();
-    if let Ok(Some(RecordRef::Multi(m))) = key.record() {
+    if let Ok(Some(RecordRef::Holders(m))) = key.record() {
         prune(m, now, 0, env.prune_per_call, &mut batch);
     }
     for c in batch.iter() {
@@ -718,8 +718,8 @@ pub fn serve<H>(
         // A full LIMIT record whose places are free only because holders
         // ended (some or all of them) takes the place of one of them first.
         let room = match record {
-            Some(RecordRef::Multi(m)) => match m.mode() {
-                MultiMode::Limit(n) if m.len() >= n as usize && m.has_ended(now) => {
+            Some(RecordRef::Holders(m)) => match m.mode() {
+                HoldersMode::Limit(n) if m.len() >= n as usize && m.has_ended(now) => {
                     m.ended_batch(now, m.len() + 1 - n as usize)
                 }
                 _ => None,
@@ -758,7 +758,7 @@ fn apply_step<H>(key: &mut impl Key, queue: &mut impl Queue<H>, step: Step<H>) {
             waiters,
             refused,
         } => {
-            let effect = match mode.multi() {
+            let effect = match mode.holders() {
                 None => Effect::Apply {
                     owner: &owner,
                     token,
@@ -795,7 +795,7 @@ fn apply_step<H>(key: &mut impl Key, queue: &mut impl Queue<H>, step: Step<H>) {
             refused,
         } => {
             let effect = match key.record() {
-                Ok(Some(RecordRef::Multi(m))) => Some(Effect::Hold {
+                Ok(Some(RecordRef::Holders(m))) => Some(Effect::Hold {
                     mode: m.mode(),
                     owner: &owner,
                     token,

@@ -5,9 +5,9 @@
 //! copy made by RDB, DUMP/RESTORE, COPY or MIGRATE is complete on its own.
 //! The first byte of every encoded record says which kind it is.
 
-use super::codec::{DecodeError, MULTI_VERSION};
+use super::codec::{DecodeError, HOLDERS_VERSION};
 use super::exclusive::Lease;
-use super::holders::Multi;
+use super::holders::Holders;
 
 /// A stored record of either kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,42 +15,42 @@ pub enum Record {
     Exclusive(Box<Lease>),
     /// Boxed: the server keeps it behind one pointer, and a record moves
     /// as two words.
-    Multi(Box<Multi>),
+    Holders(Box<Holders>),
 }
 
 /// A stored record, borrowed.
 #[derive(Debug, Clone, Copy)]
 pub enum RecordRef<'a> {
     Exclusive(&'a Lease),
-    Multi(&'a Multi),
+    Holders(&'a Holders),
 }
 
 /// A stored record, borrowed to change it.
 #[derive(Debug)]
 pub enum RecordMut<'a> {
     Exclusive(&'a mut Lease),
-    Multi(&'a mut Multi),
+    Holders(&'a mut Holders),
 }
 
 impl Record {
     pub fn as_ref(&self) -> RecordRef<'_> {
         match self {
             Record::Exclusive(l) => RecordRef::Exclusive(l),
-            Record::Multi(m) => RecordRef::Multi(m),
+            Record::Holders(m) => RecordRef::Holders(m),
         }
     }
 
     pub fn as_mut(&mut self) -> RecordMut<'_> {
         match self {
             Record::Exclusive(l) => RecordMut::Exclusive(l),
-            Record::Multi(m) => RecordMut::Multi(m),
+            Record::Holders(m) => RecordMut::Holders(m),
         }
     }
 
-    /// Decodes a record of any known version (1: exclusive, 2: multi).
+    /// Decodes a record of any known version (1: exclusive, 2: holders).
     pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         match bytes.first() {
-            Some(&MULTI_VERSION) => Multi::decode(bytes).map(|m| Record::Multi(Box::new(m))),
+            Some(&HOLDERS_VERSION) => Holders::decode(bytes).map(|m| Record::Holders(Box::new(m))),
             _ => Lease::decode(bytes).map(Record::Exclusive),
         }
     }
@@ -60,7 +60,7 @@ impl RecordRef<'_> {
     pub fn encode(self) -> Vec<u8> {
         match self {
             RecordRef::Exclusive(l) => l.encode(),
-            RecordRef::Multi(m) => m.encode(),
+            RecordRef::Holders(m) => m.encode(),
         }
     }
 
@@ -68,7 +68,7 @@ impl RecordRef<'_> {
     pub fn check_not_ahead(self, now_ms: i64) -> Result<(), DecodeError> {
         match self {
             RecordRef::Exclusive(l) => l.check_not_ahead(now_ms),
-            RecordRef::Multi(m) => m.check_not_ahead(now_ms),
+            RecordRef::Holders(m) => m.check_not_ahead(now_ms),
         }
     }
 
@@ -76,14 +76,14 @@ impl RecordRef<'_> {
     pub fn max_token(self) -> u64 {
         match self {
             RecordRef::Exclusive(l) => l.token,
-            RecordRef::Multi(m) => m.max_token().unwrap_or(0),
+            RecordRef::Holders(m) => m.max_token().unwrap_or(0),
         }
     }
 
     pub fn mem_usage(self) -> usize {
         match self {
             RecordRef::Exclusive(l) => l.mem_usage(),
-            RecordRef::Multi(m) => m.mem_usage(),
+            RecordRef::Holders(m) => m.mem_usage(),
         }
     }
 
@@ -91,23 +91,23 @@ impl RecordRef<'_> {
     pub fn holders(self) -> usize {
         match self {
             RecordRef::Exclusive(_) => 1,
-            RecordRef::Multi(m) => m.len(),
+            RecordRef::Holders(m) => m.len(),
         }
     }
 
-    /// When the lease ends: its deadline, the latest holder's for a multi
+    /// When the lease ends: its deadline, the latest holder's for a holders
     /// record (0 for a record without holders, which is never stored).
     pub fn latest_deadline(self) -> i64 {
         match self {
             RecordRef::Exclusive(l) => l.deadline_ms,
-            RecordRef::Multi(m) => m.latest_deadline().unwrap_or(0),
+            RecordRef::Holders(m) => m.latest_deadline().unwrap_or(0),
         }
     }
 
     pub fn to_owned(self) -> Record {
         match self {
             RecordRef::Exclusive(l) => Record::Exclusive(l.to_boxed()),
-            RecordRef::Multi(m) => Record::Multi(Box::new(m.clone())),
+            RecordRef::Holders(m) => Record::Holders(Box::new(m.clone())),
         }
     }
 }
@@ -128,18 +128,18 @@ mod tests {
     }
 
     #[test]
-    fn multi_records_decode_by_their_version() {
+    fn holders_records_decode_by_their_version() {
         use super::super::holders::Holder;
-        use super::super::mode::MultiMode;
-        let m = Multi::with(
-            MultiMode::Limit(4),
+        use super::super::mode::HoldersMode;
+        let m = Holders::with(
+            HoldersMode::Limit(4),
             Holder {
                 owner: b"w".as_slice().into(),
                 token: 77,
                 deadline_ms: 1_800_000_000_000,
             },
         );
-        let r = Record::Multi(Box::new(m));
+        let r = Record::Holders(Box::new(m));
         assert_eq!(Record::decode(&r.as_ref().encode()), Ok(r.clone()));
         assert_eq!(r.as_ref().max_token(), 77);
         assert_eq!(r.as_ref().holders(), 1);
@@ -157,9 +157,9 @@ mod tests {
             Record::decode(&bytes),
             Err(DecodeError::FutureVersion(NEWEST_VERSION + 1))
         );
-        bytes[0] = super::super::codec::MULTI_VERSION;
+        bytes[0] = super::super::codec::HOLDERS_VERSION;
         assert!(Lease::decode(&bytes).is_err(), "not an exclusive record");
-        assert!(Record::decode(&bytes).is_err(), "not a multi record");
+        assert!(Record::decode(&bytes).is_err(), "not a holders record");
         let mut bytes = sample().encode();
         bytes.push(0);
         assert_eq!(Lease::decode(&bytes), Err(DecodeError::TrailingBytes));

@@ -9,7 +9,7 @@ use super::clock::TokenClock;
 use super::decide::Held;
 use super::effect::{Effect, Stored};
 use super::error::LeaseError;
-use super::mode::MultiMode;
+use super::mode::HoldersMode;
 use super::ops::{Commit, Event, Key, Queue};
 use super::record::{Record, RecordRef};
 use super::waitq::{Slot, Step, WaitRegistry, Waiter};
@@ -51,9 +51,9 @@ impl Key for MapKey<'_> {
         }
         // The decisions make room in a full LIMIT record (a PRUNE first);
         // `Effect::apply`'s own guard must never be needed.
-        if let (Effect::Hold { mode, owner, .. }, Some(Record::Multi(m))) =
+        if let (Effect::Hold { mode, owner, .. }, Some(Record::Holders(m))) =
             (commit.effect, self.keys.get(&key))
-            && let MultiMode::Limit(n) = mode
+            && let HoldersMode::Limit(n) = mode
             && m.mode() == mode
             && m.holder(owner).is_none()
         {
@@ -73,8 +73,8 @@ impl Key for MapKey<'_> {
         if let Some(r) = change.store {
             self.keys.insert(key, r);
         }
-        if let Some(Record::Multi(m)) = self.keys.get(&key)
-            && let MultiMode::Limit(n) = m.mode()
+        if let Some(Record::Holders(m)) = self.keys.get(&key)
+            && let HoldersMode::Limit(n) = m.mode()
         {
             assert!(
                 m.len() <= n as usize,
@@ -191,10 +191,10 @@ mod tests {
         let mut keys = HashMap::new();
         let got = serve(&mut r, &mut keys, 1000, &mut clock);
         assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![1, 2]);
-        let Some(Record::Multi(m)) = keys.get(&0) else {
+        let Some(Record::Holders(m)) = keys.get(&0) else {
             panic!("{keys:?}")
         };
-        assert_eq!((m.mode(), m.len()), (MultiMode::Shared, 2));
+        assert_eq!((m.mode(), m.len()), (HoldersMode::Shared, 2));
         assert_eq!(r.len(&s), 2, "the writer and the reader behind it wait");
         // The readers leave: the writer comes first, then the last reader.
         keys.clear();
@@ -231,7 +231,7 @@ mod tests {
                 .contains("held with LIMIT 2, this acquire asks for LIMIT 5")
         );
         assert_eq!(r.len(&s), 2, "d and e wait: both permits are taken");
-        let Some(Record::Multi(m)) = keys.get_mut(&0) else {
+        let Some(Record::Holders(m)) = keys.get_mut(&0) else {
             panic!()
         };
         m.remove(b"a");

@@ -159,7 +159,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
 
     /// Appends a `LEASE.MACQUIRE` waiter to the queue of every slot of
     /// `slots` (one id, one client); returns its id.
-    pub fn push_multi(
+    pub fn push_multikey(
         &mut self,
         slots: Vec<Slot>,
         handle: H,
@@ -263,7 +263,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
     /// The oldest waiter of `slot` when it is a `LEASE.MACQUIRE` waiter
     /// that is also the oldest of every other key it waits for (so it may
     /// be served once all its keys are free): a copy, left queued.
-    pub fn multi_head(&self, slot: &Slot) -> Option<Waiter<H>> {
+    pub fn multikey_head(&self, slot: &Slot) -> Option<Waiter<H>> {
         let head = self.queues.get(slot)?.waiters.values().next()?;
         let keys = head.keys.as_ref()?;
         keys.iter()
@@ -278,7 +278,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
 
     /// The id of the oldest waiter of `slot`, when it is a `LEASE.MACQUIRE`
     /// waiter.
-    pub fn head_multi_id(&self, slot: &Slot) -> Option<u64> {
+    pub fn head_multikey_id(&self, slot: &Slot) -> Option<u64> {
         self.queues
             .get(slot)
             .and_then(|q| q.waiters.values().next())
@@ -315,7 +315,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         let q = self.queues.get(slot)?;
         let head = q.waiters.values().next()?;
         // A LEASE.MACQUIRE waiter is served with all its keys at once
-        // (`multi_head`); until then nobody behind it is.
+        // (`multikey_head`); until then nobody behind it is.
         if head.keys.is_some() {
             return None;
         }
@@ -496,7 +496,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::{Holder, Lease, Multi, MultiMode};
+    use crate::lease::{Holder, Holders, HoldersMode, Lease};
 
     const X: Mode = Mode::Exclusive;
 
@@ -510,41 +510,41 @@ mod tests {
         let mut clock = TokenClock::new();
         let now = 1_800_000_000_000;
         r.push(slot("a"), 1, b"o1", X, 10, None);
-        let m = r.push_multi(vec![slot("a"), slot("b")], 2, b"om", 10, Some(now + 50));
+        let m = r.push_multikey(vec![slot("a"), slot("b")], 2, b"om", 10, Some(now + 50));
         r.push(slot("b"), 3, b"o3", X, 10, None);
         assert_eq!(r.total(), 3, "a client is one waiter");
         assert_eq!((r.len(&slot("a")), r.len(&slot("b"))), (2, 2));
         // b is free, but its oldest waiter waits for a too: nobody behind
         // it is served, and it is not the oldest on a yet.
-        assert!(r.head_multi_id(&slot("b")).is_some());
+        assert!(r.head_multikey_id(&slot("b")).is_some());
         assert_eq!(r.grant_next(&slot("b"), Held::Free, now, &mut clock), None);
-        assert_eq!(r.multi_head(&slot("b")), None);
+        assert_eq!(r.multikey_head(&slot("b")), None);
         // a goes to its oldest waiter; then the multi-key waiter is the
         // oldest of both keys.
         assert!(matches!(
             r.grant_next(&slot("a"), Held::Free, now, &mut clock),
             Some(Step::Grant { .. })
         ));
-        let head = r.multi_head(&slot("b")).expect("oldest on a and b");
+        let head = r.multikey_head(&slot("b")).expect("oldest on a and b");
         assert_eq!((head.id, head.handle), (m, 2));
-        assert_eq!(r.multi_head(&slot("a")).map(|w| w.id), Some(m));
+        assert_eq!(r.multikey_head(&slot("a")).map(|w| w.id), Some(m));
         let w = r.take_id(&slot("a"), m).unwrap();
         assert_eq!(w.slots(&slot("a")), vec![slot("a"), slot("b")]);
         assert_eq!((r.len(&slot("a")), r.len(&slot("b"))), (0, 1));
         assert_eq!(r.next_timeout(), None, "its timeout went with it");
         assert_eq!(r.total(), 1);
         // Removed by its handle (a disconnect), it leaves every queue.
-        r.push_multi(vec![slot("a"), slot("b")], 4, b"om", 10, None);
+        r.push_multikey(vec![slot("a"), slot("b")], 4, b"om", 10, None);
         let (s, w) = r.remove(&4).unwrap();
         assert_eq!(w.slots(&s).len(), 2);
         assert_eq!((r.len(&slot("a")), r.len(&slot("b"))), (0, 1));
         // A drain of one key takes it out of the other too.
-        r.push_multi(vec![slot("c"), slot("b")], 5, b"om", 10, None);
+        r.push_multikey(vec![slot("c"), slot("b")], 5, b"om", 10, None);
         assert_eq!(r.drain(&slot("c")).len(), 1);
         assert_eq!(r.len(&slot("b")), 1);
         // Same-owner retries of a single-key grant leave its multi-key
         // waiters queued.
-        r.push_multi(vec![slot("d"), slot("e")], 6, b"o7", 10, None);
+        r.push_multikey(vec![slot("d"), slot("e")], 6, b"o7", 10, None);
         r.push(slot("d"), 7, b"o7", X, 10, None);
         assert_eq!(r.take_owner(&slot("d"), b"o7").len(), 1);
         assert_eq!(r.len(&slot("d")), 1);
@@ -694,15 +694,15 @@ mod tests {
         let mut clock = TokenClock::new();
         let s = slot("k");
         r.push(s.clone(), 1, b"a", Mode::Shared, 100, None);
-        let m = Multi::with(
-            MultiMode::Shared,
+        let m = Holders::with(
+            HoldersMode::Shared,
             Holder {
                 owner: b"a".as_slice().into(),
                 token: 42,
                 deadline_ms: 2000,
             },
         );
-        let step = r.grant_next(&s, Held::Multi(&m), 1000, &mut clock);
+        let step = r.grant_next(&s, Held::Holders(&m), 1000, &mut clock);
         assert!(matches!(
             step,
             Some(Step::Reacquired {

@@ -158,7 +158,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
 /// where its owner is; `after`: how many arguments follow the keys (owner,
 /// ttl-ms), at least, or exactly when `exact` (no options). The keys are
 /// distinct.
-fn multi_keys<'a>(
+fn multikey_args<'a>(
     a: &Args<'a>,
     after: usize,
     exact: bool,
@@ -203,7 +203,7 @@ fn states_of(
 
 /// Commits a multi-key outcome's effects key by key, counts a refusal
 /// answered at once, and does what the keys' waiters need (but a wait).
-fn finish_multi(ctx: Ctx, ws: &mut [KeyWriter], out: &multikey::Outcome<'_>) -> Reply {
+fn finish_multikey(ctx: Ctx, ws: &mut [KeyWriter], out: &multikey::Outcome<'_>) -> Reply {
     for (i, c) in &out.commits {
         ws[*i].commit(c);
     }
@@ -238,7 +238,7 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return Err(LeaseError::Arity("lease.macquire"));
     }
     compat::check()?;
-    let (keys, at) = multi_keys(a, 2, false)?;
+    let (keys, at) = multikey_args(a, 2, false)?;
     let owner = check_owner(a.bytes(at))?;
     let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
     let block_ms = args::parse_macquire_options(&a.rest(at + 2))?;
@@ -297,9 +297,9 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             timeout_ms,
             floor: 0,
         };
-        return Ok(waiters::block_multi(ctx, slots, want, &rechecks));
+        return Ok(waiters::block_multikey(ctx, slots, want, &rechecks));
     }
-    Ok(finish_multi(ctx, &mut ws, &out))
+    Ok(finish_multikey(ctx, &mut ws, &out))
 }
 
 /// LEASE.MRENEW numkeys key [key ...] owner ttl-ms
@@ -308,14 +308,14 @@ pub fn mrenew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return Err(LeaseError::Arity("lease.mrenew"));
     }
     compat::check()?;
-    let (keys, at) = multi_keys(a, 2, true)?;
+    let (keys, at) = multikey_args(a, 2, true)?;
     let owner = check_owner(a.bytes(at))?;
     let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
     let now = decision_ms(ctx);
     let states = states_of(&mut ws, owner, now)?;
     let out = multikey::renew(&states, owner, ttl, now);
-    Ok(finish_multi(ctx, &mut ws, &out))
+    Ok(finish_multikey(ctx, &mut ws, &out))
 }
 
 /// LEASE.MRELEASE numkeys key [key ...] owner
@@ -324,17 +324,17 @@ pub fn mrelease(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return Err(LeaseError::Arity("lease.mrelease"));
     }
     compat::check()?;
-    let (keys, at) = multi_keys(a, 1, true)?;
+    let (keys, at) = multikey_args(a, 1, true)?;
     let owner = check_owner(a.bytes(at))?;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
     let states = states_of(&mut ws, owner, decision_ms(ctx))?;
     let out = multikey::release(&states, owner);
-    Ok(finish_multi(ctx, &mut ws, &out))
+    Ok(finish_multikey(ctx, &mut ws, &out))
 }
 
 /// Where a multi-key command has its owner (redacted from SLOWLOG and
 /// MONITOR): after `numkeys` keys; `None` when `numkeys` is no number.
-pub fn multi_owner_arg(argv_numkeys: &[u8]) -> Option<usize> {
+pub fn multikey_owner_arg(argv_numkeys: &[u8]) -> Option<usize> {
     let n = args::parse_i64(argv_numkeys)?;
     usize::try_from(n).ok().map(|n| 2 + n)
 }
@@ -410,7 +410,7 @@ pub fn info(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let expire = key.expire_at();
     let now = decision_ms(ctx);
     Ok(match key.record()? {
-        Some(RecordRef::Multi(m)) => match decide::holders_info(m, now, expire) {
+        Some(RecordRef::Holders(m)) => match decide::holders_info(m, now, expire) {
             Some(view) => Reply::Fields(vec![
                 ("mode", Field::Str(view.mode.name())),
                 ("limit", Field::Int(view.mode.limit() as i64)),

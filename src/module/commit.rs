@@ -221,7 +221,7 @@ impl KeyWriter {
         // A record replaced while it still stores ended holders: they count
         // as expired (the key is free, so all of them have ended).
         if change.store.is_some()
-            && let Stored::Record(RecordMut::Multi(m)) = self.key.stored()
+            && let Stored::Record(RecordMut::Holders(m)) = self.key.stored()
         {
             STATS.expired.add(m.len() as u64);
         }
@@ -232,7 +232,7 @@ impl KeyWriter {
         // A batch of ended holders left and more have ended: a timer takes
         // them out, a batch at a time.
         if let Event::Expire(_) = c.event
-            && let Stored::Record(RecordMut::Multi(m)) = self.key.stored()
+            && let Stored::Record(RecordMut::Holders(m)) = self.key.stored()
             && m.has_ended(server::now_ms())
         {
             timers::start_drain(self.ctx.selected_db(), self.name.bytes(), DRAIN_EVERY_MS);
@@ -326,7 +326,7 @@ impl ops::Key for KeyWriter {
 fn as_ref(r: RecordMut<'_>) -> RecordRef<'_> {
     match r {
         RecordMut::Exclusive(l) => RecordRef::Exclusive(l),
-        RecordMut::Multi(m) => RecordRef::Multi(m),
+        RecordMut::Holders(m) => RecordRef::Holders(m),
     }
 }
 

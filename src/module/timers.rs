@@ -33,7 +33,7 @@ pub enum TimerJob {
     Drain(Slot),
     /// The oldest waiter of a queue is a `LEASE.MACQUIRE` waiter (this id):
     /// serve it if all its keys are free and it is the oldest waiter of each.
-    Multi(Slot, u64),
+    MultiKey(Slot, u64),
 }
 
 /// What an announcement timer writes (its values are read when it fires).

@@ -45,7 +45,7 @@ struct Waiters {
     /// started and has not fired yet: one timer a waiter, however many of
     /// its keys are served meanwhile (each would otherwise start its own,
     /// and each of those look at every key: O(k^2)).
-    multi_pending: HashSet<u64>,
+    multikey_pending: HashSet<u64>,
 }
 
 static WAITERS: Mutex<Option<Waiters>> = Mutex::new(None);
@@ -60,7 +60,7 @@ fn with<R>(f: impl FnOnce(&mut Waiters) -> R) -> R {
     let w = guard.get_or_insert_with(|| Waiters {
         reg: WaitRegistry::default(),
         timeout_timer: None,
-        multi_pending: HashSet::new(),
+        multikey_pending: HashSet::new(),
     });
     let out = f(w);
     let (before, after) = (TOTAL.load(Relaxed), w.reg.total());
@@ -366,23 +366,23 @@ pub fn serve(slot: &Slot, w: &mut KeyWriter) {
         Served::NoMemory => return gate_closed(slot, Closed::Refused, now),
         Served::Idle => {}
     }
-    multi_soon(slot);
+    multikey_soon(slot);
 }
 
 /// When the oldest waiter of `slot` is a `LEASE.MACQUIRE` waiter, a 0 ms
-/// timer tries to serve it (`on_multi`: all its keys at once, if it is the
+/// timer tries to serve it (`on_multikey`: all its keys at once, if it is the
 /// oldest on each and each is free). One timer a waiter at a time: serving
 /// its k keys starts one, not k.
-fn multi_soon(slot: &Slot) {
+fn multikey_soon(slot: &Slot) {
     let start = with(|w| {
         w.reg
-            .head_multi_id(slot)
-            .filter(|id| w.multi_pending.insert(*id))
+            .head_multikey_id(slot)
+            .filter(|id| w.multikey_pending.insert(*id))
     });
     if let Some(id) = start
-        && timers::start(0, TimerJob::Multi(slot.clone(), id)).is_none()
+        && timers::start(0, TimerJob::MultiKey(slot.clone(), id)).is_none()
     {
-        with(|w| w.multi_pending.remove(&id));
+        with(|w| w.multikey_pending.remove(&id));
     }
 }
 
@@ -390,12 +390,17 @@ fn multi_soon(slot: &Slot) {
 /// once (`LEASE.MACQUIRE ... BLOCK`) or its timeout passes. It queues on
 /// each key, in arrival order; `rechecks[i]`: when key `i`'s holder's time
 /// ends (or a grace period), to re-check it then.
-pub fn block_multi(ctx: Ctx, slots: Vec<Slot>, want: Want<'_>, rechecks: &[Option<i64>]) -> Reply {
+pub fn block_multikey(
+    ctx: Ctx,
+    slots: Vec<Slot>,
+    want: Want<'_>,
+    rechecks: &[Option<i64>],
+) -> Reply {
     let Some(bc) = blocked::block(ctx) else {
         return Reply::Null;
     };
     let timeout_at = (want.timeout_ms > 0).then(|| now_ms() + want.timeout_ms + 1);
-    reg(|r| r.push_multi(slots.clone(), bc, want.owner, want.ttl_ms, timeout_at));
+    reg(|r| r.push_multikey(slots.clone(), bc, want.owner, want.ttl_ms, timeout_at));
     for (slot, at) in slots.iter().zip(rechecks) {
         if let Some(at) = at {
             arm(slot, *at);
@@ -410,9 +415,9 @@ pub fn block_multi(ctx: Ctx, slots: Vec<Slot>, want: Want<'_>, rechecks: &[Optio
 /// one of those keys is free, it takes them all (`lease::multikey`, as the
 /// command would decide with nobody ahead); otherwise it keeps waiting, and
 /// the keys' own ends, releases and timers bring it back here.
-pub fn on_multi(ctx: Ctx, slot: Slot, id: u64) {
-    with(|w| w.multi_pending.remove(&id));
-    let Some(waiter) = reg(|r| r.multi_head(&slot)) else {
+pub fn on_multikey(ctx: Ctx, slot: Slot, id: u64) {
+    with(|w| w.multikey_pending.remove(&id));
+    let Some(waiter) = reg(|r| r.multikey_head(&slot)) else {
         return;
     };
     let slots = waiter.slots(&slot);
@@ -514,7 +519,7 @@ pub fn on_multi(ctx: Ctx, slot: Slot, id: u64) {
         // The next waiter of each key: a retry of its owner is answered at
         // once; after an error, the key may be free for it.
         arm(s, now);
-        multi_soon(s);
+        multikey_soon(s);
     }
 }
 

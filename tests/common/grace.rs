@@ -1,4 +1,4 @@
-//! Helpers of the grace-period tests (tests/grace.rs, tests/grace_counting.rs):
+//! Helpers of the grace-period tests (tests/grace.rs, tests/grace_time.rs):
 //! starting and restarting servers on their data, reading the period from
 //! `INFO lease`, waiting it out, and the log lines that show it.
 #![allow(dead_code)]

@@ -92,7 +92,7 @@ pub fn module_payload(template: &[u8], record: &[u8]) -> Vec<u8> {
 /// limit (u32, 0 for SHARED), holder count (u32), then per holder sorted by
 /// token: token (u64), deadline (i64, unix ms), owner length (u16), owner.
 /// All integers little-endian.
-pub fn multi_record(limit: u32, holders: &[(&[u8], u64, i64)]) -> Vec<u8> {
+pub fn holders_record(limit: u32, holders: &[(&[u8], u64, i64)]) -> Vec<u8> {
     let mut out = vec![2, if limit == 0 { 2 } else { 1 }];
     out.extend_from_slice(&limit.to_le_bytes());
     out.extend_from_slice(&(holders.len() as u32).to_le_bytes());

@@ -109,7 +109,7 @@ unsafe fn run_command(
             && a.len() > 1
             && !call::is_keys_position_request(ctx)
         {
-            owner_at = commands::multi_owner_arg(a.bytes(1)).filter(|&pos| pos < a.len());
+            owner_at = commands::multikey_owner_arg(a.bytes(1)).filter(|&pos| pos < a.len());
         }
         handler(ctx, &a)
     }))
@@ -166,7 +166,12 @@ command_entry!(mrelease_entry => mrelease_or_keys, Redact::AfterKeys);
 /// A multi-key command, or the server asking for its keys (getkeys-api:
 /// cluster routing looks at the keys a module reports, not at a `numkeys`
 /// key spec): the `numkeys` arguments after argument 1, with `flags`.
-fn multi_or_keys(ctx: Ctx, a: &Args, flags: c_int, handler: Handler) -> Result<Reply, LeaseError> {
+fn multikey_or_keys(
+    ctx: Ctx,
+    a: &Args,
+    flags: c_int,
+    handler: Handler,
+) -> Result<Reply, LeaseError> {
     if !call::is_keys_position_request(ctx) {
         return handler(ctx, a);
     }
@@ -184,15 +189,15 @@ fn multi_or_keys(ctx: Ctx, a: &Args, flags: c_int, handler: Handler) -> Result<R
 }
 
 fn macquire_or_keys(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
-    multi_or_keys(ctx, a, call::KEY_ACQUIRE, commands::macquire)
+    multikey_or_keys(ctx, a, call::KEY_ACQUIRE, commands::macquire)
 }
 
 fn mrenew_or_keys(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
-    multi_or_keys(ctx, a, call::KEY_RENEW, commands::mrenew)
+    multikey_or_keys(ctx, a, call::KEY_RENEW, commands::mrenew)
 }
 
 fn mrelease_or_keys(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
-    multi_or_keys(ctx, a, call::KEY_RELEASE, commands::mrelease)
+    multikey_or_keys(ctx, a, call::KEY_RELEASE, commands::mrelease)
 }
 
 /// LEASE.FENCE, or the server asking for its keys (getkeys-api).
@@ -318,7 +323,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, v: *mut c_void) {
                     add_int(md, l.token as i64);
                     add_int(md, l.deadline_ms);
                 }
-                RecordRef::Multi(m) => {
+                RecordRef::Holders(m) => {
                     let name = m.mode().name();
                     add_str(md, name.as_ptr() as *const _, name.len());
                     add_int(md, m.mode().limit() as i64);
@@ -431,7 +436,7 @@ unsafe extern "C" fn timer_cb(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
         let (ctx, job) = unsafe { (Ctx::new(ctx), server::take_timer_job::<TimerJob>(data)) };
         match job {
             TimerJob::Recheck(slot) => waiters::on_recheck(ctx, slot),
-            TimerJob::Multi(slot, id) => waiters::on_multi(ctx, slot, id),
+            TimerJob::MultiKey(slot, id) => waiters::on_multikey(ctx, slot, id),
             TimerJob::Timeouts => waiters::on_timeouts(),
             TimerJob::Revoke(slot, owner, token) => waiters::on_revoke(ctx, slot, owner, token),
             TimerJob::Align((db, key)) => datatype::on_align(ctx, db, &key),

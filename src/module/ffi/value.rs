@@ -5,9 +5,9 @@
 //!
 //! A value is one of two boxes: a `Box<Lease>` (an exclusive lease: one
 //! allocation with the owner inline, passed as a thin pointer, see
-//! `Lease::into_thin`) or a `Box<Multi>` (`LIMIT n` or `SHARED`). Which one
+//! `Lease::into_thin`) or a `Box<Holders>` (`LIMIT n` or `SHARED`). Which one
 //! is told by the pointer's low bit: both types are 8-byte aligned, so a
-//! box's address has its low three bits clear, and a `Multi` is stored with
+//! box's address has its low three bits clear, and a `Holders` is stored with
 //! bit 0 set.
 //! The server never dereferences a module value: it keeps the pointer and
 //! hands it back to the type's callbacks (rdb_save, aof_rewrite, free,
@@ -16,14 +16,14 @@
 
 use std::os::raw::c_void;
 
-use crate::lease::{Lease, Multi, Record, RecordMut, RecordRef};
+use crate::lease::{Holders, Lease, Record, RecordMut, RecordRef};
 
-/// Bit 0 of the value pointer: set for a `Multi`.
-const MULTI_TAG: usize = 1;
+/// Bit 0 of the value pointer: set for a `Holders`.
+const HOLDERS_TAG: usize = 1;
 
 // Both boxes leave the tag bit free.
-const _: () = assert!(std::mem::align_of::<u64>() > MULTI_TAG); // a Lease's first field
-const _: () = assert!(std::mem::align_of::<Multi>() > MULTI_TAG);
+const _: () = assert!(std::mem::align_of::<u64>() > HOLDERS_TAG); // a Lease's first field
+const _: () = assert!(std::mem::align_of::<Holders>() > HOLDERS_TAG);
 
 /// An exclusive lease as a value pointer (the server owns it from
 /// RedisModule_ModuleTypeSetValue or the load callback's return on).
@@ -31,22 +31,22 @@ pub fn lease_into_raw(lease: Box<Lease>) -> *mut c_void {
     Lease::into_thin(lease).cast()
 }
 
-/// A multi-holder record as a value pointer, tagged.
-pub fn multi_into_raw(multi: Box<Multi>) -> *mut c_void {
-    let p: *mut Multi = Box::into_raw(multi);
-    p.map_addr(|a| a | MULTI_TAG).cast()
+/// A holders record as a value pointer, tagged.
+pub fn holders_into_raw(holders: Box<Holders>) -> *mut c_void {
+    let p: *mut Holders = Box::into_raw(holders);
+    p.map_addr(|a| a | HOLDERS_TAG).cast()
 }
 
 /// A record of either kind as a value pointer.
 pub fn into_raw(record: Record) -> *mut c_void {
     match record {
         Record::Exclusive(l) => lease_into_raw(l),
-        Record::Multi(m) => multi_into_raw(m),
+        Record::Holders(m) => holders_into_raw(m),
     }
 }
 
-fn is_multi(value: *const c_void) -> bool {
-    value.addr() & MULTI_TAG != 0
+fn is_holders(value: *const c_void) -> bool {
+    value.addr() & HOLDERS_TAG != 0
 }
 
 /// Reads a stored record.
@@ -57,10 +57,10 @@ fn is_multi(value: *const c_void) -> bool {
 /// (the main thread, inside the callback or command that got it).
 pub unsafe fn record_ref<'a>(value: *const c_void) -> RecordRef<'a> {
     // SAFETY: by the contract above, `value` is a live Box<Lease>, or a
-    // live Box<Multi> with bit 0 set; clearing the bit gives the box back.
+    // live Box<Holders> with bit 0 set; clearing the bit gives the box back.
     unsafe {
-        if is_multi(value) {
-            RecordRef::Multi(&*value.map_addr(|a| a & !MULTI_TAG).cast::<Multi>())
+        if is_holders(value) {
+            RecordRef::Holders(&*value.map_addr(|a| a & !HOLDERS_TAG).cast::<Holders>())
         } else {
             RecordRef::Exclusive(&*Lease::from_thin(value.cast_mut().cast()))
         }
@@ -74,8 +74,8 @@ pub unsafe fn record_ref<'a>(value: *const c_void) -> RecordRef<'a> {
 pub unsafe fn record_mut<'a>(value: *mut c_void) -> RecordMut<'a> {
     // SAFETY: see `record_ref`; exclusive access by the contract.
     unsafe {
-        if is_multi(value) {
-            RecordMut::Multi(&mut *value.map_addr(|a| a & !MULTI_TAG).cast::<Multi>())
+        if is_holders(value) {
+            RecordMut::Holders(&mut *value.map_addr(|a| a & !HOLDERS_TAG).cast::<Holders>())
         } else {
             RecordMut::Exclusive(&mut *Lease::from_thin(value.cast()))
         }
@@ -91,9 +91,9 @@ pub unsafe fn record_mut<'a>(value: *mut c_void) -> RecordMut<'a> {
 pub unsafe fn drop_raw(value: *mut c_void) {
     // SAFETY: the box is reclaimed once, by the contract above.
     unsafe {
-        if is_multi(value) {
+        if is_holders(value) {
             drop(Box::from_raw(
-                value.map_addr(|a| a & !MULTI_TAG).cast::<Multi>(),
+                value.map_addr(|a| a & !HOLDERS_TAG).cast::<Holders>(),
             ));
         } else {
             drop(Box::from_raw(Lease::from_thin(value.cast())));
@@ -104,13 +104,13 @@ pub unsafe fn drop_raw(value: *mut c_void) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::{Holder, MultiMode};
+    use crate::lease::{Holder, HoldersMode};
 
     #[test]
     fn both_kinds_round_trip_through_a_tagged_pointer() {
         let l = Lease::new(b"x", 3, 9);
-        let m = Multi::with(
-            MultiMode::Shared,
+        let m = Holders::with(
+            HoldersMode::Shared,
             Holder {
                 owner: b"y".as_slice().into(),
                 token: 4,
@@ -119,18 +119,18 @@ mod tests {
         );
         let (pl, pm) = (
             lease_into_raw(l.clone()),
-            multi_into_raw(Box::new(m.clone())),
+            holders_into_raw(Box::new(m.clone())),
         );
-        assert!(!is_multi(pl) && is_multi(pm));
+        assert!(!is_holders(pl) && is_holders(pm));
         // SAFETY: both were just made here and are freed once below.
         unsafe {
             assert!(matches!(record_ref(pl), RecordRef::Exclusive(x) if *x == *l));
-            assert!(matches!(record_ref(pm), RecordRef::Multi(x) if *x == m));
-            if let RecordMut::Multi(x) = record_mut(pm) {
+            assert!(matches!(record_ref(pm), RecordRef::Holders(x) if *x == m));
+            if let RecordMut::Holders(x) = record_mut(pm) {
                 x.set_deadline(b"y", 10);
             }
             assert!(
-                matches!(record_ref(pm), RecordRef::Multi(x) if x.latest_deadline() == Some(10))
+                matches!(record_ref(pm), RecordRef::Holders(x) if x.latest_deadline() == Some(10))
             );
             drop_raw(pl);
             drop_raw(pm);

@@ -1,4 +1,4 @@
-//! H: the cost of multi-key leases (bench/multi.sh). For k = 2, 10 and 100
+//! H: the cost of multi-key leases (bench/multikey.sh). For k = 2, 10 and 100
 //! keys, one client does full cycles, one after the other: take every key,
 //! then give every key back. Three ways ([`Kind`]):
 //!
@@ -12,8 +12,8 @@
 //!   written out there): one Lua script per key and per round trip, 2k
 //!   round trips.
 //!
-//! MULTI_REPS interleaved runs of every (k, kind), each MULTI_WARM_MS of
-//! warm-up and MULTI_MS counted; the table shows medians of cycles per
+//! MULTIKEY_REPS interleaved runs of every (k, kind), each MULTIKEY_WARM_MS of
+//! warm-up and MULTIKEY_MS counted; the table shows medians of cycles per
 //! second, of the acquire latency (p50, p99), of the server's CPU per cycle
 //! (`INFO cpu`) and of its command time per cycle (`INFO commandstats`).
 
@@ -312,14 +312,14 @@ fn command_usec(ctl: &mut Conn, commands: &[&str]) -> Res<f64> {
 /// Warm-up, then cycles for the window; the server's counters are read
 /// on `ctl` just before and just after the window.
 fn run(c: &mut Conn, ctl: &mut Conn, cycle: &Cycle, knobs: &Knobs) -> Res<Run> {
-    let warm_end = Instant::now() + Duration::from_millis(knobs.multi_warm_ms);
+    let warm_end = Instant::now() + Duration::from_millis(knobs.multikey_warm_ms);
     while Instant::now() < warm_end {
         cycle.run_once(c)?;
     }
     ctl.call(&["CONFIG", "RESETSTAT"])?;
     let cpu0 = info_cpu_ms(ctl)?;
     let t0 = Instant::now();
-    let end = t0 + Duration::from_millis(knobs.multi_ms);
+    let end = t0 + Duration::from_millis(knobs.multikey_ms);
     let (mut lat, mut failed) = (Vec::new(), 0);
     while Instant::now() < end {
         match cycle.run_once(c)? {
@@ -366,7 +366,7 @@ impl Row {
     }
 }
 
-/// `handoff multi <port>`: runs part H and prints it (Markdown).
+/// `handoff multikey <port>`: runs part H and prints it (Markdown).
 pub fn section(port: u16, knobs: &Knobs) -> Res<()> {
     let mut ctl = Conn::open(port)?;
     let mut c = Conn::open(port)?;
@@ -392,7 +392,7 @@ pub fn section(port: u16, knobs: &Knobs) -> Res<()> {
         .iter()
         .map(|_| Kind::ALL.iter().map(|_| Vec::new()).collect())
         .collect();
-    for _ in 0..knobs.multi_reps {
+    for _ in 0..knobs.multikey_reps {
         for (ki, per_k) in cycles.iter().enumerate() {
             for (i, cycle) in per_k.iter().enumerate() {
                 runs[ki][i].push(run(&mut c, &mut ctl, cycle, knobs)?);
@@ -420,7 +420,7 @@ fn print_intro(knobs: &Knobs) {
          replies and the event loop. Command time: `INFO commandstats` `usec` of the commands \
          the client sends (after `CONFIG RESETSTAT`), per cycle: for `EVALSHA` the whole script. \
          A cycle fails when a step does not answer as on free keys (none should).\n",
-        knobs.multi_warm_ms, knobs.multi_ms, knobs.multi_reps
+        knobs.multikey_warm_ms, knobs.multikey_ms, knobs.multikey_reps
     );
 }
 

@@ -205,10 +205,10 @@ full_suite! {
 
 }
 
-/// A DUMP payload of a multi record, rebuilt uncompressed with its record
+/// A DUMP payload of a holders record, rebuilt uncompressed with its record
 /// version raised to one from the future.
-fn future_multi(payload: &[u8]) -> Vec<u8> {
-    let mut record = multi_record(0, &[(b"p", 5, now_ms() + 1000)]);
+fn future_holders(payload: &[u8]) -> Vec<u8> {
+    let mut record = holders_record(0, &[(b"p", 5, now_ms() + 1000)]);
     record[0] = FUTURE_RECORD_VERSION;
     module_payload(payload, &record)
 }
@@ -322,7 +322,7 @@ every_server! {
             ok(&mut c, &["RENAME", &copied, &renamed]);
             assert_eq!(shape(&mut c, &renamed), shapes[i]);
             // A version from the future is refused, cleanly.
-            let e = call(&mut c, &[b"RESTORE", b"bad", b"0", &future_multi(&payload)]).expect_err("future");
+            let e = call(&mut c, &[b"RESTORE", b"bad", b"0", &future_holders(&payload)]).expect_err("future");
             assert!(error_text(&e).contains("Bad data format"), "{e}");
             assert_eq!(int(&ok(&mut c, &["EXISTS", "bad"])), 0);
         }
@@ -331,7 +331,7 @@ every_server! {
         let template = dump_payload(&mut c, "ex");
         let now = now_ms();
         let t0 = info_int(&mut c, "lease_last_token") + 10;
-        let record = multi_record(4, &[(b"p", t0 as u64, now + 30_000), (b"q\0", t0 as u64 + 7, now + 20_000)]);
+        let record = holders_record(4, &[(b"p", t0 as u64, now + 30_000), (b"q\0", t0 as u64 + 7, now + 20_000)]);
         assert_eq!(call(&mut c, &[b"RESTORE", b"built", b"0", &module_payload(&template, &record)]).unwrap(), Value::Okay);
         let v = ok(&mut c, &["LEASE.INFO", "built"]);
         assert_eq!(field(&v, "limit"), Some(Value::Int(4)));
@@ -342,12 +342,12 @@ every_server! {
         // Broken ones are refused: no holder, LIMIT 1, tokens out of order,
         // more holders than the limit, a repeated owner, a future version.
         let bad: Vec<(&str, Vec<u8>)> = vec![
-            ("no holder", multi_record(3, &[])),
-            ("LIMIT 1", multi_record(1, &[(b"p", 5, now + 1000)])),
-            ("unsorted", multi_record(0, &[(b"p", 9, now + 1000), (b"q", 5, now + 1000)])),
-            ("over the limit", multi_record(2, &[(b"p", 5, now), (b"q", 6, now), (b"r", 7, now)])),
-            ("repeated owner", multi_record(0, &[(b"p", 5, now), (b"p", 6, now)])),
-            ("future", { let mut r = multi_record(0, &[(b"p", 5, now)]); r[0] = FUTURE_RECORD_VERSION; r }),
+            ("no holder", holders_record(3, &[])),
+            ("LIMIT 1", holders_record(1, &[(b"p", 5, now + 1000)])),
+            ("unsorted", holders_record(0, &[(b"p", 9, now + 1000), (b"q", 5, now + 1000)])),
+            ("over the limit", holders_record(2, &[(b"p", 5, now), (b"q", 6, now), (b"r", 7, now)])),
+            ("repeated owner", holders_record(0, &[(b"p", 5, now), (b"p", 6, now)])),
+            ("future", { let mut r = holders_record(0, &[(b"p", 5, now)]); r[0] = FUTURE_RECORD_VERSION; r }),
         ];
         for (what, record) in bad {
             let e = call(&mut c, &[b"RESTORE", b"bad", b"0", &module_payload(&template, &record)]).expect_err(what);

@@ -5,16 +5,16 @@
 # the other: LEASE.MACQUIRE + LEASE.MRELEASE, k single LEASE.ACQUIRE and k
 # LEASE.RELEASE pipelined (not all or nothing: the speed baseline), and a
 # Redisson-style MultiLock (RedissonLock's lock and unlock scripts, one key
-# and one round trip at a time, as RedissonMultiLock does). MULTI_REPS (3)
-# interleaved runs of MULTI_MS (2000) ms, medians shown; about 75 s. The
-# client is `handoff multi <port>` (bench/src/multi.rs). Writes
-# bench/MULTI.md and prints it. Needs target/release (make build).
+# and one round trip at a time, as RedissonMultiLock does). MULTIKEY_REPS (3)
+# interleaved runs of MULTIKEY_MS (2000) ms, medians shown; about 75 s. The
+# client is `handoff multikey <port>` (bench/src/multikey.rs). Writes
+# bench/MULTIKEY.md and prints it. Needs target/release (make build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 MODULE=${BENCH_MODULE:-$ROOT/target/release/libredis_lease.so}
 SERVER=${REDIS7_SERVER:-redis-server}
-OUT=${MULTI_OUT:-$ROOT/bench/MULTI.md}
+OUT=${MULTIKEY_OUT:-$ROOT/bench/MULTIKEY.md}
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 case $TARGET_DIR in /*) ;; *) TARGET_DIR=$ROOT/$TARGET_DIR ;; esac
 HANDOFF=$TARGET_DIR/release/handoff
@@ -40,10 +40,10 @@ redis-cli -p "$PORT" ping >/dev/null || { cat "$DIR/server.log" >&2; exit 1; }
 echo "H multi-key lease cycles on port $PORT" >&2
 T0=$(date +%s)
 UPTIME_BEFORE=$(uptime | sed 's/^ *//')
-BODY=$("$HANDOFF" multi "$PORT")
+BODY=$("$HANDOFF" multikey "$PORT")
 UPTIME_AFTER=$(uptime | sed 's/^ *//')
 {
-  echo "# Multi-key lease cycles (bench/multi.sh)"
+  echo "# Multi-key lease cycles (bench/multikey.sh)"
   echo
   echo "$(date -u +%Y-%m-%d), $(nproc) cores, $("$SERVER" --version | awk '{print $3}' | tr -d v=), one server with the module (built from commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- src Cargo.lock 2>/dev/null || echo ' plus uncommitted changes in src/'), \`grace-ms 0\`), no persistence, client and server on the same machine; the part took $(( $(date +%s) - T0 )) s. The Redisson-style MultiLock follows RedissonMultiLock and RedissonLock: the keys one by one in order, each one \`EVALSHA\` of RedissonLock's lock script and one round trip (Redisson waits for each lock before the next), then one \`EVALSHA\` of its unlock script per key (HEXISTS, HINCRBY -1, DEL, PUBLISH on the lock's channel), one round trip each; see bench/README.md, part H. The pipelined singles are not all or nothing: they are the speed baseline."
   echo
