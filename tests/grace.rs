@@ -322,6 +322,27 @@ full_suite! {
         ));
     }
 
+    /// The documented way to end a period (docs/operations.md: set
+    /// `lease.grace-ms` to 0, then back) ends it even when the two
+    /// `CONFIG SET`s arrive together, in one pipeline: the 0 ends it within
+    /// its own `CONFIG SET`, not from a timer the restore could beat.
+    fn config_set_zero_then_back_in_one_pipeline_ends_the_period(kind) {
+        let s = start(kind, grace("-1"));
+        let mut c = s.conn();
+        assert_grace(&mut c, "no-data", "start");
+        let replies: Vec<Value> = redis::pipe()
+            .cmd("CONFIG").arg("SET").arg("lease.grace-ms").arg("0")
+            .cmd("CONFIG").arg("SET").arg("lease.grace-ms").arg("-1")
+            .query(&mut c)
+            .expect("both CONFIG SETs");
+        assert_eq!(replies, vec![Value::Okay, Value::Okay]);
+        assert_no_grace(&mut c, "after CONFIG SET 0 and -1 in one pipeline");
+        assert!(matches!(
+            ok(&mut c, &["LEASE.ACQUIRE", "k", "a", "5000"]),
+            Value::Int(_)
+        ));
+    }
+
     /// A larger `lease.grace-ms` lengthens a running period; bad values are
     /// refused and change nothing; with an explicit `grace-ms`,
     /// `lease.max-ttl-ms` does not re-time it.

@@ -199,11 +199,23 @@ pub fn setting_changed(change: OnChange) {
     }
 }
 
-/// Re-times the running period after a settings change.
+/// Re-times the running period after a settings change. A length of 0
+/// ends it at once, within the `CONFIG SET` (from a timer, a `CONFIG SET`
+/// that restores the old value right after could come first and keep the
+/// period: the documented way to end one is to set 0, then restore).
 pub fn retime() {
-    if period().is_some() {
-        arm(0);
+    if period().is_none() {
+        return;
     }
+    if length_ms() == 0 {
+        if super::ffi::server::detached().is_some_and(|ctx| ctx.is_replica()) {
+            end_on_replica();
+        } else {
+            end();
+        }
+        return;
+    }
+    arm(0);
 }
 
 /// (Re)schedules the next look in `delay_ms`.
