@@ -18,12 +18,12 @@ mod registration {
     use redis_module::alloc::RedisAlloc;
     use redis_module::redis_module;
 
-    use crate::module::ffi::callbacks::LEASE_TYPE;
-    use crate::module::ffi::register::init;
+    use crate::module::entry::load::init;
+    use crate::module::entry::type_methods::LEASE_TYPE;
 
     redis_module! {
         name: "lease",
-        version: crate::module::VERSION_NUM,
+        version: crate::module::version::VERSION_NUM,
         allocator: (RedisAlloc, RedisAlloc),
         data_types: [LEASE_TYPE],
         init: init,

@@ -413,3 +413,87 @@ fn the_helpers_versions_follow_the_modules() {
         "clients/python/pyproject.toml"
     );
 }
+
+/// The binding's layers, bottom first (docs/internals.md, "Code layout"):
+/// a file may import its own layer and those below, never one above.
+const BINDING_LAYERS: [&[&str]; 6] = [
+    &["ffi"],
+    &[
+        "version", "tokens", "counters", "settings", "timers", "early",
+    ],
+    &["commit"],
+    &["grace", "compat", "waiters", "datatype", "fence", "info"],
+    &["commands"],
+    &["entry"],
+];
+
+/// The layer of a binding file (`["module", "ffi", "key"]` -> 0).
+fn binding_layer(m: &[String]) -> Option<usize> {
+    if m.first().map(String::as_str) != Some("module") || m.len() < 2 {
+        return None;
+    }
+    BINDING_LAYERS
+        .iter()
+        .position(|layer| layer.contains(&m[1].as_str()))
+}
+
+/// Every import of a binding file from a layer above its own.
+fn upward_imports(krate: &Crate) -> Vec<String> {
+    let mut out = Vec::new();
+    for (module, used) in &krate.edges {
+        let Some(here) = binding_layer(module) else {
+            continue;
+        };
+        for target in used {
+            if binding_layer(target).is_some_and(|there| there > here) {
+                out.push(format!("{} -> {}", shown(module), shown(target)));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_binding_file_has_a_layer() {
+    let krate = read_crate();
+    for module in krate.tree.keys() {
+        if module.first().map(String::as_str) == Some("module") && module.len() > 1 {
+            assert!(
+                binding_layer(module).is_some(),
+                "{} is in no layer of BINDING_LAYERS",
+                shown(module)
+            );
+        }
+    }
+}
+
+#[test]
+fn the_wall_imports_nothing_of_the_binding_above_it() {
+    let krate = read_crate();
+    let ffi = vec!["module".to_string(), "ffi".to_string()];
+    let mut seen = 0;
+    for (module, used) in &krate.edges {
+        if !module.starts_with(&ffi) {
+            continue;
+        }
+        seen += 1;
+        for target in used {
+            let below =
+                target.first().map(String::as_str) == Some("lease") || target.starts_with(&ffi);
+            assert!(below, "{} uses {}", shown(module), shown(target));
+        }
+    }
+    assert!(seen >= 10, "read {seen} files of ffi/");
+}
+
+#[test]
+fn no_binding_file_imports_from_a_layer_above_its_own() {
+    let krate = read_crate();
+    let up = upward_imports(&krate);
+    assert!(
+        up.is_empty(),
+        "{} upward imports:\n{}",
+        up.len(),
+        up.join("\n")
+    );
+}

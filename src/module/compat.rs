@@ -86,7 +86,7 @@ pub fn announced(ctx: Ctx, effects: u32, records: u32) {
     let dropped = drop_all(ctx);
     log_warning(&format!(
         "=== INCOMPATIBLE LEASE MODULE === this node's source (its master, or the AOF it loads) speaks lease effects {effects} and records {records}; this build (module {}) understands effects up to {EFFECTS} and records up to {RECORDS}. It deleted its {dropped} lease keys, applies no lease effect and refuses every lease command until it is upgraded: upgrade replicas first, then fail over to them; never downgrade a node once newer records exist.",
-        super::VERSION
+        super::version::VERSION
     ));
 }
 

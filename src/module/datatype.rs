@@ -1,5 +1,5 @@
-//! The lease data type's life in the keyspace, behind its `extern "C"`
-//! callbacks (in `callbacks.rs`): what a loaded value must satisfy, what
+//! The lease data type's life in the keyspace, behind its type methods
+//! (`entry/type_methods.rs`): what a loaded value must satisfy, what
 //! an unlink or an expiry means, and the commands that change a lease
 //! key's expiry behind the module's back (`RESTORE k 0`, `PEXPIRE`).
 //!
@@ -63,7 +63,7 @@ pub fn loaded(encver: i32, bytes: Option<&[u8]>, source: Source) -> Option<Recor
         Err(e @ DecodeError::FutureVersion(_)) => {
             log_warning(&format!(
                 "refusing a stored lease value: {e} (module {}). It was written by a newer lease module: upgrade this node (replicas first, then fail over; never downgrade once newer records exist)",
-                super::VERSION
+                super::version::VERSION
             ));
             return None;
         }

@@ -61,22 +61,13 @@ pub fn eviction_warning() -> Option<String> {
     })
 }
 
-/// One field of `INFO lease`.
-pub enum Field {
-    Unsigned(&'static str, u64),
-    Signed(&'static str, i64),
-    Text(&'static str, &'static str),
-    Owned(&'static str, String),
-    /// A setting: its name as in `lease::config` (`max-ttl-ms`), shown as
-    /// `max_ttl_ms`.
-    Setting(&'static str, i64),
-}
+pub use super::ffi::entry::InfoField as Field;
 
 /// The fields of `INFO lease`, in order.
 pub fn fields() -> Vec<Field> {
     let mut out = vec![
-        Field::Text("version", super::VERSION),
-        Field::Text("git_commit", super::GIT_COMMIT),
+        Field::Text("version", super::version::VERSION),
+        Field::Text("git_commit", super::version::GIT_COMMIT),
         Field::Unsigned("effect_version", crate::lease::versions::EFFECTS as u64),
         Field::Unsigned("record_version", crate::lease::versions::RECORDS as u64),
         Field::Owned("incompatible_source", compat::info()),

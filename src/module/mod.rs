@@ -19,6 +19,7 @@ pub mod compat;
 pub mod counters;
 pub mod datatype;
 pub mod early;
+pub mod entry;
 pub mod fence;
 #[allow(unsafe_code)]
 pub mod ffi;
@@ -27,39 +28,5 @@ pub mod info;
 pub mod settings;
 pub mod timers;
 pub mod tokens;
+pub mod version;
 pub mod waiters;
-
-use ffi::ctx::Ctx;
-use ffi::reply;
-
-/// Cargo.toml's version, and the same as `MODULE LIST` shows it (see build.rs).
-pub const VERSION: &str = env!("LEASE_VERSION");
-pub const VERSION_NUM: i32 = parse_num(env!("LEASE_VERSION_NUM"));
-/// The git commit the module was built from (`unknown` outside a checkout).
-pub const GIT_COMMIT: &str = env!("LEASE_GIT_COMMIT");
-
-const fn parse_num(s: &str) -> i32 {
-    let b = s.as_bytes();
-    let mut i = 0;
-    let mut n = 0;
-    while i < b.len() {
-        n = n * 10 + (b[i] - b'0') as i32;
-        i += 1;
-    }
-    n
-}
-
-/// What a load does once the server-side registration is done
-/// (`ffi::callbacks::init`): the eviction policy, the `+OK` reply, the
-/// grace period of a server start.
-pub fn start(ctx: Ctx) {
-    info::refresh_policy(ctx);
-    reply::prepare(ctx);
-    grace::at_load(ctx);
-    if let Some(warning) = info::eviction_warning() {
-        ffi::server::log_warning(&warning);
-    }
-    ffi::server::log_notice(&format!(
-        "lease module {VERSION} (commit {GIT_COMMIT}) loaded"
-    ));
-}

@@ -10,7 +10,7 @@ use crate::lease::waitq::Slot;
 
 use super::ffi::server::{self, TimerId};
 
-/// Work a module timer does when it fires (`callbacks::timer_cb`).
+/// Work a module timer does when it fires (`entry::timers`).
 pub enum TimerJob {
     /// Re-check the key of a waiter queue (its lease may be free).
     Recheck(Slot),

@@ -1,5 +1,5 @@
 //! The server handles the binding works with, made only at the entry points
-//! (`callbacks.rs`): a call's context, its arguments, key names. Safe
+//! (`entry.rs`): a call's context, its arguments, key names. Safe
 //! functions take these, never a raw server pointer; the context's own
 //! questions (flags, database, INFO fields, configs) are answered here.
 
@@ -18,6 +18,11 @@ impl Ctx {
     /// thread while that callback runs.
     pub unsafe fn new(ctx: *mut raw::RedisModuleCtx) -> Ctx {
         Ctx(ctx)
+    }
+
+    /// The load context `redis_module!` passes to the load function.
+    pub fn of_load(ctx: &redis_module::Context) -> Ctx {
+        Ctx(ctx.ctx)
     }
 
     /// The pointer, for the server calls made inside the binding.

@@ -221,7 +221,7 @@ impl Drop for LeaseKey {
 }
 
 /// The names of the lease keys of the context's selected database (a
-/// keyspace scan; its callback is `callbacks::scan_cb`, which collects the
+/// keyspace scan; its callback is the `scan` shim of `entry.rs`, which collects the
 /// names of keys of the lease type).
 pub fn lease_key_names(ctx: Ctx) -> Vec<Vec<u8>> {
     let mut names: Vec<Vec<u8>> = Vec::new();

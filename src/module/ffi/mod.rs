@@ -1,7 +1,8 @@
 //! The wall: every raw call into the server sits here, behind small typed
-//! wrappers, and every `extern "C"` entry point (`callbacks.rs`). This is
-//! the only place in the binding allowed `unsafe` (the crate denies it
-//! elsewhere); the files that decide and commit hold none.
+//! wrappers, and every `extern "C"` function the server calls, as a generic
+//! shim (`entry.rs`). This is the only place in the binding allowed
+//! `unsafe` (the crate denies it elsewhere), and it imports nothing of the
+//! binding above it (`tests/layout.rs` checks both).
 //!
 //! - `ctx`: a call's context, its arguments, key names;
 //! - `server`: the module's long-lived handles (detached context, the lease
@@ -14,12 +15,16 @@
 //! - `reply`: replies; `blocked`: blocked clients; `call`: what the module
 //!   asks the server through RedisModule_Call and its key API;
 //! - `waker`: the thread that times a waiter's re-check to the microsecond;
-//! - `register`: commands, configs, events; `callbacks`: the entry points.
+//! - `guard`: no panic crosses `extern "C"`;
+//! - `entry`: the shims of every entry point, generic over the traits the
+//!   binding's entry points (`src/module/entry/`) implement;
+//! - `register`: commands, configs, the INFO section, events.
 
 pub mod blocked;
 pub mod call;
-pub mod callbacks;
 pub mod ctx;
+pub mod entry;
+pub mod guard;
 pub mod key;
 pub mod register;
 pub mod replicate;

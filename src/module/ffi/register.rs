@@ -1,37 +1,34 @@
-//! Registration: commands (names, flags, key positions, and the COMMAND
-//! INFO / COMMAND DOCS description of each), configs, server and keyspace
-//! event subscriptions.
+//! Registration: commands (from the command table, `entry/table.rs`, with
+//! the COMMAND INFO / COMMAND DOCS description of each and their ACL
+//! categories), configs, the INFO section, server and keyspace event
+//! subscriptions; each with the shims of `entry.rs`.
 
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
 
 use redis_module::{Context, raw};
 
-use super::callbacks::*;
 use crate::lease::config::SETTINGS;
-use crate::lease::effect::{APPLY, CLOCK, DROP, HOLD, PRUNE, VERSION};
-use crate::module::settings;
 
-use super::ctx::Ctx;
-use super::server;
+use super::entry::{self, CommandEntry, Configs, Events};
 
-/// The probe command of the write gates (`commit::gate`).
-const GATE: &str = "LEASE.GATE";
-
-fn name(c: &'static CStr) -> &'static str {
-    c.to_str().expect("ASCII command names")
-}
+pub use raw::{
+    REDISMODULE_CMD_ARG_MULTIPLE as MULTIPLE, REDISMODULE_CMD_ARG_OPTIONAL as OPTIONAL,
+    REDISMODULE_CMD_KEY_ACCESS as ACCESS, REDISMODULE_CMD_KEY_DELETE as DELETE,
+    REDISMODULE_CMD_KEY_OW as OW, REDISMODULE_CMD_KEY_RO as RO, REDISMODULE_CMD_KEY_RW as RW,
+    REDISMODULE_CMD_KEY_UPDATE as UPDATE, REDISMODULE_CMD_KEY_VARIABLE_FLAGS as VARIABLE_FLAGS,
+};
 
 /// One documented argument (a `ONEOF` or `BLOCK` has `subargs`).
-struct Arg {
-    name: &'static CStr,
-    kind: raw::RedisModuleCommandArgType,
-    token: Option<&'static CStr>,
-    flags: u32,
-    subargs: Vec<Arg>,
+pub struct Arg {
+    pub name: &'static CStr,
+    pub kind: raw::RedisModuleCommandArgType,
+    pub token: Option<&'static CStr>,
+    pub flags: u32,
+    pub subargs: Vec<Arg>,
 }
 
-const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
+pub const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
     Arg {
         name,
         kind,
@@ -42,371 +39,58 @@ const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
 }
 
 /// An argument introduced by `token` (`LIMIT n`, `BLOCK ms`, `SHARED`).
-fn option(name: &'static CStr, kind: raw::RedisModuleCommandArgType, token: &'static CStr) -> Arg {
+pub fn option(
+    name: &'static CStr,
+    kind: raw::RedisModuleCommandArgType,
+    token: &'static CStr,
+) -> Arg {
     Arg {
         token: Some(token),
         ..arg(name, kind)
     }
 }
 
-/// `LIMIT limit | SHARED | FLOOR token`: an acquire's mode, or the floor of
-/// an exclusive lease's token (design.md S9), which excludes both.
-fn acquire_mode_arg() -> Arg {
-    let mut mode = mode_arg(raw::REDISMODULE_CMD_ARG_OPTIONAL);
-    mode.subargs.push(option(c"token", INTEGER, c"FLOOR"));
-    mode
-}
-
-/// `numkeys key [key ...]`, then `rest`: a multi-key command's arguments.
-fn keys_then(rest: Vec<Arg>) -> Vec<Arg> {
-    let mut args = vec![
-        arg(c"numkeys", INTEGER),
-        Arg {
-            flags: raw::REDISMODULE_CMD_ARG_MULTIPLE,
-            ..arg(c"key", KEY)
-        },
-    ];
-    args.extend(rest);
-    args
-}
-
-/// `LIMIT limit | SHARED`: how a counting or shared lease is held.
-fn mode_arg(flags: u32) -> Arg {
-    Arg {
-        flags,
-        subargs: vec![
-            option(c"limit", INTEGER, c"LIMIT"),
-            option(c"shared", PURE_TOKEN, c"SHARED"),
-        ],
-        ..arg(c"mode", ONEOF)
-    }
-}
-
-const KEY: raw::RedisModuleCommandArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
-const STRING: raw::RedisModuleCommandArgType =
+pub const KEY: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
+pub const STRING: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
-const INTEGER: raw::RedisModuleCommandArgType =
+pub const INTEGER: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
-const PURE_TOKEN: raw::RedisModuleCommandArgType =
+pub const PURE_TOKEN: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN;
-const ONEOF: raw::RedisModuleCommandArgType =
+pub const ONEOF: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF;
-const BLOCK: raw::RedisModuleCommandArgType =
+pub const BLOCK: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK;
 
 /// One command as registered.
-struct Spec {
-    name: &'static str,
-    entry: raw::RedisModuleCmdFunc,
-    flags: &'static str,
+pub struct Spec {
+    pub name: &'static str,
+    pub entry: CommandEntry,
+    pub flags: &'static str,
     /// ACL categories on servers with module categories. Setting them
     /// replaces the ones the server derives from the flags, so they are
     /// all listed, `lease` last.
-    acl: &'static CStr,
-    arity: c_int,
+    pub acl: &'static CStr,
+    pub arity: c_int,
     /// Where its keys are: none, the one at 1, or `numkeys` at 1 and that
     /// many keys after it.
-    keys: Keys,
-    key_flags: u32,
-    summary: &'static CStr,
-    complexity: &'static CStr,
+    pub keys: Keys,
+    pub key_flags: u32,
+    pub summary: &'static CStr,
+    pub complexity: &'static CStr,
     /// The module version that added it, and what later ones changed.
-    since: &'static CStr,
-    history: &'static [(&'static CStr, &'static CStr)],
-    args: Vec<Arg>,
+    pub since: &'static CStr,
+    pub history: &'static [(&'static CStr, &'static CStr)],
+    pub args: Vec<Arg>,
 }
 
 /// Where a command's keys are.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Keys {
+pub enum Keys {
     None,
     One,
     Counted,
-}
-
-/// The first version, where most commands come from.
-const V1: &CStr = c"0.1.0";
-
-fn specs() -> Vec<Spec> {
-    use raw::{
-        REDISMODULE_CMD_ARG_MULTIPLE as MULTIPLE, REDISMODULE_CMD_ARG_OPTIONAL as OPTIONAL,
-        REDISMODULE_CMD_KEY_ACCESS as ACCESS, REDISMODULE_CMD_KEY_DELETE as DELETE,
-        REDISMODULE_CMD_KEY_OW as OW, REDISMODULE_CMD_KEY_RO as RO, REDISMODULE_CMD_KEY_RW as RW,
-        REDISMODULE_CMD_KEY_UPDATE as UPDATE, REDISMODULE_CMD_KEY_VARIABLE_FLAGS as VARIABLE_FLAGS,
-    };
-    vec![
-        Spec {
-            name: "LEASE.ACQUIRE",
-            entry: Some(acquire_entry),
-            // blocking: with BLOCK it may block (so not fast either).
-            acl: c"write slow blocking lease",
-            flags: "write deny-oom blocking",
-            arity: -4,
-            keys: Keys::One,
-            key_flags: RW | ACCESS | UPDATE,
-            summary: c"Acquires a lease (exclusive, one of n with LIMIT n, or shared with SHARED) and returns its fencing token (at least FLOOR's); null when it is taken",
-            complexity: c"O(1) for an exclusive lease; O(log n) with n holders or waiters",
-            since: V1,
-            history: &[
-                (c"0.2.0", c"Added the `LIMIT` and `SHARED` options."),
-                (c"0.3.0", c"Added the `FLOOR` option (quorum leases)."),
-            ],
-            args: vec![
-                arg(c"key", KEY),
-                arg(c"owner", STRING),
-                arg(c"ttl-ms", INTEGER),
-                acquire_mode_arg(),
-                Arg {
-                    flags: OPTIONAL,
-                    ..option(c"timeout-ms", INTEGER, c"BLOCK")
-                },
-            ],
-        },
-        Spec {
-            name: "LEASE.RENEW",
-            entry: Some(renew_entry),
-            acl: c"write fast lease",
-            flags: "write fast",
-            arity: 4,
-            keys: Keys::One,
-            key_flags: RW | UPDATE,
-            summary: c"Resets the remaining time of a lease held by owner; 1 if renewed, else 0",
-            complexity: c"O(1) for an exclusive lease; O(log n) with n holders",
-            since: V1,
-            history: &[(c"0.2.0", c"Renews one holder of a counting or shared lease.")],
-            args: vec![arg(c"key", KEY), arg(c"owner", STRING), arg(c"ttl-ms", INTEGER)],
-        },
-        Spec {
-            name: "LEASE.RELEASE",
-            entry: Some(release_entry),
-            acl: c"write fast lease",
-            flags: "write fast",
-            arity: 3,
-            keys: Keys::One,
-            key_flags: RW | DELETE,
-            summary: c"Releases a lease held by owner; 1 if released, else 0",
-            complexity: c"O(1) for an exclusive lease; O(log n) with n holders or waiters",
-            since: V1,
-            history: &[(c"0.2.0", c"Releases one holder of a counting or shared lease.")],
-            args: vec![arg(c"key", KEY), arg(c"owner", STRING)],
-        },
-        Spec {
-            name: "LEASE.FENCE",
-            entry: Some(fence_entry),
-            // write: it may run a write, so a script that fenced a write is
-            // unkillable like one that wrote, cluster clients send it to
-            // masters, and paused writes pause it. Not deny-oom: the check
-            // must work under OOM; the inner command faces OOM on its own.
-            // getkeys-api: the inner command's keys are declared too.
-            acl: c"write slow lease",
-            flags: "write getkeys-api",
-            arity: -3,
-            // VARIABLE_FLAGS: the server asks the getkeys-api callback, which
-            // adds the inner command's keys, instead of this spec alone.
-            keys: Keys::One,
-            key_flags: RO | ACCESS | VARIABLE_FLAGS,
-            summary: c"Checks that token is the token of a lease held now (else a STALE error) and, in the same step, runs the command if one is given",
-            complexity: c"O(1) for an exclusive lease; O(log n) with n holders",
-            since: V1,
-            history: &[(c"0.2.0", c"A `SHARED` holder's token fences no write command.")],
-            args: vec![
-                arg(c"key", KEY),
-                arg(c"token", INTEGER),
-                Arg {
-                    flags: OPTIONAL,
-                    subargs: vec![
-                        arg(c"command", STRING),
-                        Arg {
-                            flags: OPTIONAL | MULTIPLE,
-                            ..arg(c"arg", STRING)
-                        },
-                    ],
-                    ..arg(c"fenced-command", BLOCK)
-                },
-            ],
-        },
-        Spec {
-            name: "LEASE.INFO",
-            entry: Some(info_entry),
-            acl: c"read fast lease",
-            flags: "readonly fast",
-            arity: 2,
-            keys: Keys::One,
-            key_flags: RO | ACCESS,
-            summary: c"Token, remaining ttl and waiters of the lease held on key (and mode, limit and holders of a counting or shared lease); null when free",
-            complexity: c"O(1) for an exclusive lease; O(n) with n holders",
-            since: V1,
-            history: &[(c"0.2.0", c"Added `mode`, `limit` and `holders` for counting and shared leases.")],
-            args: vec![arg(c"key", KEY)],
-        },
-        Spec {
-            name: "LEASE.MACQUIRE",
-            entry: Some(macquire_entry),
-            acl: c"write slow blocking lease",
-            // getkeys-api: cluster routing finds a module command's keys
-            // through the API, not through a `numkeys` key spec.
-            flags: "write deny-oom blocking getkeys-api",
-            arity: -5,
-            keys: Keys::Counted,
-            key_flags: RW | ACCESS | UPDATE,
-            summary: c"Acquires an exclusive lease on every key or on none, all with one new fencing token; null when a key is taken",
-            complexity: c"O(k log n) for k keys and n waiters queued on them",
-            since: c"0.3.0",
-            history: &[],
-            args: keys_then(vec![
-                arg(c"owner", STRING),
-                arg(c"ttl-ms", INTEGER),
-                Arg {
-                    flags: OPTIONAL,
-                    ..option(c"timeout-ms", INTEGER, c"BLOCK")
-                },
-            ]),
-        },
-        Spec {
-            name: "LEASE.MRENEW",
-            entry: Some(mrenew_entry),
-            acl: c"write fast lease",
-            flags: "write fast getkeys-api",
-            arity: -5,
-            keys: Keys::Counted,
-            key_flags: RW | UPDATE,
-            summary: c"Resets the remaining time of every key when owner holds them all with one token; the number of keys renewed, else 0",
-            complexity: c"O(k) for k keys",
-            since: c"0.3.0",
-            history: &[],
-            args: keys_then(vec![arg(c"owner", STRING), arg(c"ttl-ms", INTEGER)]),
-        },
-        Spec {
-            name: "LEASE.MRELEASE",
-            entry: Some(mrelease_entry),
-            acl: c"write fast lease",
-            flags: "write fast getkeys-api",
-            arity: -4,
-            keys: Keys::Counted,
-            key_flags: RW | DELETE,
-            summary: c"Releases every key when owner holds them all with one token; the number of keys released, else 0",
-            complexity: c"O(k log n) for k keys and n waiters queued on them",
-            since: c"0.3.0",
-            history: &[],
-            args: keys_then(vec![arg(c"owner", STRING)]),
-        },
-        Spec {
-            name: name(APPLY),
-            entry: Some(apply_entry),
-            acl: c"write lease",
-            flags: "write",
-            arity: 5,
-            keys: Keys::One,
-            key_flags: OW | UPDATE,
-            summary: c"Internal: sets a lease's full state; accepted only from the master link and the AOF",
-            complexity: c"O(1)",
-            since: V1,
-            history: &[],
-            args: vec![
-                arg(c"key", KEY),
-                arg(c"owner", STRING),
-                arg(c"token", INTEGER),
-                arg(c"deadline-ms", INTEGER),
-            ],
-        },
-        Spec {
-            name: name(HOLD),
-            entry: Some(hold_entry),
-            acl: c"write lease",
-            flags: "write",
-            arity: -6,
-            keys: Keys::One,
-            key_flags: RW | UPDATE,
-            summary: c"Internal: adds or updates one holder of a counting or shared lease; accepted only from the master link and the AOF",
-            complexity: c"O(log n) with n holders",
-            since: c"0.2.0",
-            history: &[],
-            args: vec![
-                arg(c"key", KEY),
-                arg(c"owner", STRING),
-                arg(c"token", INTEGER),
-                arg(c"deadline-ms", INTEGER),
-                mode_arg(0),
-            ],
-        },
-        Spec {
-            name: name(DROP),
-            entry: Some(drop_entry),
-            acl: c"write lease",
-            flags: "write",
-            arity: 3,
-            keys: Keys::One,
-            key_flags: RW | DELETE,
-            summary: c"Internal: removes one holder of a counting or shared lease; accepted only from the master link and the AOF",
-            complexity: c"O(log n) with n holders",
-            since: c"0.2.0",
-            history: &[],
-            args: vec![arg(c"key", KEY), arg(c"owner", STRING)],
-        },
-        Spec {
-            name: name(PRUNE),
-            entry: Some(prune_entry),
-            acl: c"write lease",
-            flags: "write",
-            arity: 4,
-            keys: Keys::One,
-            key_flags: RW | DELETE,
-            summary: c"Internal: removes the ended holders of a counting or shared lease that the master took out, up to the one named; accepted only from the master link and the AOF",
-            complexity: c"O(k log n) for k holders removed of n",
-            since: c"0.3.0",
-            history: &[],
-            args: vec![
-                arg(c"key", KEY),
-                arg(c"deadline-ms", INTEGER),
-                arg(c"token", INTEGER),
-            ],
-        },
-        Spec {
-            name: name(VERSION),
-            entry: Some(version_entry),
-            acl: c"write lease",
-            flags: "write",
-            arity: 3,
-            keys: Keys::None,
-            key_flags: 0,
-            summary: c"Internal: the lease effect and record versions the writer of the stream speaks; accepted only from the master link and the AOF",
-            complexity: c"O(1)",
-            since: c"0.3.0",
-            history: &[],
-            args: vec![arg(c"effects", INTEGER), arg(c"records", INTEGER)],
-        },
-        Spec {
-            name: name(CLOCK),
-            entry: Some(clock_entry),
-            acl: c"write lease",
-            flags: "write",
-            arity: 2,
-            keys: Keys::None,
-            key_flags: 0,
-            summary: c"Internal: raises the token clock; accepted only from the master link and the AOF",
-            complexity: c"O(1)",
-            since: V1,
-            history: &[],
-            args: vec![arg(c"last", INTEGER)],
-        },
-        Spec {
-            name: GATE,
-            entry: Some(gate_entry),
-            acl: c"write fast lease",
-            flags: "write fast",
-            arity: -1,
-            keys: Keys::One,
-            key_flags: RW | ACCESS,
-            summary: c"Internal: changes nothing; the module calls it in script mode to learn whether the server would accept a write (to key) now",
-            complexity: c"O(1)",
-            since: V1,
-            history: &[],
-            args: vec![Arg {
-                flags: OPTIONAL,
-                ..arg(c"key", KEY)
-            }],
-        },
-    ]
 }
 
 /// The ACL category every lease command belongs to (on servers that let
@@ -463,9 +147,9 @@ fn set_acl_categories(ctx: &Context, name: &CStr, categories: &CStr) -> Result<(
 /// Registers every command, with its COMMAND DOCS where the server has
 /// `RedisModule_SetCommandInfo` (7.0+) and its ACL category where the
 /// server has module ACL categories.
-pub fn register_all(ctx: &Context) -> Result<(), String> {
+pub fn register_commands(ctx: &Context, specs: Vec<Spec>) -> Result<(), String> {
     let with_category = add_acl_category(ctx);
-    for spec in specs() {
+    for spec in specs {
         let name = CString::new(spec.name).expect("no NUL");
         let flags = CString::new(spec.flags).expect("no NUL");
         // SAFETY: called during OnLoad with the load context; name and flags
@@ -604,7 +288,7 @@ fn set_info(ctx: &Context, name: &CStr, spec: &Spec) -> Result<(), String> {
 /// `lease::config::SETTINGS` (`lease.<name>`) where the server has module
 /// configs, starting from the load-time `values`; one get/set callback pair
 /// serves them all, told apart by their index (the privdata).
-pub fn register_configs(ctx: &Context, values: &[i64]) -> Result<(), String> {
+pub fn register_configs<C: Configs>(ctx: &Context, values: &[i64]) -> Result<(), String> {
     // SAFETY: function-pointer reads filled in by RedisModule_Init; called
     // during OnLoad with the load context, as the config API requires; the
     // names are copied by the server.
@@ -627,8 +311,8 @@ pub fn register_configs(ctx: &Context, values: &[i64]) -> Result<(), String> {
                 raw::REDISMODULE_CONFIG_DEFAULT,
                 setting.min,
                 setting.max,
-                Some(get_setting),
-                Some(set_setting),
+                Some(entry::get_setting::<C>),
+                Some(entry::set_setting::<C>),
                 None,
                 i as *mut std::os::raw::c_void,
             );
@@ -662,8 +346,8 @@ pub fn set_module_options(ctx: &Context) {
 }
 
 /// The `INFO lease` section's callback.
-pub fn register_info(ctx: &Context) {
-    raw::register_info_function(ctx.ctx, Some(info_cb));
+pub fn register_info<C: Configs>(ctx: &Context) {
+    raw::register_info_function(ctx.ctx, Some(entry::info::<C>));
 }
 
 /// Subscribes to the server events and keyspace events the module follows:
@@ -672,20 +356,8 @@ pub fn register_info(ctx: &Context) {
 /// (maxmemory-policy, min-replicas-*), role changes and shutdown (the grace
 /// period), and `expired` and `evicted` keyspace events (their counters). The command filter that
 /// sees expiry commands is registered only while someone waits (waiters.rs).
-pub fn subscribe_events(ctx: &Context) {
-    type Callback = raw::RedisModuleEventCallback;
-    let events: [(u64, Callback); 7] = [
-        (raw::REDISMODULE_EVENT_FLUSHDB, Some(flush_cb)),
-        (
-            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-            Some(role_cb),
-        ),
-        (raw::REDISMODULE_EVENT_SHUTDOWN, Some(shutdown_cb)),
-        (raw::REDISMODULE_EVENT_SWAPDB, Some(swapdb_cb)),
-        (raw::REDISMODULE_EVENT_FORK_CHILD, Some(fork_cb)),
-        (raw::REDISMODULE_EVENT_CONFIG, Some(config_cb)),
-        (raw::REDISMODULE_EVENT_REPLICA_CHANGE, Some(replica_cb)),
-    ];
+pub fn subscribe_events<E: Events>(ctx: &Context) {
+    let events = entry::server_events::<E>();
     // SAFETY: called during OnLoad; each event struct is the one the API
     // defines for that event, with its callback of the right signature.
     unsafe {
@@ -698,44 +370,8 @@ pub fn subscribe_events(ctx: &Context) {
             subscribe(
                 ctx.ctx,
                 (raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED) as c_int,
-                Some(key_gone_cb),
+                entry::keyspace_event::<E>(),
             );
         }
     }
-}
-
-/// Called by `redis_module!` at load, after the data type is created.
-pub fn init(
-    ctx: &redis_module::Context,
-    args: &[redis_module::RedisString],
-) -> redis_module::Status {
-    use redis_module::Status;
-    // SAFETY: the load context, live during OnLoad.
-    let lctx = unsafe { Ctx::new(ctx.ctx) };
-    server::init_detached(lctx);
-    install_panic_hook();
-    server::install_hooks(hooks());
-    server::set_lease_type(*LEASE_TYPE.raw_type.borrow());
-    let raw_args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
-    let loaded = match crate::lease::config::parse_module_args(&raw_args) {
-        Ok(s) => s,
-        Err(why) => {
-            ctx.log_warning(&format!("refusing to load: {why}"));
-            return Status::Err;
-        }
-    };
-    settings::init(loaded);
-    set_module_options(ctx);
-    if let Err(why) = register_configs(ctx, &loaded.values) {
-        ctx.log_warning(&format!("refusing to load: {why}"));
-        return Status::Err;
-    }
-    if let Err(why) = register_all(ctx) {
-        ctx.log_warning(&format!("refusing to load: {why}"));
-        return Status::Err;
-    }
-    register_info(ctx);
-    subscribe_events(ctx);
-    crate::module::start(lctx);
-    Status::Ok
 }

@@ -1,9 +1,8 @@
 //! The module's handles on the server that outlive one call: the detached
 //! context (timers, logging with the module's name), the lease type, the
 //! server's clock, module timers, the command filter, and the table of
-//! `extern "C"` callbacks the binding hands out (`callbacks.rs` installs it
-//! at load; the wrappers here read it, so nothing here imports the layers
-//! above).
+//! `extern "C"` shims the wrappers hand out (the load installs it; the
+//! wrappers here read it).
 
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_int, c_void};
@@ -131,9 +130,8 @@ pub fn log_notice(msg: &str) {
     log(c"notice", msg);
 }
 
-/// The `extern "C"` callbacks the binding hands to the server, installed at
-/// load by `callbacks.rs` (which sees every layer; the wrappers reach it
-/// only through this table).
+/// The `extern "C"` shims the wrappers hand to the server (`entry::hooks`),
+/// installed at load.
 pub struct Hooks {
     pub timer: raw::RedisModuleTimerProc,
     pub reply: raw::RedisModuleCmdFunc,

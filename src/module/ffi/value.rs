@@ -1,6 +1,6 @@
 //! The lease type's value pointer: the one place that knows how a stored
 //! record is handed to the server and read back. Every access to a lease
-//! key's value (key.rs) and every type callback (callbacks.rs)
+//! key's value (key.rs) and every type method (entry.rs)
 //! goes through these functions.
 //!
 //! A value is one of two boxes: a `Box<Lease>` (an exclusive lease: one

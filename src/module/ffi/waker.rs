@@ -142,7 +142,7 @@ fn run(w: &'static Waker, add: OneShot, callback: unsafe extern "C" fn(*mut c_vo
                 drop(due);
                 let data = Box::into_raw(Box::new(slot)).cast::<c_void>();
                 // SAFETY: EventLoopAddOneShot may be called from any thread;
-                // the callback (callbacks::wake_cb) takes `data` back with
+                // the callback (the `wake` shim of entry.rs) takes `data` back with
                 // `take_slot`. On failure it was not queued: reclaimed here.
                 if unsafe { add(Some(callback), data) } != raw::REDISMODULE_OK as i32 {
                     drop(unsafe { take_slot(data) });

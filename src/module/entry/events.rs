@@ -1,0 +1,79 @@
+//! Server and keyspace events: flushes and SWAPDB (keys freed or moved
+//! without unlinking), forks (the token clock is written to a rewritten
+//! AOF), replicas coming online and role changes, shutdown and config
+//! changes (the grace period), the `expired` and `evicted` keyspace
+//! events (their counters), and the command filter that sees expiry
+//! commands while someone waits.
+
+use super::super::ffi::ctx::{Ctx, Str};
+use super::super::ffi::entry::Events;
+use super::super::timers::{self, Announcement, TimerJob};
+use super::super::{datatype, grace, info, waiters};
+
+pub struct Lease;
+
+/// The versions this build speaks, then the token clock, each from a 0 ms
+/// timer of its own.
+fn announce_all() {
+    timers::start(0, TimerJob::Announce(Announcement::Version));
+    timers::start(0, TimerJob::Announce(Announcement::Clock));
+}
+
+impl Events for Lease {
+    fn flushed() {
+        waiters::recheck_all();
+    }
+
+    fn swapped(first: i32, second: i32) {
+        waiters::on_swapdb(first, second);
+    }
+
+    /// Not from the event itself: the fork may happen inside a command
+    /// (PSYNC, BGSAVE, BGREWRITEAOF), and propagating from within it makes
+    /// the server propagate that command too (PSYNC in the AOF crashes the
+    /// next start). A 0 ms timer writes the clock right after, still into
+    /// the AOF file the rewrite opened before it forked.
+    fn forked() {
+        announce_all();
+    }
+
+    /// The replica learns the versions this master speaks, from a 0 ms
+    /// timer (not from inside the command that brought it online).
+    fn replica_online() {
+        announce_all();
+    }
+
+    fn role_changed(now_master: bool) {
+        grace::on_role_change(now_master);
+    }
+
+    fn shutdown(ctx: Ctx) {
+        grace::on_shutdown(ctx);
+    }
+
+    fn config_changed(ctx: Ctx, changed: &dyn Fn(&[&[u8]]) -> bool) {
+        if changed(&[b"maxmemory-policy"]) {
+            info::on_policy_change(ctx);
+        }
+        if changed(&[
+            b"min-replicas-to-write",
+            b"min-replicas-max-lag",
+            b"min-slaves-to-write",
+            b"min-slaves-max-lag",
+        ]) {
+            grace::refresh_replica_settings(ctx);
+        }
+    }
+
+    fn key_gone(ctx: Ctx, key: Str, evicted: bool) {
+        if evicted {
+            datatype::on_evicted(key);
+        } else {
+            datatype::on_expired(ctx, key);
+        }
+    }
+
+    fn before_command(name: &[u8], first_arg: Option<&[u8]>) {
+        datatype::before_command(name, first_arg);
+    }
+}

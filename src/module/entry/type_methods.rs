@@ -1,0 +1,84 @@
+//! The lease type (`leasetype`): what loading, the AOF rewrite, the digest,
+//! unlinks and the aux data (the token clock) do with its records.
+
+use std::os::raw::c_int;
+
+use redis_module::native_types::RedisType;
+
+use crate::lease::effect::{Digits, Effect};
+use crate::lease::{Record, RecordRef};
+
+use super::super::datatype::{self, AUX_ENCVER, ENCVER, Source, TYPE_NAME};
+use super::super::ffi::ctx::Str;
+use super::super::ffi::entry::{Digest, LeaseType, LoadFrom, lease_type};
+use super::super::ffi::replicate::{self, AofIo};
+use super::super::ffi::server::now_ms;
+use super::super::tokens;
+
+/// The type `redis_module!` creates at load.
+pub static LEASE_TYPE: RedisType = lease_type::<Methods>(TYPE_NAME);
+
+pub struct Methods;
+
+impl LeaseType for Methods {
+    const ENCVER: c_int = ENCVER;
+    const AUX_ENCVER: c_int = AUX_ENCVER;
+
+    fn rdb_load(encver: c_int, buf: Option<&[u8]>, from: LoadFrom<'_>) -> Option<Record> {
+        let source = match from {
+            LoadFrom::Load => Source::Load,
+            LoadFrom::Restore(_) => Source::Restore,
+        };
+        let record = datatype::loaded(encver, buf, source)?;
+        if let LoadFrom::Restore(Some((db, name))) = from {
+            datatype::restored(db, name);
+        }
+        Some(record)
+    }
+
+    /// The effects that rebuild the record: one LEASE.APPLY, or one
+    /// LEASE.HOLD per live holder.
+    fn aof_rewrite(io: AofIo, key: Str, record: RecordRef<'_>) {
+        for effect in Effect::of_record(record, now_ms()) {
+            let mut digits = Digits::default();
+            replicate::emit_aof(
+                io,
+                effect.command(),
+                key,
+                effect.args(&mut digits).as_slice(),
+            );
+        }
+    }
+
+    fn digest(d: &mut Digest, record: RecordRef<'_>) {
+        match record {
+            RecordRef::Exclusive(l) => {
+                d.add_bytes(&l.owner);
+                d.add_int(l.token as i64);
+                d.add_int(l.deadline_ms);
+            }
+            RecordRef::Holders(m) => {
+                d.add_bytes(m.mode().name().as_bytes());
+                d.add_int(m.mode().limit() as i64);
+                for h in m.holders() {
+                    d.add_bytes(&h.owner);
+                    d.add_int(h.token as i64);
+                    d.add_int(h.deadline_ms);
+                }
+            }
+        }
+        d.end_sequence();
+    }
+
+    fn unlinked(key: &[u8], record: RecordRef<'_>) {
+        datatype::unlinked(key, record.holders(), record.latest_deadline());
+    }
+
+    fn aux_save() -> u64 {
+        tokens::last()
+    }
+
+    fn aux_load(value: u64) {
+        tokens::observe(value);
+    }
+}

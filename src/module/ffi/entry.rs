@@ -1,0 +1,695 @@
+//! The wall's side of every `extern "C"` function the server calls: a
+//! generic shim per kind of entry point that turns the raw pointers into
+//! the typed handles of this folder, runs the safe code inside `guard` (a
+//! panic becomes an error reply or a logged fallback, never an unwind
+//! across `extern "C"`), and hands the result back in the server's terms.
+//!
+//! What each entry point does is not decided here: the shims are generic
+//! over the traits below, which the binding's entry points
+//! (`src/module/entry/`) implement. So nothing in `ffi/` imports the rest
+//! of the binding; the server gets `command::<Acquire>`, `timer::<W>`, and
+//! so on.
+
+use std::os::raw::{c_char, c_int, c_longlong, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::lease::waitq::Slot;
+use crate::lease::{LeaseError, Record, RecordRef};
+
+use super::ctx::{Args, Ctx, Str};
+use super::guard::{guard, panic_message};
+use super::key::{is_lease_key, unlink_is_quiet};
+use super::replicate::AofIo;
+use super::reply::{self, Reply};
+use super::server::{self, Hooks, log_warning};
+use super::{value, waker};
+
+// --- Commands --------------------------------------------------------------
+
+/// A command: the context and arguments in, a reply or an error out.
+pub trait Command {
+    fn run(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError>;
+
+    /// Which argument is an owner id, redacted from SLOWLOG and MONITOR
+    /// once the command is done (none by default).
+    fn owner_arg(_ctx: Ctx, _a: &Args) -> Option<usize> {
+        None
+    }
+}
+
+/// A command's entry, as the command table registers it.
+pub type CommandEntry = raw::RedisModuleCmdFunc;
+
+/// The entry of command `C`.
+pub const fn command_entry<C: Command>() -> CommandEntry {
+    Some(command::<C>)
+}
+
+/// Runs command `C` and sends its reply.
+///
+/// # Safety
+/// Called by the server as a command: `ctx`, `argv` and `argc` are what it
+/// passes to one.
+unsafe extern "C" fn command<C: Command>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: the server passes a live context and `argc` live arguments.
+    let ctx = unsafe { Ctx::new(ctx) };
+    let mut owner_at = None;
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let argv = if argv.is_null() || argc <= 0 {
+            &[][..]
+        } else {
+            // SAFETY: see above.
+            unsafe { std::slice::from_raw_parts(argv, argc as usize) }
+        };
+        // SAFETY: see above.
+        let a = unsafe { Args::new(argv) };
+        owner_at = C::owner_arg(ctx, &a);
+        C::run(ctx, &a)
+    }))
+    .unwrap_or_else(|p| {
+        let msg = panic_message(p.as_ref());
+        log_warning(&format!("panic in a command: {msg}"));
+        Err(LeaseError::Internal(crate::lease::error::printable(
+            msg.as_bytes(),
+        )))
+    });
+    if let Some(pos) = owner_at {
+        ctx.redact(pos);
+    }
+    match result {
+        // The usual answer, without the drop of a whole result.
+        Ok(Reply::Int(n)) => reply::int(ctx, n),
+        other => reply::send(ctx, other),
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+// --- The data type ---------------------------------------------------------
+
+/// Where `rdb_load` gets a record from.
+pub enum LoadFrom<'a> {
+    /// The server is loading data (an RDB, the AOF's preamble, a full sync).
+    Load,
+    /// `RESTORE` (or a `MIGRATE` arriving): the key's database and name,
+    /// where the server gives them.
+    Restore(Option<(i32, &'a [u8])>),
+}
+
+/// The digest of one value (`DEBUG DIGEST-VALUE`, `DEBUG DIGEST`).
+pub struct Digest(*mut raw::RedisModuleDigest);
+
+impl Digest {
+    pub fn add_bytes(&mut self, b: &[u8]) {
+        // SAFETY: the live digest context of the running callback, given a
+        // buffer with its length.
+        unsafe {
+            raw::RedisModule_DigestAddStringBuffer.unwrap()(self.0, b.as_ptr() as *const _, b.len())
+        }
+    }
+
+    pub fn add_int(&mut self, n: i64) {
+        // SAFETY: as above.
+        unsafe { raw::RedisModule_DigestAddLongLong.unwrap()(self.0, n) }
+    }
+
+    /// Ends one element of the value.
+    pub fn end_sequence(&mut self) {
+        // SAFETY: as above.
+        unsafe { raw::RedisModule_DigestEndSequence.unwrap()(self.0) }
+    }
+}
+
+/// What the lease type does beyond storing its records: loading, the AOF
+/// rewrite, the digest, unlinks and the aux data (the token clock).
+pub trait LeaseType {
+    /// The newest record encoding this build reads.
+    const ENCVER: c_int;
+    /// The newest aux-data encoding this build reads.
+    const AUX_ENCVER: c_int;
+
+    /// A record read from an RDB payload (`buf`; `None` when the encoding
+    /// is newer than `ENCVER` or the payload is cut short); `None` refuses
+    /// the load.
+    fn rdb_load(encver: c_int, buf: Option<&[u8]>, from: LoadFrom<'_>) -> Option<Record>;
+    /// The commands that rebuild `record` under `key` in a rewritten AOF.
+    fn aof_rewrite(io: AofIo, key: Str, record: RecordRef<'_>);
+    fn digest(d: &mut Digest, record: RecordRef<'_>);
+    /// A key holding `record` leaves the keyspace (DEL, UNLINK, expiry,
+    /// eviction, an overwrite), unless the module itself removes it.
+    fn unlinked(key: &[u8], record: RecordRef<'_>);
+    /// The aux value saved before the keys of an RDB.
+    fn aux_save() -> u64;
+    fn aux_load(value: u64);
+}
+
+/// The lease type as `redis_module!` registers it.
+pub const fn lease_type<T: LeaseType>(name: &'static str) -> RedisType {
+    RedisType::new(
+        name,
+        T::ENCVER,
+        raw::RedisModuleTypeMethods {
+            version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+            rdb_load: Some(rdb_load::<T>),
+            rdb_save: Some(rdb_save),
+            aof_rewrite: Some(aof_rewrite::<T>),
+            mem_usage: Some(mem_usage),
+            digest: Some(digest::<T>),
+            free: Some(free),
+            aux_load: Some(aux_load::<T>),
+            aux_save: Some(aux_save::<T>),
+            aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as i32,
+            free_effort: Some(free_effort),
+            unlink: Some(unlink::<T>),
+            copy: Some(copy),
+            defrag: None,
+            mem_usage2: None,
+            free_effort2: None,
+            unlink2: None,
+            copy2: None,
+            aux_save2: None,
+        },
+    )
+}
+
+// Every value pointer below is one this module stored (value.rs): the
+// server hands back exactly the pointers the load callback returned or
+// RedisModule_ModuleTypeSetValue was given, until it calls `free`.
+
+unsafe extern "C" fn rdb_load<T: LeaseType>(
+    rdb: *mut raw::RedisModuleIO,
+    encver: c_int,
+) -> *mut c_void {
+    guard("rdb_load", std::ptr::null_mut(), || {
+        let buf = if encver > T::ENCVER {
+            None
+        } else {
+            raw::load_string_buffer(rdb).ok()
+        };
+        let loading = server::detached().is_some_and(|c| c.is_loading());
+        // SAFETY: the IO context of this load; the key name it gives lives
+        // while the callback runs.
+        let name = (!loading).then(|| unsafe {
+            let name = raw::RedisModule_GetKeyNameFromIO.unwrap()(rdb);
+            (!name.is_null()).then(|| {
+                let db = raw::RedisModule_GetDbIdFromIO.unwrap()(rdb);
+                (db, Str::new(name as *mut _).bytes())
+            })
+        });
+        let from = match name {
+            None => LoadFrom::Load,
+            Some(key) => LoadFrom::Restore(key),
+        };
+        T::rdb_load(encver, buf.as_ref().map(|b| b.as_ref()), from)
+            .map_or(std::ptr::null_mut(), value::into_raw)
+    })
+}
+
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, v: *mut c_void) {
+    guard("rdb_save", (), || {
+        // SAFETY: v is one of our records (see above).
+        raw::save_slice(rdb, &unsafe { value::record_ref(v) }.encode());
+    })
+}
+
+unsafe extern "C" fn aof_rewrite<T: LeaseType>(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    v: *mut c_void,
+) {
+    guard("aof_rewrite", (), || {
+        // SAFETY: v is one of our records (see above); aof and key are the
+        // rewrite's live IO context and the key's name.
+        let (record, io, key) = unsafe { (value::record_ref(v), AofIo::new(aof), Str::new(key)) };
+        T::aof_rewrite(io, key, record);
+    })
+}
+
+unsafe extern "C" fn mem_usage(v: *const c_void) -> usize {
+    // SAFETY: v is one of our records (see above).
+    guard("mem_usage", 0, || {
+        unsafe { value::record_ref(v) }.mem_usage()
+    })
+}
+
+unsafe extern "C" fn digest<T: LeaseType>(md: *mut raw::RedisModuleDigest, v: *mut c_void) {
+    guard("digest", (), || {
+        // SAFETY: v is one of our records (see above); md is the live
+        // digest context of this callback.
+        T::digest(&mut Digest(md), unsafe { value::record_ref(v) });
+    })
+}
+
+unsafe extern "C" fn free(v: *mut c_void) {
+    guard("free", (), || {
+        // SAFETY: the server gives back ownership of a value we stored.
+        unsafe { value::drop_raw(v) };
+    })
+}
+
+/// How much work freeing a value is (its holders): the server frees a
+/// large counting or shared lease in the background when lazy freeing is
+/// on, as it does a large hash.
+unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, v: *const c_void) -> usize {
+    // SAFETY: v is one of our records (see above).
+    guard("free_effort", 1, || {
+        unsafe { value::record_ref(v) }.holders()
+    })
+}
+
+unsafe extern "C" fn unlink<T: LeaseType>(key: *mut raw::RedisModuleString, v: *const c_void) {
+    guard("unlink", (), || {
+        if !key.is_null() && !unlink_is_quiet() {
+            // SAFETY: the name of the key being unlinked, alive during this
+            // call, and its value, one of our records (see above).
+            let (key, record) = unsafe { (Str::new(key), value::record_ref(v)) };
+            T::unlinked(key.bytes(), record);
+        }
+    })
+}
+
+unsafe extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    v: *const c_void,
+) -> *mut c_void {
+    guard("copy", std::ptr::null_mut(), || {
+        // SAFETY: v is one of our records (see above).
+        value::into_raw(unsafe { value::record_ref(v) }.to_owned())
+    })
+}
+
+unsafe extern "C" fn aux_save<T: LeaseType>(rdb: *mut raw::RedisModuleIO, when: c_int) {
+    guard("aux_save", (), || {
+        if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            raw::save_unsigned(rdb, T::aux_save());
+        }
+    })
+}
+
+unsafe extern "C" fn aux_load<T: LeaseType>(
+    rdb: *mut raw::RedisModuleIO,
+    encver: c_int,
+    when: c_int,
+) -> c_int {
+    guard("aux_load", raw::REDISMODULE_ERR as c_int, || {
+        if encver > T::AUX_ENCVER || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            log_warning(&format!(
+                "cannot load token-clock aux data of encoding version {encver}"
+            ));
+            return raw::REDISMODULE_ERR as c_int;
+        }
+        match raw::load_unsigned(rdb) {
+            Ok(value) => {
+                T::aux_load(value);
+                raw::REDISMODULE_OK as c_int
+            }
+            Err(_) => raw::REDISMODULE_ERR as c_int,
+        }
+    })
+}
+
+// --- Timers, blocked clients, the waker ------------------------------------
+
+/// What the module's timers, its blocked clients and the waker thread's
+/// wake-ups do.
+pub trait Waits {
+    /// The work a timer carries (`server::start_timer`).
+    type Job: 'static;
+    /// What an unblocked client's reply callback gets.
+    type Unblocked: 'static;
+
+    fn timer(ctx: Ctx, job: Self::Job);
+    fn reply(ctx: Ctx, data: Option<&mut Self::Unblocked>);
+    /// The server's timeout of blocked client `bc`.
+    fn timeout(ctx: Ctx, bc: usize);
+    fn disconnect(bc: usize);
+    fn free(data: Self::Unblocked);
+    /// The key of `slot` is due for a re-check now (the waker thread).
+    fn wake(slot: Slot);
+}
+
+unsafe extern "C" fn timer<W: Waits>(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    guard("a module timer", (), || {
+        // SAFETY: a timer's context, live while it runs; `data` is the job
+        // of a timer started by server::start_timer that fired (a W::Job).
+        let (ctx, job) = unsafe { (Ctx::new(ctx), server::take_timer_job::<W::Job>(data)) };
+        W::timer(ctx, job);
+    })
+}
+
+unsafe extern "C" fn reply<W: Waits>(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    guard("the waiter reply", raw::REDISMODULE_OK as c_int, || {
+        // SAFETY: the reply callback's context; its private data is the
+        // Box<W::Unblocked> given to UnblockClient, freed later by `free`.
+        unsafe {
+            let data =
+                raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx) as *mut W::Unblocked;
+            W::reply(Ctx::new(ctx), data.as_mut());
+        }
+        raw::REDISMODULE_OK as c_int
+    })
+}
+
+unsafe extern "C" fn timeout<W: Waits>(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    guard("the waiter timeout", raw::REDISMODULE_OK as c_int, || {
+        // SAFETY: reads the blocked client handle of this callback's context.
+        unsafe {
+            let bc = raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) as usize;
+            W::timeout(Ctx::new(ctx), bc);
+        }
+        raw::REDISMODULE_OK as c_int
+    })
+}
+
+unsafe extern "C" fn disconnect<W: Waits>(
+    _ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    guard("the waiter disconnect", (), || W::disconnect(bc as usize))
+}
+
+unsafe extern "C" fn free_privdata<W: Waits>(
+    _ctx: *mut raw::RedisModuleCtx,
+    privdata: *mut c_void,
+) {
+    guard("the waiter free", (), || {
+        if !privdata.is_null() {
+            // SAFETY: privdata is the Box<W::Unblocked> given to UnblockClient.
+            W::free(*unsafe { Box::from_raw(privdata as *mut W::Unblocked) });
+        }
+    })
+}
+
+/// The waker thread's one-shot call, on the main thread.
+unsafe extern "C" fn wake<W: Waits>(data: *mut c_void) {
+    // SAFETY: `data` is the slot the waker thread posted, taken back once.
+    let slot = unsafe { waker::take_slot(data) };
+    guard("a wake-up", (), || W::wake(slot));
+}
+
+unsafe extern "C" fn scan(
+    _ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
+    key: *mut raw::RedisModuleKey,
+    data: *mut c_void,
+) {
+    guard("the keyspace scan", (), || {
+        if name.is_null() || key.is_null() || data.is_null() {
+            return;
+        }
+        // SAFETY: the scan's key handle, open while the callback runs; its
+        // name likewise; `data` is the Vec `key::lease_key_names` passed.
+        unsafe {
+            if is_lease_key(key) {
+                (*data.cast::<Vec<Vec<u8>>>()).push(Str::new(name).bytes().to_vec());
+            }
+        }
+    })
+}
+
+/// The callbacks the wrappers of this folder hand to the server (timers,
+/// blocked clients, the command filter, the waker, the keyspace scan).
+pub fn hooks<W: Waits, E: Events>() -> Hooks {
+    Hooks {
+        timer: Some(timer::<W>),
+        reply: Some(reply::<W>),
+        timeout: Some(timeout::<W>),
+        free_privdata: Some(free_privdata::<W>),
+        disconnect: Some(disconnect::<W>),
+        command_filter: Some(command_filter::<E>),
+        wake: Some(wake::<W>),
+        scan: Some(scan),
+    }
+}
+
+// --- Server and keyspace events --------------------------------------------
+
+/// The server events and keyspace events the module follows.
+pub trait Events {
+    /// A `FLUSHDB` or `FLUSHALL` is done.
+    fn flushed();
+    fn swapped(first: i32, second: i32);
+    /// A child process was forked (BGSAVE, BGREWRITEAOF, a full sync).
+    fn forked();
+    /// A replica came online (after a full or a partial sync).
+    fn replica_online();
+    fn role_changed(now_master: bool);
+    fn shutdown(ctx: Ctx);
+    /// `CONFIG SET` changed settings; `changed` says whether one of the
+    /// given names is among them.
+    fn config_changed(ctx: Ctx, changed: &dyn Fn(&[&[u8]]) -> bool);
+    /// A lease key expired, or was evicted.
+    fn key_gone(ctx: Ctx, key: Str, evicted: bool);
+    /// A command with at least one argument is about to run (the command
+    /// filter, while it is registered).
+    fn before_command(name: &[u8], first_arg: Option<&[u8]>);
+}
+
+unsafe extern "C" fn flushed<E: Events>(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("the flush event", (), || {
+        if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
+            E::flushed();
+        }
+    })
+}
+
+unsafe extern "C" fn swapped<E: Events>(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
+    guard("the swapdb event", (), || {
+        // SAFETY: the SwapDB event's data is a RedisModuleSwapDbInfo.
+        if let Some(info) = unsafe { (data as *const raw::RedisModuleSwapDbInfo).as_ref() } {
+            E::swapped(info.dbnum_first, info.dbnum_second);
+        }
+    })
+}
+
+unsafe extern "C" fn forked<E: Events>(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("the fork event", (), || {
+        if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
+            E::forked();
+        }
+    })
+}
+
+unsafe extern "C" fn replica_changed<E: Events>(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("the replica event", (), || {
+        if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE {
+            E::replica_online();
+        }
+    })
+}
+
+unsafe extern "C" fn role_changed<E: Events>(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("the role change event", (), || {
+        E::role_changed(subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER)
+    })
+}
+
+unsafe extern "C" fn shutdown<E: Events>(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("the shutdown event", (), || {
+        // SAFETY: the event's context, live while it runs.
+        E::shutdown(unsafe { Ctx::new(ctx) });
+        waker::stop();
+    })
+}
+
+unsafe extern "C" fn config_changed<E: Events>(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
+    guard("the config event", (), || {
+        // SAFETY: the Config event's data is a RedisModuleConfigChangeV1
+        // whose names are `num_changes` C strings.
+        let changed = |wanted: &[&[u8]]| unsafe {
+            (data as *const raw::RedisModuleConfigChangeV1)
+                .as_ref()
+                .is_some_and(|c| {
+                    (0..c.num_changes as usize).any(|i| {
+                        let name = *c.config_names.add(i);
+                        !name.is_null()
+                            && wanted.contains(&std::ffi::CStr::from_ptr(name).to_bytes())
+                    })
+                })
+        };
+        // SAFETY: the event's context, live while it runs.
+        E::config_changed(unsafe { Ctx::new(ctx) }, &changed);
+    })
+}
+
+/// The `expired` and `evicted` keyspace events.
+unsafe extern "C" fn key_gone<E: Events>(
+    ctx: *mut raw::RedisModuleCtx,
+    class: c_int,
+    _event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    guard("the expired event", raw::REDISMODULE_OK as c_int, || {
+        if !key.is_null() {
+            let evicted = class & raw::REDISMODULE_NOTIFY_EVICTED as c_int != 0;
+            // SAFETY: the notification's context and key, live while it runs.
+            unsafe { E::key_gone(Ctx::new(ctx), Str::new(key), evicted) };
+        }
+        raw::REDISMODULE_OK as c_int
+    })
+}
+
+unsafe extern "C" fn command_filter<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    guard("the command filter", (), || {
+        // SAFETY: the filter context of the command about to run; its
+        // arguments live while the filter runs and are only read here.
+        unsafe {
+            if raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) < 2 {
+                return;
+            }
+            let arg = |i| {
+                let s = raw::RedisModule_CommandFilterArgGet.unwrap()(fctx, i);
+                (!s.is_null()).then(|| Str::new(s as *mut _).bytes())
+            };
+            if let Some(name) = arg(0) {
+                E::before_command(name, arg(1));
+            }
+        }
+    })
+}
+
+/// The server events to subscribe to, each with its shim.
+pub fn server_events<E: Events>() -> [(u64, raw::RedisModuleEventCallback); 7] {
+    [
+        (raw::REDISMODULE_EVENT_FLUSHDB, Some(flushed::<E>)),
+        (
+            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+            Some(role_changed::<E>),
+        ),
+        (raw::REDISMODULE_EVENT_SHUTDOWN, Some(shutdown::<E>)),
+        (raw::REDISMODULE_EVENT_SWAPDB, Some(swapped::<E>)),
+        (raw::REDISMODULE_EVENT_FORK_CHILD, Some(forked::<E>)),
+        (raw::REDISMODULE_EVENT_CONFIG, Some(config_changed::<E>)),
+        (
+            raw::REDISMODULE_EVENT_REPLICA_CHANGE,
+            Some(replica_changed::<E>),
+        ),
+    ]
+}
+
+/// The keyspace events' shim.
+pub fn keyspace_event<E: Events>() -> raw::RedisModuleNotificationFunc {
+    Some(key_gone::<E>)
+}
+
+// --- Configs and INFO ------------------------------------------------------
+
+/// The settings behind `CONFIG GET/SET lease.<name>`, by their index in
+/// `lease::config::SETTINGS` (one shim pair serves every row), and the
+/// `INFO lease` section.
+pub trait Configs {
+    fn get(index: usize) -> i64;
+    /// The server checked the bounds given at registration.
+    fn set(index: usize, value: i64);
+    fn info() -> Vec<InfoField>;
+}
+
+/// One field of `INFO lease`.
+pub enum InfoField {
+    Unsigned(&'static str, u64),
+    Signed(&'static str, i64),
+    Text(&'static str, &'static str),
+    Owned(&'static str, String),
+    /// A setting: its name as in `lease::config` (`max-ttl-ms`), shown as
+    /// `max_ttl_ms`.
+    Setting(&'static str, i64),
+}
+
+pub(super) unsafe extern "C" fn get_setting<C: Configs>(
+    _name: *const c_char,
+    privdata: *mut c_void,
+) -> c_longlong {
+    guard("CONFIG GET of a lease setting", 0, || {
+        C::get(privdata as usize)
+    })
+}
+
+pub(super) unsafe extern "C" fn set_setting<C: Configs>(
+    _name: *const c_char,
+    value: c_longlong,
+    privdata: *mut c_void,
+    _err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    guard("CONFIG SET of a lease setting", (), || {
+        C::set(privdata as usize, value)
+    });
+    raw::REDISMODULE_OK as c_int
+}
+
+pub(super) extern "C" fn info<C: Configs>(
+    ictx: *mut raw::RedisModuleInfoCtx,
+    _for_crash_report: c_int,
+) {
+    guard("INFO", (), || {
+        raw::add_info_section(ictx, None);
+        for field in C::info() {
+            match field {
+                InfoField::Unsigned(name, v) => {
+                    raw::add_info_field_unsigned_long_long(ictx, name, v);
+                }
+                InfoField::Signed(name, v) => {
+                    raw::add_info_field_long_long(ictx, name, v);
+                }
+                InfoField::Text(name, v) => {
+                    raw::add_info_field_str(ictx, name, v);
+                }
+                InfoField::Owned(name, v) => {
+                    raw::add_info_field_str(ictx, name, &v);
+                }
+                InfoField::Setting(name, v) => {
+                    raw::add_info_field_long_long(ictx, &name.replace('-', "_"), v);
+                }
+            }
+        }
+    })
+}
