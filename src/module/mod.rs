@@ -1,17 +1,20 @@
-//! The layer that binds the pure `crate::lease` core to the server.
-//! Dependencies run one way (no file imports one above it):
+//! The layer that binds the pure `crate::lease` core to the server, in
+//! layers, bottom first; a file imports only its own layer and those below
+//! (`tests/layout.rs` checks it):
 //!
-//! - `ffi/`: the wall, every raw server call and every `extern "C"` entry
-//!   point; the only place allowed `unsafe`;
-//! - `tokens`, `counters`, `settings`, `timers`, `early`: the token clock,
-//!   the INFO counters, the settings' values, the module's timers, the keys
-//!   Redis 8.2 expired early;
-//! - `commit`: the one place that changes lease keys (and the gates every
-//!   write the module starts by itself passes);
-//! - `grace`, `compat`, `waiters`, `datatype`, `fence`, `info`: the grace
-//!   period, mixed builds, blocking acquire, the type's life in the
-//!   keyspace, the fenced command, INFO;
-//! - `commands`: the handlers.
+//! 0. `ffi/`: the wall, every raw server call and the `extern "C"` shims of
+//!    every entry point; the only place allowed `unsafe`;
+//! 1. `version`, `tokens`, `counters`, `settings`, `timers`, `early`: the
+//!    build's version, the token clock, the INFO counters, the settings'
+//!    values, the module's timers, the keys Redis 8.2 expired early;
+//! 2. `commit`: the one place that changes lease keys (and the gates every
+//!    write the module starts by itself passes);
+//! 3. `grace`, `compat`, `waiters`, `datatype`, `fence`, `info`: the grace
+//!    period, mixed builds, blocking acquire, the type's life in the
+//!    keyspace, the fenced command, INFO;
+//! 4. `commands`: the handlers;
+//! 5. `entry/`: the entry points, cut by job: what each `extern "C"` shim
+//!    of `ffi/entry.rs` runs, the command table and the load sequence.
 
 pub mod commands;
 pub mod commit;
