@@ -325,10 +325,10 @@ impl<'a> Effect<'a> {
                         // deadlines give way, on every node alike.
                         if let HoldersMode::Limit(n) = mode
                             && m.holder(owner).is_none()
-                            && let Some((_, d, t)) =
+                            && let Some(b) =
                                 m.ended_batch(i64::MAX, (m.len() + 1).saturating_sub(n as usize))
                         {
-                            m.take_through(d, t);
+                            m.take_through(b.deadline_ms, b.token);
                         }
                         m.put(holder());
                         change.expire_at = m.latest_deadline();

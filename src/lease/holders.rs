@@ -19,6 +19,17 @@ const HOLDERS_HEADER_LEN: usize = 1 + 1 + 4 + 4;
 /// Fixed part of one encoded holder: token, deadline, owner length.
 const HOLDER_HEADER_LEN: usize = 8 + 8 + 2;
 
+/// A batch of ended holders, the earliest first (`Holders::ended_batch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    pub n: usize,
+    /// The last one's deadline and token: they name the batch.
+    pub deadline_ms: i64,
+    pub token: u64,
+    /// More ended holders stay after this batch.
+    pub more: bool,
+}
+
 /// One holder of a counting or shared lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
@@ -129,19 +140,30 @@ impl Holders {
     }
 
     /// The batch `take_ended(now_ms, max)` would take out, without taking
-    /// it: its size and its last holder's (deadline, token), which names it
-    /// (`LEASE.PRUNE`). `None` when no holder has ended. O(k) in the batch.
-    pub fn ended_batch(&self, now_ms: i64, max: usize) -> Option<(usize, i64, u64)> {
+    /// it: its size, its last holder's (deadline, token), which names it
+    /// (`LEASE.PRUNE`), and whether more ended holders stay after it.
+    /// `None` when no holder has ended. O(k) in the batch.
+    pub fn ended_batch(&self, now_ms: i64, max: usize) -> Option<Ended> {
         let mut last = None;
         let mut n = 0;
-        for &(deadline, token) in self.by_deadline.iter().take(max) {
+        let mut more = false;
+        for &(deadline, token) in self.by_deadline.iter().take(max.saturating_add(1)) {
             if now_ms <= deadline {
+                break;
+            }
+            if n == max {
+                more = true;
                 break;
             }
             last = Some((deadline, token));
             n += 1;
         }
-        last.map(|(d, t)| (n, d, t))
+        last.map(|(deadline_ms, token)| Ended {
+            n,
+            deadline_ms,
+            token,
+            more,
+        })
     }
 
     /// Takes out at most `max` holders whose deadline has passed at
@@ -372,6 +394,22 @@ mod tests {
         m.put(h(b"b\0\xff", 12, NOW + 50));
         m
     }
+    #[test]
+    fn an_ended_batch_says_whether_more_ended_holders_stay() {
+        let mut m = Holders::new(HoldersMode::Limit(10));
+        for i in 0..5u64 {
+            m.put(h(format!("e{i}"), 1 + i, NOW - 10 + i as i64));
+        }
+        m.put(h("live", 9, NOW + 100));
+        let b = m.ended_batch(NOW, 3).expect("three ended");
+        assert_eq!((b.n, b.deadline_ms, b.token, b.more), (3, NOW - 8, 3, true));
+        let b = m.ended_batch(NOW, 5).expect("five ended");
+        assert_eq!((b.n, b.more), (5, false), "the live holder is no more");
+        let b = m.ended_batch(NOW, 100).expect("five ended");
+        assert_eq!((b.n, b.more), (5, false));
+        assert_eq!(m.ended_batch(NOW - 100, 3), None);
+    }
+
     #[test]
     fn indexes_agree_and_put_replaces_by_owner_and_token() {
         let mut m = sample();

@@ -48,13 +48,24 @@ pub fn key_state(
     }
 }
 
+/// One key as a multi-key acquire sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyView {
+    pub state: KeyState,
+    /// When it is taken: when to look at it again (the end of its holding,
+    /// one millisecond on).
+    pub recheck_at: Option<i64>,
+    /// Taken only because Redis 8.2 expired its lease within the lease's
+    /// deadline millisecond: nothing else brings a waiter back to it.
+    pub ended_early: bool,
+}
+
 /// One key as a multi-key acquire sees it: its state and, when it is
-/// taken, when to look at it again (the end of its holding, one
-/// millisecond on). `ended_early`: the deadline millisecond of a lease
-/// Redis 8.2 expired within that millisecond, when the key is free for that
-/// reason alone: it stays taken until that millisecond has passed. The
-/// command and the timer that serves a multi-key waiter decide alike from
-/// it.
+/// taken, when to look at it again. `ended_early`: the deadline
+/// millisecond of a lease Redis 8.2 expired within that millisecond, when
+/// the key is free for that reason alone: it stays taken until that
+/// millisecond has passed. The command and the timer that serves a
+/// multi-key waiter decide alike from it.
 pub fn key_view(
     record: Option<RecordRef<'_>>,
     owner: &[u8],
@@ -62,18 +73,65 @@ pub fn key_view(
     now_ms: i64,
     key_expire_ms: Option<i64>,
     ended_early: Option<i64>,
-) -> (KeyState, Option<i64>) {
+) -> KeyView {
     let state = key_state(record, owner, waited, now_ms);
     match (state, ended_early) {
-        (KeyState::Free, Some(end)) => (KeyState::Taken, Some(end + 1)),
-        (KeyState::Taken, _) => (
+        (KeyState::Free, Some(end)) => KeyView {
+            state: KeyState::Taken,
+            recheck_at: Some(end + 1),
+            ended_early: true,
+        },
+        (KeyState::Taken, _) => KeyView {
             state,
-            Held::of(record, now_ms)
+            recheck_at: Held::of(record, now_ms)
                 .next_end(key_expire_ms, now_ms)
                 .map(|end| end + 1),
-        ),
-        _ => (state, None),
+            ended_early: false,
+        },
+        _ => KeyView {
+            state,
+            recheck_at: None,
+            ended_early: false,
+        },
     }
+}
+
+/// A key a waiting caller's keys must be looked at again for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recheck {
+    /// The key's index.
+    pub key: usize,
+    pub at_ms: i64,
+    /// To the microsecond (the waker), or on a module timer alone (a
+    /// grace period's end: no moment to meet).
+    pub precise: bool,
+}
+
+/// The waiter served by the multi-key timer of one of its keys (`fired`,
+/// its index) keeps waiting when a key is still taken, without opening
+/// any key for writing: `Some` with what to re-check (the keys Redis 8.2
+/// expired early: nothing else brings it back to them); `None` when every
+/// key may be free, to be decided by `acquire` through the write gate.
+pub fn still_taken(views: &[KeyView]) -> Option<Vec<Recheck>> {
+    views
+        .iter()
+        .any(|v| v.state == KeyState::Taken)
+        .then(|| early_rechecks(views))
+}
+
+fn early_rechecks(views: &[KeyView]) -> Vec<Recheck> {
+    views
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.ended_early)
+        .filter_map(|(key, v)| {
+            v.recheck_at.map(|at_ms| Recheck {
+                key,
+                at_ms,
+                precise: true,
+            })
+        })
+        .collect()
 }
 
 /// What `LEASE.MACQUIRE` may do, before any token is issued.
@@ -140,14 +198,12 @@ pub struct Outcome<'a> {
 }
 
 /// What the keys' waiters need after a multi-key call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Then {
     Nothing,
-    /// The caller waits (`BLOCK`); a grace period holds it until this time
-    /// at least (`None`: the keys' own ends re-check it).
-    Wait {
-        grace_until: Option<i64>,
-    },
+    /// The caller waits (`BLOCK`), or a waiter keeps waiting: its keys are
+    /// looked at again at these times (each key's end, or a grace period's).
+    Wait(Vec<Recheck>),
     /// Every key's deadline moved to this: re-check their waiters then.
     RecheckAt(i64),
     /// The keys were released: serve each key's waiters.
@@ -165,34 +221,71 @@ impl Outcome<'_> {
     }
 }
 
+/// Who asks `LEASE.MACQUIRE`'s question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// The command; `may_wait`: `BLOCK` was given and the caller may block.
+    Command { may_wait: bool },
+    /// A waiter being served by the multi-key timer of its key `fired`: a
+    /// refusal keeps it waiting.
+    Waiter { fired: usize },
+}
+
 /// The server's side of `LEASE.MACQUIRE`.
 pub struct Env<'c> {
     pub now_ms: i64,
     pub clock: &'c mut TokenClock,
     /// When the running grace period (design.md S7) would end, if one runs.
     pub grace_ends_at: Option<i64>,
-    /// `BLOCK` was given and the caller may block (or it is a waiter being
-    /// served: a refusal keeps it waiting).
-    pub may_wait: bool,
+    pub caller: Caller,
 }
 
-/// `LEASE.MACQUIRE numkeys key... owner ttl-ms`: every key or none.
+/// `LEASE.MACQUIRE numkeys key... owner ttl-ms`: every key or none, for
+/// the command and for a waiter alike. A refusal that waits says what to
+/// re-check: a new waiter every key at its end (or all at a grace
+/// period's end); a waiter that keeps waiting, the keys Redis 8.2 expired
+/// early and its own key at a grace period's end (its keys' ends are
+/// already timed).
 pub fn acquire<'a>(
     keys: &[&[u8]],
-    states: &[KeyState],
+    views: &[KeyView],
     owner: &'a [u8],
     ttl_ms: i64,
     env: Env<'_>,
 ) -> Result<Outcome<'a>, LeaseError> {
     let refused = |count: Count, grace_until: Option<i64>| {
         let mut out = Outcome::answer(Answer::Null);
-        if env.may_wait {
-            out.then = Then::Wait { grace_until };
-        } else {
-            out.count = Some(count);
+        match env.caller {
+            Caller::Command { may_wait: false } => out.count = Some(count),
+            Caller::Command { may_wait: true } => {
+                let rechecks = views
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(key, v)| {
+                        grace_until.or(v.recheck_at).map(|at_ms| Recheck {
+                            key,
+                            at_ms,
+                            precise: true,
+                        })
+                    })
+                    .collect();
+                out.then = Then::Wait(rechecks);
+            }
+            Caller::Waiter { fired } => {
+                let mut rechecks = early_rechecks(views);
+                if let Some(at_ms) = grace_until {
+                    rechecks.push(Recheck {
+                        key: fired,
+                        at_ms,
+                        precise: false,
+                    });
+                }
+                out.then = Then::Wait(rechecks);
+            }
         }
         out
     };
+    let states: Vec<KeyState> = views.iter().map(|v| v.state).collect();
     let deadline_ms = env.now_ms + ttl_ms;
     let each = |token: u64, event: Event| -> Vec<(usize, Commit<'a>)> {
         (0..keys.len())
@@ -206,7 +299,7 @@ pub fn acquire<'a>(
             })
             .collect()
     };
-    Ok(match decide(keys, states)? {
+    Ok(match decide(keys, &states)? {
         Decision::Contended => refused(Count::Contended, None),
         // During a grace period nothing new is created (design.md S7).
         Decision::New if env.grace_ends_at.is_some() => {
@@ -292,7 +385,24 @@ mod tests {
             now_ms: NOW,
             clock,
             grace_ends_at: grace,
-            may_wait,
+            caller: Caller::Command { may_wait },
+        }
+    }
+
+    /// Views of keys with these states, none of them timed.
+    fn views<const N: usize>(states: [KeyState; N]) -> [KeyView; N] {
+        states.map(|state| KeyView {
+            state,
+            recheck_at: None,
+            ended_early: false,
+        })
+    }
+
+    fn at(state: KeyState, recheck_at: Option<i64>, ended_early: bool) -> KeyView {
+        KeyView {
+            state,
+            recheck_at,
+            ended_early,
         }
     }
 
@@ -302,20 +412,26 @@ mod tests {
         let ex = Some(RecordRef::Exclusive(&other));
         assert_eq!(
             key_view(ex, b"o", false, NOW, None, None),
-            (Taken, Some(NOW + 11))
+            at(Taken, Some(NOW + 11), false)
         );
         assert_eq!(
             key_view(ex, b"o", false, NOW, Some(NOW + 5), None),
-            (Taken, Some(NOW + 6)),
+            at(Taken, Some(NOW + 6), false),
             "the key's own expiry, when earlier"
         );
-        assert_eq!(key_view(None, b"o", false, NOW, None, None), (Free, None));
+        assert_eq!(
+            key_view(None, b"o", false, NOW, None, None),
+            at(Free, None, false)
+        );
         assert_eq!(
             key_view(None, b"o", false, NOW, None, Some(NOW)),
-            (Taken, Some(NOW + 1)),
+            at(Taken, Some(NOW + 1), true),
             "expired early by the server: taken until its millisecond passed"
         );
-        assert_eq!(key_view(None, b"o", true, NOW, None, None), (Waited, None));
+        assert_eq!(
+            key_view(None, b"o", true, NOW, None, None),
+            at(Waited, None, false)
+        );
     }
 
     #[test]
@@ -351,7 +467,14 @@ mod tests {
     #[test]
     fn every_key_or_none_with_one_token() {
         let mut clock = TokenClock::new();
-        let out = acquire(&KEYS, &[Free; 3], b"o", 100, env(&mut clock, None, false)).unwrap();
+        let out = acquire(
+            &KEYS,
+            &views([Free; 3]),
+            b"o",
+            100,
+            env(&mut clock, None, false),
+        )
+        .unwrap();
         let Answer::Token(t) = out.answer else {
             panic!("{out:?}")
         };
@@ -370,13 +493,27 @@ mod tests {
         }
         for states in [[Free, Taken, Free], [Free, Free, Waited]] {
             let last = clock.last();
-            let out = acquire(&KEYS, &states, b"o", 100, env(&mut clock, None, false)).unwrap();
+            let out = acquire(
+                &KEYS,
+                &views(states),
+                b"o",
+                100,
+                env(&mut clock, None, false),
+            )
+            .unwrap();
             assert_eq!(out.answer, Answer::Null);
             assert!(out.commits.is_empty());
             assert_eq!(out.count, Some(Count::Contended));
             assert_eq!(clock.last(), last, "no token issued");
-            let out = acquire(&KEYS, &states, b"o", 100, env(&mut clock, None, true)).unwrap();
-            assert_eq!(out.then, Then::Wait { grace_until: None });
+            let out = acquire(
+                &KEYS,
+                &views(states),
+                b"o",
+                100,
+                env(&mut clock, None, true),
+            )
+            .unwrap();
+            assert_eq!(out.then, Then::Wait(Vec::new()), "no key timed");
             assert_eq!(out.count, None);
         }
     }
@@ -386,7 +523,7 @@ mod tests {
         let mut clock = TokenClock::new();
         let out = acquire(
             &KEYS,
-            &[Mine(5); 3],
+            &views([Mine(5); 3]),
             b"o",
             100,
             env(&mut clock, None, false),
@@ -420,7 +557,7 @@ mod tests {
         // A refusal by error changes nothing, even with BLOCK.
         let e = acquire(
             &KEYS,
-            &[Mine(5), Free, Free],
+            &views([Mine(5), Free, Free]),
             b"o",
             100,
             env(&mut clock, None, true),
@@ -432,14 +569,89 @@ mod tests {
     fn the_grace_refuses_new_leases_but_not_retries() {
         let mut clock = TokenClock::new();
         let g = Some(NOW + 500);
-        let out = acquire(&KEYS, &[Free; 3], b"o", 100, env(&mut clock, g, false)).unwrap();
+        let out = acquire(
+            &KEYS,
+            &views([Free; 3]),
+            b"o",
+            100,
+            env(&mut clock, g, false),
+        )
+        .unwrap();
         assert_eq!(out.answer, Answer::Null);
         assert_eq!(out.count, Some(Count::GraceRefused));
         assert_eq!(clock.last(), 0);
-        let out = acquire(&KEYS, &[Free; 3], b"o", 100, env(&mut clock, g, true)).unwrap();
-        assert_eq!(out.then, Then::Wait { grace_until: g });
-        let out = acquire(&KEYS, &[Mine(5); 3], b"o", 100, env(&mut clock, g, false)).unwrap();
+        let out = acquire(
+            &KEYS,
+            &views([Free; 3]),
+            b"o",
+            100,
+            env(&mut clock, g, true),
+        )
+        .unwrap();
+        let all_at_grace_end: Vec<Recheck> = (0..3)
+            .map(|key| Recheck {
+                key,
+                at_ms: NOW + 500,
+                precise: true,
+            })
+            .collect();
+        assert_eq!(out.then, Then::Wait(all_at_grace_end));
+        let out = acquire(
+            &KEYS,
+            &views([Mine(5); 3]),
+            b"o",
+            100,
+            env(&mut clock, g, false),
+        )
+        .unwrap();
         assert_eq!(out.answer, Answer::Token(5));
+    }
+
+    #[test]
+    fn a_refusal_that_waits_says_what_to_recheck() {
+        let mut clock = TokenClock::new();
+        let keys = [
+            at(Free, None, false),
+            at(Taken, Some(NOW + 30), false),
+            at(Taken, Some(NOW + 1), true),
+        ];
+        // A new waiter: every timed key at its end.
+        let out = acquire(&KEYS, &keys, b"o", 100, env(&mut clock, None, true)).unwrap();
+        let r = |key, at_ms, precise| Recheck {
+            key,
+            at_ms,
+            precise,
+        };
+        assert_eq!(
+            out.then,
+            Then::Wait(vec![r(1, NOW + 30, true), r(2, NOW + 1, true)])
+        );
+        // A waiter served by the timer of its key 0: its keys' ends are
+        // timed already; the key expired early is not.
+        let waiter = |clock: &mut TokenClock, grace| -> Outcome<'static> {
+            let env = Env {
+                now_ms: NOW,
+                clock,
+                grace_ends_at: grace,
+                caller: Caller::Waiter { fired: 0 },
+            };
+            acquire(&KEYS, &keys, b"o", 100, env).unwrap()
+        };
+        let out = waiter(&mut clock, None);
+        assert_eq!(out.then, Then::Wait(vec![r(2, NOW + 1, true)]));
+        assert_eq!(out.count, None, "a waiter's refusal is not counted");
+        assert_eq!(still_taken(&keys), Some(vec![r(2, NOW + 1, true)]));
+        // Free keys in a grace period: its own key at the grace's end.
+        let free = views([Free; 3]);
+        assert_eq!(still_taken(&free), None);
+        let env = Env {
+            now_ms: NOW,
+            clock: &mut clock,
+            grace_ends_at: Some(NOW + 500),
+            caller: Caller::Waiter { fired: 1 },
+        };
+        let out = acquire(&KEYS, &free, b"o", 100, env).unwrap();
+        assert_eq!(out.then, Then::Wait(vec![r(1, NOW + 500, false)]));
     }
 
     #[test]

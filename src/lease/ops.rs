@@ -1,17 +1,38 @@
 //! What each command does to a key, as values: given what the key holds,
 //! the request and the server's state, the answer, the effects to commit
-//! (in order, each with the event it is: what it counts and notifies), and
+//! (in order, each with the event it is: what it counts and notifies, and
+//! for a batch of ended holders whether the drain must take out more), and
 //! what the key's waiters need next. The binding reads the key, asks here,
 //! commits the effects through its one commit path and does what `then`
-//! says; the model test drives the same functions, and the hand-off to
-//! waiters (`serve`) is the same loop for both.
+//! says; the model test drives the same functions.
+//!
+//! The hand-off to waiters (`serve`) cannot be one list of effects decided
+//! up front: each grant changes the key the next step decides on. So it
+//! runs here, against a `Key` and a `Queue` the caller provides (the
+//! binding's key writer and wait registry, or the model's maps), step by
+//! step:
+//!
+//! 1. a batch of ended holders leaves (one `LEASE.PRUNE`, committed);
+//! 2. nothing more during a grace period (re-check at its end), while the
+//!    server is out of memory (waiters keep waiting), or within the
+//!    millisecond of an early expiry;
+//! 3. `Queue::grant_next` picks the next step on the key as it is now: a
+//!    grant to the oldest waiter (a new lease or one more holder, with a
+//!    new token, taking the place of an ended holder of a full `LIMIT`
+//!    first), the same token for a retry of an owner just served, an error
+//!    for a waiter that cannot be served, or a stop;
+//! 4. the step's effect is committed through `Key::commit` (stored,
+//!    replicated and counted like any acquisition, before the next step
+//!    reads the key) and its waiter answered through `Queue::answer`;
+//! 5. back to 3, at most once per waiter; what is left says when to look
+//!    again (`Served`).
 
 use super::clock::TokenClock;
 use super::decide::{self, Acquire, Decision, Held};
 use super::effect::Effect;
 use super::error::LeaseError;
 use super::exclusive::Lease;
-use super::holders::Holders;
+use super::holders::{Ended, Holders};
 use super::mode::{HoldersMode, Mode};
 use super::record::RecordRef;
 use super::waitq::{Step, Waiter};
@@ -40,8 +61,10 @@ pub enum Event {
     Release,
     /// A hand-off given back because its waiter vanished (`lease.release`).
     Revoke,
-    /// Holders whose time ended, taken out (`expired`, `lease.expire`).
-    Expire(u32),
+    /// Holders whose time ended, taken out (`expired`, `lease.expire`);
+    /// `drain`: more ended holders stay, for the drain to take out (a
+    /// timer, `DRAIN_PER_TICK` at a time).
+    Expire { holders: u32, drain: bool },
     /// A record whose lease ended while its key had no expiry, removed
     /// (`expired`; the key's own expiry would have sent no event either).
     Lingered(u32),
@@ -245,14 +268,25 @@ fn prune<'a>(
     commits: &mut Commits<'a>,
 ) -> usize {
     match m.ended_batch(now_ms, per_call.max(min)) {
-        Some((n, deadline_ms, token)) => {
-            commits.push(
-                Effect::Prune { deadline_ms, token },
-                Event::Expire(n as u32),
-            );
-            n
+        Some(b) => {
+            commits.push(prune_effect(&b), expired(&b));
+            b.n
         }
         None => 0,
+    }
+}
+
+fn prune_effect<'a>(b: &Ended) -> Effect<'a> {
+    Effect::Prune {
+        deadline_ms: b.deadline_ms,
+        token: b.token,
+    }
+}
+
+fn expired(b: &Ended) -> Event {
+    Event::Expire {
+        holders: b.n as u32,
+        drain: b.more,
     }
 }
 
@@ -423,7 +457,7 @@ fn acquire_holder<'a>(
         && out
             .commits
             .iter()
-            .any(|c| matches!(c.event, Event::Expire(_)))
+            .any(|c| matches!(c.event, Event::Expire { .. }))
     {
         out.then = Then::Rearm;
     }
@@ -559,10 +593,10 @@ pub fn drain<'a>(record: Option<RecordRef<'_>>, now_ms: i64) -> Option<Commit<'a
     let Some(RecordRef::Holders(m)) = record else {
         return None;
     };
-    let (n, deadline_ms, token) = m.ended_batch(now_ms, DRAIN_PER_TICK)?;
+    let b = m.ended_batch(now_ms, DRAIN_PER_TICK)?;
     Some(Commit {
-        effect: Effect::Prune { deadline_ms, token },
-        event: Event::Expire(n as u32),
+        effect: prune_effect(&b),
+        event: expired(&b),
     })
 }
 
@@ -729,10 +763,10 @@ pub fn serve<H>(
         let Some(step) = queue.grant_next(held, now, clock) else {
             break;
         };
-        if let (Some((n, deadline_ms, token)), Step::Grant { .. }) = (room, &step) {
+        if let (Some(b), Step::Grant { .. }) = (room, &step) {
             key.commit(Commit {
-                effect: Effect::Prune { deadline_ms, token },
-                event: Event::Expire(n as u32),
+                effect: prune_effect(&b),
+                event: expired(&b),
             });
         }
         apply_step(key, queue, step);

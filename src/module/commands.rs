@@ -258,38 +258,37 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         }
     }
     let may_wait = block_ms.is_some() && blocked::may_block(ctx);
-    let mut states = Vec::with_capacity(ws.len());
-    // When each key held by someone else ends (a wait re-checks it then;
-    // the keys' expiries are read only for a wait, as LEASE.ACQUIRE does).
-    let mut ends: Vec<Option<i64>> = Vec::with_capacity(ws.len());
+    // The keys' expiries are read only for a wait, as LEASE.ACQUIRE does.
+    let mut views = Vec::with_capacity(ws.len());
     for (i, w) in ws.iter_mut().enumerate() {
         let expire = if may_wait { w.expire_at() } else { None };
         let early = ended_early(ctx, w.name());
-        let (state, end) = multikey::key_view(w.record()?, owner, waited[i], now, expire, early);
-        states.push(state);
-        ends.push(end);
+        views.push(multikey::key_view(
+            w.record()?,
+            owner,
+            waited[i],
+            now,
+            expire,
+            early,
+        ));
     }
     let out = tokens::with_clock(|clock| {
         multikey::acquire(
             &keys,
-            &states,
+            &views,
             owner,
             ttl,
             multikey::Env {
                 now_ms: now,
                 clock,
                 grace_ends_at: grace::ends_at(now),
-                may_wait,
+                caller: multikey::Caller::Command { may_wait },
             },
         )
     })?;
-    if let (multikey::Then::Wait { grace_until }, Some(timeout_ms)) = (out.then, block_ms) {
+    if let (multikey::Then::Wait(rechecks), Some(timeout_ms)) = (&out.then, block_ms) {
         let db = ctx.selected_db();
         let slots = keys.iter().map(|k| (db, k.to_vec())).collect();
-        let rechecks = ends
-            .into_iter()
-            .map(|e| grace_until.or(e))
-            .collect::<Vec<_>>();
         let want = waiters::Want {
             owner,
             mode: crate::lease::Mode::Exclusive,
@@ -297,7 +296,7 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             timeout_ms,
             floor: 0,
         };
-        return Ok(waiters::block_multikey(ctx, slots, want, &rechecks));
+        return Ok(waiters::block_multikey(ctx, slots, want, rechecks));
     }
     Ok(finish_multikey(ctx, &mut ws, &out))
 }

@@ -230,11 +230,8 @@ impl KeyWriter {
             replicate::signal(self.ctx, self.name);
         }
         // A batch of ended holders left and more have ended: a timer takes
-        // them out, a batch at a time.
-        if let Event::Expire(_) = c.event
-            && let Stored::Record(RecordMut::Holders(m)) = self.key.stored()
-            && m.has_ended(server::now_ms())
-        {
+        // them out, a batch at a time (the decision said so).
+        if let Event::Expire { drain: true, .. } = c.event {
             timers::start_drain(self.ctx.selected_db(), self.name.bytes(), DRAIN_EVERY_MS);
         }
         match self.origin {
@@ -285,7 +282,7 @@ impl KeyWriter {
                 notify(c"lease.release");
             }
             Event::Revoke => notify(c"lease.release"),
-            Event::Expire(n) => {
+            Event::Expire { holders: n, .. } => {
                 STATS.expired.add(n as u64);
                 for _ in 0..n {
                     notify(c"lease.expire");

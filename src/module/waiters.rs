@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use crate::lease::clock::TokenClock;
 use crate::lease::decide::Held;
-use crate::lease::multikey::{self, KeyState};
+use crate::lease::multikey;
 use crate::lease::ops::{self, Recheck, ServeEnv, Served};
 use crate::lease::waitq::{Slot, Step, WaitRegistry, Waiter};
 use crate::lease::{LeaseError, Mode};
@@ -388,26 +388,28 @@ fn multikey_soon(slot: &Slot) {
 
 /// Blocks the calling client until it can take every key of `slots` at
 /// once (`LEASE.MACQUIRE ... BLOCK`) or its timeout passes. It queues on
-/// each key, in arrival order; `rechecks[i]`: when key `i`'s holder's time
-/// ends (or a grace period), to re-check it then.
+/// each key, in arrival order; `rechecks`: when to look at its keys again
+/// (`multikey::acquire` says).
 pub fn block_multikey(
     ctx: Ctx,
     slots: Vec<Slot>,
     want: Want<'_>,
-    rechecks: &[Option<i64>],
+    rechecks: &[multikey::Recheck],
 ) -> Reply {
     let Some(bc) = blocked::block(ctx) else {
         return Reply::Null;
     };
     let timeout_at = (want.timeout_ms > 0).then(|| now_ms() + want.timeout_ms + 1);
     reg(|r| r.push_multikey(slots.clone(), bc, want.owner, want.ttl_ms, timeout_at));
-    for (slot, at) in slots.iter().zip(rechecks) {
-        if let Some(at) = at {
-            arm(slot, *at);
-        }
-    }
+    arm_rechecks(&slots, rechecks);
     arm_timeouts();
     Reply::Sent
+}
+
+fn arm_rechecks(slots: &[Slot], rechecks: &[multikey::Recheck]) {
+    for r in rechecks {
+        arm_with(&slots[r.key], r.at_ms, r.precise);
+    }
 }
 
 /// The multi-key timer of `slot` fired: if its oldest waiter is a
@@ -430,23 +432,30 @@ pub fn on_multikey(ctx: Ctx, slot: Slot, id: u64) {
     let now = now_ms();
     // A look first, past no gate (`multikey::key_view`, as the command
     // decides): while one key is still taken by others, the waiter keeps
-    // waiting, and no key is opened for writing. A key Redis 8.2 expired
-    // within its deadline millisecond is looked at again once it has
-    // passed; the others' ends, releases and timers bring it back here.
-    for (slot, n) in slots.iter().zip(&names) {
+    // waiting, and no key is opened for writing. The keys' ends, releases
+    // and timers bring it back here.
+    let fired = slots.iter().position(|s| *s == slot).unwrap_or(0);
+    let early_of = |s: &Slot| {
+        early::any_ended_early()
+            .then(|| early::ended_early(s.0, &s.1))
+            .flatten()
+    };
+    let mut views = Vec::with_capacity(slots.len());
+    for (s, n) in slots.iter().zip(&names) {
         let mut r = Reader::open(ctx, n.as_str());
-        let early = early::any_ended_early()
-            .then(|| early::ended_early(slot.0, &slot.1))
-            .flatten();
-        if let Ok(record) = r.record()
-            && let (KeyState::Taken, recheck) =
-                multikey::key_view(record, &waiter.owner, false, now, None, early)
-        {
-            if let (Some(at), Some(_)) = (recheck, early) {
-                arm(slot, at);
-            }
-            return;
+        if let Ok(record) = r.record() {
+            views.push(multikey::key_view(
+                record,
+                &waiter.owner,
+                false,
+                now,
+                None,
+                early_of(s),
+            ));
         }
+    }
+    if let Some(rechecks) = multikey::still_taken(&views) {
+        return arm_rechecks(&slots, &rechecks);
     }
     if ctx.out_of_memory() {
         // No new lease without memory: tried again shortly.
@@ -459,11 +468,18 @@ pub fn on_multikey(ctx: Ctx, slot: Slot, id: u64) {
             Err(closed) => return gate_closed(&slot, closed, now),
         }
     }
-    let mut states = Vec::with_capacity(ws.len());
+    let mut views = Vec::with_capacity(ws.len());
     let mut wrong = None;
-    for w in ws.iter_mut() {
+    for (w, s) in ws.iter_mut().zip(&slots) {
         match w.record() {
-            Ok(record) => states.push(multikey::key_state(record, &waiter.owner, false, now)),
+            Ok(record) => views.push(multikey::key_view(
+                record,
+                &waiter.owner,
+                false,
+                now,
+                None,
+                early_of(s),
+            )),
             // A key of another type now: this waiter is answered WRONGTYPE
             // (as its command would be), the others of its keys stay.
             Err(e) => {
@@ -478,36 +494,29 @@ pub fn on_multikey(ctx: Ctx, slot: Slot, id: u64) {
         None => tokens::with_clock(|clock| {
             multikey::acquire(
                 &keys,
-                &states,
+                &views,
                 &waiter.owner,
                 waiter.ttl_ms,
                 multikey::Env {
                     now_ms: now,
                     clock,
                     grace_ends_at: grace::ends_at(now),
-                    may_wait: true,
+                    caller: multikey::Caller::Waiter { fired },
                 },
             )
         }),
     };
     let answer = match decided {
-        Ok(out) => match out.answer {
-            ops::Answer::Token(token) => {
+        Ok(out) => match (out.answer, out.then) {
+            (ops::Answer::Token(token), _) => {
                 for (i, c) in &out.commits {
                     ws[*i].commit(c);
                 }
                 Answer::Token(token)
             }
             // Still taken somewhere (or a grace period): it keeps waiting.
-            _ => {
-                if let multikey::Then::Wait {
-                    grace_until: Some(at),
-                } = out.then
-                {
-                    arm_plain(&slot, at);
-                }
-                return;
-            }
+            (_, multikey::Then::Wait(rechecks)) => return arm_rechecks(&slots, &rechecks),
+            _ => return,
         },
         Err(e) => Answer::Error(e),
     };
