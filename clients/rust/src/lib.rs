@@ -46,16 +46,16 @@
 
 #![warn(missing_docs)]
 
-use std::fmt;
-
 mod error;
 mod options;
 mod protocol;
 pub mod quorum;
+mod status;
 mod sync;
 pub use error::Error;
 pub use options::{Block, Mode, Options};
 pub use quorum::{Outlier, QuorumClient, QuorumLease};
+pub use status::{Loss, WatchdogStats};
 pub use sync::{Lease, LeaseClient, LossSignal, MultiLease};
 
 #[cfg(feature = "tokio")]
@@ -66,40 +66,6 @@ mod aio_quorum;
 mod wire;
 
 pub use redis;
-
-/// Why a lease is no longer held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Loss {
-    /// A renewal answered 0: the server says the lease is not ours.
-    Refused,
-    /// The client-side deadline passed with no successful renewal: the
-    /// server may have handed the lease to someone else.
-    Expired,
-    /// The holder released it.
-    Released,
-}
-
-impl fmt::Display for Loss {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Loss::Refused => "lease lost: a renewal was refused",
-            Loss::Expired => "lease lost: its deadline passed with no successful renewal",
-            Loss::Released => "lease released",
-        })
-    }
-}
-
-/// What a client's watchdog did: see `LeaseClient::watchdog_stats` (sync and async).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct WatchdogStats {
-    /// Leases it renews now.
-    pub leases: usize,
-    /// Renewals it sent so far.
-    pub renewals: u64,
-    /// Pipelines that carried them (one round trip each; a batch on a
-    /// cluster is one pipeline per node).
-    pub round_trips: u64,
-}
 
 /// A fresh owner id: 16 random bytes as 32 hex digits.
 pub fn new_owner() -> String {
