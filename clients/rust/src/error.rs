@@ -1,0 +1,116 @@
+//! [`Error`], the one error type of the crate, with its text (`Display`)
+//! and its mapping from the server's error replies (`From<RedisError>`).
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::Loss;
+
+/// The errors of this crate.
+#[derive(Debug)]
+pub enum Error {
+    /// `LEASE.FENCE` answered `STALE`: the token is not the one of the lease
+    /// held now, and the fenced command was not run.
+    Stale,
+    /// The lease is no longer held (returned by helpers that need it held).
+    Lost(Loss),
+    /// The server refused the lease because it is in a grace period (after a
+    /// failover or a start on possibly lost data), not because another owner
+    /// holds it: no new lease there for `remaining` more (`reason`:
+    /// `promoted`, `restart` or `no-data`). Leases already held keep
+    /// working. Read from the server's `INFO lease` right after the null.
+    Grace {
+        /// What remains of the period.
+        remaining: Duration,
+        /// Why it runs.
+        reason: String,
+    },
+    /// A `SHARED` holder's token fenced a write command: refused by the
+    /// server, nothing run. Readers fence reads only; take the lease
+    /// exclusively to write.
+    SharedWrite,
+    /// This client (or a clone of it) already holds a lease on this key, not
+    /// released and not lost: a second acquire would wait on itself (with
+    /// `BLOCK`) or be refused. Use the lease you hold, or release it first.
+    /// Nothing was sent.
+    AlreadyHeld(String),
+    /// A ttl under 1 ms: the server's shortest lease is 1 ms, and rounding
+    /// up would hand out a lease nobody asked for. Nothing was sent.
+    InvalidTtl(Duration),
+    /// The keys of a multi-key acquire (`acquire_many`) are none, or name a
+    /// key twice: the server would refuse them. Nothing was sent.
+    InvalidKeys(String),
+    /// A multi-key lease's `fence` named a key that is not one of its keys:
+    /// its token fences nothing there. Nothing was sent.
+    NotLeaseKey(String),
+    /// Any other error: the server's error replies, and I/O errors left
+    /// after the retries.
+    Redis(redis::RedisError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Stale => f.write_str(
+                "STALE: the fencing token is not the current one; the command was not run",
+            ),
+            Error::Lost(loss) => loss.fmt(f),
+            Error::InvalidTtl(ttl) => write!(f, "ttl must be at least 1 ms, not {ttl:?}"),
+            Error::InvalidKeys(why) => write!(f, "a multi-key lease needs distinct keys: {why}"),
+            Error::NotLeaseKey(key) => {
+                write!(
+                    f,
+                    "{key:?} is not one of the lease's keys; nothing was sent"
+                )
+            }
+            Error::SharedWrite => {
+                f.write_str("a SHARED holder's token cannot fence a write command; nothing was run")
+            }
+            Error::AlreadyHeld(key) => write!(
+                f,
+                "{key:?} is already held by this client: use that lease or release it first"
+            ),
+            Error::Grace { remaining, reason } => write!(
+                f,
+                "the server is in a grace period ({reason}): no new lease for {} ms more",
+                remaining.as_millis()
+            ),
+            Error::Redis(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        if e.code() == Some("STALE") {
+            Error::Stale
+        } else if e
+            .detail()
+            .is_some_and(|d| d.contains("a SHARED holder's token cannot fence a write command"))
+        {
+            Error::SharedWrite
+        } else {
+            Error::Redis(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_maps_to_its_own_error() {
+        let e = redis::RedisError::from((redis::ErrorKind::Client, "x"));
+        assert!(matches!(Error::from(e), Error::Redis(_)));
+    }
+}
