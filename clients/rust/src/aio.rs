@@ -16,7 +16,7 @@
 //!   releases it however the job ends (the guard's drop covers a panic, and
 //!   a `with_lease` future dropped before it finished).
 //!
-//! What to send and what a reply means is decided in `protocol.rs`, as for
+//! What to send and what a reply means is decided in `protocol/`, as for
 //! the sync API; this file only does the async I/O.
 //!
 //! Every call is bounded by a tokio timeout of its own (the redis crate's

@@ -109,7 +109,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stale_maps_to_its_own_error() {
+    fn a_redis_error_other_than_stale_stays_a_redis_error() {
         let e = redis::RedisError::from((redis::ErrorKind::Client, "x"));
         assert!(matches!(Error::from(e), Error::Redis(_)));
     }

@@ -1,6 +1,6 @@
 //! The blocking API: [`LeaseClient`], the [`Lease`] guard, its [`LossSignal`]
 //! and the client's watchdog thread. What to send and what a reply means is
-//! decided in `protocol.rs`; this file only does the blocking I/O.
+//! decided in `protocol/`; this file only does the blocking I/O.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
