@@ -241,13 +241,17 @@ deb-test:
 	@if bash tests/deb/install.sh --may-run; then $(MAKE) --no-print-directory deb && bash tests/deb/install.sh $(DEB); fi
 
 # Every server of the test matrix (Redis 7.0, Valkey 8.1, Valkey 9.1), one
-# after the other, each on its own fresh process: see bench/README.md.
+# after the other, each on its own fresh process: see bench/README.md. The
+# reports go to $(BENCH_DIR), out of git's sight; the committed copies in
+# bench/ are recorded runs (bench/README.md, "Recording a run").
+BENCH_DIR ?= $(CURDIR)/target/bench
 bench: deps servers build pyenv deps-bench node-deps
-	bash bench/run.sh
-	bash bench/quorum.sh
-	bash bench/multikey.sh
-	$(PYENV)/bin/python bench/pylock.py --module $(MODULE) > bench/PYLOCK.md && cat bench/PYLOCK.md
-	bash bench/node.sh
+	mkdir -p $(BENCH_DIR)
+	BENCH_DIR=$(BENCH_DIR) bash bench/run.sh
+	BENCH_DIR=$(BENCH_DIR) bash bench/quorum.sh
+	BENCH_DIR=$(BENCH_DIR) bash bench/multikey.sh
+	$(PYENV)/bin/python bench/pylock.py --module $(MODULE) > $(BENCH_DIR)/PYLOCK.md && cat $(BENCH_DIR)/PYLOCK.md
+	BENCH_DIR=$(BENCH_DIR) bash bench/node.sh
 
 clean:
 	$(CARGO) clean

@@ -8,13 +8,14 @@
 # and one round trip at a time, as RedissonMultiLock does). MULTIKEY_REPS (3)
 # interleaved runs of MULTIKEY_MS (2000) ms, medians shown; about 75 s. The
 # client is `handoff multikey <port>` (bench/src/multikey.rs). Writes
-# bench/MULTIKEY.md and prints it. Needs target/release (make build).
+# $BENCH_DIR/MULTIKEY.md (target/bench) and prints it. Needs target/release (make build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 MODULE=${BENCH_MODULE:-$ROOT/target/release/libredis_lease.so}
 SERVER=${REDIS7_SERVER:-redis-server}
-OUT=${MULTIKEY_OUT:-$ROOT/bench/MULTIKEY.md}
+OUT=${MULTIKEY_OUT:-${BENCH_DIR:-$ROOT/target/bench}/MULTIKEY.md}
+mkdir -p "$(dirname "$OUT")"
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 case $TARGET_DIR in /*) ;; *) TARGET_DIR=$ROOT/$TARGET_DIR ;; esac
 HANDOFF=$TARGET_DIR/release/handoff

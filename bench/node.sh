@@ -6,13 +6,14 @@
 # quorum rows. Redis 7.0 (`redis-server` on PATH) with the release module,
 # no persistence. NODE_REPS (5) interleaved runs of BENCH_MS (2000) per
 # client, medians. Needs `make node-deps` (clients/node/node_modules) and
-# target/release (make build). Writes bench/NODE.md and prints it.
+# target/release (make build). Writes $BENCH_DIR/NODE.md (target/bench) and prints it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 MODULE=${BENCH_MODULE:-$ROOT/target/release/libredis_lease.so}
 SERVER=${REDIS7_SERVER:-redis-server}
-OUT=${NODE_OUT:-$ROOT/bench/NODE.md}
+OUT=${NODE_OUT:-${BENCH_DIR:-$ROOT/target/bench}/NODE.md}
+mkdir -p "$(dirname "$OUT")"
 DIR=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }

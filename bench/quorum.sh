@@ -7,7 +7,7 @@
 # one after the other for QUORUM_MS (3000), QUORUM_REPS (3) interleaved runs
 # of each client, medians shown. The helpers commit the token
 # (two round trips where the peers make one) and give a fencing token the
-# peers do not. Writes bench/QUORUM.md and prints it. Needs `make
+# peers do not. Writes $BENCH_DIR/QUORUM.md (target/bench) and prints it. Needs `make
 # deps-bench` (the npm packages under .tools/bench-node, pottery in the
 # pyenv) and target/release (make build, the bench client).
 set -euo pipefail
@@ -16,7 +16,8 @@ ROOT=$PWD
 MODULE=${BENCH_MODULE:-$ROOT/target/release/libredis_lease.so}
 SERVER=${REDIS7_SERVER:-redis-server}
 PYTHON=${BENCH_PYTHON:-$ROOT/.tools/pyenv/bin/python}
-OUT=${QUORUM_OUT:-$ROOT/bench/QUORUM.md}
+OUT=${QUORUM_OUT:-${BENCH_DIR:-$ROOT/target/bench}/QUORUM.md}
+mkdir -p "$(dirname "$OUT")"
 HANDOFF=${CARGO_TARGET_DIR:-$ROOT/target}/release/handoff
 DIR=$(mktemp -d)
 PIDS=()

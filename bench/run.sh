@@ -3,7 +3,7 @@
 # servers' native commands, on each server of the test matrix (Redis 7.0,
 # Valkey 8.1, Valkey 9.1), one after the other, each on its own fresh server
 # process started here (ratios are compared within one server's run only).
-# Writes bench/RESULTS.md (one section per server, and a summary of the
+# Writes $BENCH_DIR/RESULTS.md (target/bench; one section per server, and a summary of the
 # targets of issue 15) and prints it. See bench/README.md: its "Knobs"
 # section lists every environment variable of this script, of crowded.sh
 # and of the bench client (bench/src/, the binary `handoff`), with defaults.
@@ -12,7 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 MODULE=${BENCH_MODULE:-$ROOT/target/release/libredis_lease.so}
-OUT=${BENCH_OUT:-$ROOT/bench/RESULTS.md}
+OUT=${BENCH_OUT:-${BENCH_DIR:-$ROOT/target/bench}/RESULTS.md}
+mkdir -p "$(dirname "$OUT")"
 # The bench client (the crate in bench/, package redis-lease-bench), where
 # cargo puts it: under CARGO_TARGET_DIR if set (relative: to the project
 # root), else under target/.
@@ -102,7 +103,7 @@ fi
 
 # --- one server (BENCH_ONE=1, run by the matrix above) -----------------------
 SERVER_BIN=${REDIS_SERVER:-redis-server}
-SECTION=${BENCH_SECTION:-$ROOT/bench/RESULTS.md}
+SECTION=${BENCH_SECTION:-${BENCH_DIR:-$ROOT/target/bench}/RESULTS.md}
 KV=${BENCH_KV:-}
 MEM_BARE=${BENCH_MEM_BARE:-100000}
 N=${BENCH_N:-100000}
