@@ -49,18 +49,10 @@ use rand::{RngExt, SeedableRng};
 // ---------------------------------------------------------------------------
 // Small helpers.
 
-fn grace_remaining(c: &mut redis::Connection) -> i64 {
-    info_int(c, "lease_grace_remaining_ms")
-}
-
-fn grace_reason(c: &mut redis::Connection) -> String {
-    info_field(c, "lease_grace_reason").expect("lease_grace_reason")
-}
-
 /// Waits (up to `within`) until `s` runs no grace period.
 fn wait_grace_over(s: &Server, within: Duration) -> bool {
     let mut c = s.conn();
-    wait_until(within, || grace_remaining(&mut c) == 0)
+    wait_until(within, || grace::remaining(&mut c) == 0)
 }
 
 fn ms(d: Duration) -> u128 {
@@ -171,8 +163,8 @@ full_suite! {
         );
         let promoted_seen = Instant::now();
         let info_sent = Instant::now();
-        let remaining = grace_remaining(&mut r);
-        let reason = grace_reason(&mut r);
+        let remaining = grace::remaining(&mut r);
+        let reason = grace::reason(&mut r);
         println!(
             "{kind:?} cluster: promoted {} ms after the kill; grace remaining {remaining} ms, reason {reason}",
             ms(promoted_seen - killed)
@@ -205,8 +197,8 @@ full_suite! {
         // The masters that stayed put are not in a grace.
         for m in cluster.masters().iter().filter(|m| m.port != victim.port && m.port != replica.port) {
             let mut c = cluster.node_by_port(m.port).conn();
-            assert_eq!(grace_reason(&mut c), "none", "master {} (not promoted)", m.port);
-            assert_eq!(grace_remaining(&mut c), 0);
+            assert_eq!(grace::reason(&mut c), "none", "master {} (not promoted)", m.port);
+            assert_eq!(grace::remaining(&mut c), 0);
         }
 
         // The first grant on a fresh key comes when the grace ends.
@@ -241,8 +233,8 @@ full_suite! {
         // the intruders on held leases were contended, not refused.
         assert_eq!(info_int(&mut r, "lease_grace_refused"), refused + 2 + nulls);
         assert_eq!(info_int(&mut r, "lease_contended"), contended + held.len() as i64);
-        assert_eq!(grace_reason(&mut r), "none");
-        assert_eq!(grace_remaining(&mut r), 0);
+        assert_eq!(grace::reason(&mut r), "none");
+        assert_eq!(grace::remaining(&mut r), 0);
         assert!(first > max_before, "{first} after {max_before}");
         let mut newest = first;
         for k in fresh[2..].iter().chain([&held[last]]) {
@@ -1177,7 +1169,7 @@ fn sentinel_scenario(kind: Kind, p: Params) -> Outcome {
         let new_master = promoted.unwrap();
         let ni = d.node(new_master).expect("a node of ours was promoted");
         let mut c = d.server(ni).conn();
-        let grace_seen = (grace_remaining(&mut c), grace_reason(&mut c));
+        let grace_seen = (grace::remaining(&mut c), grace::reason(&mut c));
         // The killed node comes back (on a new port, without data) as a
         // replica of the new master.
         let back = d.nodes[mi]
