@@ -46,19 +46,13 @@ mod report;
 #[path = "failover/workload.rs"]
 mod workload;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-
 use checker::{assert_alive_but, assert_graceless, assert_no_double_grant, strict_overlaps};
-use deployment::{Deployment, Failover, node_opts, serves_itself, start_sentinel};
+use deployment::{Deployment, Failover, node_opts, serves_itself};
 use report::report;
-use workload::{Counts, Holding, StopOnDrop, WORKERS, Worker, Write, so_far};
+use workload::{Counts, Holding, Workload, Write};
 
 // ---------------------------------------------------------------------------
 // Small helpers.
@@ -290,46 +284,7 @@ struct Outcome {
 /// replica Sentinel will promote (priority 1) was cut off for `p.cut`.
 fn sentinel_scenario(kind: Kind, p: Params) -> Outcome {
     let began = Instant::now();
-    let n0 = Server::start_with(kind, node_opts(&p, None));
-    let n1 = Server::start_with(kind, node_opts(&p, Some(n0.port)));
-    let n2 = Server::start_with(kind, node_opts(&p, Some(n0.port)));
-    let dir = n0.dir.clone();
-    let sentinels: Vec<Sentinel> = (0..3)
-        .map(|i| start_sentinel(kind, &dir, i, n0.port))
-        .collect();
-    let mut d = Deployment {
-        sentinels,
-        nodes: vec![Some(n0), Some(n1), Some(n2)],
-    };
-    // INFO every second (not ten), so replicas restarted on a new port and
-    // changed priorities are known at once; PING every 200 ms, under
-    // down-after-milliseconds (1000): at 1000 a sentinel that just switched
-    // to the new master can find it "down" before its first PING (the switch
-    // resets the link as if a PING were pending) and fail over again. A
-    // TILT (the sentinel's timer saw a gap of over 2 s: a stalled machine or
-    // a clock step) lasts 5 s, not 30.
-    for s in &d.sentinels {
-        let mut c = s.conn().expect("sentinel");
-        for (name, value) in [
-            ("info-period", "1000"),
-            ("ping-period", "200"),
-            ("tilt-period", "5000"),
-        ] {
-            let _: () = redis::cmd("SENTINEL")
-                .arg("DEBUG")
-                .arg(name)
-                .arg(value)
-                .query(&mut c)
-                .expect("SENTINEL DEBUG");
-        }
-    }
-    assert!(
-        wait_until(Duration::from_secs(15), || d
-            .sentinels
-            .iter()
-            .all(|s| s.other_sentinels() == 2)),
-        "the sentinels never found each other"
-    );
+    let mut d = Deployment::start(kind, &p);
     let mut master = d.settle(&[]);
     // The start grace (a first start) is over before the load begins: on
     // the replicas at once (a replica drops it), on the master once it has
@@ -341,35 +296,8 @@ fn sentinel_scenario(kind: Kind, p: Params) -> Outcome {
         ));
     }
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let _stop_guard = StopOnDrop(stop.clone());
     let sentinel_ports: Vec<u16> = d.sentinels.iter().map(|s| s.port).collect();
-    let holdings: Arc<Mutex<Vec<Holding>>> = Arc::default();
-    let writes: Arc<Mutex<Vec<Write>>> = Arc::default();
-    let open: Arc<Mutex<Vec<Option<Holding>>>> = Arc::new(Mutex::new(vec![None; WORKERS]));
-    let workers: Vec<_> = (0..WORKERS)
-        .map(|id| {
-            let stop = stop.clone();
-            let sentinels = sentinel_ports.clone();
-            let (holdings, writes, open) = (holdings.clone(), writes.clone(), open.clone());
-            thread::spawn(move || {
-                let mut w = Worker {
-                    id,
-                    sentinel_conns: sentinels.iter().map(|_| None).collect(),
-                    sentinels,
-                    conns: HashMap::new(),
-                    rng: StdRng::seed_from_u64(now_ms() as u64 ^ ((id as u64) << 40)),
-                    counts: Counts::default(),
-                    holdings,
-                    writes,
-                    open,
-                    ops: 0,
-                };
-                w.run(p, &stop);
-                w.counts
-            })
-        })
-        .collect();
+    let work = Workload::start(p, &sentinel_ports);
 
     let mut failovers = Vec::new();
     // Load runs from here, and again from the end of each grace.
@@ -377,7 +305,7 @@ fn sentinel_scenario(kind: Kind, p: Params) -> Outcome {
     for kill in 0..p.kills + p.more_kills {
         // Past the planned kills, go on only until the checker has found two
         // holders at once (the staging shows it can fail).
-        if kill >= p.kills && !strict_overlaps(&so_far(&holdings, &open)).is_empty() {
+        if kill >= p.kills && !strict_overlaps(&work.so_far()).is_empty() {
             break;
         }
         let mi = d.node(master).expect("the master is ours");
@@ -455,13 +383,7 @@ fn sentinel_scenario(kind: Kind, p: Params) -> Outcome {
         });
     }
     thread::sleep(p.tail);
-    stop.store(true, Ordering::Relaxed);
-    let mut counts = Counts::default();
-    for w in workers {
-        counts.add(&w.join().expect("a worker panicked"));
-    }
-    let holdings = std::mem::take(&mut *holdings.lock().unwrap());
-    let writes = std::mem::take(&mut *writes.lock().unwrap());
+    let (counts, holdings, writes) = work.stop();
     for n in d.nodes.iter_mut().flatten() {
         n.assert_alive("after the Sentinel scenario", false);
     }

@@ -1,8 +1,8 @@
 //! The deployments the failovers run on: which node of a Redis Cluster
 //! serves a slot, and the Sentinel deployment (`Deployment`: three
 //! sentinels, a master and two replicas with the module, `node_opts`),
-//! settled, a replica cut off, and each failover as the controller saw it
-//! (`Failover`).
+//! started, settled, a replica cut off, and each failover as the
+//! controller saw it (`Failover`).
 
 use std::path::Path;
 use std::thread;
@@ -37,7 +37,7 @@ pub(super) fn serves_itself(node: &Server, slot: i64) -> bool {
 
 /// Starts sentinel `index` watching `master_port` (as `mymaster`), its
 /// config file (which Sentinel rewrites) in `dir`.
-pub(super) fn start_sentinel(kind: Kind, dir: &Path, index: usize, master_port: u16) -> Sentinel {
+fn start_sentinel(kind: Kind, dir: &Path, index: usize, master_port: u16) -> Sentinel {
     Sentinel::start(kind, dir, index, "mymaster", |port, log| {
         format!(
             "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {}\nlogfile {}\n\
@@ -96,6 +96,52 @@ pub(super) struct Deployment {
 }
 
 impl Deployment {
+    /// Starts a master, two replicas and three sentinels, the sentinels
+    /// quick to notice changes; returns once they have found each other.
+    pub(super) fn start(kind: Kind, p: &Params) -> Deployment {
+        let n0 = Server::start_with(kind, node_opts(p, None));
+        let n1 = Server::start_with(kind, node_opts(p, Some(n0.port)));
+        let n2 = Server::start_with(kind, node_opts(p, Some(n0.port)));
+        let dir = n0.dir.clone();
+        let sentinels: Vec<Sentinel> = (0..3)
+            .map(|i| start_sentinel(kind, &dir, i, n0.port))
+            .collect();
+        let d = Deployment {
+            sentinels,
+            nodes: vec![Some(n0), Some(n1), Some(n2)],
+        };
+        // INFO every second (not ten), so replicas restarted on a new port
+        // and changed priorities are known at once; PING every 200 ms, under
+        // down-after-milliseconds (1000): at 1000 a sentinel that just
+        // switched to the new master can find it "down" before its first
+        // PING (the switch resets the link as if a PING were pending) and
+        // fail over again. A TILT (the sentinel's timer saw a gap of over
+        // 2 s: a stalled machine or a clock step) lasts 5 s, not 30.
+        for s in &d.sentinels {
+            let mut c = s.conn().expect("sentinel");
+            for (name, value) in [
+                ("info-period", "1000"),
+                ("ping-period", "200"),
+                ("tilt-period", "5000"),
+            ] {
+                let _: () = redis::cmd("SENTINEL")
+                    .arg("DEBUG")
+                    .arg(name)
+                    .arg(value)
+                    .query(&mut c)
+                    .expect("SENTINEL DEBUG");
+            }
+        }
+        assert!(
+            wait_until(Duration::from_secs(15), || d
+                .sentinels
+                .iter()
+                .all(|s| s.other_sentinels() == 2)),
+            "the sentinels never found each other"
+        );
+        d
+    }
+
     pub(super) fn node(&self, port: u16) -> Option<usize> {
         self.nodes
             .iter()

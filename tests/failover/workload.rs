@@ -1,7 +1,7 @@
-//! The workload of the Sentinel scenarios: four holders (`Worker`s) that
-//! find the master through Sentinel for every call and acquire, hold
-//! (fenced writes, renewals) and release leases on `KEYS` shared keys, and
-//! what they record of it (`Holding`, `Write`, `Counts`).
+//! The workload of the Sentinel scenarios (`Workload`): four holders
+//! (`Worker`s) that find the master through Sentinel for every call and
+//! acquire, hold (fenced writes, renewals) and release leases on `KEYS`
+//! shared keys, and what they record of it (`Holding`, `Write`, `Counts`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,15 +9,15 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rand::RngExt;
 use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 
 use super::Params;
 use crate::common::*;
 
 pub(super) const KEYS: usize = 3;
 
-pub(super) const WORKERS: usize = 4;
+const WORKERS: usize = 4;
 
 /// A worker's hard bounds, whatever the controller does.
 const WORKER_MAX_RUN: Duration = Duration::from_secs(120);
@@ -81,23 +81,23 @@ pub(super) struct Write {
 
 #[derive(Debug, Default, Clone)]
 pub(super) struct Counts {
-    pub(super) acquire_sent: u64,
+    acquire_sent: u64,
     pub(super) granted: u64,
-    pub(super) null: u64,
-    pub(super) acquire_err: u64,
-    pub(super) renewed: u64,
-    pub(super) renew_zero: u64,
-    pub(super) fence_ok: u64,
-    pub(super) fence_stale: u64,
+    null: u64,
+    acquire_err: u64,
+    renewed: u64,
+    renew_zero: u64,
+    fence_ok: u64,
+    fence_stale: u64,
     /// Errors while holding (retried).
-    pub(super) hold_err: u64,
-    pub(super) released: u64,
-    pub(super) release_zero: u64,
-    pub(super) release_err: u64,
+    hold_err: u64,
+    released: u64,
+    release_zero: u64,
+    release_err: u64,
 }
 
 impl Counts {
-    pub(super) fn add(&mut self, o: &Counts) {
+    fn add(&mut self, o: &Counts) {
         self.acquire_sent += o.acquire_sent;
         self.granted += o.granted;
         self.null += o.null;
@@ -123,19 +123,19 @@ enum Reply {
 
 /// A holder: finds the master through Sentinel for every call, keeps a
 /// connection per master.
-pub(super) struct Worker {
-    pub(super) id: usize,
-    pub(super) sentinels: Vec<u16>,
-    pub(super) sentinel_conns: Vec<Option<redis::Connection>>,
-    pub(super) conns: HashMap<u16, redis::Connection>,
-    pub(super) rng: StdRng,
-    pub(super) counts: Counts,
+struct Worker {
+    id: usize,
+    sentinels: Vec<u16>,
+    sentinel_conns: Vec<Option<redis::Connection>>,
+    conns: HashMap<u16, redis::Connection>,
+    rng: StdRng,
+    counts: Counts,
     /// Shared with the controller, which may look between failovers.
-    pub(super) holdings: Arc<Mutex<Vec<Holding>>>,
-    pub(super) writes: Arc<Mutex<Vec<Write>>>,
+    holdings: Arc<Mutex<Vec<Holding>>>,
+    writes: Arc<Mutex<Vec<Write>>>,
     /// The holding in progress of each worker (`end`: its deadline now).
-    pub(super) open: Arc<Mutex<Vec<Option<Holding>>>>,
-    pub(super) ops: u64,
+    open: Arc<Mutex<Vec<Option<Holding>>>>,
+    ops: u64,
 }
 
 impl Worker {
@@ -193,7 +193,7 @@ impl Worker {
         began.elapsed() < WORKER_MAX_RUN && self.ops < WORKER_MAX_OPS
     }
 
-    pub(super) fn run(&mut self, p: Params, stop: &AtomicBool) {
+    fn run(&mut self, p: Params, stop: &AtomicBool) {
         let began = Instant::now();
         let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) && self.bounded(began) {
@@ -374,7 +374,7 @@ fn master_from(c: &mut redis::Connection) -> Option<u16> {
 }
 
 /// Sets the flag on drop: the workers stop however the test ends.
-pub(super) struct StopOnDrop(pub(super) Arc<AtomicBool>);
+struct StopOnDrop(Arc<AtomicBool>);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
@@ -382,18 +382,80 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// The holdings so far: the ended ones, and those in progress as held
-/// until now (or their deadline, if that came first).
-pub(super) fn so_far(
-    ended: &Mutex<Vec<Holding>>,
-    open: &Mutex<Vec<Option<Holding>>>,
-) -> Vec<Holding> {
-    let now = Instant::now();
-    let mut all = ended.lock().unwrap().clone();
-    all.extend(open.lock().unwrap().iter().flatten().map(|h| {
-        let mut h = h.clone();
-        h.end = h.end.min(now);
-        h
-    }));
-    all
+/// The holders at work, `WORKERS` threads for the whole run, and what they
+/// record, shared with the controller.
+pub(super) struct Workload {
+    /// Set on drop too: the workers stop however the test ends.
+    stop: StopOnDrop,
+    holdings: Arc<Mutex<Vec<Holding>>>,
+    writes: Arc<Mutex<Vec<Write>>>,
+    open: Arc<Mutex<Vec<Option<Holding>>>>,
+    workers: Vec<thread::JoinHandle<Counts>>,
+}
+
+impl Workload {
+    /// Starts the holders; they find the master through the sentinels on
+    /// `sentinel_ports`.
+    pub(super) fn start(p: Params, sentinel_ports: &[u16]) -> Workload {
+        let stop = Arc::new(AtomicBool::new(false));
+        let holdings: Arc<Mutex<Vec<Holding>>> = Arc::default();
+        let writes: Arc<Mutex<Vec<Write>>> = Arc::default();
+        let open: Arc<Mutex<Vec<Option<Holding>>>> = Arc::new(Mutex::new(vec![None; WORKERS]));
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|id| {
+                let stop = stop.clone();
+                let sentinels = sentinel_ports.to_vec();
+                let (holdings, writes, open) = (holdings.clone(), writes.clone(), open.clone());
+                thread::spawn(move || {
+                    let mut w = Worker {
+                        id,
+                        sentinel_conns: sentinels.iter().map(|_| None).collect(),
+                        sentinels,
+                        conns: HashMap::new(),
+                        rng: StdRng::seed_from_u64(now_ms() as u64 ^ ((id as u64) << 40)),
+                        counts: Counts::default(),
+                        holdings,
+                        writes,
+                        open,
+                        ops: 0,
+                    };
+                    w.run(p, &stop);
+                    w.counts
+                })
+            })
+            .collect();
+        Workload {
+            stop: StopOnDrop(stop),
+            holdings,
+            writes,
+            open,
+            workers,
+        }
+    }
+
+    /// The holdings so far: the ended ones, and those in progress as held
+    /// until now (or their deadline, if that came first).
+    pub(super) fn so_far(&self) -> Vec<Holding> {
+        let now = Instant::now();
+        let mut all = self.holdings.lock().unwrap().clone();
+        all.extend(self.open.lock().unwrap().iter().flatten().map(|h| {
+            let mut h = h.clone();
+            h.end = h.end.min(now);
+            h
+        }));
+        all
+    }
+
+    /// Stops the holders and waits for them: their counts, summed, the
+    /// holdings and the acknowledged fenced writes.
+    pub(super) fn stop(self) -> (Counts, Vec<Holding>, Vec<Write>) {
+        self.stop.0.store(true, Ordering::Relaxed);
+        let mut counts = Counts::default();
+        for w in self.workers {
+            counts.add(&w.join().expect("a worker panicked"));
+        }
+        let holdings = std::mem::take(&mut *self.holdings.lock().unwrap());
+        let writes = std::mem::take(&mut *self.writes.lock().unwrap());
+        (counts, holdings, writes)
+    }
 }
