@@ -443,16 +443,13 @@ pub fn on_multikey(ctx: Ctx, slot: Slot, id: u64) {
     let mut views = Vec::with_capacity(slots.len());
     for (s, n) in slots.iter().zip(&names) {
         let mut r = Reader::open(ctx, n.as_str());
-        if let Ok(record) = r.record() {
-            views.push(multikey::key_view(
-                record,
-                &waiter.owner,
-                false,
-                now,
-                None,
-                early_of(s),
-            ));
-        }
+        views.push(match r.record() {
+            Ok(record) => multikey::key_view(record, &waiter.owner, false, now, None, early_of(s)),
+            // Another type: not taken by a lease; the write gate below
+            // reads it again and answers WRONGTYPE. One view per key, so
+            // that a re-check names the right key.
+            Err(_) => multikey::key_view(None, &waiter.owner, false, now, None, None),
+        });
     }
     if let Some(rechecks) = multikey::still_taken(&views) {
         return arm_rechecks(&slots, &rechecks);
