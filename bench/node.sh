@@ -16,7 +16,13 @@ OUT=${NODE_OUT:-${BENCH_DIR:-$ROOT/target/bench}/NODE.md}
 mkdir -p "$(dirname "$OUT")"
 DIR=$(mktemp -d)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
+# The servers write their shutdown marks into $DIR as they exit: wait for
+# them before removing it.
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$DIR"
+}
 trap cleanup EXIT
 
 (cd clients/node && npm run --silent build)

@@ -21,7 +21,13 @@ mkdir -p "$(dirname "$OUT")"
 HANDOFF=${CARGO_TARGET_DIR:-$ROOT/target}/release/handoff
 DIR=$(mktemp -d)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
+# The servers write their shutdown marks into $DIR as they exit: wait for
+# them before removing it.
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$DIR"
+}
 trap cleanup EXIT
 
 free_port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
