@@ -2,7 +2,7 @@
 //! argument it refuses, so every error tells the client what is wrong.
 
 use super::error::{LeaseError, printable};
-use super::limits::{MAX_KEYS, MAX_LIMIT, MAX_MS, MAX_TOKEN, MIN_LIMIT, owner_ok};
+use super::limits::{MAX_KEYS, MAX_LIMIT, MAX_MS, MAX_TOKEN, MIN_LIMIT, label_ok, owner_ok};
 use super::mode::{HoldersMode, Mode};
 
 /// Parses an integer the way Redis does (`string2ll`): optional `-`, digits,
@@ -87,6 +87,15 @@ pub fn check_owner(owner: &[u8]) -> Result<&[u8], LeaseError> {
     }
 }
 
+/// A `LABEL` (design.md S11): 1..=256 arbitrary bytes.
+pub fn check_label(label: &[u8]) -> Result<&[u8], LeaseError> {
+    match label.len() {
+        _ if label_ok(label) => Ok(label),
+        0 => Err(LeaseError::LabelEmpty),
+        n => Err(LeaseError::LabelTooLong(n)),
+    }
+}
+
 /// `ttl-ms`: 1..=max_ttl_ms (the `lease.max-ttl-ms` setting).
 pub fn parse_ttl(arg: &[u8], max_ttl_ms: i64) -> Result<i64, LeaseError> {
     parse_in_range(arg, "ttl-ms", 1, max_ttl_ms)
@@ -119,7 +128,7 @@ pub fn parse_limit(arg: &[u8]) -> Result<u32, LeaseError> {
 
 /// The options after `LEASE.ACQUIRE key owner ttl-ms`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct AcquireOptions {
+pub struct AcquireOptions<'a> {
     /// `BLOCK timeout-ms`: `Some(0)` waits forever.
     pub block_ms: Option<i64>,
     /// `LIMIT n`, `SHARED`, or neither (exclusive).
@@ -128,12 +137,14 @@ pub struct AcquireOptions {
     /// leases only; how far ahead it may be is checked against the clock
     /// where the acquire is decided (`decide::check_floor`).
     pub floor: Option<u64>,
+    /// `LABEL text` (design.md S11): the holding's public description.
+    pub label: Option<&'a [u8]>,
 }
 
 /// Parses the options of LEASE.ACQUIRE (case-insensitive names, each at
 /// most once; `LIMIT` and `SHARED` exclude each other, and `FLOOR` goes
 /// with neither).
-pub fn parse_acquire_options(opts: &[&[u8]]) -> Result<AcquireOptions, LeaseError> {
+pub fn parse_acquire_options<'a>(opts: &[&'a [u8]]) -> Result<AcquireOptions<'a>, LeaseError> {
     let mut out = AcquireOptions::default();
     let mut i = 0;
     while i < opts.len() {
@@ -169,6 +180,13 @@ pub fn parse_acquire_options(opts: &[&[u8]]) -> Result<AcquireOptions, LeaseErro
             let value = opts.get(i + 1).ok_or(LeaseError::MissingValue("FLOOR"))?;
             out.floor = Some(parse_in_range(value, "FLOOR", 1, MAX_TOKEN as i64)? as u64);
             i += 2;
+        } else if name.eq_ignore_ascii_case(b"LABEL") {
+            if out.label.is_some() {
+                return Err(LeaseError::RepeatedOption("LABEL"));
+            }
+            let value = opts.get(i + 1).ok_or(LeaseError::MissingValue("LABEL"))?;
+            out.label = Some(check_label(value)?);
+            i += 2;
         } else {
             return Err(LeaseError::UnknownOption(printable(name)));
         }
@@ -202,14 +220,15 @@ pub fn check_distinct(keys: &[&[u8]]) -> Result<(), LeaseError> {
 }
 
 /// The options after `LEASE.MACQUIRE numkeys key... owner ttl-ms`: only
-/// `BLOCK timeout-ms` (a multi-key lease is exclusive, and has no `FLOOR`).
-pub fn parse_macquire_options(opts: &[&[u8]]) -> Result<Option<i64>, LeaseError> {
+/// `BLOCK timeout-ms` and `LABEL text` (a multi-key lease is exclusive,
+/// and has no `FLOOR`).
+pub fn parse_macquire_options<'a>(opts: &[&'a [u8]]) -> Result<AcquireOptions<'a>, LeaseError> {
     let o = parse_acquire_options(opts)?;
     match (o.mode, o.floor) {
         (Mode::Limit(_), _) => Err(LeaseError::UnknownOption("LIMIT".into())),
         (Mode::Shared, _) => Err(LeaseError::UnknownOption("SHARED".into())),
         (_, Some(_)) => Err(LeaseError::UnknownOption("FLOOR".into())),
-        _ => Ok(o.block_ms),
+        _ => Ok(o),
     }
 }
 
@@ -361,6 +380,7 @@ mod tests {
                 block_ms: Some(100),
                 mode: Mode::Exclusive,
                 floor: None,
+                label: None,
             })
         );
         assert_eq!(
@@ -393,6 +413,7 @@ mod tests {
                 block_ms: Some(5),
                 mode: Mode::Shared,
                 floor: None,
+                label: None,
             })
         );
         assert_eq!(
@@ -500,8 +521,11 @@ mod tests {
             check_distinct(&[b"b", b"a", b"b"]),
             Err(LeaseError::DuplicateKey("b".into()))
         );
-        assert_eq!(parse_macquire_options(&[]), Ok(None));
-        assert_eq!(parse_macquire_options(&[b"block", b"5"]), Ok(Some(5)));
+        assert_eq!(parse_macquire_options(&[]).map(|o| o.block_ms), Ok(None));
+        assert_eq!(
+            parse_macquire_options(&[b"block", b"5"]).map(|o| o.block_ms),
+            Ok(Some(5))
+        );
         assert_eq!(
             parse_macquire_options(&[b"SHARED"]),
             Err(LeaseError::UnknownOption("SHARED".into()))

@@ -1,6 +1,8 @@
 //! The stored encoding's versions and the ways a stored value is refused.
 //! Every record starts with its version byte: 1 an exclusive lease
-//! (`exclusive.rs`), 2 a counting or shared lease (`holders.rs`).
+//! (`exclusive.rs`), 2 a counting or shared lease (`holders.rs`); 3 and 4
+//! the same with each holding's start and label (design.md S11), written
+//! only for a record that has a label or a start its token does not tell.
 
 use super::limits::MAX_AHEAD_MS;
 
@@ -8,8 +10,12 @@ use super::limits::MAX_AHEAD_MS;
 pub const LEASE_VERSION: u8 = 1;
 /// Record version of a holders record.
 pub const HOLDERS_VERSION: u8 = 2;
+/// Record version of an exclusive lease with its start and label.
+pub const LABELLED_LEASE_VERSION: u8 = 3;
+/// Record version of a holders record with each holder's start and label.
+pub const LABELLED_HOLDERS_VERSION: u8 = 4;
 /// The newest record version this build reads.
-pub const NEWEST_VERSION: u8 = HOLDERS_VERSION;
+pub const NEWEST_VERSION: u8 = LABELLED_HOLDERS_VERSION;
 
 /// Why a stored record could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]

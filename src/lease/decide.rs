@@ -98,17 +98,26 @@ pub fn release(current: Option<&Lease>, owner: &[u8], now_ms: i64) -> bool {
     live(current, now_ms).is_some_and(|l| l.is_held_by(owner))
 }
 
-/// What LEASE.INFO shows (never the owner).
+/// What LEASE.INFO shows of a holding (never the owner).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InfoView {
+pub struct InfoView<'a> {
     pub token: u64,
     pub ttl_ms: i64,
+    /// When the holding began (unix ms), and its label (design.md S11).
+    pub since_ms: i64,
+    pub label: Option<&'a [u8]>,
 }
 
-pub fn info(current: Option<&Lease>, now_ms: i64, key_expire_ms: Option<i64>) -> Option<InfoView> {
+pub fn info(
+    current: Option<&Lease>,
+    now_ms: i64,
+    key_expire_ms: Option<i64>,
+) -> Option<InfoView<'_>> {
     live(current, now_ms).map(|l| InfoView {
         token: l.token,
         ttl_ms: (ends_at(l, key_expire_ms) - now_ms).max(0),
+        since_ms: l.since_ms,
+        label: l.label(),
     })
 }
 
@@ -285,26 +294,35 @@ pub fn fence_record(
 
 /// What LEASE.INFO shows of a counting or shared lease (never an owner).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HoldersInfo {
+pub struct HoldersInfo<'a> {
     pub mode: HoldersMode,
     /// The newest holder's token.
     pub token: u64,
     /// Time to the latest deadline (or the key's expiry when earlier).
     pub ttl_ms: i64,
-    /// (token, ttl) of every live holder, sorted by token.
-    pub holders: Vec<(u64, i64)>,
+    /// Every live holder, sorted by token.
+    pub holders: Vec<InfoView<'a>>,
 }
 
 /// LEASE.INFO of a holders record at `now_ms`: its live holders only; `None`
 /// when none is live.
-pub fn holders_info(m: &Holders, now_ms: i64, key_expire_ms: Option<i64>) -> Option<HoldersInfo> {
+pub fn holders_info(
+    m: &Holders,
+    now_ms: i64,
+    key_expire_ms: Option<i64>,
+) -> Option<HoldersInfo<'_>> {
     let end = |deadline: i64| key_expire_ms.map_or(deadline, |e| e.min(deadline));
-    let holders: Vec<(u64, i64)> = m
+    let holders: Vec<InfoView<'_>> = m
         .holders()
         .filter(|h| h.is_live(now_ms))
-        .map(|h| (h.token, (end(h.deadline_ms) - now_ms).max(0)))
+        .map(|h| InfoView {
+            token: h.token,
+            ttl_ms: (end(h.deadline_ms) - now_ms).max(0),
+            since_ms: h.since_ms,
+            label: h.label.as_deref(),
+        })
         .collect();
-    let &(token, _) = holders.last()?;
+    let token = holders.last()?.token;
     let latest = m.latest_deadline()?;
     Some(HoldersInfo {
         mode: m.mode(),
@@ -331,7 +349,7 @@ mod tests {
     const NOW: i64 = 1_800_000_000_000;
 
     fn held(owner: &[u8], token: u64, deadline_ms: i64) -> Box<Lease> {
-        Lease::new(owner, token, deadline_ms)
+        Lease::plain(owner, token, deadline_ms)
     }
 
     #[test]
@@ -451,7 +469,9 @@ mod tests {
             info(Some(&cur), NOW + 40, None),
             Some(InfoView {
                 token: 77,
-                ttl_ms: 60
+                ttl_ms: 60,
+                since_ms: cur.since_ms,
+                label: None,
             })
         );
         assert_eq!(
@@ -499,11 +519,13 @@ mod holders_tests {
             owner: owner.as_ref().into(),
             token,
             deadline_ms,
+            since_ms: crate::lease::limits::since_of_token(token),
+            label: None,
         }
     }
 
     fn excl(owner: &str) -> Box<Lease> {
-        Lease::new(owner.as_bytes(), 5, NOW + 10)
+        Lease::plain(owner.as_bytes(), 5, NOW + 10)
     }
 
     fn sample() -> Holders {
@@ -681,10 +703,13 @@ mod holders_tests {
         let view = holders_info(&m, NOW + 10, None).unwrap();
         assert_eq!(view.mode, HoldersMode::Limit(3));
         assert_eq!((view.token, view.ttl_ms), (12, 90));
-        assert_eq!(view.holders, vec![(10, 90), (12, 40)]);
+        let shown = |v: &HoldersInfo| -> Vec<(u64, i64)> {
+            v.holders.iter().map(|h| (h.token, h.ttl_ms)).collect()
+        };
+        assert_eq!(shown(&view), vec![(10, 90), (12, 40)]);
         let view = holders_info(&m, NOW + 60, Some(NOW + 80)).unwrap();
         assert_eq!(
-            view.holders,
+            shown(&view),
             vec![(10, 20)],
             "the ended holder is not shown"
         );

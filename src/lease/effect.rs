@@ -1,4 +1,4 @@
-//! The effects: the module's replication language (effect version 3, see
+//! The effects: the module's replication language (effect version 4, see
 //! `versions.rs`). Every change to a lease key is one of these, with the
 //! exact tokens and absolute deadlines (design.md S3): the
 //! master decides, then commits the effect to its own key, to the
@@ -12,30 +12,35 @@
 
 use std::ffi::CStr;
 
-use super::args::{check_owner, parse_hold_mode, parse_token, parse_unix_ms};
+use super::args::{check_label, check_owner, parse_hold_mode, parse_token, parse_unix_ms};
 use super::error::LeaseError;
 use super::exclusive::Lease;
 use super::holders::{Holder, Holders};
+use super::limits::since_of_token;
 use super::mode::HoldersMode;
 use super::record::{Record, RecordMut, RecordRef};
 
 /// A change to one lease key, as it travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Effect<'a> {
-    /// `LEASE.APPLY key owner token deadline-ms`: an exclusive lease's full
-    /// state (an acquire, a re-acquire, a renewal, a hand-off).
+    /// `LEASE.APPLY key owner token deadline-ms [SINCE ms] [LABEL text]`:
+    /// an exclusive lease's full state (an acquire, a re-acquire, a
+    /// renewal, a hand-off). See `Facts` for `SINCE` and `LABEL`.
     Apply {
         owner: &'a [u8],
         token: u64,
         deadline_ms: i64,
+        facts: Facts<'a>,
     },
-    /// `LEASE.HOLD key owner token deadline-ms LIMIT n|SHARED`: one holder
-    /// of a counting or shared lease, added or updated.
+    /// `LEASE.HOLD key owner token deadline-ms LIMIT n|SHARED [SINCE ms]
+    /// [LABEL text]`: one holder of a counting or shared lease, added or
+    /// updated.
     Hold {
         mode: HoldersMode,
         owner: &'a [u8],
         token: u64,
         deadline_ms: i64,
+        facts: Facts<'a>,
     },
     /// `LEASE.DROP key owner`: one holder leaves (the key with the last).
     Drop { owner: &'a [u8] },
@@ -51,6 +56,33 @@ pub enum Effect<'a> {
     /// `PEXPIREAT key at-ms`: a holders record's key expiry set back to its
     /// latest deadline.
     ExpireAt { at_ms: i64 },
+}
+
+/// What a holding shows of itself (design.md S11): when it began, and its
+/// label. On the wire `SINCE ms` is written only when it differs from
+/// what the token tells (`limits::since_of_token`), and `LABEL text` only
+/// when the holding gets a label: applied without one, a holding keeps
+/// the label it has (the same owner with the same start: a renewal, a
+/// retry), and a new holding has none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts<'a> {
+    pub since_ms: i64,
+    pub label: Option<&'a [u8]>,
+}
+
+impl<'a> Facts<'a> {
+    /// A holding that began at `since_ms`, labelled `label` (or keeping
+    /// its label).
+    #[inline(always)]
+    pub fn new(since_ms: i64, label: Option<&'a [u8]>) -> Self {
+        Facts { since_ms, label }
+    }
+
+    /// A holding that began when `token` says, keeping its label (tests).
+    #[cfg(test)]
+    pub fn plain(token: u64) -> Self {
+        Facts::new(since_of_token(token), None)
+    }
 }
 
 /// The commands effects are written as, in `Effect` order (C strings: the
@@ -79,20 +111,39 @@ pub const VERSION: &CStr = c"LEASE.VERSION";
 
 /// Room for the decimal numbers of one effect's arguments.
 #[derive(Default)]
-pub struct Digits([[u8; 20]; 3]);
+pub struct Digits([[u8; 20]; 4]);
 
-/// The arguments of one effect after its key, at most five.
+/// The arguments of one effect after its key, at most nine.
 pub struct ArgList<'a> {
-    args: [&'a [u8]; 5],
+    args: [&'a [u8]; 9],
     len: usize,
 }
 
 impl<'a> ArgList<'a> {
     #[inline(always)]
     fn new<const N: usize>(list: [&'a [u8]; N]) -> Self {
-        let mut args: [&'a [u8]; 5] = [&[]; 5];
+        let mut args: [&'a [u8]; 9] = [&[]; 9];
         args[..N].copy_from_slice(&list);
         ArgList { args, len: N }
+    }
+
+    /// `SINCE ms` when the token does not tell it, `LABEL text` when given.
+    #[inline(always)]
+    fn facts(mut self, token: u64, facts: &Facts<'a>, digits: &'a mut [u8; 20]) -> Self {
+        if facts.since_ms != since_of_token(token) {
+            self.push(b"SINCE");
+            self.push(decimal(facts.since_ms, digits));
+        }
+        if let Some(label) = facts.label {
+            self.push(b"LABEL");
+            self.push(label);
+        }
+        self
+    }
+
+    fn push(&mut self, arg: &'a [u8]) {
+        self.args[self.len] = arg;
+        self.len += 1;
     }
 
     pub fn as_slice(&self) -> &[&'a [u8]] {
@@ -150,26 +201,41 @@ impl<'a> Effect<'a> {
         }
     }
 
-    /// The same effect naming `owner` instead (where it names one).
-    pub fn with_owner<'b>(&self, owner: &'b [u8]) -> Effect<'b> {
+    /// The label it gives, if any.
+    pub fn label(&self) -> Option<&'a [u8]> {
+        match *self {
+            Effect::Apply { facts, .. } | Effect::Hold { facts, .. } => facts.label,
+            _ => None,
+        }
+    }
+
+    /// The same effect naming `owner` and giving `label` instead (where it
+    /// names an owner).
+    pub fn with_bytes<'b>(&self, owner: &'b [u8], label: Option<&'b [u8]>) -> Effect<'b> {
         match *self {
             Effect::Apply {
-                token, deadline_ms, ..
+                token,
+                deadline_ms,
+                facts,
+                ..
             } => Effect::Apply {
                 owner,
                 token,
                 deadline_ms,
+                facts: Facts::new(facts.since_ms, label),
             },
             Effect::Hold {
                 mode,
                 token,
                 deadline_ms,
+                facts,
                 ..
             } => Effect::Hold {
                 mode,
                 owner,
                 token,
                 deadline_ms,
+                facts: Facts::new(facts.since_ms, label),
             },
             Effect::Drop { .. } => Effect::Drop { owner },
             Effect::Release { .. } => Effect::Release { owner },
@@ -183,33 +249,37 @@ impl<'a> Effect<'a> {
     /// `digits`).
     #[inline(always)]
     pub fn args<'s>(&'s self, digits: &'s mut Digits) -> ArgList<'s> {
-        let [a, b, c] = &mut digits.0;
-        match *self {
+        let [a, b, c, e] = &mut digits.0;
+        match self {
             Effect::Apply {
                 owner,
                 token,
                 deadline_ms,
-            } => ArgList::new([owner, decimal(token as i64, a), decimal(deadline_ms, b)]),
+                facts,
+            } => ArgList::new([owner, decimal(*token as i64, a), decimal(*deadline_ms, b)])
+                .facts(*token, facts, e),
             Effect::Hold {
                 mode,
                 owner,
                 token,
                 deadline_ms,
+                facts,
             } => {
-                let (t, d) = (decimal(token as i64, a), decimal(deadline_ms, b));
+                let (t, d) = (decimal(*token as i64, a), decimal(*deadline_ms, b));
                 match mode {
                     HoldersMode::Limit(n) => {
-                        ArgList::new([owner, t, d, b"LIMIT", decimal(n as i64, c)])
+                        ArgList::new([owner, t, d, b"LIMIT", decimal(*n as i64, c)])
                     }
                     HoldersMode::Shared => ArgList::new([owner, t, d, b"SHARED"]),
                 }
+                .facts(*token, facts, e)
             }
             Effect::Drop { owner } | Effect::Release { owner } => ArgList::new([owner]),
             Effect::Prune { deadline_ms, token } => {
-                ArgList::new([decimal(deadline_ms, a), decimal(token as i64, b)])
+                ArgList::new([decimal(*deadline_ms, a), decimal(*token as i64, b)])
             }
             Effect::Delete => ArgList::new([]),
-            Effect::ExpireAt { at_ms } => ArgList::new([decimal(at_ms, a)]),
+            Effect::ExpireAt { at_ms } => ArgList::new([decimal(*at_ms, a)]),
         }
     }
 
@@ -226,22 +296,33 @@ impl<'a> Effect<'a> {
         };
         Ok(match command {
             c if c == APPLY => {
-                arity(3, "lease.apply")?;
+                if args.len() < 3 {
+                    return Err(LeaseError::Arity("lease.apply"));
+                }
+                let token = parse_token(args[1])?;
                 Effect::Apply {
                     owner: check_owner(args[0])?,
-                    token: parse_token(args[1])?,
+                    token,
                     deadline_ms: parse_unix_ms(args[2], "deadline-ms")?,
+                    facts: parse_facts(token, &args[3..], "lease.apply")?,
                 }
             }
             c if c == HOLD => {
-                if args.len() != 4 && args.len() != 5 {
+                if args.len() < 4 {
                     return Err(LeaseError::Arity("lease.hold"));
                 }
+                let n = if args[3].eq_ignore_ascii_case(b"LIMIT") {
+                    5
+                } else {
+                    4
+                };
+                let token = parse_token(args[1])?;
                 Effect::Hold {
                     owner: check_owner(args[0])?,
-                    token: parse_token(args[1])?,
+                    token,
                     deadline_ms: parse_unix_ms(args[2], "deadline-ms")?,
-                    mode: parse_hold_mode(&args[3..])?,
+                    mode: parse_hold_mode(&args[3..n.min(args.len())])?,
+                    facts: parse_facts(token, &args[n.min(args.len())..], "lease.hold")?,
                 }
             }
             c if c == DROP => {
@@ -278,21 +359,42 @@ impl<'a> Effect<'a> {
                 owner,
                 token,
                 deadline_ms,
+                facts,
             } => {
                 match stored {
-                    // Its holder's lease: changed in place (one allocation
-                    // kept, no unlink).
-                    Stored::Record(RecordMut::Exclusive(l)) if l.is_held_by(owner) => {
+                    // Its holding, keeping its label or given the one it
+                    // has: changed in place (one allocation kept, no
+                    // unlink).
+                    Stored::Record(RecordMut::Exclusive(l))
+                        if l.is_held_by(owner)
+                            && l.since_ms == facts.since_ms
+                            && (facts.label.is_none() || facts.label == l.label()) =>
+                    {
                         l.token = token;
                         l.deadline_ms = deadline_ms;
                     }
                     // Any other value (another type, a holders record, another
-                    // owner's ended lease) is replaced: the master's state
+                    // holding, a new label) is replaced: the master's state
                     // wins.
                     other => {
+                        let label = match &other {
+                            Stored::Record(RecordMut::Exclusive(l))
+                                if facts.label.is_none()
+                                    && l.is_held_by(owner)
+                                    && l.since_ms == facts.since_ms =>
+                            {
+                                l.label()
+                            }
+                            _ => facts.label,
+                        };
                         change.delete = matches!(other, Stored::Other);
-                        change.store =
-                            Some(Record::Exclusive(Lease::new(owner, token, deadline_ms)));
+                        change.store = Some(Record::Exclusive(Lease::new(
+                            owner,
+                            token,
+                            deadline_ms,
+                            facts.since_ms,
+                            label,
+                        )));
                     }
                 }
                 change.expire_at = Some(deadline_ms);
@@ -303,19 +405,27 @@ impl<'a> Effect<'a> {
                 owner,
                 token,
                 deadline_ms,
+                facts,
             } => {
-                let holder = || Holder {
+                let holder = |kept: Option<Box<[u8]>>| Holder {
                     owner: owner.into(),
                     token,
                     deadline_ms,
+                    since_ms: facts.since_ms,
+                    label: facts.label.map(Into::into).or(kept),
                 };
                 match stored {
                     // A holder's renewal: its deadline moves in place.
                     Stored::Record(RecordMut::Holders(m))
                         if m.mode() == mode
-                            && m.holder(owner).is_some_and(|h| h.token == token) =>
+                            && m.holder(owner).is_some_and(|h| {
+                                h.token == token && h.since_ms == facts.since_ms
+                            }) =>
                     {
                         m.set_deadline(owner, deadline_ms);
+                        if let Some(label) = facts.label {
+                            m.set_label(owner, label);
+                        }
                         change.expire_at = m.latest_deadline();
                     }
                     Stored::Record(RecordMut::Holders(m)) if m.mode() == mode => {
@@ -330,13 +440,17 @@ impl<'a> Effect<'a> {
                         {
                             m.take_through(b.deadline_ms, b.token);
                         }
-                        m.put(holder());
+                        let kept = m
+                            .holder(owner)
+                            .filter(|h| h.since_ms == facts.since_ms)
+                            .and_then(|h| h.label.clone());
+                        m.put(holder(kept));
                         change.expire_at = m.latest_deadline();
                     }
                     other => {
                         change.delete = matches!(other, Stored::Other);
                         change.store =
-                            Some(Record::Holders(Box::new(Holders::with(mode, holder()))));
+                            Some(Record::Holders(Box::new(Holders::with(mode, holder(None)))));
                         change.expire_at = Some(deadline_ms);
                     }
                 }
@@ -385,9 +499,10 @@ impl<'a> Effect<'a> {
     pub fn of_record(record: RecordRef<'a>, now_ms: i64) -> Vec<Effect<'a>> {
         match record {
             RecordRef::Exclusive(l) => vec![Effect::Apply {
-                owner: &l.owner,
+                owner: l.owner(),
                 token: l.token,
                 deadline_ms: l.deadline_ms,
+                facts: Facts::new(l.since_ms, l.label()),
             }],
             RecordRef::Holders(m) => m
                 .holders()
@@ -397,6 +512,7 @@ impl<'a> Effect<'a> {
                     owner: &h.owner,
                     token: h.token,
                     deadline_ms: h.deadline_ms,
+                    facts: Facts::new(h.since_ms, h.label.as_deref()),
                 })
                 .collect(),
         }
@@ -409,6 +525,33 @@ impl<'a> Effect<'a> {
             Effect::Apply { token, .. } | Effect::Hold { token, .. } => Some(token),
             _ => None,
         }
+    }
+}
+
+/// `[SINCE ms] [LABEL text]` after an effect's fixed arguments.
+fn parse_facts<'a>(
+    token: u64,
+    words: &[&'a [u8]],
+    name: &'static str,
+) -> Result<Facts<'a>, LeaseError> {
+    let mut facts = Facts::new(since_of_token(token), None);
+    let mut rest = words;
+    if let [w, v, tail @ ..] = rest
+        && w.eq_ignore_ascii_case(b"SINCE")
+    {
+        facts.since_ms = parse_unix_ms(v, "SINCE")?;
+        rest = tail;
+    }
+    if let [w, v, tail @ ..] = rest
+        && w.eq_ignore_ascii_case(b"LABEL")
+    {
+        facts.label = Some(check_label(v)?);
+        rest = tail;
+    }
+    if rest.is_empty() {
+        Ok(facts)
+    } else {
+        Err(LeaseError::Arity(name))
     }
 }
 
@@ -431,7 +574,7 @@ impl Announce {
     }
 
     pub fn args<'s>(&self, digits: &'s mut Digits) -> ArgList<'s> {
-        let [a, b, _] = &mut digits.0;
+        let [a, b, _, _] = &mut digits.0;
         match *self {
             Announce::Clock { last } => ArgList::new([decimal(last as i64, a)]),
             Announce::Version { effects, records } => {
@@ -539,18 +682,21 @@ mod tests {
                 owner: b"me\0\xff",
                 token: 1_839_225_399_109_632,
                 deadline_ms: NOW,
+                facts: Facts::plain(1_839_225_399_109_632),
             },
             Effect::Hold {
                 mode: HoldersMode::Limit(100_000),
                 owner: b"w",
                 token: 7,
                 deadline_ms: NOW + 1,
+                facts: Facts::plain(7),
             },
             Effect::Hold {
                 mode: HoldersMode::Shared,
                 owner: b"r",
                 token: 9,
                 deadline_ms: NOW + 2,
+                facts: Facts::plain(9),
             },
             Effect::Drop { owner: b"x" },
             Effect::Prune {
@@ -584,6 +730,107 @@ mod tests {
         }
     }
 
+    /// `SINCE` is written only when the token does not tell it, `LABEL`
+    /// only when given; both read back.
+    #[test]
+    fn since_and_label_travel_only_when_needed() {
+        let token = (NOW as u64) * 1024 + 3;
+        let plain = Effect::Apply {
+            owner: b"o",
+            token,
+            deadline_ms: NOW + 10,
+            facts: Facts::new(NOW, None),
+        };
+        let mut digits = Digits::default();
+        assert_eq!(plain.args(&mut digits).as_slice().len(), 3, "as before");
+        let labelled = [
+            Effect::Apply {
+                owner: b"o",
+                token,
+                deadline_ms: NOW + 10,
+                facts: Facts::new(NOW - 5, Some(b"worker 7\0\xff")),
+            },
+            Effect::Hold {
+                mode: HoldersMode::Limit(3),
+                owner: b"w",
+                token,
+                deadline_ms: NOW + 1,
+                facts: Facts::new(NOW, Some(b"w")),
+            },
+            Effect::Hold {
+                mode: HoldersMode::Shared,
+                owner: b"r",
+                token,
+                deadline_ms: NOW + 1,
+                facts: Facts::new(NOW - 1, None),
+            },
+        ];
+        let lens = [7, 7, 6];
+        for (e, len) in labelled.into_iter().zip(lens) {
+            let mut digits = Digits::default();
+            let args = e.args(&mut digits);
+            assert_eq!(args.as_slice().len(), len, "{e:?}");
+            assert_eq!(Effect::parse(e.command(), args.as_slice()), Ok(e), "{e:?}");
+        }
+        assert!(Effect::parse(APPLY, &[b"o", b"1", b"2", b"LABEL", b""]).is_err());
+        assert!(Effect::parse(APPLY, &[b"o", b"1", b"2", b"LABEL", b"a", b"SINCE", b"1"]).is_err());
+        assert!(Effect::parse(HOLD, &[b"o", b"1", b"2", b"SHARED", b"SINCE"]).is_err());
+    }
+
+    /// A holding applied without `LABEL` keeps its label while it is the
+    /// same holding (a renewal, a retry); a new holding starts without
+    /// one; `LABEL` replaces it.
+    #[test]
+    fn a_holding_keeps_its_label_until_it_ends_or_gets_another() {
+        let apply = |token: u64, since_ms: i64, label: Option<&'static [u8]>| Effect::Apply {
+            owner: b"o",
+            token,
+            deadline_ms: NOW + 10,
+            facts: Facts::new(since_ms, label),
+        };
+        let stored = |c: Change| match c.store {
+            Some(Record::Exclusive(l)) => l,
+            other => panic!("{other:?}"),
+        };
+        let mut l = stored(apply(5, NOW, Some(b"one")).apply(Stored::Nothing));
+        assert_eq!((l.label(), l.since_ms), (Some(b"one".as_slice()), NOW));
+        // A renewal: in place, label kept.
+        let c = apply(5, NOW, None).apply(Stored::Record(RecordMut::Exclusive(&mut l)));
+        assert!(c.store.is_none());
+        assert_eq!(l.label(), Some(b"one".as_slice()));
+        // A retry with another label.
+        let mut l =
+            stored(apply(5, NOW, Some(b"two")).apply(Stored::Record(RecordMut::Exclusive(&mut l))));
+        assert_eq!(l.label(), Some(b"two".as_slice()));
+        // The same owner's new holding (another start): no label.
+        let l =
+            stored(apply(9, NOW + 20, None).apply(Stored::Record(RecordMut::Exclusive(&mut l))));
+        assert_eq!((l.label(), l.since_ms, l.token), (None, NOW + 20, 9));
+        // Holders alike.
+        let hold = |token: u64, since_ms: i64, label: Option<&'static [u8]>| Effect::Hold {
+            mode: HoldersMode::Shared,
+            owner: b"r",
+            token,
+            deadline_ms: NOW + 10,
+            facts: Facts::new(since_ms, label),
+        };
+        let mut m = Holders::with(HoldersMode::Shared, holder(b"x", 1, NOW));
+        hold(5, NOW, Some(b"r1")).apply(Stored::Record(RecordMut::Holders(&mut m)));
+        hold(5, NOW, None).apply(Stored::Record(RecordMut::Holders(&mut m)));
+        assert_eq!(
+            m.holder(b"r").unwrap().label.as_deref(),
+            Some(b"r1".as_slice())
+        );
+        hold(5, NOW, Some(b"r2")).apply(Stored::Record(RecordMut::Holders(&mut m)));
+        assert_eq!(
+            m.holder(b"r").unwrap().label.as_deref(),
+            Some(b"r2".as_slice())
+        );
+        hold(8, NOW + 3, None).apply(Stored::Record(RecordMut::Holders(&mut m)));
+        let h = m.holder(b"r").unwrap();
+        assert_eq!((h.label.as_deref(), h.since_ms), (None, NOW + 3));
+    }
+
     #[test]
     fn bad_arguments_are_refused() {
         assert!(Effect::parse(APPLY, &[b"o", b"1"]).is_err());
@@ -600,6 +847,8 @@ mod tests {
             owner: owner.into(),
             token,
             deadline_ms,
+            since_ms: crate::lease::limits::since_of_token(token),
+            label: None,
         }
     }
 
@@ -610,9 +859,10 @@ mod tests {
             owner: b"a",
             token: 5,
             deadline_ms: NOW,
+            facts: Facts::plain(5),
         };
         let c = e.apply(Stored::Nothing);
-        assert_eq!(c.store, Some(Record::Exclusive(Lease::new(b"a", 5, NOW))));
+        assert_eq!(c.store, Some(Record::Exclusive(Lease::plain(b"a", 5, NOW))));
         assert_eq!((c.delete, c.expire_at, c.changed), (false, Some(NOW), true));
         assert!(e.apply(Stored::Other).delete);
         // HOLD into a record of its mode, and one of another mode.
@@ -622,6 +872,7 @@ mod tests {
             owner: b"b",
             token: 2,
             deadline_ms: NOW + 5,
+            facts: Facts::plain(2),
         };
         let c = hold.apply(Stored::Record(RecordMut::Holders(&mut m)));
         assert_eq!((c.store.is_none(), c.expire_at), (true, Some(NOW + 5)));
@@ -631,6 +882,7 @@ mod tests {
             owner: b"r",
             token: 3,
             deadline_ms: NOW,
+            facts: Facts::plain(3),
         };
         assert!(
             shared
@@ -648,7 +900,7 @@ mod tests {
         let c = Effect::Drop { owner: b"b" }.apply(Stored::Record(RecordMut::Holders(&mut m)));
         assert!(c.delete && c.changed);
         // RELEASE by owner alone, whatever the clock.
-        let mut l = Lease::new(b"a", 5, 1);
+        let mut l = Lease::plain(b"a", 5, 1);
         let c = Effect::Release { owner: b"a" }.apply(Stored::Record(RecordMut::Exclusive(&mut l)));
         assert!(c.delete);
         let c = Effect::Release { owner: b"z" }.apply(Stored::Record(RecordMut::Exclusive(&mut l)));
@@ -668,6 +920,7 @@ mod tests {
             owner,
             token,
             deadline_ms: NOW + 20,
+            facts: Facts::plain(token),
         };
         hold(b"c", 3).apply(Stored::Record(RecordMut::Holders(&mut m)));
         let owners: Vec<&[u8]> = m.holders().map(|h| &*h.owner).collect();
@@ -679,14 +932,32 @@ mod tests {
     }
 
     #[test]
+    fn a_labelled_record_is_rewritten_with_its_since_and_label() {
+        let l = Lease::new(b"a", 5, NOW, NOW - 7, Some(b"job 1"));
+        let effects = Effect::of_record(RecordRef::Exclusive(&l), NOW);
+        let c = effects[0].apply(Stored::Nothing);
+        assert_eq!(c.store, Some(Record::Exclusive(l)));
+        let mut m = Holders::new(HoldersMode::Limit(2));
+        m.put(Holder {
+            label: Some(b"h".as_slice().into()),
+            since_ms: NOW - 3,
+            ..holder(b"a", 1, NOW + 1)
+        });
+        let effects = Effect::of_record(RecordRef::Holders(&m), NOW);
+        let c = effects[0].apply(Stored::Nothing);
+        assert_eq!(c.store, Some(Record::Holders(Box::new(m))));
+    }
+
+    #[test]
     fn a_record_is_rewritten_as_the_effects_that_rebuild_it() {
-        let l = Lease::new(b"a", 5, NOW);
+        let l = Lease::plain(b"a", 5, NOW);
         assert_eq!(
             Effect::of_record(RecordRef::Exclusive(&l), NOW),
             [Effect::Apply {
                 owner: b"a",
                 token: 5,
-                deadline_ms: NOW
+                deadline_ms: NOW,
+                facts: Facts::plain(5),
             }]
         );
         let mut m = Holders::with(HoldersMode::Shared, holder(b"a", 1, NOW - 1));

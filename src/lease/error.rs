@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::limits::{MAX_LIMIT, MAX_OWNER_LEN};
+use super::limits::{MAX_LABEL_LEN, MAX_LIMIT, MAX_OWNER_LEN};
 use super::mode::Mode;
 
 /// What a malformed or refused call gets back. Each variant names the problem.
@@ -24,6 +24,10 @@ pub enum LeaseError {
     OwnerEmpty,
     /// The owner is longer than `MAX_OWNER_LEN` bytes.
     OwnerTooLong(usize),
+    /// `LABEL` with an empty text.
+    LabelEmpty,
+    /// `LABEL` longer than `MAX_LABEL_LEN` bytes.
+    LabelTooLong(usize),
     /// An option the command does not know.
     UnknownOption(String),
     /// An option given twice.
@@ -99,6 +103,12 @@ impl fmt::Display for LeaseError {
                 write!(f, "ERR {what} is out of range (must be {min}..{max})")
             }
             LeaseError::OwnerEmpty => write!(f, "ERR owner must not be empty"),
+            LeaseError::LabelEmpty => write!(f, "ERR LABEL must not be empty"),
+            LeaseError::LabelTooLong(len) => write!(
+                f,
+                "ERR LABEL is {len} bytes, longer than the {} allowed",
+                MAX_LABEL_LEN
+            ),
             LeaseError::OwnerTooLong(len) => write!(
                 f,
                 "ERR owner is {len} bytes, longer than the {} allowed",
@@ -231,6 +241,8 @@ mod tests {
             },
             LeaseError::OwnerEmpty,
             LeaseError::OwnerTooLong(300),
+            LeaseError::LabelEmpty,
+            LeaseError::LabelTooLong(300),
             LeaseError::UnknownOption("FOO".into()),
             LeaseError::RepeatedOption("BLOCK"),
             LeaseError::MissingValue("BLOCK"),

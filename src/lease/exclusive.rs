@@ -1,18 +1,25 @@
 //! An exclusive lease: the record of a key held by one owner, kept in one
-//! allocation (token, deadline and the owner inline), and its byte encoding
-//! (record version 1, unchanged since the first release).
+//! allocation (token, deadline, since, the owner and the label inline), and
+//! its byte encoding: record version 1 (unchanged since the first release)
+//! while the holding has no label and began when its token says, else
+//! version 3 (design.md S11).
 
 use super::clock::max_acceptable;
-use super::codec::{DecodeError, LEASE_VERSION, NEWEST_VERSION};
-use super::limits::{MAX_TOKEN, owner_ok};
+use super::codec::{DecodeError, LABELLED_LEASE_VERSION, LEASE_VERSION, NEWEST_VERSION};
+use super::limits::{MAX_TOKEN, label_ok, owner_ok, since_of_token};
 
-/// Fixed part of an encoded record: version, token, deadline, owner length.
+/// Fixed part of an encoded version 1 record: version, token, deadline,
+/// owner length.
 const HEADER_LEN: usize = 1 + 8 + 8 + 2;
+/// Fixed part of an encoded version 3 record: version, token, deadline,
+/// since, owner length (the label's length follows the owner).
+const LABELLED_HEADER_LEN: usize = 1 + 8 + 8 + 8 + 2;
 
-/// One held lease, kept in one allocation: token, deadline and the owner's
-/// bytes inline (`Lease::new` makes a `Box<Lease>`). A lease key's value is
-/// this box, so a lease costs the server one allocation of the module's
-/// besides its own wrapper (18 + owner bytes, rounded up to 8).
+/// One held lease, kept in one allocation: token, deadline, since and the
+/// owner's and the label's bytes inline (`Lease::new` makes a
+/// `Box<Lease>`). A lease key's value is this box, so a lease costs the
+/// server one allocation of the module's besides its own wrapper (28 +
+/// owner and label bytes, rounded up to 8).
 #[derive(Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct Lease {
@@ -20,49 +27,67 @@ pub struct Lease {
     pub token: u64,
     /// Absolute expiry, unix time in milliseconds.
     pub deadline_ms: i64,
-    /// `owner.len()`, kept inline so that the box can travel as a thin
-    /// pointer (`into_thin`, `from_thin`).
+    /// When this holding began, unix ms (a renewal or a retry keeps it).
+    pub since_ms: i64,
+    /// `owner.len() + label.len()`, kept inline so that the box can travel
+    /// as a thin pointer (`into_thin`, `from_thin`).
+    bytes_len: u16,
+    /// The owner's length; the label is the rest of `bytes`.
     owner_len: u16,
-    /// The holder's opaque id (1..=256 bytes, binary-safe).
-    pub owner: [u8],
+    /// The holder's opaque id (1..=256 bytes, binary-safe), then its label
+    /// (0..=256 bytes; none when empty).
+    bytes: [u8],
 }
 
-/// Where `owner_len` is in a `Lease` (`repr(C)`: after two 8-byte fields),
-/// and where the owner's bytes start (after the 2-byte length).
-const OWNER_LEN_AT: usize = 8 + 8;
-const OWNER_AT: usize = OWNER_LEN_AT + 2;
+/// Where `bytes_len` is in a `Lease` (`repr(C)`: after three 8-byte
+/// fields), and where the owner's bytes start (after the two lengths).
+const BYTES_LEN_AT: usize = 8 + 8 + 8;
+const BYTES_AT: usize = BYTES_LEN_AT + 2 + 2;
 
 impl Lease {
     /// A new lease, in one allocation.
     ///
     /// # Panics
-    /// On an owner longer than 65535 bytes (owners are at most 256).
-    pub fn new(owner: &[u8], token: u64, deadline_ms: i64) -> Box<Lease> {
-        let owner_len = u16::try_from(owner.len()).expect("an owner of at most 65535 bytes");
-        let layout = Self::layout(owner.len());
-        // SAFETY: `layout` has a non-zero size (at least OWNER_AT). Every
+    /// On an owner or a label longer than 65535 bytes together (each is at
+    /// most 256).
+    pub fn new(
+        owner: &[u8],
+        token: u64,
+        deadline_ms: i64,
+        since_ms: i64,
+        label: Option<&[u8]>,
+    ) -> Box<Lease> {
+        let label = label.unwrap_or_default();
+        let len = owner.len() + label.len();
+        let bytes_len = u16::try_from(len).expect("an owner and a label of at most 65535 bytes");
+        let owner_len = owner.len() as u16;
+        let layout = Self::layout(len);
+        // SAFETY: `layout` has a non-zero size (at least BYTES_AT). Every
         // field is written before the box exists; the pointer's metadata
-        // (the slice length) is the owner's length, so the box's layout
-        // (`Layout::for_value`: OWNER_AT + len rounded up to 8, align 8) is
-        // the one allocated here, and dropping the box frees it.
+        // (the slice length) is the owner's and the label's length, so the
+        // box's layout (`Layout::for_value`: BYTES_AT + len rounded up to 8,
+        // align 8) is the one allocated here, and dropping the box frees it.
         unsafe {
             let p = std::alloc::alloc(layout);
             if p.is_null() {
                 std::alloc::handle_alloc_error(layout);
             }
-            let fat = std::ptr::slice_from_raw_parts_mut(p, owner.len()) as *mut Lease;
+            let fat = std::ptr::slice_from_raw_parts_mut(p, len) as *mut Lease;
             std::ptr::addr_of_mut!((*fat).token).write(token);
             std::ptr::addr_of_mut!((*fat).deadline_ms).write(deadline_ms);
+            std::ptr::addr_of_mut!((*fat).since_ms).write(since_ms);
+            std::ptr::addr_of_mut!((*fat).bytes_len).write(bytes_len);
             std::ptr::addr_of_mut!((*fat).owner_len).write(owner_len);
-            std::ptr::addr_of_mut!((*fat).owner)
-                .cast::<u8>()
-                .copy_from_nonoverlapping(owner.as_ptr(), owner.len());
+            let at = std::ptr::addr_of_mut!((*fat).bytes).cast::<u8>();
+            at.copy_from_nonoverlapping(owner.as_ptr(), owner.len());
+            at.add(owner.len())
+                .copy_from_nonoverlapping(label.as_ptr(), label.len());
             Box::from_raw(fat)
         }
     }
 
-    fn layout(owner_len: usize) -> std::alloc::Layout {
-        std::alloc::Layout::from_size_align((OWNER_AT + owner_len).next_multiple_of(8), 8)
+    fn layout(len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align((BYTES_AT + len).next_multiple_of(8), 8)
             .expect("a small layout")
     }
 
@@ -77,15 +102,40 @@ impl Lease {
     /// `p` must come from `into_thin` and not have been freed.
     pub unsafe fn from_thin(p: *mut u8) -> *mut Lease {
         // SAFETY: by the contract `p` points at a live Lease, whose
-        // `owner_len` field is at OWNER_LEN_AT (2-byte aligned: the
+        // `bytes_len` field is at BYTES_LEN_AT (2-byte aligned: the
         // allocation is 8-byte aligned).
-        let len = unsafe { p.add(OWNER_LEN_AT).cast::<u16>().read() };
+        let len = unsafe { p.add(BYTES_LEN_AT).cast::<u16>().read() };
         std::ptr::slice_from_raw_parts_mut(p, len as usize) as *mut Lease
     }
 
     /// A copy in a new allocation.
     pub fn to_boxed(&self) -> Box<Lease> {
-        Lease::new(&self.owner, self.token, self.deadline_ms)
+        Lease::new(
+            self.owner(),
+            self.token,
+            self.deadline_ms,
+            self.since_ms,
+            self.label(),
+        )
+    }
+
+    /// A lease without a label that began when its token says (tests).
+    #[cfg(test)]
+    pub fn plain(owner: &[u8], token: u64, deadline_ms: i64) -> Box<Lease> {
+        Lease::new(owner, token, deadline_ms, since_of_token(token), None)
+    }
+
+    /// The holder's id.
+    #[inline(always)]
+    pub fn owner(&self) -> &[u8] {
+        &self.bytes[..self.owner_len as usize]
+    }
+
+    /// The holding's label, if it has one.
+    #[inline]
+    pub fn label(&self) -> Option<&[u8]> {
+        let label = &self.bytes[self.owner_len as usize..];
+        (!label.is_empty()).then_some(label)
     }
 }
 
@@ -103,13 +153,14 @@ impl Lease {
     }
 
     /// Is `owner` the holder of this lease?
+    #[inline(always)]
     pub fn is_held_by(&self, owner: &[u8]) -> bool {
-        self.owner == *owner
+        self.owner() == owner
     }
 
     /// Bytes of memory this record takes, for MEMORY USAGE.
     pub fn mem_usage(&self) -> usize {
-        Self::layout(self.owner.len()).size()
+        Self::layout(self.bytes.len()).size()
     }
 
     /// Refuses a stored record (RDB, RESTORE, MIGRATE) whose token is too far
@@ -126,37 +177,59 @@ impl Lease {
         Ok(())
     }
 
-    /// The versioned byte encoding used by RDB (and so DUMP/RESTORE, MIGRATE).
+    /// Does the encoding need version 3 (a label, or a start its token
+    /// does not tell)?
+    pub fn needs_labelled_version(&self) -> bool {
+        self.label().is_some() || self.since_ms != since_of_token(self.token)
+    }
+
+    /// The versioned byte encoding used by RDB (and so DUMP/RESTORE,
+    /// MIGRATE): version 1 when it can, else version 3.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER_LEN + self.owner.len());
-        out.push(LEASE_VERSION);
+        let owner = self.owner();
+        if !self.needs_labelled_version() {
+            let mut out = Vec::with_capacity(HEADER_LEN + owner.len());
+            out.push(LEASE_VERSION);
+            out.extend_from_slice(&self.token.to_le_bytes());
+            out.extend_from_slice(&self.deadline_ms.to_le_bytes());
+            out.extend_from_slice(&(owner.len() as u16).to_le_bytes());
+            out.extend_from_slice(owner);
+            return out;
+        }
+        let label = self.label().unwrap_or_default();
+        let mut out = Vec::with_capacity(LABELLED_HEADER_LEN + 2 + self.bytes.len());
+        out.push(LABELLED_LEASE_VERSION);
         out.extend_from_slice(&self.token.to_le_bytes());
         out.extend_from_slice(&self.deadline_ms.to_le_bytes());
-        out.extend_from_slice(&(self.owner.len() as u16).to_le_bytes());
-        out.extend_from_slice(&self.owner);
+        out.extend_from_slice(&self.since_ms.to_le_bytes());
+        out.extend_from_slice(&(owner.len() as u16).to_le_bytes());
+        out.extend_from_slice(owner);
+        out.extend_from_slice(&(label.len() as u16).to_le_bytes());
+        out.extend_from_slice(label);
         out
     }
 
     /// Decodes what `encode` wrote; any other input is refused, never trusted.
     pub fn decode(bytes: &[u8]) -> Result<Box<Lease>, DecodeError> {
-        let (&version, rest) = bytes.split_first().ok_or(DecodeError::Truncated)?;
+        let mut r = Reader(bytes);
+        let version = r.u8()?;
         if version > NEWEST_VERSION {
             return Err(DecodeError::FutureVersion(version));
         }
-        if version != LEASE_VERSION {
+        if version != LEASE_VERSION && version != LABELLED_LEASE_VERSION {
             return Err(DecodeError::Invalid("encoding version"));
         }
-        if rest.len() < HEADER_LEN - 1 {
-            return Err(DecodeError::Truncated);
-        }
-        let token = u64::from_le_bytes(rest[0..8].try_into().expect("8 bytes"));
-        let deadline_ms = i64::from_le_bytes(rest[8..16].try_into().expect("8 bytes"));
-        let owner_len = u16::from_le_bytes(rest[16..18].try_into().expect("2 bytes")) as usize;
-        let owner = &rest[18..];
-        if owner.len() < owner_len {
-            return Err(DecodeError::Truncated);
-        }
-        if owner.len() > owner_len {
+        let labelled = version == LABELLED_LEASE_VERSION;
+        let token = r.u64()?;
+        let deadline_ms = r.u64()? as i64;
+        let since_ms = if labelled {
+            r.u64()? as i64
+        } else {
+            since_of_token(token)
+        };
+        let owner = r.bytes()?;
+        let label = if labelled { r.bytes()? } else { &[] };
+        if !r.0.is_empty() {
             return Err(DecodeError::TrailingBytes);
         }
         if !owner_ok(owner) {
@@ -168,7 +241,51 @@ impl Lease {
         if deadline_ms <= 0 {
             return Err(DecodeError::Invalid("deadline"));
         }
-        Ok(Lease::new(owner, token, deadline_ms))
+        if labelled && (since_ms <= 0 || since_ms > deadline_ms) {
+            return Err(DecodeError::Invalid("since"));
+        }
+        if labelled && !label.is_empty() && !label_ok(label) {
+            return Err(DecodeError::Invalid("label"));
+        }
+        let label = (!label.is_empty()).then_some(label);
+        Ok(Lease::new(owner, token, deadline_ms, since_ms, label))
+    }
+}
+
+/// Reads the fields of an encoded record, refusing a short one.
+pub(super) struct Reader<'b>(pub(super) &'b [u8]);
+
+impl<'b> Reader<'b> {
+    fn take(&mut self, n: usize) -> Result<&'b [u8], DecodeError> {
+        if self.0.len() < n {
+            return Err(DecodeError::Truncated);
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    pub(super) fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+    pub(super) fn u16(&mut self) -> Result<u16, DecodeError> {
+        Ok(u16::from_le_bytes(
+            self.take(2)?.try_into().expect("2 bytes"),
+        ))
+    }
+    pub(super) fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    pub(super) fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+    /// A 2-byte length, then that many bytes.
+    pub(super) fn bytes(&mut self) -> Result<&'b [u8], DecodeError> {
+        let n = self.u16()? as usize;
+        self.take(n)
     }
 }
 
@@ -183,19 +300,63 @@ mod tests {
     use super::*;
 
     fn sample() -> Box<Lease> {
-        Lease::new(b"me\0\xffyou", 1_812_345_678_901_234, 1_800_000_000_000)
+        Lease::plain(b"me\0\xffyou", 1_812_345_678_901_234, 1_800_000_000_000)
     }
     #[test]
     fn version_1_bytes_are_exactly_as_before() {
         // The encoding of an exclusive lease, byte for byte as the first
         // release wrote it (tests/fixtures hold records written by it).
-        let l = Lease::new(b"ab", 0x0102_0304_0506_0708, 0x1112_1314_1516_1718);
+        let l = Lease::plain(b"ab", 0x0102_0304_0506_0708, 0x1112_1314_1516_1718);
         assert_eq!(
             l.encode(),
             [
                 1, 8, 7, 6, 5, 4, 3, 2, 1, 0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11, 2, 0,
                 b'a', b'b'
             ]
+        );
+    }
+
+    /// A holding without a label that began when its token says is
+    /// written as version 1, byte for byte; any other as version 3, which
+    /// reads back whole.
+    #[test]
+    fn version_3_only_for_a_label_or_a_start_the_token_does_not_tell() {
+        let now = 1_800_000_000_000i64;
+        let token = now as u64 * 1024 + 5;
+        let plain = Lease::new(b"ab", token, now + 10, now, None);
+        assert_eq!(plain.encode()[0], LEASE_VERSION);
+        assert_eq!(
+            plain.encode(),
+            Lease::plain(b"ab", token, now + 10).encode()
+        );
+        assert_eq!(Lease::decode(&plain.encode()), Ok(plain));
+        for (since, label) in [
+            (now, Some(b"w\0\xff".as_slice())),
+            (now - 1, None),
+            (now - 1, Some(b"x".as_slice())),
+        ] {
+            let l = Lease::new(b"ab", token, now + 10, since, label);
+            let bytes = l.encode();
+            assert_eq!(bytes[0], LABELLED_LEASE_VERSION);
+            assert_eq!(Lease::decode(&bytes), Ok(l.clone()));
+            assert_eq!(
+                (l.owner(), l.label(), l.since_ms),
+                (b"ab".as_slice(), label, since)
+            );
+            for n in 0..bytes.len() {
+                assert!(Lease::decode(&bytes[..n]).is_err(), "prefix of {n} bytes");
+            }
+        }
+        let long = vec![b'x'; 257];
+        let bad = Lease::new(b"ab", token, now + 10, now, Some(&long));
+        assert_eq!(
+            Lease::decode(&bad.encode()),
+            Err(DecodeError::Invalid("label"))
+        );
+        let bad = Lease::new(b"ab", token, now + 10, now + 11, Some(b"x"));
+        assert_eq!(
+            Lease::decode(&bad.encode()),
+            Err(DecodeError::Invalid("since"))
         );
     }
 
@@ -215,19 +376,26 @@ mod tests {
     fn a_lease_is_one_allocation_that_travels_as_a_thin_pointer() {
         for len in [1usize, 7, 18, 32, 255, 256] {
             let owner: Vec<u8> = (0..len).map(|i| i as u8).collect();
-            let l = Lease::new(&owner, 42, 1_800_000_000_000);
+            let l = Lease::new(&owner, 42, 1_800_000_000_000, 7, Some(b"label"));
             assert_eq!(
-                (&l.owner[..], l.token, l.deadline_ms),
-                (&owner[..], 42, 1_800_000_000_000)
+                (l.owner(), l.token, l.deadline_ms, l.since_ms, l.label()),
+                (
+                    &owner[..],
+                    42,
+                    1_800_000_000_000,
+                    7,
+                    Some(b"label".as_slice())
+                )
             );
+            let len = len + 5;
             // The box's own layout is the one allocated (its drop frees it).
             assert_eq!(std::mem::size_of_val(&*l), Lease::layout(len).size());
             assert_eq!(std::mem::align_of_val(&*l), 8);
             assert_eq!(
-                l.owner.as_ptr() as usize - (&*l as *const Lease).cast::<u8>() as usize,
-                OWNER_AT
+                l.owner().as_ptr() as usize - (&*l as *const Lease).cast::<u8>() as usize,
+                BYTES_AT
             );
-            assert_eq!(l.mem_usage(), (OWNER_AT + len).next_multiple_of(8));
+            assert_eq!(l.mem_usage(), (BYTES_AT + len).next_multiple_of(8));
             let copy = l.clone();
             let p = Lease::into_thin(l);
             assert_eq!(p as usize % 8, 0);

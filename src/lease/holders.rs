@@ -2,13 +2,15 @@
 //! key held with `LIMIT n` or `SHARED`, each with its own owner, token and
 //! deadline, indexed by token, by owner and by deadline so that every
 //! operation on one holder costs O(log n) even for `LIMIT 100000`; and its
-//! byte encoding (record version 2).
+//! byte encoding (record version 2, or 4 when a holder has a label or a
+//! start its token does not tell, design.md S11).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::clock::max_acceptable;
-use super::codec::{DecodeError, HOLDERS_VERSION};
-use super::limits::{MAX_LIMIT, MAX_TOKEN, MIN_LIMIT, owner_ok};
+use super::codec::{DecodeError, HOLDERS_VERSION, LABELLED_HOLDERS_VERSION};
+use super::exclusive::Reader;
+use super::limits::{MAX_LIMIT, MAX_TOKEN, MIN_LIMIT, label_ok, owner_ok, since_of_token};
 use super::mode::HoldersMode;
 
 /// Mode bytes in the encoding.
@@ -16,8 +18,10 @@ const MODE_LIMIT: u8 = 1;
 const MODE_SHARED: u8 = 2;
 /// Fixed part of an encoded holders record: version, mode, limit, count.
 const HOLDERS_HEADER_LEN: usize = 1 + 1 + 4 + 4;
-/// Fixed part of one encoded holder: token, deadline, owner length.
+/// Fixed part of one encoded holder: token, deadline, owner length
+/// (version 4 adds since and the label's length).
 const HOLDER_HEADER_LEN: usize = 8 + 8 + 2;
+const LABELLED_HOLDER_HEADER_LEN: usize = 8 + 8 + 8 + 2 + 2;
 
 /// A batch of ended holders, the earliest first (`Holders::ended_batch`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,9 +41,18 @@ pub struct Holder {
     pub token: u64,
     /// Absolute expiry, unix ms.
     pub deadline_ms: i64,
+    /// When this holding began, unix ms (a renewal or a retry keeps it).
+    pub since_ms: i64,
+    /// Its public description (design.md S11), if it has one.
+    pub label: Option<Box<[u8]>>,
 }
 
 impl Holder {
+    /// Does its encoding need version 4?
+    fn needs_labelled_version(&self) -> bool {
+        self.label.is_some() || self.since_ms != since_of_token(self.token)
+    }
+
     /// Held at `now_ms`? Up to and including its deadline, as a lease.
     pub fn is_live(&self, now_ms: i64) -> bool {
         now_ms <= self.deadline_ms
@@ -129,6 +142,22 @@ impl Holders {
         h.deadline_ms = deadline_ms;
         self.by_deadline.insert((deadline_ms, token));
         true
+    }
+
+    /// Gives `owner`'s holding the label `label`; false when it holds
+    /// nothing.
+    pub fn set_label(&mut self, owner: &[u8], label: &[u8]) -> bool {
+        match self
+            .by_owner
+            .get(owner)
+            .and_then(|t| self.by_token.get_mut(t))
+        {
+            Some(h) => {
+                h.label = Some(label.into());
+                true
+            }
+            None => false,
+        }
     }
 
     /// Takes `owner`'s holding out.
@@ -284,14 +313,28 @@ impl Holders {
         }
     }
 
-    /// The versioned encoding: version 2, mode, limit (0 for shared),
-    /// holder count, then each holder sorted by token: token, deadline,
-    /// owner length, owner (little-endian integers).
+    /// The versioned encoding: version 2 (or 4), mode, limit (0 for
+    /// shared), holder count, then each holder sorted by token: token,
+    /// deadline, (since,) owner length, owner(, label length, label)
+    /// (little-endian integers).
     pub fn encode(&self) -> Vec<u8> {
-        let owners: usize = self.by_token.values().map(|h| h.owner.len()).sum();
-        let mut out =
-            Vec::with_capacity(HOLDERS_HEADER_LEN + self.len() * HOLDER_HEADER_LEN + owners);
-        out.push(HOLDERS_VERSION);
+        let labelled = self.by_token.values().any(Holder::needs_labelled_version);
+        let bytes: usize = self
+            .by_token
+            .values()
+            .map(|h| h.owner.len() + h.label.as_ref().map_or(0, |l| l.len()))
+            .sum();
+        let per = if labelled {
+            LABELLED_HOLDER_HEADER_LEN
+        } else {
+            HOLDER_HEADER_LEN
+        };
+        let mut out = Vec::with_capacity(HOLDERS_HEADER_LEN + self.len() * per + bytes);
+        out.push(if labelled {
+            LABELLED_HOLDERS_VERSION
+        } else {
+            HOLDERS_VERSION
+        });
         out.push(match self.mode {
             HoldersMode::Limit(_) => MODE_LIMIT,
             HoldersMode::Shared => MODE_SHARED,
@@ -301,8 +344,16 @@ impl Holders {
         for h in self.by_token.values() {
             out.extend_from_slice(&h.token.to_le_bytes());
             out.extend_from_slice(&h.deadline_ms.to_le_bytes());
+            if labelled {
+                out.extend_from_slice(&h.since_ms.to_le_bytes());
+            }
             out.extend_from_slice(&(h.owner.len() as u16).to_le_bytes());
             out.extend_from_slice(&h.owner);
+            if labelled {
+                let label = h.label.as_deref().unwrap_or_default();
+                out.extend_from_slice(&(label.len() as u16).to_le_bytes());
+                out.extend_from_slice(label);
+            }
         }
         out
     }
@@ -312,42 +363,44 @@ impl Holders {
     /// before anything is allocated, tokens must strictly increase (so the
     /// encoding is canonical) and owners must be unique.
     pub fn decode(bytes: &[u8]) -> Result<Holders, DecodeError> {
-        if bytes.len() < HOLDERS_HEADER_LEN {
-            return Err(DecodeError::Truncated);
-        }
-        if bytes[0] != HOLDERS_VERSION {
+        let mut r = Reader(bytes);
+        let version = r.u8()?;
+        if version != HOLDERS_VERSION && version != LABELLED_HOLDERS_VERSION {
             return Err(DecodeError::Invalid("encoding version"));
         }
-        let limit = u32::from_le_bytes(bytes[2..6].try_into().expect("4 bytes"));
-        let mode = match bytes[1] {
+        let labelled = version == LABELLED_HOLDERS_VERSION;
+        let mode_byte = r.u8()?;
+        let limit = r.u32()?;
+        let count = r.u32()? as usize;
+        let mode = match mode_byte {
             MODE_LIMIT if (MIN_LIMIT..=MAX_LIMIT).contains(&limit) => HoldersMode::Limit(limit),
             MODE_SHARED if limit == 0 => HoldersMode::Shared,
             MODE_LIMIT | MODE_SHARED => return Err(DecodeError::Invalid("limit")),
             _ => return Err(DecodeError::Invalid("mode")),
         };
-        let count = u32::from_le_bytes(bytes[6..10].try_into().expect("4 bytes")) as usize;
-        let mut rest = &bytes[HOLDERS_HEADER_LEN..];
         if count == 0 || !mode.has_room(count - 1) {
             return Err(DecodeError::Invalid("holder count"));
         }
-        if count > rest.len() / (HOLDER_HEADER_LEN + 1) {
+        let per = if labelled {
+            LABELLED_HOLDER_HEADER_LEN
+        } else {
+            HOLDER_HEADER_LEN
+        };
+        if count > r.0.len() / (per + 1) {
             return Err(DecodeError::Truncated);
         }
         let mut m = Holders::new(mode);
         let mut last_token = 0u64;
         for _ in 0..count {
-            if rest.len() < HOLDER_HEADER_LEN {
-                return Err(DecodeError::Truncated);
-            }
-            let token = u64::from_le_bytes(rest[0..8].try_into().expect("8 bytes"));
-            let deadline_ms = i64::from_le_bytes(rest[8..16].try_into().expect("8 bytes"));
-            let owner_len = u16::from_le_bytes(rest[16..18].try_into().expect("2 bytes")) as usize;
-            rest = &rest[HOLDER_HEADER_LEN..];
-            if rest.len() < owner_len {
-                return Err(DecodeError::Truncated);
-            }
-            let (owner, tail) = rest.split_at(owner_len);
-            rest = tail;
+            let token = r.u64()?;
+            let deadline_ms = r.u64()? as i64;
+            let since_ms = if labelled {
+                r.u64()? as i64
+            } else {
+                since_of_token(token)
+            };
+            let owner = r.bytes()?;
+            let label = if labelled { r.bytes()? } else { &[] };
             if !owner_ok(owner) {
                 return Err(DecodeError::Invalid("owner"));
             }
@@ -357,6 +410,12 @@ impl Holders {
             if deadline_ms <= 0 {
                 return Err(DecodeError::Invalid("deadline"));
             }
+            if labelled && (since_ms <= 0 || since_ms > deadline_ms) {
+                return Err(DecodeError::Invalid("since"));
+            }
+            if !label.is_empty() && !label_ok(label) {
+                return Err(DecodeError::Invalid("label"));
+            }
             if m.by_owner.contains_key(owner) {
                 return Err(DecodeError::Invalid("owner (repeated)"));
             }
@@ -365,9 +424,11 @@ impl Holders {
                 owner: owner.into(),
                 token,
                 deadline_ms,
+                since_ms,
+                label: (!label.is_empty()).then(|| label.into()),
             });
         }
-        if !rest.is_empty() {
+        if !r.0.is_empty() {
             return Err(DecodeError::TrailingBytes);
         }
         Ok(m)
@@ -385,6 +446,8 @@ mod tests {
             owner: owner.as_ref().into(),
             token,
             deadline_ms,
+            since_ms: crate::lease::limits::since_of_token(token),
+            label: None,
         }
     }
 
@@ -394,6 +457,30 @@ mod tests {
         m.put(h(b"b\0\xff", 12, NOW + 50));
         m
     }
+    /// Version 2 while no holder has a label or a start its token does not
+    /// tell; version 4, which reads back whole, otherwise.
+    #[test]
+    fn version_4_only_for_labels_or_starts_the_tokens_do_not_tell() {
+        let mut m = Holders::with(HoldersMode::Limit(3), h(b"a", 1_024_000, 2_000));
+        m.put(h(b"b", 2_048_000, 3_000));
+        assert_eq!(m.encode()[0], HOLDERS_VERSION);
+        assert_eq!(Holders::decode(&m.encode()), Ok(m.clone()));
+        m.set_label(b"b", b"job 2");
+        let bytes = m.encode();
+        assert_eq!(bytes[0], LABELLED_HOLDERS_VERSION);
+        assert_eq!(Holders::decode(&bytes), Ok(m.clone()));
+        for n in 0..bytes.len() {
+            assert!(Holders::decode(&bytes[..n]).is_err(), "prefix of {n} bytes");
+        }
+        let mut m = Holders::with(HoldersMode::Shared, h(b"a", 1_024_000, 2_000));
+        m.put(Holder {
+            since_ms: 999,
+            ..h(b"c", 1_024_001, 2_000)
+        });
+        assert_eq!(m.encode()[0], LABELLED_HOLDERS_VERSION);
+        assert_eq!(Holders::decode(&m.encode()), Ok(m));
+    }
+
     #[test]
     fn an_ended_batch_says_whether_more_ended_holders_stay() {
         let mut m = Holders::new(HoldersMode::Limit(10));

@@ -25,5 +25,21 @@ pub const MAX_LIMIT: u32 = 100_000;
 pub fn owner_ok(owner: &[u8]) -> bool {
     (1..=MAX_OWNER_LEN).contains(&owner.len())
 }
+/// Longest label (design.md S11), in bytes.
+pub const MAX_LABEL_LEN: usize = 256;
+
+pub fn label_ok(label: &[u8]) -> bool {
+    (1..=MAX_LABEL_LEN).contains(&label.len())
+}
+
+/// When a holding began, as its token tells it: a token is issued at
+/// `now_ms * TOKENS_PER_MS` or just above (design.md S2), so this is the
+/// millisecond it was issued in unless the token clock ran ahead of the
+/// wall clock (more than 1024 tokens in a millisecond, a `FLOOR`). Records
+/// and effects state a holding's start only when it differs.
+#[inline(always)]
+pub fn since_of_token(token: u64) -> i64 {
+    (token / TOKENS_PER_MS) as i64
+}
 /// Most keys of one multi-key command (`numkeys`).
 pub const MAX_KEYS: usize = 1000;

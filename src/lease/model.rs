@@ -302,6 +302,7 @@ impl Core {
             mode,
             floor: 0,
             may_wait: block.is_some(),
+            label: None,
         };
         let env = Env {
             now_ms: self.now,
@@ -364,7 +365,7 @@ impl Core {
                                 v.token,
                                 v.ttl_ms,
                                 waiters,
-                                v.holders,
+                                v.holders.iter().map(|h| (h.token, h.ttl_ms)).collect(),
                             )
                         })
                     }

@@ -7,7 +7,7 @@
 
 use super::clock::TokenClock;
 use super::decide::Held;
-use super::effect::Effect;
+use super::effect::{Effect, Facts};
 use super::error::{LeaseError, printable};
 use super::ops::{Answer, Commit, Count, Event};
 use super::record::RecordRef;
@@ -20,8 +20,9 @@ pub enum KeyState {
     /// No lease on it, but clients wait for it: a newcomer does not take it
     /// (design.md S8's strict order).
     Waited,
-    /// An exclusive lease of the caller's owner, with this token.
-    Mine(u64),
+    /// An exclusive lease of the caller's owner, with this token, held
+    /// since then (unix ms).
+    Mine(u64, i64),
     /// Held by another owner, or by a counting or shared lease of others.
     Taken,
     /// The caller's owner holds a place of a counting or shared lease on it.
@@ -39,7 +40,7 @@ pub fn key_state(
     match Held::of(record, now_ms) {
         Held::Free if waited => KeyState::Waited,
         Held::Free => KeyState::Free,
-        Held::Exclusive(l) if l.is_held_by(owner) => KeyState::Mine(l.token),
+        Held::Exclusive(l) if l.is_held_by(owner) => KeyState::Mine(l.token, l.since_ms),
         Held::Exclusive(_) => KeyState::Taken,
         Held::Holders(m) if m.holder(owner).is_some_and(|h| h.is_live(now_ms)) => {
             KeyState::MineShared
@@ -139,22 +140,23 @@ fn early_rechecks(views: &[KeyView]) -> Vec<Recheck> {
 pub enum Decision {
     /// Every key is free: one new token for all.
     New,
-    /// The owner holds every key with this one token: an idempotent retry.
-    Reacquired(u64),
+    /// The owner holds every key with this one token (held since then): an
+    /// idempotent retry.
+    Reacquired(u64, i64),
     /// A key is held by someone else or waited for: null, or wait.
     Contended,
 }
 
 /// The one token under which the caller's owner holds every key, if it
-/// does.
-pub fn one_token(states: &[KeyState]) -> Option<u64> {
-    let KeyState::Mine(first) = *states.first()? else {
+/// does, and since when (the first key's holding's start).
+pub fn one_token(states: &[KeyState]) -> Option<(u64, i64)> {
+    let KeyState::Mine(first, since_ms) = *states.first()? else {
         return None;
     };
     states
         .iter()
-        .all(|s| *s == KeyState::Mine(first))
-        .then_some(first)
+        .all(|s| matches!(*s, KeyState::Mine(t, _) if t == first))
+        .then_some((first, since_ms))
 }
 
 /// `LEASE.MACQUIRE` on keys in `states` (`keys[i]`'s state is `states[i]`).
@@ -166,16 +168,20 @@ pub fn decide(keys: &[&[u8]], states: &[KeyState]) -> Result<Decision, LeaseErro
     if let Some(i) = states.iter().position(|s| *s == KeyState::MineShared) {
         return Err(LeaseError::OwnerAmongHolders(named(i)));
     }
-    let mine = |s: &KeyState| matches!(s, KeyState::Mine(_));
+    let mine = |s: &KeyState| matches!(s, KeyState::Mine(..));
     if states.iter().any(mine) {
         if let Some(i) = states.iter().position(|s| !mine(s)) {
             return Err(LeaseError::PartlyHeld(named(i)));
         }
         return match one_token(states) {
-            Some(token) => Ok(Decision::Reacquired(token)),
+            Some((token, since_ms)) => Ok(Decision::Reacquired(token, since_ms)),
             None => {
-                let first = states[0];
-                let i = states.iter().position(|s| *s != first).unwrap_or(0);
+                let token = |s: &KeyState| match *s {
+                    KeyState::Mine(t, _) => Some(t),
+                    _ => None,
+                };
+                let first = token(&states[0]);
+                let i = states.iter().position(|s| token(s) != first).unwrap_or(0);
                 Err(LeaseError::MixedTokens(named(i)))
             }
         };
@@ -250,6 +256,7 @@ pub fn acquire<'a>(
     keys: &[&[u8]],
     views: &[KeyView],
     owner: &'a [u8],
+    label: Option<&'a [u8]>,
     ttl_ms: i64,
     env: Env<'_>,
 ) -> Result<Outcome<'a>, LeaseError> {
@@ -287,13 +294,14 @@ pub fn acquire<'a>(
     };
     let states: Vec<KeyState> = views.iter().map(|v| v.state).collect();
     let deadline_ms = env.now_ms + ttl_ms;
-    let each = |token: u64, event: Event| -> Vec<(usize, Commit<'a>)> {
+    let each = |token: u64, since_ms: i64, event: Event| -> Vec<(usize, Commit<'a>)> {
         (0..keys.len())
             .map(|i| {
                 let effect = Effect::Apply {
                     owner,
                     token,
                     deadline_ms,
+                    facts: Facts::new(since_ms, label),
                 };
                 (i, Commit { effect, event })
             })
@@ -311,12 +319,12 @@ pub fn acquire<'a>(
                 .issue(env.now_ms)
                 .ok_or(LeaseError::TokensExhausted)?;
             let mut out = Outcome::answer(Answer::Token(token));
-            out.commits = each(token, Event::Acquire);
+            out.commits = each(token, env.now_ms, Event::Acquire);
             out
         }
-        Decision::Reacquired(token) => {
+        Decision::Reacquired(token, since_ms) => {
             let mut out = Outcome::answer(Answer::Token(token));
-            out.commits = each(token, Event::Reacquire);
+            out.commits = each(token, since_ms, Event::Reacquire);
             out.then = Then::RecheckAt(deadline_ms);
             out
         }
@@ -327,7 +335,7 @@ pub fn acquire<'a>(
 /// owner holds them all with one token (the answer is their number), else
 /// 0 and nothing changes.
 pub fn renew<'a>(states: &[KeyState], owner: &'a [u8], ttl_ms: i64, now_ms: i64) -> Outcome<'a> {
-    let Some(token) = one_token(states) else {
+    let Some((token, since_ms)) = one_token(states) else {
         let mut out = Outcome::answer(Answer::Int(0));
         out.count = Some(Count::RenewFailed);
         return out;
@@ -340,6 +348,7 @@ pub fn renew<'a>(states: &[KeyState], owner: &'a [u8], ttl_ms: i64, now_ms: i64)
                 owner,
                 token,
                 deadline_ms,
+                facts: Facts::new(since_ms, None),
             };
             let event = Event::Renew;
             (i, Commit { effect, event })
@@ -378,6 +387,8 @@ mod tests {
     use crate::lease::{HoldersMode, Lease};
 
     const NOW: i64 = 1_800_000_000_000;
+    /// The start of the small tokens' holdings here (`since_of_token`).
+    const S: i64 = 0;
     const KEYS: [&[u8]; 3] = [b"a", b"b", b"c"];
 
     fn env(clock: &mut TokenClock, grace: Option<i64>, may_wait: bool) -> Env<'_> {
@@ -408,7 +419,7 @@ mod tests {
 
     #[test]
     fn a_key_view_says_when_to_look_again() {
-        let other = Lease::new(b"x", 8, NOW + 10);
+        let other = Lease::plain(b"x", 8, NOW + 10);
         let ex = Some(RecordRef::Exclusive(&other));
         assert_eq!(
             key_view(ex, b"o", false, NOW, None, None),
@@ -436,21 +447,23 @@ mod tests {
 
     #[test]
     fn key_states() {
-        let mine = Lease::new(b"o", 7, NOW + 10);
-        let other = Lease::new(b"x", 8, NOW + 10);
-        let ended = Lease::new(b"x", 8, NOW - 1);
+        let mine = Lease::plain(b"o", 7, NOW + 10);
+        let other = Lease::plain(b"x", 8, NOW + 10);
+        let ended = Lease::plain(b"x", 8, NOW - 1);
         fn ex(l: &Lease) -> Option<RecordRef<'_>> {
             Some(RecordRef::Exclusive(l))
         }
         assert_eq!(key_state(None, b"o", false, NOW), Free);
         assert_eq!(key_state(None, b"o", true, NOW), Waited);
         assert_eq!(key_state(ex(&ended), b"o", false, NOW), Free);
-        assert_eq!(key_state(ex(&mine), b"o", true, NOW), Mine(7));
+        assert_eq!(key_state(ex(&mine), b"o", true, NOW), Mine(7, S));
         assert_eq!(key_state(ex(&other), b"o", false, NOW), Taken);
         let h = |o: &[u8]| Holder {
             owner: o.into(),
             token: 9,
             deadline_ms: NOW + 10,
+            since_ms: crate::lease::limits::since_of_token(9),
+            label: None,
         };
         let shared = Holders::with(HoldersMode::Shared, h(b"o"));
         let others = Holders::with(HoldersMode::Limit(3), h(b"x"));
@@ -471,6 +484,7 @@ mod tests {
             &KEYS,
             &views([Free; 3]),
             b"o",
+            None,
             100,
             env(&mut clock, None, false),
         )
@@ -486,7 +500,8 @@ mod tests {
                 Effect::Apply {
                     owner: b"o",
                     token: t,
-                    deadline_ms: NOW + 100
+                    deadline_ms: NOW + 100,
+                    facts: Facts::plain(t),
                 }
             );
             assert_eq!(c.event, Event::Acquire);
@@ -497,6 +512,7 @@ mod tests {
                 &KEYS,
                 &views(states),
                 b"o",
+                None,
                 100,
                 env(&mut clock, None, false),
             )
@@ -509,6 +525,7 @@ mod tests {
                 &KEYS,
                 &views(states),
                 b"o",
+                None,
                 100,
                 env(&mut clock, None, true),
             )
@@ -523,8 +540,9 @@ mod tests {
         let mut clock = TokenClock::new();
         let out = acquire(
             &KEYS,
-            &views([Mine(5); 3]),
+            &views([Mine(5, S); 3]),
             b"o",
+            None,
             100,
             env(&mut clock, None, false),
         )
@@ -534,20 +552,20 @@ mod tests {
         assert_eq!(out.then, Then::RecheckAt(NOW + 100));
         // A retry for some of the keys it took together is a retry too.
         assert_eq!(
-            decide(&KEYS[..2], &[Mine(5), Mine(5)]),
-            Ok(Decision::Reacquired(5))
+            decide(&KEYS[..2], &[Mine(5, S), Mine(5, S)]),
+            Ok(Decision::Reacquired(5, S))
         );
         let err = |s: [KeyState; 3]| decide(&KEYS, &s).unwrap_err();
         assert_eq!(
-            err([Mine(5), Free, Mine(5)]),
+            err([Mine(5, S), Free, Mine(5, S)]),
             LeaseError::PartlyHeld("b".into())
         );
         assert_eq!(
-            err([Mine(5), Mine(5), Taken]),
+            err([Mine(5, S), Mine(5, S), Taken]),
             LeaseError::PartlyHeld("c".into())
         );
         assert_eq!(
-            err([Mine(5), Mine(6), Mine(5)]),
+            err([Mine(5, S), Mine(6, S), Mine(5, S)]),
             LeaseError::MixedTokens("b".into())
         );
         assert_eq!(
@@ -557,8 +575,9 @@ mod tests {
         // A refusal by error changes nothing, even with BLOCK.
         let e = acquire(
             &KEYS,
-            &views([Mine(5), Free, Free]),
+            &views([Mine(5, S), Free, Free]),
             b"o",
+            None,
             100,
             env(&mut clock, None, true),
         );
@@ -573,6 +592,7 @@ mod tests {
             &KEYS,
             &views([Free; 3]),
             b"o",
+            None,
             100,
             env(&mut clock, g, false),
         )
@@ -584,6 +604,7 @@ mod tests {
             &KEYS,
             &views([Free; 3]),
             b"o",
+            None,
             100,
             env(&mut clock, g, true),
         )
@@ -598,8 +619,9 @@ mod tests {
         assert_eq!(out.then, Then::Wait(all_at_grace_end));
         let out = acquire(
             &KEYS,
-            &views([Mine(5); 3]),
+            &views([Mine(5, S); 3]),
             b"o",
+            None,
             100,
             env(&mut clock, g, false),
         )
@@ -616,7 +638,7 @@ mod tests {
             at(Taken, Some(NOW + 1), true),
         ];
         // A new waiter: every timed key at its end.
-        let out = acquire(&KEYS, &keys, b"o", 100, env(&mut clock, None, true)).unwrap();
+        let out = acquire(&KEYS, &keys, b"o", None, 100, env(&mut clock, None, true)).unwrap();
         let r = |key, at_ms, precise| Recheck {
             key,
             at_ms,
@@ -635,7 +657,7 @@ mod tests {
                 grace_ends_at: grace,
                 caller: Caller::Waiter { fired: 0 },
             };
-            acquire(&KEYS, &keys, b"o", 100, env).unwrap()
+            acquire(&KEYS, &keys, b"o", None, 100, env).unwrap()
         };
         let out = waiter(&mut clock, None);
         assert_eq!(out.then, Then::Wait(vec![r(2, NOW + 1, true)]));
@@ -650,23 +672,24 @@ mod tests {
             grace_ends_at: Some(NOW + 500),
             caller: Caller::Waiter { fired: 1 },
         };
-        let out = acquire(&KEYS, &free, b"o", 100, env).unwrap();
+        let out = acquire(&KEYS, &free, b"o", None, 100, env).unwrap();
         assert_eq!(out.then, Then::Wait(vec![r(1, NOW + 500, false)]));
     }
 
     #[test]
     fn renew_and_release_all_or_nothing() {
-        let out = renew(&[Mine(5); 3], b"o", 50, NOW);
+        let out = renew(&[Mine(5, S); 3], b"o", 50, NOW);
         assert_eq!(out.answer, Answer::Int(3));
         assert!(out.commits.iter().all(|(_, c)| c.effect
             == Effect::Apply {
                 owner: b"o",
                 token: 5,
-                deadline_ms: NOW + 50
+                deadline_ms: NOW + 50,
+                facts: Facts::plain(5),
             }));
         for bad in [
-            [Mine(5), Free, Mine(5)],
-            [Mine(5), Mine(6), Mine(5)],
+            [Mine(5, S), Free, Mine(5, S)],
+            [Mine(5, S), Mine(6, S), Mine(5, S)],
             [Taken; 3],
         ] {
             let out = renew(&bad, b"o", 50, NOW);
@@ -676,7 +699,7 @@ mod tests {
             assert_eq!((out.answer, out.commits.len()), (Answer::Int(0), 0));
             assert_eq!(out.count, Some(Count::ReleaseFailed));
         }
-        let out = release(&[Mine(5); 2], b"o");
+        let out = release(&[Mine(5, S); 2], b"o");
         assert_eq!(out.answer, Answer::Int(2));
         assert_eq!(out.then, Then::Serve);
         assert!(

@@ -29,7 +29,7 @@
 
 use super::clock::TokenClock;
 use super::decide::{self, Acquire, Decision, Held};
-use super::effect::Effect;
+use super::effect::{Effect, Facts};
 use super::error::LeaseError;
 use super::exclusive::Lease;
 use super::holders::{Ended, Holders};
@@ -82,20 +82,22 @@ pub struct Commit<'a> {
     pub event: Event,
 }
 
-/// A commit that owns the owner it names (to commit an effect read from
-/// the very record it changes).
+/// A commit that owns the owner and the label it names (to commit an
+/// effect read from the very record it changes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnedCommit {
     effect: Effect<'static>,
     owner: Box<[u8]>,
+    label: Option<Box<[u8]>>,
     event: Event,
 }
 
 impl Commit<'_> {
     pub fn to_owned(&self) -> OwnedCommit {
         OwnedCommit {
-            effect: self.effect.with_owner(&[]),
+            effect: self.effect.with_bytes(&[], None),
             owner: self.effect.owner().unwrap_or_default().into(),
+            label: self.effect.label().map(Into::into),
             event: self.event,
         }
     }
@@ -104,7 +106,7 @@ impl Commit<'_> {
 impl OwnedCommit {
     pub fn as_commit(&self) -> Commit<'_> {
         Commit {
-            effect: self.effect.with_owner(&self.owner),
+            effect: self.effect.with_bytes(&self.owner, self.label.as_deref()),
             event: self.event,
         }
     }
@@ -226,6 +228,8 @@ pub struct AcquireRequest<'a> {
     /// `BLOCK` was given and the call may block here (not in MULTI or a
     /// script).
     pub may_wait: bool,
+    /// `LABEL text` (design.md S11); none keeps a retry's label.
+    pub label: Option<&'a [u8]>,
 }
 
 /// A refused acquire: null (counted as `count`), or a wait re-checked at
@@ -333,6 +337,7 @@ pub fn acquire<'a>(
                         owner: req.owner,
                         token,
                         deadline_ms,
+                        facts: Facts::new(now, req.label),
                     },
                     Event::Acquire,
                 );
@@ -344,11 +349,13 @@ pub fn acquire<'a>(
                 raised,
             } => {
                 let mut out = Outcome::new(Answer::Token(token));
+                let since_ms = current.map_or(now, |l| l.since_ms);
                 out.commits.push(
                     Effect::Apply {
                         owner: req.owner,
                         token,
                         deadline_ms,
+                        facts: Facts::new(since_ms, req.label),
                     },
                     // A FLOOR that raised the token is notified as an
                     // acquire (a new token), counted as a re-acquire.
@@ -412,17 +419,20 @@ fn acquire_holder<'a>(
         Decision::New => {
             let token = env.clock.issue(now).ok_or(LeaseError::TokensExhausted)?;
             let mut out = Outcome::new(Answer::Token(token));
+            let facts = Facts::new(now, req.label);
             let effect = match req.mode.holders() {
                 None => Effect::Apply {
                     owner: req.owner,
                     token,
                     deadline_ms,
+                    facts,
                 },
                 Some(mode) => Effect::Hold {
                     mode,
                     owner: req.owner,
                     token,
                     deadline_ms,
+                    facts,
                 },
             };
             commits.push(effect, Event::Acquire);
@@ -432,12 +442,16 @@ fn acquire_holder<'a>(
         Decision::Reacquired { token } => {
             let mut out = Outcome::new(Answer::Token(token));
             let mode = stored.map_or(HoldersMode::Shared, |m| m.mode());
+            let since_ms = stored
+                .and_then(|m| m.holder(req.owner))
+                .map_or(now, |h| h.since_ms);
             commits.push(
                 Effect::Hold {
                     mode,
                     owner: req.owner,
                     token,
                     deadline_ms,
+                    facts: Facts::new(since_ms, req.label),
                 },
                 Event::Reacquire,
             );
@@ -486,6 +500,7 @@ pub fn renew<'a>(
                         owner,
                         token: h.token,
                         deadline_ms,
+                        facts: Facts::new(h.since_ms, None),
                     },
                     Event::Renew,
                 );
@@ -510,6 +525,7 @@ pub fn renew<'a>(
                         owner,
                         token: l.token,
                         deadline_ms,
+                        facts: Facts::new(l.since_ms, None),
                     },
                     Event::Renew,
                 );
@@ -614,9 +630,10 @@ pub fn align<'a>(
             l.is_live(now_ms),
             1,
             decide::expiry_to_align(l, key_expire).map(|_| Effect::Apply {
-                owner: &l.owner,
+                owner: l.owner(),
                 token: l.token,
                 deadline_ms: l.deadline_ms,
+                facts: Facts::new(l.since_ms, None),
             }),
         ),
         RecordRef::Holders(m) => (
@@ -769,7 +786,7 @@ pub fn serve<H>(
                 event: expired(&b),
             });
         }
-        apply_step(key, queue, step);
+        apply_step(key, queue, step, now);
     }
     let expire = key.expire_at();
     match key.record() {
@@ -782,27 +799,31 @@ pub fn serve<H>(
 }
 
 /// Commits one step of serving a queue and answers its waiters.
-fn apply_step<H>(key: &mut impl Key, queue: &mut impl Queue<H>, step: Step<H>) {
+fn apply_step<H>(key: &mut impl Key, queue: &mut impl Queue<H>, step: Step<H>, now_ms: i64) {
     match step {
         Step::Grant {
             mode,
             owner,
             token,
             deadline_ms,
+            label,
             waiters,
             refused,
         } => {
+            let facts = Facts::new(now_ms, label.as_deref());
             let effect = match mode.holders() {
                 None => Effect::Apply {
                     owner: &owner,
                     token,
                     deadline_ms,
+                    facts,
                 },
                 Some(mode) => Effect::Hold {
                     mode,
                     owner: &owner,
                     token,
                     deadline_ms,
+                    facts,
                 },
             };
             key.commit(Commit {
@@ -825,20 +846,24 @@ fn apply_step<H>(key: &mut impl Key, queue: &mut impl Queue<H>, step: Step<H>) {
             token,
             raised,
             deadline_ms,
+            label,
             waiters,
             refused,
         } => {
+            let label = label.as_deref();
             let effect = match key.record() {
                 Ok(Some(RecordRef::Holders(m))) => Some(Effect::Hold {
                     mode: m.mode(),
                     owner: &owner,
                     token,
                     deadline_ms,
+                    facts: Facts::new(m.holder(&owner).map_or(now_ms, |h| h.since_ms), label),
                 }),
-                Ok(Some(RecordRef::Exclusive(_))) => Some(Effect::Apply {
+                Ok(Some(RecordRef::Exclusive(l))) => Some(Effect::Apply {
                     owner: &owner,
                     token,
                     deadline_ms,
+                    facts: Facts::new(l.since_ms, label),
                 }),
                 _ => None,
             };

@@ -5,7 +5,7 @@
 //! copy made by RDB, DUMP/RESTORE, COPY or MIGRATE is complete on its own.
 //! The first byte of every encoded record says which kind it is.
 
-use super::codec::{DecodeError, HOLDERS_VERSION};
+use super::codec::{DecodeError, HOLDERS_VERSION, LABELLED_HOLDERS_VERSION};
 use super::exclusive::Lease;
 use super::holders::Holders;
 
@@ -47,10 +47,13 @@ impl Record {
         }
     }
 
-    /// Decodes a record of any known version (1: exclusive, 2: holders).
+    /// Decodes a record of any known version (1 and 3: exclusive, 2 and
+    /// 4: holders).
     pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         match bytes.first() {
-            Some(&HOLDERS_VERSION) => Holders::decode(bytes).map(|m| Record::Holders(Box::new(m))),
+            Some(&HOLDERS_VERSION | &LABELLED_HOLDERS_VERSION) => {
+                Holders::decode(bytes).map(|m| Record::Holders(Box::new(m)))
+            }
             _ => Lease::decode(bytes).map(Record::Exclusive),
         }
     }
@@ -118,7 +121,7 @@ mod tests {
     use super::*;
 
     fn sample() -> Box<Lease> {
-        Lease::new(b"me\0\xffyou", 1_812_345_678_901_234, 1_800_000_000_000)
+        Lease::plain(b"me\0\xffyou", 1_812_345_678_901_234, 1_800_000_000_000)
     }
     #[test]
     fn encode_decode_round_trip() {
@@ -137,6 +140,8 @@ mod tests {
                 owner: b"w".as_slice().into(),
                 token: 77,
                 deadline_ms: 1_800_000_000_000,
+                since_ms: crate::lease::limits::since_of_token(77),
+                label: None,
             },
         );
         let r = Record::Holders(Box::new(m));
@@ -166,7 +171,7 @@ mod tests {
         let mut bad_token = sample();
         bad_token.token = 0;
         assert!(Lease::decode(&bad_token.encode()).is_err());
-        let empty_owner = Lease::new(b"", sample().token, sample().deadline_ms);
+        let empty_owner = Lease::plain(b"", sample().token, sample().deadline_ms);
         assert!(Lease::decode(&empty_owner.encode()).is_err());
         let mut bad_deadline = sample();
         bad_deadline.deadline_ms = -1;

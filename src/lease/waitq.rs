@@ -35,6 +35,9 @@ pub struct Waiter<H> {
     /// A `LEASE.MACQUIRE` waiter: every key it waits for (it is queued on
     /// each, with one id); `None` for a single-key waiter.
     pub keys: Option<Arc<[Slot]>>,
+    /// Its `LABEL` (design.md S11): shown while it waits, its holding's
+    /// label once served.
+    pub label: Option<Box<[u8]>>,
 }
 
 impl<H> Waiter<H> {
@@ -57,22 +60,26 @@ pub enum Step<H> {
     /// (a client's retries after a lost reply), answered as re-acquires
     /// would be, so the deadline is `now` plus the last one's ttl.
     /// `refused`: waiters of that owner in another mode, with their error.
+    /// `label`: the latest label these waiters gave.
     Grant {
         mode: Mode,
         owner: Box<[u8]>,
         token: u64,
         deadline_ms: i64,
+        label: Option<Box<[u8]>>,
         waiters: Vec<Waiter<H>>,
         refused: Vec<(Waiter<H>, LeaseError)>,
     },
     /// The oldest waiter's owner holds the key already, in its mode: its
     /// deadline moves to `deadline_ms` and `waiters` get its token (raised
-    /// to their `FLOOR`: `raised`).
+    /// to their `FLOOR`: `raised`); `label` as in `Grant` (none: the holding
+    /// keeps its label).
     Reacquired {
         owner: Box<[u8]>,
         token: u64,
         raised: bool,
         deadline_ms: i64,
+        label: Option<Box<[u8]>>,
         waiters: Vec<Waiter<H>>,
         refused: Vec<(Waiter<H>, LeaseError)>,
     },
@@ -135,10 +142,11 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         ttl_ms: i64,
         timeout_at: Option<i64>,
     ) -> u64 {
-        self.push_at_least(slot, handle, owner, mode, ttl_ms, timeout_at, 0)
+        self.push_at_least(slot, handle, owner, mode, ttl_ms, timeout_at, 0, None)
     }
 
-    /// [`push`](Self::push) of an acquire with `FLOOR floor`.
+    /// [`push`](Self::push) of an acquire with `FLOOR floor` and `LABEL
+    /// label`.
     #[allow(clippy::too_many_arguments)]
     pub fn push_at_least(
         &mut self,
@@ -149,8 +157,9 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         ttl_ms: i64,
         timeout_at: Option<i64>,
         floor: u64,
+        label: Option<&[u8]>,
     ) -> u64 {
-        let w = self.waiter(handle, owner, mode, ttl_ms, timeout_at, floor, None);
+        let w = self.waiter(handle, owner, mode, ttl_ms, timeout_at, floor, None, label);
         let id = w.id;
         self.by_handle.insert(w.handle.clone(), (slot.clone(), id));
         self.enqueue(slot, w);
@@ -166,6 +175,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         owner: &[u8],
         ttl_ms: i64,
         timeout_at: Option<i64>,
+        label: Option<&[u8]>,
     ) -> u64 {
         let keys: Arc<[Slot]> = slots.into();
         let w = self.waiter(
@@ -176,6 +186,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
             timeout_at,
             0,
             Some(keys.clone()),
+            label,
         );
         let id = w.id;
         self.by_handle
@@ -197,6 +208,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         timeout_at: Option<i64>,
         floor: u64,
         keys: Option<Arc<[Slot]>>,
+        label: Option<&[u8]>,
     ) -> Waiter<H> {
         let id = self.next_id;
         self.next_id += 1;
@@ -213,6 +225,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
             timeout_at,
             floor,
             keys,
+            label: label.map(Into::into),
         }
     }
 
@@ -364,12 +377,14 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
             })
             .collect();
         let deadline_ms = now_ms + waiters.last().map_or(0, |w| w.ttl_ms);
+        let label = waiters.iter().rev().find_map(|w| w.label.clone());
         Some(match token {
             Ok(token) => Step::Grant {
                 mode,
                 owner,
                 token,
                 deadline_ms,
+                label,
                 waiters,
                 refused,
             },
@@ -378,6 +393,7 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
                 token,
                 raised,
                 deadline_ms,
+                label,
                 waiters,
                 refused,
             },
@@ -510,7 +526,14 @@ mod tests {
         let mut clock = TokenClock::new();
         let now = 1_800_000_000_000;
         r.push(slot("a"), 1, b"o1", X, 10, None);
-        let m = r.push_multikey(vec![slot("a"), slot("b")], 2, b"om", 10, Some(now + 50));
+        let m = r.push_multikey(
+            vec![slot("a"), slot("b")],
+            2,
+            b"om",
+            10,
+            Some(now + 50),
+            None,
+        );
         r.push(slot("b"), 3, b"o3", X, 10, None);
         assert_eq!(r.total(), 3, "a client is one waiter");
         assert_eq!((r.len(&slot("a")), r.len(&slot("b"))), (2, 2));
@@ -534,17 +557,17 @@ mod tests {
         assert_eq!(r.next_timeout(), None, "its timeout went with it");
         assert_eq!(r.total(), 1);
         // Removed by its handle (a disconnect), it leaves every queue.
-        r.push_multikey(vec![slot("a"), slot("b")], 4, b"om", 10, None);
+        r.push_multikey(vec![slot("a"), slot("b")], 4, b"om", 10, None, None);
         let (s, w) = r.remove(&4).unwrap();
         assert_eq!(w.slots(&s).len(), 2);
         assert_eq!((r.len(&slot("a")), r.len(&slot("b"))), (0, 1));
         // A drain of one key takes it out of the other too.
-        r.push_multikey(vec![slot("c"), slot("b")], 5, b"om", 10, None);
+        r.push_multikey(vec![slot("c"), slot("b")], 5, b"om", 10, None, None);
         assert_eq!(r.drain(&slot("c")).len(), 1);
         assert_eq!(r.len(&slot("b")), 1);
         // Same-owner retries of a single-key grant leave its multi-key
         // waiters queued.
-        r.push_multikey(vec![slot("d"), slot("e")], 6, b"o7", 10, None);
+        r.push_multikey(vec![slot("d"), slot("e")], 6, b"o7", 10, None, None);
         r.push(slot("d"), 7, b"o7", X, 10, None);
         assert_eq!(r.take_owner(&slot("d"), b"o7").len(), 1);
         assert_eq!(r.len(&slot("d")), 1);
@@ -659,6 +682,7 @@ mod tests {
             deadline_ms,
             waiters,
             refused,
+            ..
         }) = r.grant_next(&s, Held::Free, 1000, &mut clock)
         else {
             panic!("a grant")
@@ -673,7 +697,7 @@ mod tests {
         assert_eq!(token, clock.last());
         assert_eq!(deadline_ms, 1300, "the last retry's ttl");
         assert_eq!(r.len(&s), 1);
-        let held = Lease::new(&owner, token, deadline_ms);
+        let held = Lease::plain(&owner, token, deadline_ms);
         assert!(
             r.grant_next(&s, Held::Exclusive(&held), 1000, &mut clock)
                 .is_none(),
@@ -700,6 +724,8 @@ mod tests {
                 owner: b"a".as_slice().into(),
                 token: 42,
                 deadline_ms: 2000,
+                since_ms: crate::lease::limits::since_of_token(42),
+                label: None,
             },
         );
         let step = r.grant_next(&s, Held::Holders(&m), 1000, &mut clock);
@@ -719,8 +745,8 @@ mod tests {
         let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
         let mut clock = TokenClock::new();
         let s = slot("k");
-        r.push_at_least(s.clone(), 1, b"w", X, 100, None, 5_000);
-        r.push_at_least(s.clone(), 2, b"w", X, 100, None, 9_000);
+        r.push_at_least(s.clone(), 1, b"w", X, 100, None, 5_000, None);
+        r.push_at_least(s.clone(), 2, b"w", X, 100, None, 9_000, None);
         r.push(s.clone(), 3, b"x", X, 100, None);
         let Some(Step::Grant { token, waiters, .. }) = r.grant_next(&s, Held::Free, 1, &mut clock)
         else {
@@ -730,8 +756,8 @@ mod tests {
         assert_eq!(waiters.len(), 2);
         assert_eq!(clock.last(), 9_000);
         // Owner x holds the key and waits again with a floor above its token.
-        r.push_at_least(s.clone(), 4, b"x", X, 100, None, 20_000);
-        let held = Lease::new(b"x", 10_000, 5_000);
+        r.push_at_least(s.clone(), 4, b"x", X, 100, None, 20_000, None);
+        let held = Lease::plain(b"x", 10_000, 5_000);
         let step = r.grant_next(&s, Held::Exclusive(&held), 1000, &mut clock);
         assert!(matches!(
             step,

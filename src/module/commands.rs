@@ -87,7 +87,7 @@ fn finish(
     }
 }
 
-/// LEASE.ACQUIRE key owner ttl-ms [LIMIT n | SHARED] [FLOOR token] [BLOCK timeout-ms]
+/// LEASE.ACQUIRE key owner ttl-ms [LIMIT n | SHARED] [FLOOR token] [LABEL text] [BLOCK timeout-ms]
 pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() < 4 {
         return Err(LeaseError::Arity("lease.acquire"));
@@ -124,6 +124,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         mode: opts.mode,
         floor,
         may_wait,
+        label: opts.label,
     };
     let early = ended_early(ctx, name);
     // The key's expiry matters only to a wait (when to re-check).
@@ -150,6 +151,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         ttl_ms: ttl,
         timeout_ms,
         floor,
+        label: opts.label,
     });
     Ok(finish(ctx, &mut w, &out, wait))
 }
@@ -232,7 +234,7 @@ fn finish_multikey(ctx: Ctx, ws: &mut [KeyWriter], out: &multikey::Outcome<'_>) 
     }
 }
 
-/// LEASE.MACQUIRE numkeys key [key ...] owner ttl-ms [BLOCK timeout-ms]
+/// LEASE.MACQUIRE numkeys key [key ...] owner ttl-ms [LABEL text] [BLOCK timeout-ms]
 pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() < 5 {
         return Err(LeaseError::Arity("lease.macquire"));
@@ -241,7 +243,8 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let (keys, at) = multikey_args(a, 2, false)?;
     let owner = check_owner(a.bytes(at))?;
     let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
-    let block_ms = args::parse_macquire_options(&a.rest(at + 2))?;
+    let opts = args::parse_macquire_options(&a.rest(at + 2))?;
+    let block_ms = opts.block_ms;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
     let now = decision_ms(ctx);
     // A free key with clients queued goes to the oldest of them first (as
@@ -277,6 +280,7 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             &keys,
             &views,
             owner,
+            opts.label,
             ttl,
             multikey::Env {
                 now_ms: now,
@@ -295,6 +299,7 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             ttl_ms: ttl,
             timeout_ms,
             floor: 0,
+            label: opts.label,
         };
         return Ok(waiters::block_multikey(ctx, slots, want, rechecks));
     }
@@ -424,7 +429,14 @@ pub fn info(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
                     Field::Maps(
                         view.holders
                             .into_iter()
-                            .map(|(token, ttl)| [("token", token as i64), ("ttl", ttl)])
+                            .map(|h| {
+                                vec![
+                                    ("token", Field::Int(h.token as i64)),
+                                    ("ttl", Field::Int(h.ttl_ms)),
+                                    ("since", Field::Int(h.since_ms)),
+                                    ("label", Field::Bytes(h.label.map(Into::into))),
+                                ]
+                            })
                             .collect(),
                     ),
                 ),
@@ -432,10 +444,15 @@ pub fn info(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             None => Reply::Null,
         },
         current => match decide::info(exclusive(current), now, expire) {
-            Some(view) => Reply::IntMap(vec![
-                ("token", view.token as i64),
-                ("ttl", view.ttl_ms),
-                ("waiters", waiters::waiting_on(ctx, a.str(1)) as i64),
+            Some(view) => Reply::Fields(vec![
+                ("token", Field::Int(view.token as i64)),
+                ("ttl", Field::Int(view.ttl_ms)),
+                (
+                    "waiters",
+                    Field::Int(waiters::waiting_on(ctx, a.str(1)) as i64),
+                ),
+                ("since", Field::Int(view.since_ms)),
+                ("label", Field::Bytes(view.label.map(Into::into))),
             ]),
             None => Reply::Null,
         },

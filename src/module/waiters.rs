@@ -137,6 +137,8 @@ pub struct Want<'a> {
     pub timeout_ms: i64,
     /// Its `FLOOR` (0: none).
     pub floor: u64,
+    /// Its `LABEL`.
+    pub label: Option<&'a [u8]>,
 }
 
 pub fn block(ctx: Ctx, slot: Slot, want: Want<'_>, recheck_at: i64) -> Reply {
@@ -146,6 +148,7 @@ pub fn block(ctx: Ctx, slot: Slot, want: Want<'_>, recheck_at: i64) -> Reply {
         ttl_ms,
         timeout_ms,
         floor,
+        label,
     } = want;
     let Some(bc) = blocked::block(ctx) else {
         return Reply::Null;
@@ -154,7 +157,18 @@ pub fn block(ctx: Ctx, slot: Slot, want: Want<'_>, recheck_at: i64) -> Reply {
     // so `now + timeout` may be up to 1 ms less than `timeout` away; a wait
     // is never shorter than its BLOCK (at most 1 ms longer).
     let timeout_at = (timeout_ms > 0).then(|| now_ms() + timeout_ms + 1);
-    reg(|r| r.push_at_least(slot.clone(), bc, owner, mode, ttl_ms, timeout_at, floor));
+    reg(|r| {
+        r.push_at_least(
+            slot.clone(),
+            bc,
+            owner,
+            mode,
+            ttl_ms,
+            timeout_at,
+            floor,
+            label,
+        )
+    });
     arm(&slot, recheck_at);
     arm_timeouts();
     Reply::Sent
@@ -400,7 +414,16 @@ pub fn block_multikey(
         return Reply::Null;
     };
     let timeout_at = (want.timeout_ms > 0).then(|| now_ms() + want.timeout_ms + 1);
-    reg(|r| r.push_multikey(slots.clone(), bc, want.owner, want.ttl_ms, timeout_at));
+    reg(|r| {
+        r.push_multikey(
+            slots.clone(),
+            bc,
+            want.owner,
+            want.ttl_ms,
+            timeout_at,
+            want.label,
+        )
+    });
     arm_rechecks(&slots, rechecks);
     arm_timeouts();
     Reply::Sent
@@ -493,6 +516,7 @@ pub fn on_multikey(ctx: Ctx, slot: Slot, id: u64) {
                 &keys,
                 &views,
                 &waiter.owner,
+                waiter.label.as_deref(),
                 waiter.ttl_ms,
                 multikey::Env {
                     now_ms: now,

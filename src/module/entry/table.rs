@@ -52,6 +52,28 @@ fn mode_arg(flags: u32) -> Arg {
         ..arg(c"mode", ONEOF)
     }
 }
+/// `[LABEL text]` of an acquire (design.md S11).
+fn label_arg() -> Arg {
+    Arg {
+        flags: OPTIONAL,
+        ..option(c"text", STRING, c"LABEL")
+    }
+}
+
+/// `[SINCE ms] [LABEL text]` of an effect that states a holding.
+fn facts_args() -> [Arg; 2] {
+    [
+        Arg {
+            flags: OPTIONAL,
+            ..option(c"since-ms", INTEGER, c"SINCE")
+        },
+        label_arg(),
+    ]
+}
+
+/// The version that added labels (design.md S11).
+const V4: &CStr = c"0.4.0";
+
 /// The first version, where most commands come from.
 const V1: &CStr = c"0.1.0";
 
@@ -72,12 +94,14 @@ pub fn specs() -> Vec<Spec> {
             history: &[
                 (c"0.2.0", c"Added the `LIMIT` and `SHARED` options."),
                 (c"0.3.0", c"Added the `FLOOR` option (quorum leases)."),
+                (V4, c"Added the `LABEL` option."),
             ],
             args: vec![
                 arg(c"key", KEY),
                 arg(c"owner", STRING),
                 arg(c"ttl-ms", INTEGER),
                 acquire_mode_arg(),
+                label_arg(),
                 Arg {
                     flags: OPTIONAL,
                     ..option(c"timeout-ms", INTEGER, c"BLOCK")
@@ -174,10 +198,11 @@ pub fn specs() -> Vec<Spec> {
             summary: c"Acquires an exclusive lease on every key or on none, all with one new fencing token; null when a key is taken",
             complexity: c"O(k log n) for k keys and n waiters queued on them",
             since: c"0.3.0",
-            history: &[],
+            history: &[(V4, c"Added the `LABEL` option.")],
             args: keys_then(vec![
                 arg(c"owner", STRING),
                 arg(c"ttl-ms", INTEGER),
+                label_arg(),
                 Arg {
                     flags: OPTIONAL,
                     ..option(c"timeout-ms", INTEGER, c"BLOCK")
@@ -217,19 +242,23 @@ pub fn specs() -> Vec<Spec> {
             entry: command_entry::<shims::Apply>(),
             acl: c"write lease",
             flags: "write",
-            arity: 5,
+            arity: -5,
             keys: Keys::One,
             key_flags: OW | UPDATE,
             summary: c"Internal: sets a lease's full state; accepted only from the master link and the AOF",
             complexity: c"O(1)",
             since: V1,
-            history: &[],
-            args: vec![
-                arg(c"key", KEY),
-                arg(c"owner", STRING),
-                arg(c"token", INTEGER),
-                arg(c"deadline-ms", INTEGER),
-            ],
+            history: &[(V4, c"Added `SINCE` and `LABEL`.")],
+            args: {
+                let mut args = vec![
+                    arg(c"key", KEY),
+                    arg(c"owner", STRING),
+                    arg(c"token", INTEGER),
+                    arg(c"deadline-ms", INTEGER),
+                ];
+                args.extend(facts_args());
+                args
+            },
         },
         Spec {
             name: name(HOLD),
@@ -242,14 +271,18 @@ pub fn specs() -> Vec<Spec> {
             summary: c"Internal: adds or updates one holder of a counting or shared lease; accepted only from the master link and the AOF",
             complexity: c"O(log n) with n holders",
             since: c"0.2.0",
-            history: &[],
-            args: vec![
-                arg(c"key", KEY),
-                arg(c"owner", STRING),
-                arg(c"token", INTEGER),
-                arg(c"deadline-ms", INTEGER),
-                mode_arg(0),
-            ],
+            history: &[(V4, c"Added `SINCE` and `LABEL`.")],
+            args: {
+                let mut args = vec![
+                    arg(c"key", KEY),
+                    arg(c"owner", STRING),
+                    arg(c"token", INTEGER),
+                    arg(c"deadline-ms", INTEGER),
+                    mode_arg(0),
+                ];
+                args.extend(facts_args());
+                args
+            },
         },
         Spec {
             name: name(DROP),

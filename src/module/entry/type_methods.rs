@@ -53,7 +53,7 @@ impl LeaseType for Methods {
     fn digest(d: &mut Digest, record: RecordRef<'_>) {
         match record {
             RecordRef::Exclusive(l) => {
-                d.add_bytes(&l.owner);
+                d.add_bytes(l.owner());
                 d.add_int(l.token as i64);
                 d.add_int(l.deadline_ms);
             }

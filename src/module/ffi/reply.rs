@@ -16,9 +16,7 @@ pub enum Reply {
     /// RESP2 nil, RESP3 null.
     Null,
     Ok,
-    /// A map (RESP3) / flat field-value array (RESP2) of integers.
-    IntMap(Vec<(&'static str, i64)>),
-    /// A map (RESP3) / flat field-value array (RESP2) of mixed fields.
+    /// A map (RESP3) / flat field-value array (RESP2) of fields.
     Fields(Vec<(&'static str, Field)>),
     /// The reply was already sent (a forwarded command reply).
     Sent,
@@ -29,8 +27,47 @@ pub enum Reply {
 pub enum Field {
     Int(i64),
     Str(&'static str),
-    /// An array of integer maps (RESP3) / of flat field-value arrays (RESP2).
-    Maps(Vec<[(&'static str, i64); 2]>),
+    /// A binary-safe string, or null.
+    Bytes(Option<Box<[u8]>>),
+    /// An array of maps (RESP3) / of flat field-value arrays (RESP2).
+    Maps(Vec<Vec<(&'static str, Field)>>),
+}
+
+/// Sends the fields of a map.
+///
+/// # Safety
+/// `ctx` is the context of the running command.
+unsafe fn reply_fields(ctx: *mut raw::RedisModuleCtx, fields: Vec<(&'static str, Field)>) {
+    // SAFETY: each Reply* call writes one complete reply element, the map's
+    // header first.
+    unsafe {
+        reply_map(ctx, fields.len());
+        for (name, value) in fields {
+            reply_str(ctx, name);
+            match value {
+                Field::Int(n) => {
+                    raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, n);
+                }
+                Field::Str(s) => reply_str(ctx, s),
+                Field::Bytes(Some(b)) => {
+                    raw::RedisModule_ReplyWithStringBuffer.unwrap()(
+                        ctx,
+                        b.as_ptr().cast(),
+                        b.len(),
+                    );
+                }
+                Field::Bytes(None) => {
+                    raw::RedisModule_ReplyWithNull.unwrap()(ctx);
+                }
+                Field::Maps(maps) => {
+                    raw::RedisModule_ReplyWithArray.unwrap()(ctx, maps.len() as _);
+                    for map in maps {
+                        reply_fields(ctx, map);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `+OK`, as the server's own reply, made once at load (`prepare`):
@@ -121,45 +158,7 @@ pub fn send(ctx: Ctx, result: Result<Reply, LeaseError>) {
                     raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, c"OK".as_ptr());
                 }
             }
-            Ok(Reply::IntMap(fields)) => {
-                match raw::RedisModule_ReplyWithMap {
-                    Some(map) => map(ctx, fields.len() as _),
-                    None => raw::RedisModule_ReplyWithArray.unwrap()(
-                        ctx,
-                        2 * fields.len() as libc::c_long,
-                    ),
-                };
-                for (name, value) in fields {
-                    raw::RedisModule_ReplyWithStringBuffer.unwrap()(
-                        ctx,
-                        name.as_ptr().cast(),
-                        name.len(),
-                    );
-                    raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, value);
-                }
-            }
-            Ok(Reply::Fields(fields)) => {
-                reply_map(ctx, fields.len());
-                for (name, value) in fields {
-                    reply_str(ctx, name);
-                    match value {
-                        Field::Int(n) => {
-                            raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, n);
-                        }
-                        Field::Str(s) => reply_str(ctx, s),
-                        Field::Maps(maps) => {
-                            raw::RedisModule_ReplyWithArray.unwrap()(ctx, maps.len() as _);
-                            for map in maps {
-                                reply_map(ctx, map.len());
-                                for (k, v) in map {
-                                    reply_str(ctx, k);
-                                    raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, v);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            Ok(Reply::Fields(fields)) => reply_fields(ctx, fields),
             Ok(Reply::Sent) => {}
             Err(e) => {
                 let text = CString::new(e.to_string().replace('\0', "?")).expect("no NUL");

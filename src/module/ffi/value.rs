@@ -108,13 +108,15 @@ mod tests {
 
     #[test]
     fn both_kinds_round_trip_through_a_tagged_pointer() {
-        let l = Lease::new(b"x", 3, 9);
+        let l = Lease::plain(b"x", 3, 9);
         let m = Holders::with(
             HoldersMode::Shared,
             Holder {
                 owner: b"y".as_slice().into(),
                 token: 4,
                 deadline_ms: 9,
+                since_ms: 1,
+                label: Some(b"z".as_slice().into()),
             },
         );
         let (pl, pm) = (
