@@ -14,8 +14,8 @@ use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
 /// This build's versions (src/lease/versions.rs).
-const EFFECTS: i64 = 3;
-const RECORDS: i64 = 2;
+const EFFECTS: i64 = 4;
+const RECORDS: i64 = 4;
 
 fn resp(args: &[&[u8]]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();

@@ -179,10 +179,13 @@ pub fn specs() -> Vec<Spec> {
             arity: 2,
             keys: Keys::One,
             key_flags: RO | ACCESS,
-            summary: c"Token, remaining ttl and waiters of the lease held on key (and mode, limit and holders of a counting or shared lease); null when free",
+            summary: c"Token, remaining ttl, waiters, start and label of the lease held on key (and mode, limit and holders of a counting or shared lease); null when free",
             complexity: c"O(1) for an exclusive lease; O(n) with n holders",
             since: V1,
-            history: &[(c"0.2.0", c"Added `mode`, `limit` and `holders` for counting and shared leases.")],
+            history: &[
+                (c"0.2.0", c"Added `mode`, `limit` and `holders` for counting and shared leases."),
+                (V4, c"Added `since` and `label`."),
+            ],
             args: vec![arg(c"key", KEY)],
         },
         Spec {

@@ -39,14 +39,29 @@ fn owner_first(args: &[&[u8]], owner_arg: Option<OwnerArg>) -> Option<Str> {
 }
 
 /// Calls the variadic server function `$f($target, $cmd, fmt, ...)` with the
-/// key and `$args` (at most five), the first as the server string `$owner`
-/// when there is one, choosing the format string from that.
+/// key and `$args`, the first as the server string `$owner` when there is
+/// one, choosing the format string from that. More than five arguments (a
+/// labelled holding's effect) go as server strings made for the call
+/// (format `v`).
 macro_rules! variadic {
     ($f:expr, $target:expr, $cmd:expr, $key:expr, $args:expr, $owner:expr) => {{
         let (f, t, c, k, a): (_, _, _, _, &[&[u8]]) = ($f, $target, $cmd, $key, $args);
         let p = |i: usize| a[i].as_ptr();
         let l = |i: usize| a[i].len();
         match ($owner, a.len()) {
+            (_, n) if n > 5 => {
+                let create = raw::RedisModule_CreateString.unwrap();
+                let strs: Vec<*mut raw::RedisModuleString> = a
+                    .iter()
+                    .map(|x| create(std::ptr::null_mut(), x.as_ptr().cast(), x.len()))
+                    .collect();
+                let r = f(t, c, c"sv".as_ptr(), k, strs.as_ptr(), strs.len());
+                let free = raw::RedisModule_FreeString.unwrap();
+                for s in strs {
+                    free(std::ptr::null_mut(), s);
+                }
+                r
+            }
             (_, 0) => f(t, c, c"s".as_ptr(), k),
             (Some(o), 1) => f(t, c, c"ss".as_ptr(), k, o.raw()),
             (Some(o), 2) => f(t, c, c"ssb".as_ptr(), k, o.raw(), p(1), l(1)),
@@ -131,11 +146,12 @@ macro_rules! variadic {
 /// `owner_arg`: the client's owner argument, passed instead of a copy when
 /// `args[0]` is its bytes.
 pub fn replicate(ctx: Ctx, cmd: &CStr, key: Str, args: &[&[u8]], owner_arg: Option<OwnerArg>) {
-    debug_assert!(args.len() <= 5, "at most five arguments after the key");
     let owner = owner_first(args, owner_arg);
     // SAFETY: each format string matches the arguments passed with it ("s"
-    // a RedisModuleString, "b" a pointer and a length); every buffer lives
-    // until the call returns (the server copies them).
+    // a RedisModuleString, "b" a pointer and a length, "v" an array of
+    // RedisModuleStrings and its length); every buffer and string lives
+    // until the call returns (the server copies the buffers and takes a
+    // reference to each string).
     unsafe {
         variadic!(
             raw::RedisModule_Replicate.unwrap(),
