@@ -197,6 +197,18 @@ pub fn parse_acquire_options<'a>(opts: &[&'a [u8]]) -> Result<AcquireOptions<'a>
     Ok(out)
 }
 
+/// How many waiters `LEASE.WAITERS` lists without `COUNT`, and at most.
+pub const DEFAULT_WAITERS_COUNT: usize = 10;
+pub const MAX_WAITERS_COUNT: usize = 1000;
+
+/// `COUNT count` of `LEASE.WAITERS`: 1..=1000.
+pub fn parse_count(word: &[u8], value: &[u8]) -> Result<usize, LeaseError> {
+    if !word.eq_ignore_ascii_case(b"COUNT") {
+        return Err(LeaseError::UnknownOption(printable(word)));
+    }
+    Ok(parse_in_range(value, "COUNT", 1, MAX_WAITERS_COUNT as i64)? as usize)
+}
+
 /// `numkeys` of a multi-key command: 1..=1000, and at most `given`, the
 /// arguments left for the keys.
 pub fn parse_numkeys(arg: &[u8], given: usize) -> Result<usize, LeaseError> {

@@ -235,6 +235,14 @@ impl Holders {
         n
     }
 
+    /// The holders `take_through(deadline_ms, token)` would take out,
+    /// earliest first, without taking them.
+    pub fn ended_through(&self, deadline_ms: i64, token: u64) -> impl Iterator<Item = &Holder> {
+        self.by_deadline
+            .range(..=(deadline_ms, token))
+            .filter_map(|&(_, t)| self.by_token.get(&t))
+    }
+
     /// Holders still within their time at `now_ms`. O(k) in the k holders
     /// whose time has ended (they leave at the next writes).
     pub fn live_len(&self, now_ms: i64) -> usize {

@@ -6,7 +6,8 @@
 //! records (`exclusive`, `holders`, then `record`) -> `effect` (the
 //! replication language) and `decide` -> `waitq` -> `ops` (what each
 //! command does, as values) -> `multikey` (the multi-key commands);
-//! beside them `config`, `grace`, `versions`, `fence`, `cluster`.
+//! beside them `config`, `grace`, `versions`, `fence`, `cluster`, and the
+//! counters and distributions of `INFO lease` (`stats`, `distribution`).
 
 pub mod args;
 pub mod clock;
@@ -14,6 +15,7 @@ pub mod cluster;
 pub mod codec;
 pub mod config;
 pub mod decide;
+pub mod distribution;
 pub mod effect;
 pub mod error;
 // The one allocation of an exclusive lease (a thin pointer to an unsized

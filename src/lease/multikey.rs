@@ -350,7 +350,7 @@ pub fn renew<'a>(states: &[KeyState], owner: &'a [u8], ttl_ms: i64, now_ms: i64)
                 deadline_ms,
                 facts: Facts::new(since_ms, None),
             };
-            let event = Event::Renew;
+            let event = Event::Renew { at_ms: now_ms };
             (i, Commit { effect, event })
         })
         .collect();
@@ -361,7 +361,7 @@ pub fn renew<'a>(states: &[KeyState], owner: &'a [u8], ttl_ms: i64, now_ms: i64)
 /// `LEASE.MRELEASE numkeys key... owner`: every key released when the
 /// owner holds them all with one token (the answer is their number), else
 /// 0 and nothing changes.
-pub fn release<'a>(states: &[KeyState], owner: &'a [u8]) -> Outcome<'a> {
+pub fn release<'a>(states: &[KeyState], owner: &'a [u8], now_ms: i64) -> Outcome<'a> {
     if one_token(states).is_none() {
         let mut out = Outcome::answer(Answer::Int(0));
         out.count = Some(Count::ReleaseFailed);
@@ -371,7 +371,7 @@ pub fn release<'a>(states: &[KeyState], owner: &'a [u8]) -> Outcome<'a> {
     out.commits = (0..states.len())
         .map(|i| {
             let effect = Effect::Release { owner };
-            let event = Event::Release;
+            let event = Event::Release { at_ms: now_ms };
             (i, Commit { effect, event })
         })
         .collect();
@@ -695,11 +695,11 @@ mod tests {
             let out = renew(&bad, b"o", 50, NOW);
             assert_eq!((out.answer, out.commits.len()), (Answer::Int(0), 0));
             assert_eq!(out.count, Some(Count::RenewFailed));
-            let out = release(&bad, b"o");
+            let out = release(&bad, b"o", NOW);
             assert_eq!((out.answer, out.commits.len()), (Answer::Int(0), 0));
             assert_eq!(out.count, Some(Count::ReleaseFailed));
         }
-        let out = release(&[Mine(5, S); 2], b"o");
+        let out = release(&[Mine(5, S); 2], b"o", NOW);
         assert_eq!(out.answer, Answer::Int(2));
         assert_eq!(out.then, Then::Serve);
         assert!(

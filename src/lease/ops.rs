@@ -55,10 +55,11 @@ pub enum Event {
     /// A holder's retry whose `FLOOR` raised its token (`reacquired`, and
     /// `lease.acquire`: a new token).
     ReacquireRaised,
-    /// A renewal (`renewed`, `lease.renew`).
-    Renew,
-    /// A release by its holder (`released`, `lease.release`).
-    Release,
+    /// A renewal decided at `at_ms` (`renewed`, `lease.renew`).
+    Renew { at_ms: i64 },
+    /// A release by its holder, decided at `at_ms` (`released`,
+    /// `lease.release`).
+    Release { at_ms: i64 },
     /// A hand-off given back because its waiter vanished (`lease.release`).
     Revoke,
     /// Holders whose time ended, taken out (`expired`, `lease.expire`);
@@ -502,7 +503,7 @@ pub fn renew<'a>(
                         deadline_ms,
                         facts: Facts::new(h.since_ms, None),
                     },
-                    Event::Renew,
+                    Event::Renew { at_ms: now_ms },
                 );
                 out.then = Then::Rearm;
             } else {
@@ -527,7 +528,7 @@ pub fn renew<'a>(
                         deadline_ms,
                         facts: Facts::new(l.since_ms, None),
                     },
-                    Event::Renew,
+                    Event::Renew { at_ms: now_ms },
                 );
                 out.then = Then::RecheckAt(deadline_ms);
                 out
@@ -558,7 +559,7 @@ pub fn release<'a>(
             let released = decide::release_holder(m, owner, now_ms);
             let mut out = Outcome::new(Answer::Int(released as i64));
             if released {
-                commits.push(Effect::Drop { owner }, Event::Release);
+                commits.push(Effect::Drop { owner }, Event::Release { at_ms: now_ms });
             } else {
                 out.count = Some(Count::ReleaseFailed);
             }
@@ -571,7 +572,8 @@ pub fn release<'a>(
         current => {
             if decide::release(exclusive(current), owner, now_ms) {
                 let mut out = Outcome::new(Answer::Int(1));
-                out.commits.push(Effect::Release { owner }, Event::Release);
+                out.commits
+                    .push(Effect::Release { owner }, Event::Release { at_ms: now_ms });
                 out.then = Then::Serve;
                 out
             } else {

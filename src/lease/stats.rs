@@ -79,6 +79,9 @@ counters! {
     wait_timeouts,
     /// Acquires answered null because a grace period runs.
     grace_refused,
+    /// Renewals that arrived with less than a tenth of their ttl left
+    /// (design.md S11).
+    renewed_late,
 }
 
 impl Default for Stats {

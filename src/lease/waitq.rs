@@ -38,6 +38,79 @@ pub struct Waiter<H> {
     /// Its `LABEL` (design.md S11): shown while it waits, its holding's
     /// label once served.
     pub label: Option<Box<[u8]>>,
+    /// The server's id of its client (`CLIENT ID`), and when it began to
+    /// wait (unix ms): shown by `LEASE.WAITERS`.
+    pub client: u64,
+    pub arrived_ms: i64,
+}
+
+/// What `LEASE.WAITERS` shows of a waiter (design.md S11): never its
+/// owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaiterView<'w> {
+    pub client: u64,
+    pub label: Option<&'w [u8]>,
+    /// `exclusive`, `shared`, `limit`, or `keys` for a multi-key waiter.
+    pub mode: &'static str,
+    /// `n` of `LIMIT n` (0 otherwise).
+    pub limit: u32,
+    /// How many keys it waits for (1, or a multi-key waiter's count).
+    pub keys: usize,
+    pub waited_ms: i64,
+    /// Time to its `BLOCK` timeout; -1 when it waits forever (`BLOCK 0`).
+    pub timeout_ms: i64,
+}
+
+impl<H> Waiter<H> {
+    /// What `LEASE.WAITERS` shows of it at `now_ms`.
+    pub fn view(&self, now_ms: i64) -> WaiterView<'_> {
+        let (mode, limit) = match (self.keys.is_some(), self.mode) {
+            (true, _) => ("keys", 0),
+            (false, Mode::Exclusive) => ("exclusive", 0),
+            (false, Mode::Shared) => ("shared", 0),
+            (false, Mode::Limit(n)) => ("limit", n),
+        };
+        WaiterView {
+            client: self.client,
+            label: self.label.as_deref(),
+            mode,
+            limit,
+            keys: self.keys.as_ref().map_or(1, |k| k.len()),
+            waited_ms: (now_ms - self.arrived_ms).max(0),
+            timeout_ms: self.timeout_at.map_or(-1, |at| (at - now_ms).max(0)),
+        }
+    }
+}
+
+/// What a new waiter asks for (`WaitRegistry::push_ask`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ask<'a> {
+    pub owner: &'a [u8],
+    pub mode: Mode,
+    pub ttl_ms: i64,
+    /// When its `BLOCK` timeout passes (unix ms); `None` waits forever.
+    pub timeout_at: Option<i64>,
+    /// Its `FLOOR` (0: none).
+    pub floor: u64,
+    pub label: Option<&'a [u8]>,
+    pub client: u64,
+    pub arrived_ms: i64,
+}
+
+impl<'a> Ask<'a> {
+    /// A plain ask: no `FLOOR`, no label, no client id, arrived at 0.
+    pub fn new(owner: &'a [u8], mode: Mode, ttl_ms: i64, timeout_at: Option<i64>) -> Self {
+        Ask {
+            owner,
+            mode,
+            ttl_ms,
+            timeout_at,
+            floor: 0,
+            label: None,
+            client: 0,
+            arrived_ms: 0,
+        }
+    }
 }
 
 impl<H> Waiter<H> {
@@ -142,24 +215,13 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
         ttl_ms: i64,
         timeout_at: Option<i64>,
     ) -> u64 {
-        self.push_at_least(slot, handle, owner, mode, ttl_ms, timeout_at, 0, None)
+        self.push_ask(slot, handle, Ask::new(owner, mode, ttl_ms, timeout_at))
     }
 
-    /// [`push`](Self::push) of an acquire with `FLOOR floor` and `LABEL
-    /// label`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn push_at_least(
-        &mut self,
-        slot: Slot,
-        handle: H,
-        owner: &[u8],
-        mode: Mode,
-        ttl_ms: i64,
-        timeout_at: Option<i64>,
-        floor: u64,
-        label: Option<&[u8]>,
-    ) -> u64 {
-        let w = self.waiter(handle, owner, mode, ttl_ms, timeout_at, floor, None, label);
+    /// Appends a waiter that asks `ask` to the queue of `slot`; returns its
+    /// id.
+    pub fn push_ask(&mut self, slot: Slot, handle: H, ask: Ask<'_>) -> u64 {
+        let w = self.waiter(handle, ask, None);
         let id = w.id;
         self.by_handle.insert(w.handle.clone(), (slot.clone(), id));
         self.enqueue(slot, w);
@@ -168,26 +230,14 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
 
     /// Appends a `LEASE.MACQUIRE` waiter to the queue of every slot of
     /// `slots` (one id, one client); returns its id.
-    pub fn push_multikey(
-        &mut self,
-        slots: Vec<Slot>,
-        handle: H,
-        owner: &[u8],
-        ttl_ms: i64,
-        timeout_at: Option<i64>,
-        label: Option<&[u8]>,
-    ) -> u64 {
+    pub fn push_multikey(&mut self, slots: Vec<Slot>, handle: H, ask: Ask<'_>) -> u64 {
         let keys: Arc<[Slot]> = slots.into();
-        let w = self.waiter(
-            handle,
-            owner,
-            Mode::Exclusive,
-            ttl_ms,
-            timeout_at,
-            0,
-            Some(keys.clone()),
-            label,
-        );
+        let ask = Ask {
+            mode: Mode::Exclusive,
+            floor: 0,
+            ..ask
+        };
+        let w = self.waiter(handle, ask, Some(keys.clone()));
         let id = w.id;
         self.by_handle
             .insert(w.handle.clone(), (keys[0].clone(), id));
@@ -198,35 +248,34 @@ impl<H: Eq + Hash + Ord + Clone, T: Copy> WaitRegistry<H, T> {
     }
 
     /// A new waiter, counted, with its timeout registered.
-    #[allow(clippy::too_many_arguments)]
-    fn waiter(
-        &mut self,
-        handle: H,
-        owner: &[u8],
-        mode: Mode,
-        ttl_ms: i64,
-        timeout_at: Option<i64>,
-        floor: u64,
-        keys: Option<Arc<[Slot]>>,
-        label: Option<&[u8]>,
-    ) -> Waiter<H> {
+    fn waiter(&mut self, handle: H, ask: Ask<'_>, keys: Option<Arc<[Slot]>>) -> Waiter<H> {
         let id = self.next_id;
         self.next_id += 1;
         self.total += 1;
-        if let Some(at) = timeout_at {
+        if let Some(at) = ask.timeout_at {
             self.timeouts.insert((at, id, handle.clone()));
         }
         Waiter {
             id,
             handle,
-            owner: owner.into(),
-            mode,
-            ttl_ms,
-            timeout_at,
-            floor,
+            owner: ask.owner.into(),
+            mode: ask.mode,
+            ttl_ms: ask.ttl_ms,
+            timeout_at: ask.timeout_at,
+            floor: ask.floor,
             keys,
-            label: label.map(Into::into),
+            label: ask.label.map(Into::into),
+            client: ask.client,
+            arrived_ms: ask.arrived_ms,
         }
+    }
+
+    /// The waiters of `slot`, oldest first, at most `count` (`LEASE.WAITERS`).
+    /// O(count).
+    pub fn list(&self, slot: &Slot, count: usize) -> Vec<&Waiter<H>> {
+        self.queues
+            .get(slot)
+            .map_or_else(Vec::new, |q| q.waiters.values().take(count).collect())
     }
 
     /// Puts `w` at the end of the queue of `slot`.
@@ -516,6 +565,46 @@ mod tests {
 
     const X: Mode = Mode::Exclusive;
 
+    /// `LEASE.WAITERS`: oldest first, at most `count`, with what each asked
+    /// for and how long it has waited and may still wait; never its owner.
+    #[test]
+    fn waiters_are_listed_oldest_first_with_what_they_asked() {
+        let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
+        let now = 1_800_000_000_000;
+        let ask = |owner: &'static [u8], mode, timeout_at, arrived_ms| Ask {
+            client: 40 + owner.len() as u64,
+            arrived_ms,
+            label: Some(b"who".as_slice()),
+            ..Ask::new(owner, mode, 100, timeout_at)
+        };
+        r.push_ask(slot("k"), 1, ask(b"a", X, Some(now + 500), now - 30));
+        r.push_ask(slot("k"), 2, ask(b"bb", Mode::Shared, None, now - 20));
+        r.push_ask(
+            slot("k"),
+            3,
+            ask(b"ccc", Mode::Limit(4), Some(now - 1), now - 10),
+        );
+        r.push_multikey(vec![slot("k"), slot("j")], 4, ask(b"dddd", X, None, now));
+        let shown: Vec<_> = r.list(&slot("k"), 10).iter().map(|w| w.view(now)).collect();
+        let rows: Vec<_> = shown
+            .iter()
+            .map(|v| (v.client, v.mode, v.limit, v.keys, v.waited_ms, v.timeout_ms))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (41, "exclusive", 0, 1, 30, 500),
+                (42, "shared", 0, 1, 20, -1),
+                (43, "limit", 4, 1, 10, 0),
+                (44, "keys", 0, 2, 0, -1),
+            ]
+        );
+        assert!(shown.iter().all(|v| v.label == Some(b"who".as_slice())));
+        assert_eq!(r.list(&slot("k"), 2).len(), 2);
+        assert_eq!(r.list(&slot("j"), 10).len(), 1);
+        assert!(r.list(&slot("none"), 10).is_empty());
+    }
+
     fn slot(k: &str) -> Slot {
         (0, k.as_bytes().to_vec())
     }
@@ -529,10 +618,7 @@ mod tests {
         let m = r.push_multikey(
             vec![slot("a"), slot("b")],
             2,
-            b"om",
-            10,
-            Some(now + 50),
-            None,
+            Ask::new(b"om", X, 10, Some(now + 50)),
         );
         r.push(slot("b"), 3, b"o3", X, 10, None);
         assert_eq!(r.total(), 3, "a client is one waiter");
@@ -557,17 +643,17 @@ mod tests {
         assert_eq!(r.next_timeout(), None, "its timeout went with it");
         assert_eq!(r.total(), 1);
         // Removed by its handle (a disconnect), it leaves every queue.
-        r.push_multikey(vec![slot("a"), slot("b")], 4, b"om", 10, None, None);
+        r.push_multikey(vec![slot("a"), slot("b")], 4, Ask::new(b"om", X, 10, None));
         let (s, w) = r.remove(&4).unwrap();
         assert_eq!(w.slots(&s).len(), 2);
         assert_eq!((r.len(&slot("a")), r.len(&slot("b"))), (0, 1));
         // A drain of one key takes it out of the other too.
-        r.push_multikey(vec![slot("c"), slot("b")], 5, b"om", 10, None, None);
+        r.push_multikey(vec![slot("c"), slot("b")], 5, Ask::new(b"om", X, 10, None));
         assert_eq!(r.drain(&slot("c")).len(), 1);
         assert_eq!(r.len(&slot("b")), 1);
         // Same-owner retries of a single-key grant leave its multi-key
         // waiters queued.
-        r.push_multikey(vec![slot("d"), slot("e")], 6, b"o7", 10, None, None);
+        r.push_multikey(vec![slot("d"), slot("e")], 6, Ask::new(b"o7", X, 10, None));
         r.push(slot("d"), 7, b"o7", X, 10, None);
         assert_eq!(r.take_owner(&slot("d"), b"o7").len(), 1);
         assert_eq!(r.len(&slot("d")), 1);
@@ -745,8 +831,22 @@ mod tests {
         let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
         let mut clock = TokenClock::new();
         let s = slot("k");
-        r.push_at_least(s.clone(), 1, b"w", X, 100, None, 5_000, None);
-        r.push_at_least(s.clone(), 2, b"w", X, 100, None, 9_000, None);
+        r.push_ask(
+            s.clone(),
+            1,
+            Ask {
+                floor: 5_000,
+                ..Ask::new(b"w", X, 100, None)
+            },
+        );
+        r.push_ask(
+            s.clone(),
+            2,
+            Ask {
+                floor: 9_000,
+                ..Ask::new(b"w", X, 100, None)
+            },
+        );
         r.push(s.clone(), 3, b"x", X, 100, None);
         let Some(Step::Grant { token, waiters, .. }) = r.grant_next(&s, Held::Free, 1, &mut clock)
         else {
@@ -756,7 +856,14 @@ mod tests {
         assert_eq!(waiters.len(), 2);
         assert_eq!(clock.last(), 9_000);
         // Owner x holds the key and waits again with a floor above its token.
-        r.push_at_least(s.clone(), 4, b"x", X, 100, None, 20_000, None);
+        r.push_ask(
+            s.clone(),
+            4,
+            Ask {
+                floor: 20_000,
+                ..Ask::new(b"x", X, 100, None)
+            },
+        );
         let held = Lease::plain(b"x", 10_000, 5_000);
         let step = r.grant_next(&s, Held::Exclusive(&held), 1000, &mut clock);
         assert!(matches!(

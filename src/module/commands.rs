@@ -17,7 +17,7 @@ use super::ffi::blocked;
 use super::ffi::ctx::{Args, Ctx, Str};
 use super::ffi::replicate::OwnerArg;
 use super::ffi::reply::{Field, Reply};
-use super::ffi::server::decision_ms;
+use super::ffi::server::{decision_ms, now_ms};
 use super::{compat, early, grace, settings, tokens, waiters};
 
 /// Where the commands that carry an owner id have it. The id is a
@@ -331,8 +331,9 @@ pub fn mrelease(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let (keys, at) = multikey_args(a, 1, true)?;
     let owner = check_owner(a.bytes(at))?;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
-    let states = states_of(&mut ws, owner, decision_ms(ctx))?;
-    let out = multikey::release(&states, owner);
+    let now = decision_ms(ctx);
+    let states = states_of(&mut ws, owner, now)?;
+    let out = multikey::release(&states, owner, now);
     Ok(finish_multikey(ctx, &mut ws, &out))
 }
 
@@ -457,6 +458,38 @@ pub fn info(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             None => Reply::Null,
         },
     })
+}
+
+/// LEASE.WAITERS key [COUNT count]
+pub fn waiters(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if a.len() != 2 && a.len() != 4 {
+        return Err(LeaseError::Arity("lease.waiters"));
+    }
+    let count = if a.len() == 4 {
+        args::parse_count(a.bytes(2), a.bytes(3))?
+    } else {
+        args::DEFAULT_WAITERS_COUNT
+    };
+    compat::check()?;
+    // A key of another type is refused, as LEASE.INFO refuses it.
+    Reader::open(ctx, a.str(1)).record()?;
+    let now = now_ms();
+    Ok(Reply::Maps(waiters::list(ctx, a.str(1), count, |ws| {
+        ws.into_iter()
+            .map(|w| {
+                let v = w.view(now);
+                vec![
+                    ("client", Field::Int(v.client as i64)),
+                    ("label", Field::Bytes(v.label.map(Into::into))),
+                    ("mode", Field::Str(v.mode)),
+                    ("limit", Field::Int(v.limit as i64)),
+                    ("keys", Field::Int(v.keys as i64)),
+                    ("waited", Field::Int(v.waited_ms)),
+                    ("timeout", Field::Int(v.timeout_ms)),
+                ]
+            })
+            .collect()
+    })))
 }
 
 /// Commits an effect from the master link or the AOF. `reads_key`: the

@@ -20,12 +20,13 @@ use std::ffi::CStr;
 
 use crate::lease::cluster::redirect;
 use crate::lease::decide::Held;
+use crate::lease::distribution;
 use crate::lease::effect::{Announce, Digits, Effect, Stored};
 use crate::lease::fence::key_slot;
 use crate::lease::ops::{self, Commit, Event};
 use crate::lease::{LeaseError, RecordMut, RecordRef};
 
-use super::counters::STATS;
+use super::counters::{self, STATS};
 use super::ffi::call::{self, Refusal};
 use super::ffi::ctx::{Ctx, Str};
 use super::ffi::key::{LeaseKey, Mode};
@@ -199,6 +200,22 @@ impl KeyWriter {
     /// Returns whether the key changed.
     #[inline(always)]
     pub fn commit(&mut self, c: &Commit<'_>) -> bool {
+        if !matches!(self.origin, Origin::Effect)
+            && matches!(
+                c.event,
+                Event::Renew { .. }
+                    | Event::Release { .. }
+                    | Event::Expire { .. }
+                    | Event::Lingered(_)
+            )
+        {
+            distribution::observe(
+                self.key.get().ok().flatten().map(as_ref),
+                &c.effect,
+                c.event,
+                counters::record,
+            );
+        }
         let change = c.effect.apply(self.key.stored());
         let changed = change.changed;
         // A client's release deletes the key quietly (it serves the
@@ -224,6 +241,7 @@ impl KeyWriter {
             && let Stored::Record(RecordMut::Holders(m)) = self.key.stored()
         {
             STATS.expired.add(m.len() as u64);
+            distribution::ended(RecordRef::Holders(m), &mut counters::record);
         }
         self.key.carry_out(change, released);
         if changed {
@@ -273,11 +291,11 @@ impl KeyWriter {
                 STATS.reacquired.incr();
                 notify(c"lease.acquire");
             }
-            Event::Renew => {
+            Event::Renew { .. } => {
                 STATS.renewed.incr();
                 notify(c"lease.renew");
             }
-            Event::Release => {
+            Event::Release { .. } => {
                 STATS.released.incr();
                 notify(c"lease.release");
             }

@@ -11,16 +11,17 @@
 
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
-use crate::lease::Record;
 use crate::lease::codec::DecodeError;
+use crate::lease::{Record, RecordRef};
 
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::lease::distribution::{self, Sample};
 use crate::lease::ops;
 
 use super::commit::{KeyWriter, Reader};
-use super::counters::STATS;
+use super::counters::{self, STATS};
 use super::ffi::ctx::{Ctx, Str};
 use super::ffi::server::{log_warning, mono_ms, now_ms};
 use super::timers::{self, TimerJob};
@@ -96,11 +97,12 @@ fn warn_far_ahead(e: &DecodeError) {
     }
 }
 
-/// A lease key named `name`, whose record has `holders` holders, leaves
-/// the keyspace (DEL, expiry, overwrite): its waiters are re-checked right
-/// after, and an `expired` event that follows counts each holder.
-pub fn unlinked(name: &[u8], holders: usize, deadline_ms: i64) {
-    note_unlinked(name, holders, deadline_ms);
+/// A lease key named `name`, with `record`, leaves the keyspace (DEL,
+/// expiry, overwrite): its waiters are re-checked right after, and an
+/// `expired` event that follows counts each holder and how long each
+/// holding lasted.
+pub fn unlinked(name: &[u8], record: RecordRef<'_>) {
+    note_unlinked(name, record);
     waiters::key_changed(name);
 }
 
@@ -120,7 +122,7 @@ pub fn restored(db: i32, name: &[u8]) {
 /// (`early::ended_early`). A key whose expiry was set earlier than its lease's
 /// deadline (`PEXPIRE`) ends when the server says.
 pub fn on_expired(ctx: Ctx, key: Str) {
-    let Some((holders, deadline_ms)) = take_unlinked(key.bytes()) else {
+    let Some((holders, deadline_ms)) = take_unlinked(key.bytes(), true) else {
         return;
     };
     STATS.expired.add(holders as u64);
@@ -133,7 +135,7 @@ pub fn on_expired(ctx: Ctx, key: Str) {
 /// `maxmemory-policy` (its holders lost their leases without knowing):
 /// counted per holder, and logged at most once every ten seconds.
 pub fn on_evicted(key: Str) {
-    let Some((holders, _)) = take_unlinked(key.bytes()) else {
+    let Some((holders, _)) = take_unlinked(key.bytes(), false) else {
         return;
     };
     STATS.evicted.add(holders as u64);
@@ -238,6 +240,7 @@ static LAST_UNLINKED: Mutex<Unlinked> = Mutex::new(Unlinked {
     name: Vec::new(),
     holders: 0,
     deadline_ms: 0,
+    held: Vec::new(),
     at: None,
 });
 
@@ -245,25 +248,38 @@ struct Unlinked {
     name: Vec<u8>,
     holders: usize,
     deadline_ms: i64,
+    /// How long each holding lasted, had it ended at its deadline.
+    held: Vec<Sample>,
     at: Option<Instant>,
 }
 
-fn note_unlinked(name: &[u8], holders: usize, deadline_ms: i64) {
+fn note_unlinked(name: &[u8], record: RecordRef<'_>) {
     let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
     last.name.clear();
     last.name.extend_from_slice(name);
-    last.holders = holders;
-    last.deadline_ms = deadline_ms;
+    last.holders = record.holders();
+    last.deadline_ms = record.latest_deadline();
+    last.held.clear();
+    distribution::ended(record, &mut |s| last.held.push(s));
     last.at = Some(Instant::now());
 }
 
 /// If `name` was the lease key unlinked just now (within a millisecond),
-/// how many holders it had and its lease's deadline. Clears the mark.
-fn take_unlinked(name: &[u8]) -> Option<(usize, i64)> {
+/// how many holders it had and its lease's deadline; `expired`: its
+/// holdings ended at their deadlines (recorded in `held`). Clears the mark.
+fn take_unlinked(name: &[u8], expired: bool) -> Option<(usize, i64)> {
     let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
     let recent = last
         .at
         .take()
         .is_some_and(|at| at.elapsed().as_micros() < 1000);
-    (recent && last.name.as_slice() == name).then_some((last.holders, last.deadline_ms))
+    if !(recent && last.name.as_slice() == name) {
+        return None;
+    }
+    if expired {
+        for &s in &last.held {
+            counters::record(s);
+        }
+    }
+    Some((last.holders, last.deadline_ms))
 }

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use crate::lease::config::SETTINGS;
 
-use super::counters::STATS;
+use super::counters::{self, STATS};
 use super::ffi::ctx::Ctx;
 use super::ffi::server::log_warning;
 use super::{compat, grace, settings, tokens, waiters};
@@ -78,6 +78,14 @@ pub fn fields() -> Vec<Field> {
             .into_iter()
             .map(|(name, value)| Field::Unsigned(name, value)),
     );
+    // The distributions (design.md S11): `lease_<name>_<figure>`.
+    counters::distributions(|d| {
+        for (name, dist) in d.all() {
+            for (figure, v) in dist.summary() {
+                out.push(Field::Figure(name, figure, v));
+            }
+        }
+    });
     out.push(Field::Unsigned("waiters", waiters::total() as u64));
     out.push(Field::Unsigned("last_token", tokens::last()));
     // Every setting, as `lease_<name>` with `_` for `-`.

@@ -24,11 +24,11 @@ use crate::lease::clock::TokenClock;
 use crate::lease::decide::Held;
 use crate::lease::multikey;
 use crate::lease::ops::{self, Recheck, ServeEnv, Served};
-use crate::lease::waitq::{Slot, Step, WaitRegistry, Waiter};
+use crate::lease::waitq::{Ask, Slot, Step, WaitRegistry, Waiter};
 use crate::lease::{LeaseError, Mode};
 
 use super::commit::{Closed, KeyWriter, Reader};
-use super::counters::STATS;
+use super::counters::{self, STATS};
 use super::ffi::blocked::{self, Handle};
 use super::ffi::ctx::{Ctx, Str};
 use super::ffi::reply::{self, Reply};
@@ -103,6 +103,13 @@ pub fn waiting(slot: &Slot) -> usize {
     reg(|r| r.len(slot))
 }
 
+/// `f` of the waiters of key `name` in the context's database, oldest
+/// first, at most `count` (`LEASE.WAITERS`).
+pub fn list<R>(ctx: Ctx, name: Str, count: usize, f: impl FnOnce(Vec<&Waiter<Handle>>) -> R) -> R {
+    let slot = slot_of(ctx, name);
+    reg(|r| f(r.list(&slot, count)))
+}
+
 /// Clients waiting on key `name` of the context's database.
 pub fn waiting_on(ctx: Ctx, name: Str) -> usize {
     slot_if_waiting(ctx, name).map_or(0, |slot| waiting(&slot))
@@ -141,34 +148,30 @@ pub struct Want<'a> {
     pub label: Option<&'a [u8]>,
 }
 
+/// What a client that blocks now with `want` asks the queue for. Its
+/// BLOCK timeout is one millisecond more than asked: the clock reads whole
+/// milliseconds, so `now + timeout` may be up to 1 ms less than `timeout`
+/// away; a wait is never shorter than its BLOCK (at most 1 ms longer).
+fn ask<'a>(ctx: Ctx, want: &Want<'a>) -> Ask<'a> {
+    let now = now_ms();
+    Ask {
+        owner: want.owner,
+        mode: want.mode,
+        ttl_ms: want.ttl_ms,
+        timeout_at: (want.timeout_ms > 0).then(|| now + want.timeout_ms + 1),
+        floor: want.floor,
+        label: want.label,
+        client: ctx.client_id(),
+        arrived_ms: now,
+    }
+}
+
 pub fn block(ctx: Ctx, slot: Slot, want: Want<'_>, recheck_at: i64) -> Reply {
-    let Want {
-        owner,
-        mode,
-        ttl_ms,
-        timeout_ms,
-        floor,
-        label,
-    } = want;
+    let ask = ask(ctx, &want);
     let Some(bc) = blocked::block(ctx) else {
         return Reply::Null;
     };
-    // One millisecond more than asked: the clock reads whole milliseconds,
-    // so `now + timeout` may be up to 1 ms less than `timeout` away; a wait
-    // is never shorter than its BLOCK (at most 1 ms longer).
-    let timeout_at = (timeout_ms > 0).then(|| now_ms() + timeout_ms + 1);
-    reg(|r| {
-        r.push_at_least(
-            slot.clone(),
-            bc,
-            owner,
-            mode,
-            ttl_ms,
-            timeout_at,
-            floor,
-            label,
-        )
-    });
+    reg(|r| r.push_ask(slot.clone(), bc, ask));
     arm(&slot, recheck_at);
     arm_timeouts();
     Reply::Sent
@@ -318,6 +321,10 @@ fn fail_all(slot: &Slot, err: LeaseError) {
 }
 
 fn unblock(w: &Waiter<Handle>, slot: &Slot, answer: Answer) {
+    // A wait served or timed out (an error ends no wait that counts).
+    if !matches!(answer, Answer::Error(_)) {
+        counters::record_waited(now_ms() - w.arrived_ms);
+    }
     blocked::unblock(
         w.handle,
         Box::new(Unblocked {
@@ -410,20 +417,11 @@ pub fn block_multikey(
     want: Want<'_>,
     rechecks: &[multikey::Recheck],
 ) -> Reply {
+    let ask = ask(ctx, &want);
     let Some(bc) = blocked::block(ctx) else {
         return Reply::Null;
     };
-    let timeout_at = (want.timeout_ms > 0).then(|| now_ms() + want.timeout_ms + 1);
-    reg(|r| {
-        r.push_multikey(
-            slots.clone(),
-            bc,
-            want.owner,
-            want.ttl_ms,
-            timeout_at,
-            want.label,
-        )
-    });
+    reg(|r| r.push_multikey(slots.clone(), bc, ask));
     arm_rechecks(&slots, rechecks);
     arm_timeouts();
     Reply::Sent
@@ -583,6 +581,7 @@ pub fn on_reply(ctx: Ctx, data: Option<&mut Unblocked>) {
 /// blocks with timeout 0 and times out its waiters itself).
 pub fn on_server_timeout(ctx: Ctx, bc: Handle) {
     if reg(|r| r.remove(&bc)).is_some_and(|(slot, w)| {
+        counters::record_waited(now_ms() - w.arrived_ms);
         for slot in w.slots(&slot) {
             tidy(&slot);
             // As after a timeout: the ones behind it may be served now.

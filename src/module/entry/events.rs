@@ -8,7 +8,7 @@
 use super::super::ffi::ctx::{Ctx, Str};
 use super::super::ffi::entry::Events;
 use super::super::timers::{self, Announcement, TimerJob};
-use super::super::{datatype, grace, info, waiters};
+use super::super::{counters, datatype, grace, info, waiters};
 
 pub struct Lease;
 
@@ -75,5 +75,9 @@ impl Events for Lease {
 
     fn before_command(name: &[u8], first_arg: Option<&[u8]>) {
         datatype::before_command(name, first_arg);
+    }
+
+    fn stats_reset() {
+        counters::distributions(|d| d.reset());
     }
 }

@@ -41,6 +41,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     register::register_info::<configs::Lease>(ctx);
     register::subscribe_events::<events::Lease>(ctx);
+    register::register_resetstat_filter::<events::Lease>(ctx);
     start(lctx);
     Status::Ok
 }

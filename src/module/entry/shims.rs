@@ -40,6 +40,7 @@ command!(Acquire => commands::acquire, owner);
 command!(Renew => commands::renew, owner);
 command!(Release => commands::release, owner);
 command!(Info => commands::info);
+command!(Waiters => commands::waiters);
 command!(Apply => commands::apply, owner);
 command!(Hold => commands::hold, owner);
 command!(Drop => commands::drop, owner);

@@ -189,6 +189,27 @@ pub fn specs() -> Vec<Spec> {
             args: vec![arg(c"key", KEY)],
         },
         Spec {
+            name: "LEASE.WAITERS",
+            entry: command_entry::<shims::Waiters>(),
+            // slow: O(n) in the waiters listed (at most 1000).
+            acl: c"read slow lease",
+            flags: "readonly",
+            arity: -2,
+            keys: Keys::One,
+            key_flags: RO | ACCESS,
+            summary: c"The clients waiting for key, oldest first: client id, label, mode, keys, time waited and time to their BLOCK timeout",
+            complexity: c"O(n) for the n waiters listed",
+            since: V4,
+            history: &[],
+            args: vec![
+                arg(c"key", KEY),
+                Arg {
+                    flags: OPTIONAL,
+                    ..option(c"count", INTEGER, c"COUNT")
+                },
+            ],
+        },
+        Spec {
             name: "LEASE.MACQUIRE",
             entry: command_entry::<shims::MAcquire>(),
             acl: c"write slow blocking lease",

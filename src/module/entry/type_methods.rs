@@ -71,7 +71,7 @@ impl LeaseType for Methods {
     }
 
     fn unlinked(key: &[u8], record: RecordRef<'_>) {
-        datatype::unlinked(key, record.holders(), record.latest_deadline());
+        datatype::unlinked(key, record);
     }
 
     fn aux_save() -> u64 {

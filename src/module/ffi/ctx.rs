@@ -81,6 +81,13 @@ impl Ctx {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
     }
 
+    /// The id of the client that runs the call (as `CLIENT ID` shows it;
+    /// 0 when there is none, as in a timer).
+    pub fn client_id(self) -> u64 {
+        // SAFETY: reads the live context.
+        unsafe { raw::RedisModule_GetClientId.unwrap()(self.0) }
+    }
+
     /// The database the call runs in.
     pub fn selected_db(self) -> i32 {
         // SAFETY: reads the live context.

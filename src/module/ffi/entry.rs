@@ -458,6 +458,37 @@ pub trait Events {
     /// A command with at least one argument is about to run (the command
     /// filter, while it is registered).
     fn before_command(name: &[u8], first_arg: Option<&[u8]>);
+    /// `CONFIG RESETSTAT` is about to run.
+    fn stats_reset();
+}
+
+/// The filter that sees `CONFIG RESETSTAT` (always registered): two
+/// arguments, `config` then `resetstat`, any case. Every other command
+/// costs it one argument count.
+unsafe extern "C" fn resetstat_filter<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    guard("the RESETSTAT filter", (), || {
+        // SAFETY: the filter context of the command about to run; its
+        // arguments live while the filter runs and are only read here.
+        unsafe {
+            if raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) != 2 {
+                return;
+            }
+            let arg = |i| {
+                let s = raw::RedisModule_CommandFilterArgGet.unwrap()(fctx, i);
+                (!s.is_null()).then(|| Str::new(s as *mut _).bytes())
+            };
+            if arg(0).is_some_and(|a| a.eq_ignore_ascii_case(b"config"))
+                && arg(1).is_some_and(|a| a.eq_ignore_ascii_case(b"resetstat"))
+            {
+                E::stats_reset();
+            }
+        }
+    })
+}
+
+/// The `CONFIG RESETSTAT` filter's shim.
+pub fn resetstat_filter_fn<E: Events>() -> raw::RedisModuleCommandFilterFunc {
+    Some(resetstat_filter::<E>)
 }
 
 unsafe extern "C" fn flushed<E: Events>(
@@ -643,6 +674,8 @@ pub enum InfoField {
     /// A setting: its name as in `lease::config` (`max-ttl-ms`), shown as
     /// `max_ttl_ms`.
     Setting(&'static str, i64),
+    /// One figure of a distribution: `held` and `p99` shown as `held_p99`.
+    Figure(&'static str, &'static str, u64),
 }
 
 pub(super) unsafe extern "C" fn get_setting<C: Configs>(
@@ -688,6 +721,9 @@ pub(super) extern "C" fn info<C: Configs>(
                 }
                 InfoField::Setting(name, v) => {
                     raw::add_info_field_long_long(ictx, &name.replace('-', "_"), v);
+                }
+                InfoField::Figure(name, figure, v) => {
+                    raw::add_info_field_unsigned_long_long(ictx, &format!("{name}_{figure}"), v);
                 }
             }
         }

@@ -16,6 +16,8 @@ pub enum Reply {
     /// RESP2 nil, RESP3 null.
     Null,
     Ok,
+    /// An array of maps (RESP3) / of flat field-value arrays (RESP2).
+    Maps(Vec<Vec<(&'static str, Field)>>),
     /// A map (RESP3) / flat field-value array (RESP2) of fields.
     Fields(Vec<(&'static str, Field)>),
     /// The reply was already sent (a forwarded command reply).
@@ -159,6 +161,12 @@ pub fn send(ctx: Ctx, result: Result<Reply, LeaseError>) {
                 }
             }
             Ok(Reply::Fields(fields)) => reply_fields(ctx, fields),
+            Ok(Reply::Maps(maps)) => {
+                raw::RedisModule_ReplyWithArray.unwrap()(ctx, maps.len() as _);
+                for map in maps {
+                    reply_fields(ctx, map);
+                }
+            }
             Ok(Reply::Sent) => {}
             Err(e) => {
                 let text = CString::new(e.to_string().replace('\0', "?")).expect("no NUL");
