@@ -7,7 +7,7 @@
 
 import { EventEmitter } from "node:events";
 
-import { AlreadyHeld, Arg, FOREVER, FenceCall, LeaseError, LeaseLost, Loss, checkStale, fenceArgs } from "./core";
+import { AlreadyHeld, FOREVER, FenceCall, LeaseError, LeaseLost, Loss, checkStale, fenceArgs } from "./core";
 import { RedisClient } from "./adapter";
 import { Lease, LeaseClient } from "./client";
 import { QuorumClient, QuorumLease } from "./quorum";

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import pathlib
 import threading
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 import time
 
 import pytest
@@ -116,7 +116,8 @@ def test_fence_with_min_ttl_ms_raises_lease_expiring_runs_nothing_and_keeps_the_
     # The raw form, on a connection of one's own.
     with pytest.raises(redis.ResponseError, match="^EXPIRING lease has"):
         r.execute_command(*lease.fence_args("HSET", "data", "v", 2, min_ttl_ms=60_000))
-    for bad in (-1, 1.5, "500", True):
+    bads: Tuple[Any, ...] = (-1, 1.5, "500", True)
+    for bad in bads:
         with pytest.raises(ValueError, match="min_ttl_ms"):
             lease.fence("SET", "data", "x", min_ttl_ms=bad)
     assert r.hget("data", "v") == b"1"

@@ -818,7 +818,7 @@ class MultiLease(MultiLeaseCore, Lease):
     ) -> None:
         MultiLeaseCore.__init__(self, client, keys, owner, token, ttl_ms, LossSignal(deadline))
 
-    def fence(self, key: Any, *command: Any, min_ttl_ms: Optional[int] = None) -> Any:
+    def fence(self, key: Any, *command: Any, min_ttl_ms: Optional[int] = None) -> Any:  # type: ignore[override]  # its key comes first: not a drop-in for a Lease's
         """Runs ``command`` through the fence on ``key``, one of the lease's
         keys (``LEASE.FENCE key token command...``): the command's reply, or
         :class:`StaleToken` (nothing run) when the token is not the current

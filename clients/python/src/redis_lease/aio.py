@@ -757,7 +757,7 @@ class AsyncMultiLease(MultiLeaseCore, AsyncLease):
     ) -> None:
         MultiLeaseCore.__init__(self, client, keys, owner, token, ttl_ms, AsyncLossSignal(deadline))
 
-    async def fence(self, key: Any, *command: Any, min_ttl_ms: Optional[int] = None) -> Any:
+    async def fence(self, key: Any, *command: Any, min_ttl_ms: Optional[int] = None) -> Any:  # type: ignore[override]  # its key comes first: not a drop-in for a Lease's
         """``LEASE.FENCE key token [MINTTL ms] command...`` on ``key``, one
         of the lease's keys: the command's reply, :class:`StaleToken` or
         :class:`LeaseExpiring` when refused (nothing run), ``ValueError``

@@ -126,7 +126,7 @@ class MultiLeaseCore(LeaseCore):
     def __repr__(self) -> str:  # never the owner
         return f"<{type(self).__name__} keys={self.keys!r} token={self.token} lost={self.lost.reason}>"
 
-    def fence_args(self, key: Any, *command: Any, min_ttl_ms: Optional[int] = None) -> Tuple[Any, ...]:
+    def fence_args(self, key: Any, *command: Any, min_ttl_ms: Optional[int] = None) -> Tuple[Any, ...]:  # type: ignore[override]  # its key comes first: not a drop-in for a Lease's
         """The fenced form of ``command`` on ``key``, one of the lease's keys
         (``LEASE.FENCE key token [MINTTL ms] command...``); ``ValueError``
         for a key that is not one of them."""
