@@ -5,7 +5,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use redis_lease::lease::args::{
-    check_owner, parse_acquire_options, parse_i64, parse_timeout, parse_token, parse_ttl,
+    check_owner, fence_command_at, parse_acquire_options, parse_fence_args, parse_i64,
+    parse_timeout, parse_token, parse_ttl,
 };
 use redis_lease::lease::clock::TokenClock;
 use redis_lease::lease::config::parse_module_args;
@@ -92,10 +93,22 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
         }
-        1 => match parse_token(arg(0)) {
-            Ok(t) => assert!((1..=MAX_TOKEN).contains(&t)),
-            Err(e) => check_error(&e),
-        },
+        1 => {
+            match parse_token(arg(0)) {
+                Ok(t) => assert!((1..=MAX_TOKEN).contains(&t)),
+                Err(e) => check_error(&e),
+            }
+            // LEASE.FENCE's arguments after the key: the token, MINTTL ms.
+            match parse_fence_args(&args) {
+                Ok(f) => {
+                    assert_eq!(f.command_at, fence_command_at(&args));
+                    assert!(f.command_at <= args.len());
+                    assert_eq!(f.min_ttl_ms.is_some(), f.command_at == 3);
+                    assert!(f.min_ttl_ms.is_none_or(|ms| ms >= 0));
+                }
+                Err(e) => check_error(&e),
+            }
+        }
         2 => match parse_timeout(arg(0)) {
             Ok(t) => assert!(t >= 0),
             Err(e) => check_error(&e),

@@ -209,6 +209,48 @@ pub fn parse_count(word: &[u8], value: &[u8]) -> Result<usize, LeaseError> {
     Ok(parse_in_range(value, "COUNT", 1, MAX_WAITERS_COUNT as i64)? as usize)
 }
 
+/// The arguments of `LEASE.FENCE key token [MINTTL ms] [command [arg ...]]`
+/// after the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FenceArgs {
+    pub token: u64,
+    /// `MINTTL ms`: refuse when the lease has less than `ms` left.
+    pub min_ttl_ms: Option<i64>,
+    /// Where the fenced command starts among the arguments after the key
+    /// (1, or 3 after `MINTTL ms`); no command when it is their length.
+    pub command_at: usize,
+}
+
+/// Where the fenced command starts among LEASE.FENCE's arguments after the
+/// key: after `MINTTL ms` when the word (any case) follows the token, else
+/// right after the token. `MINTTL` is recognised there only: further on it
+/// is the command's own argument.
+pub fn fence_command_at(after_key: &[&[u8]]) -> usize {
+    match after_key.get(1) {
+        Some(w) if w.eq_ignore_ascii_case(b"MINTTL") => 3,
+        _ => 1,
+    }
+}
+
+/// Parses LEASE.FENCE's arguments after the key (the token first: at least
+/// one argument, the arity says so): the token, then `MINTTL ms` (`ms`:
+/// 0..=MAX_MS) when given.
+pub fn parse_fence_args(after_key: &[&[u8]]) -> Result<FenceArgs, LeaseError> {
+    let token = parse_token(after_key.first().copied().unwrap_or_default())?;
+    let command_at = fence_command_at(after_key);
+    let min_ttl_ms = if command_at == 1 {
+        None
+    } else {
+        let ms = after_key.get(2).ok_or(LeaseError::MissingValue("MINTTL"))?;
+        Some(parse_in_range(ms, "MINTTL", 0, MAX_MS)?)
+    };
+    Ok(FenceArgs {
+        token,
+        min_ttl_ms,
+        command_at,
+    })
+}
+
 /// `numkeys` of a multi-key command: 1..=1000, and at most `given`, the
 /// arguments left for the keys.
 pub fn parse_numkeys(arg: &[u8], given: usize) -> Result<usize, LeaseError> {
@@ -501,6 +543,83 @@ mod tests {
                 Err(LeaseError::FloorNotExclusive)
             );
         }
+    }
+
+    #[test]
+    fn fence_args_take_minttl_right_after_the_token_only() {
+        let f = |a: &[&[u8]]| parse_fence_args(a);
+        assert_eq!(
+            f(&[b"42"]),
+            Ok(FenceArgs {
+                token: 42,
+                min_ttl_ms: None,
+                command_at: 1
+            })
+        );
+        assert_eq!(
+            f(&[b"42", b"HSET", b"h", b"MINTTL", b"5"]),
+            Ok(FenceArgs {
+                token: 42,
+                min_ttl_ms: None,
+                command_at: 1
+            }),
+            "further on, MINTTL is the command's argument"
+        );
+        assert_eq!(
+            f(&[b"42", b"minTTL", b"500"]),
+            Ok(FenceArgs {
+                token: 42,
+                min_ttl_ms: Some(500),
+                command_at: 3
+            })
+        );
+        assert_eq!(
+            f(&[b"42", b"MINTTL", b"0", b"SET", b"k", b"v"]),
+            Ok(FenceArgs {
+                token: 42,
+                min_ttl_ms: Some(0),
+                command_at: 3
+            })
+        );
+        assert_eq!(
+            f(&[b"42", b"MINTTL", b"1000000000000"]).map(|a| a.min_ttl_ms),
+            Ok(Some(MAX_MS))
+        );
+        assert_eq!(
+            f(&[b"42", b"MINTTL"]),
+            Err(LeaseError::MissingValue("MINTTL"))
+        );
+        for bad in [&b"-1"[..], b"1000000000001"] {
+            assert_eq!(
+                f(&[b"42", b"MINTTL", bad]),
+                Err(LeaseError::OutOfRange {
+                    what: "MINTTL",
+                    min: 0,
+                    max: MAX_MS
+                })
+            );
+        }
+        for bad in [&b"soon"[..], b"1.5", b"", b"+5", b"05"] {
+            assert_eq!(
+                f(&[b"42", b"MINTTL", bad]),
+                Err(LeaseError::NotInteger("MINTTL"))
+            );
+        }
+        assert_eq!(
+            f(&[b"x", b"MINTTL", b"-1"]),
+            Err(LeaseError::NotInteger("token")),
+            "the token is checked first"
+        );
+        assert_eq!(fence_command_at(&[b"1", b"GET", b"k"]), 1);
+        assert_eq!(fence_command_at(&[b"1", b"mintTl", b"x", b"GET"]), 3);
+        assert_eq!(
+            LeaseError::NotInteger("MINTTL").to_string(),
+            "ERR MINTTL is not an integer"
+        );
+        assert_eq!(
+            LeaseError::MissingValue("MINTTL").to_string(),
+            "ERR option MINTTL needs a value"
+        );
     }
 
     #[test]

@@ -265,30 +265,50 @@ pub fn release_holder(m: &Holders, owner: &[u8], now_ms: i64) -> bool {
     m.holder(owner).is_some_and(|h| h.is_live(now_ms))
 }
 
-/// Which kind of holder a valid fencing token belongs to.
+/// Which kind of holder a valid fencing token belongs to, and its time left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fenced {
     /// A `SHARED` holder: its token cannot fence a write.
     pub shared: bool,
+    /// The time the lease (or, for a counting or shared lease, the holding
+    /// whose token it is) has left at the decision's time, in ms, as
+    /// LEASE.INFO would show it: to its deadline, or to the key's expiry
+    /// when that comes first.
+    pub left_ms: i64,
 }
 
-/// LEASE.FENCE: is `token` the token of a current holder of the key?
+/// LEASE.FENCE: is `token` the token of a current holder of the key
+/// (else `Stale`), and, with `MINTTL` (`min_ttl_ms`), does that holding
+/// have at least that long left at `now_ms` (else `Expiring`, with the time
+/// left)? Both are read at the same instant; `Stale` wins.
 pub fn fence_record(
     record: Option<RecordRef>,
     token: u64,
+    min_ttl_ms: Option<i64>,
     now_ms: i64,
+    key_expire_ms: Option<i64>,
 ) -> Result<Fenced, LeaseError> {
-    match record {
-        Some(RecordRef::Exclusive(l)) if l.is_live(now_ms) && l.token == token => {
-            Ok(Fenced { shared: false })
-        }
-        Some(RecordRef::Holders(m)) => match m.by_token(token) {
-            Some(h) if h.is_live(now_ms) => Ok(Fenced {
-                shared: m.mode() == HoldersMode::Shared,
-            }),
-            _ => Err(LeaseError::Stale),
+    let end = |deadline: i64| key_expire_ms.map_or(deadline, |e| e.min(deadline));
+    let fenced = match record {
+        Some(RecordRef::Exclusive(l)) if l.is_live(now_ms) && l.token == token => Fenced {
+            shared: false,
+            left_ms: (end(l.deadline_ms) - now_ms).max(0),
         },
-        _ => Err(LeaseError::Stale),
+        Some(RecordRef::Holders(m)) => match m.by_token(token) {
+            Some(h) if h.is_live(now_ms) => Fenced {
+                shared: m.mode() == HoldersMode::Shared,
+                left_ms: (end(h.deadline_ms) - now_ms).max(0),
+            },
+            _ => return Err(LeaseError::Stale),
+        },
+        _ => return Err(LeaseError::Stale),
+    };
+    match min_ttl_ms {
+        Some(min_ttl_ms) if fenced.left_ms < min_ttl_ms => Err(LeaseError::Expiring {
+            left_ms: fenced.left_ms,
+            min_ttl_ms,
+        }),
+        _ => Ok(fenced),
     }
 }
 
@@ -450,7 +470,7 @@ mod tests {
         assert_eq!(renew(Some(&cur), b"a", 10, NOW), None);
         assert!(!release(Some(&cur), b"a", NOW));
         assert!(matches!(
-            fence_record(Some(RecordRef::Exclusive(&cur)), 77, NOW),
+            fence_record(Some(RecordRef::Exclusive(&cur)), 77, None, NOW, None),
             Err(LeaseError::Stale)
         ));
         assert_eq!(info(Some(&cur), NOW, None), None);
@@ -482,6 +502,67 @@ mod tests {
         assert_eq!(
             info(Some(&cur), NOW + 40, Some(NOW + 500)).map(|v| v.ttl_ms),
             Some(60)
+        );
+    }
+
+    #[test]
+    fn minttl_refuses_a_lease_with_less_left_and_stale_wins() {
+        let cur = held(b"a", 77, NOW + 5000);
+        let rec = Some(RecordRef::Exclusive(&cur));
+        let fence = |min, at, expire| fence_record(rec, 77, min, at, expire);
+        assert_eq!(
+            fence(Some(5000), NOW, None),
+            Ok(Fenced {
+                shared: false,
+                left_ms: 5000
+            }),
+            "exactly MINTTL left passes"
+        );
+        assert_eq!(
+            fence(Some(5001), NOW, None),
+            Err(LeaseError::Expiring {
+                left_ms: 5000,
+                min_ttl_ms: 5001
+            })
+        );
+        assert_eq!(fence(None, NOW + 4999, None).map(|f| f.left_ms), Ok(1));
+        assert_eq!(
+            fence(Some(0), NOW + 5000, None).map(|f| f.left_ms),
+            Ok(0),
+            "MINTTL 0 passes a lease at its deadline, like no MINTTL"
+        );
+        assert_eq!(
+            fence(Some(1), NOW + 5000, None),
+            Err(LeaseError::Expiring {
+                left_ms: 0,
+                min_ttl_ms: 1
+            })
+        );
+        assert_eq!(
+            fence(Some(500), NOW, Some(NOW + 120)),
+            Err(LeaseError::Expiring {
+                left_ms: 120,
+                min_ttl_ms: 500
+            }),
+            "a shorter key expiry ends the lease earlier, as LEASE.INFO shows"
+        );
+        assert_eq!(
+            fence(Some(5000), NOW, Some(NOW + 9000)).map(|f| f.left_ms),
+            Ok(5000)
+        );
+        assert_eq!(
+            fence(Some(1_000_000), NOW + 5001, None),
+            Err(LeaseError::Stale),
+            "an ended lease is STALE, not EXPIRING"
+        );
+        assert_eq!(
+            fence_record(rec, 76, Some(1_000_000), NOW, None),
+            Err(LeaseError::Stale),
+            "another token is STALE, not EXPIRING"
+        );
+        assert_eq!(
+            fence_record(None, 77, Some(1), NOW, None),
+            Err(LeaseError::Stale)
         );
     }
 
@@ -689,17 +770,54 @@ mod holders_tests {
         fn rec(m: &Holders) -> Option<RecordRef<'_>> {
             Some(RecordRef::Holders(m))
         }
-        assert_eq!(fence_record(rec(&m), 12, NOW), Ok(Fenced { shared: false }));
-        assert_eq!(fence_record(rec(&m), 12, NOW + 51), Err(LeaseError::Stale));
-        assert_eq!(fence_record(rec(&m), 11, NOW), Err(LeaseError::Stale));
+        let fence = |r, t, at| fence_record(r, t, None, at, None).map(|f| f.shared);
+        assert_eq!(fence(rec(&m), 12, NOW), Ok(false));
+        assert_eq!(fence(rec(&m), 12, NOW + 51), Err(LeaseError::Stale));
+        assert_eq!(fence(rec(&m), 11, NOW), Err(LeaseError::Stale));
         let s = Holders::with(HoldersMode::Shared, h("r", 9, NOW + 10));
-        assert_eq!(fence_record(rec(&s), 9, NOW), Ok(Fenced { shared: true }));
+        assert_eq!(fence(rec(&s), 9, NOW), Ok(true));
         let l = excl("a");
+        assert_eq!(fence(Some(RecordRef::Exclusive(&l)), 5, NOW), Ok(false));
+        assert_eq!(fence(None, 5, NOW), Err(LeaseError::Stale));
+        // MINTTL looks at the holding whose token it is, not the key's
+        // latest deadline.
         assert_eq!(
-            fence_record(Some(RecordRef::Exclusive(&l)), 5, NOW),
-            Ok(Fenced { shared: false })
+            fence_record(rec(&m), 12, Some(50), NOW, None),
+            Ok(Fenced {
+                shared: false,
+                left_ms: 50
+            })
         );
-        assert_eq!(fence_record(None, 5, NOW), Err(LeaseError::Stale));
+        assert_eq!(
+            fence_record(rec(&m), 12, Some(51), NOW, None),
+            Err(LeaseError::Expiring {
+                left_ms: 50,
+                min_ttl_ms: 51
+            })
+        );
+        assert_eq!(
+            fence_record(rec(&m), 10, Some(51), NOW, None).map(|f| f.left_ms),
+            Ok(100)
+        );
+        assert_eq!(
+            fence_record(rec(&m), 10, Some(51), NOW, Some(NOW + 30)),
+            Err(LeaseError::Expiring {
+                left_ms: 30,
+                min_ttl_ms: 51
+            })
+        );
+        assert_eq!(
+            fence_record(rec(&m), 12, Some(1), NOW + 51, None),
+            Err(LeaseError::Stale)
+        );
+        assert_eq!(
+            fence_record(rec(&s), 9, Some(11), NOW, None),
+            Err(LeaseError::Expiring {
+                left_ms: 10,
+                min_ttl_ms: 11
+            }),
+            "a reader's holding too"
+        );
         let view = holders_info(&m, NOW + 10, None).unwrap();
         assert_eq!(view.mode, HoldersMode::Limit(3));
         assert_eq!((view.token, view.ttl_ms), (12, 90));

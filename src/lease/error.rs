@@ -54,6 +54,9 @@ pub enum LeaseError {
     WrongType,
     /// The fencing token is not the token of the lease held right now.
     Stale,
+    /// `LEASE.FENCE ... MINTTL ms`: the token is current, but its lease (or
+    /// holding) has less than `min_ttl_ms` left at the decision's time.
+    Expiring { left_ms: i64, min_ttl_ms: i64 },
     /// The token clock reached 2^53-1 (about 280 years of tokens at the
     /// wall-clock rate): no larger token can be issued exactly.
     TokensExhausted,
@@ -148,6 +151,13 @@ impl fmt::Display for LeaseError {
             LeaseError::Stale => write!(
                 f,
                 "STALE fencing token is not the token of the lease held on this key"
+            ),
+            LeaseError::Expiring {
+                left_ms,
+                min_ttl_ms,
+            } => write!(
+                f,
+                "EXPIRING lease has {left_ms} ms left, less than MINTTL {min_ttl_ms}"
             ),
             LeaseError::TokensExhausted => {
                 write!(f, "ERR fencing tokens exhausted (2^53-1 reached)")
@@ -263,6 +273,10 @@ mod tests {
             },
             LeaseError::WrongType,
             LeaseError::Stale,
+            LeaseError::Expiring {
+                left_ms: 120,
+                min_ttl_ms: 500,
+            },
             LeaseError::TokensExhausted,
             LeaseError::InternalOnly("LEASE.APPLY"),
             LeaseError::Unsupported("x"),
@@ -295,5 +309,13 @@ mod tests {
             assert!(!s.contains('\n') && !s.contains('\r'), "{s}");
         }
         assert!(LeaseError::Stale.to_string().starts_with("STALE "));
+        assert_eq!(
+            LeaseError::Expiring {
+                left_ms: 120,
+                min_ttl_ms: 500
+            }
+            .to_string(),
+            "EXPIRING lease has 120 ms left, less than MINTTL 500"
+        );
     }
 }

@@ -21,6 +21,7 @@ use rand::{RngExt, SeedableRng};
 
 use super::clock::TokenClock;
 use super::decide::{self, Held};
+use super::error::LeaseError;
 use super::mode::{HoldersMode, Mode};
 use super::ops::{self, AcquireRequest, Env, Key, Outcome, Recheck, ServeEnv, Served, Then};
 use super::record::{Record, RecordRef};
@@ -54,11 +55,12 @@ enum Op {
         owner: usize,
     },
     /// A fence check with one of the last tokens issued on the key (`pick`),
-    /// or that token minus `off`.
+    /// or that token minus `off`, with `MINTTL` when `min_ttl` is given.
     Fence {
         key: usize,
         pick: usize,
         off: u64,
+        min_ttl: Option<i64>,
     },
     Info {
         key: usize,
@@ -86,8 +88,9 @@ enum Answer {
     Error(String),
     Blocked(u32),
     Int(i64),
-    /// `Some(shared)` when the token is valid.
-    Fence(Option<bool>),
+    /// `Some(Ok(shared))` when the token is valid, `Some(Err(left))` when
+    /// it is but has less than `MINTTL` left, `None` when it is stale.
+    Fence(Option<Result<bool, i64>>),
     Info(Option<InfoAnswer>),
     None,
 }
@@ -134,6 +137,10 @@ fn random_op(rng: &mut StdRng) -> Op {
             key,
             pick: rng.random_range(0..4),
             off: rng.random_range(0..2),
+            min_ttl: match rng.random_range(0..3) {
+                0 => None,
+                _ => Some(rng.random_range(0..=20)),
+            },
         },
         75..=81 => Op::Info { key },
         _ => Op::Advance {
@@ -347,12 +354,19 @@ impl Core {
                 );
                 self.finish(key, out, None)
             }
-            Op::Fence { key, pick, off } => {
+            Op::Fence {
+                key,
+                pick,
+                off,
+                min_ttl,
+            } => {
                 let token = fence_token(self.issued.get(&key).map_or(&[], |v| v), pick, off);
                 Answer::Fence(
-                    decide::fence_record(self.record(key), token, self.now)
-                        .ok()
-                        .map(|f| f.shared),
+                    match decide::fence_record(self.record(key), token, min_ttl, self.now, None) {
+                        Ok(f) => Some(Ok(f.shared)),
+                        Err(LeaseError::Expiring { left_ms, .. }) => Some(Err(left_ms)),
+                        Err(_) => None,
+                    },
                 )
             }
             Op::Info { key } => {
@@ -629,12 +643,20 @@ impl Model {
                 self.serve(key);
                 Answer::Int(released as i64)
             }
-            Op::Fence { key, pick, off } => {
+            Op::Fence {
+                key,
+                pick,
+                off,
+                min_ttl,
+            } => {
                 let token = fence_token(self.issued.get(&key).map_or(&[], |v| v), pick, off);
                 let now = self.now;
                 let k = &self.keys[key];
-                let valid = k.holders.iter().any(|&(_, t, d)| t == token && now <= d);
-                Answer::Fence(valid.then_some(k.kind == Some(Mode::Shared)))
+                let valid = k.holders.iter().find(|&&(_, t, d)| t == token && now <= d);
+                Answer::Fence(valid.map(|&(_, _, d)| match min_ttl {
+                    Some(min) if d - now < min => Err(d - now),
+                    _ => Ok(k.kind == Some(Mode::Shared)),
+                }))
             }
             Op::Info { key } => {
                 let now = self.now;

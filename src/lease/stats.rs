@@ -75,6 +75,9 @@ counters! {
     evicted,
     fence_ok,
     fence_stale,
+    /// `LEASE.FENCE ... MINTTL ms` refused with `EXPIRING`: the token was
+    /// current but its lease had less than `ms` left.
+    fence_expiring,
     /// `BLOCK` waits that ended without the lease.
     wait_timeouts,
     /// Acquires answered null because a grace period runs.

@@ -5,7 +5,7 @@
 //! effect commands read their effect (`lease::effect`) and commit it the
 //! same way.
 
-use crate::lease::args::{self, check_owner, parse_acquire_options, parse_token, parse_ttl};
+use crate::lease::args::{self, check_owner, parse_acquire_options, parse_ttl};
 use crate::lease::effect::{self, Announce, Effect};
 use crate::lease::ops::{self, AcquireRequest, Answer, Commit, Env, Event, Outcome, Then};
 use crate::lease::{LeaseError, RecordRef};
@@ -382,24 +382,32 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     Ok(finish(ctx, &mut w, &out, None))
 }
 
-/// LEASE.FENCE key token [command [arg ...]]
+/// LEASE.FENCE key token [MINTTL ms] [command [arg ...]]
 pub fn fence(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() < 3 {
         return Err(LeaseError::Arity("lease.fence"));
     }
     compat::check()?;
-    let token = parse_token(a.bytes(2))?;
-    if a.len() > 3 {
-        return super::fence::fence_with_command(ctx, a, token);
+    let f = args::parse_fence_args(&a.rest(2))?;
+    if a.len() > 2 + f.command_at {
+        return super::fence::fence_with_command(ctx, a, f);
     }
     let mut key = Reader::open(ctx, a.str(1));
-    match decide::fence_record(key.record()?, token, decision_ms(ctx)) {
+    let expire = key.expire_at();
+    let decided = decide::fence_record(
+        key.record()?,
+        f.token,
+        f.min_ttl_ms,
+        decision_ms(ctx),
+        expire,
+    );
+    match decided {
         Ok(_) => {
             STATS.fence_ok.incr();
             Ok(Reply::Ok)
         }
         Err(e) => {
-            STATS.fence_stale.incr();
+            super::fence::count_refused(&e);
             Err(e)
         }
     }

@@ -1,5 +1,6 @@
-//! `LEASE.FENCE key token command [arg ...]`: checks the token and runs the
-//! command in the same atomic step, through RedisModule_Call as the calling
+//! `LEASE.FENCE key token [MINTTL ms] command [arg ...]`: checks the token
+//! (and the time left, with `MINTTL`) and runs the command in the same
+//! atomic step, through RedisModule_Call as the calling
 //! user (ACL), in script mode (no deny-script commands, no writes on a
 //! read-only replica), honouring OOM like the inner command would, and
 //! replicating the inner command (never LEASE.FENCE itself).
@@ -10,6 +11,7 @@ use std::ffi::CString;
 use std::os::raw::c_int;
 use std::sync::Mutex;
 
+use crate::lease::args::{FenceArgs, fence_command_at};
 use crate::lease::error::printable;
 use crate::lease::fence::{check_inner, check_same_slot, check_shared};
 use crate::lease::{LeaseError, decide};
@@ -108,21 +110,44 @@ fn errno_error(name: &str, errno: Option<i32>) -> LeaseError {
     }
 }
 
-/// LEASE.FENCE key token command [arg ...]
-pub fn fence_with_command(ctx: Ctx, a: &Args, token: u64) -> Result<Reply, LeaseError> {
-    let name = a.bytes(3);
+/// Counts a token check that refused: `fence_expiring` for `EXPIRING`
+/// (`MINTTL`), else `fence_stale`.
+pub fn count_refused(e: &LeaseError) {
+    match e {
+        LeaseError::Expiring { .. } => STATS.fence_expiring.incr(),
+        _ => STATS.fence_stale.incr(),
+    }
+}
+
+/// Where the fenced command's name is among the call's arguments (after
+/// `MINTTL ms` when given).
+fn command_index(a: &Args) -> usize {
+    2 + fence_command_at(&a.rest(2))
+}
+
+/// LEASE.FENCE key token [MINTTL ms] command [arg ...]
+pub fn fence_with_command(ctx: Ctx, a: &Args, f: FenceArgs) -> Result<Reply, LeaseError> {
+    let at = 2 + f.command_at;
+    let name = a.bytes(at);
     let shown = printable(name).to_ascii_lowercase();
-    let inner_args = a.rest(4);
+    let inner_args = a.rest(at + 1);
     let flags = command_flags(ctx, name, &inner_args)?;
     check_inner(name, &flags, &inner_args)?;
     check_slots(ctx, a)?;
-    let inner = a.strs(4);
+    let inner = a.strs(at + 1);
     let fenced = {
         let mut key = Reader::open(ctx, a.str(1));
-        match decide::fence_record(key.record()?, token, decision_ms(ctx)) {
+        let expire = key.expire_at();
+        match decide::fence_record(
+            key.record()?,
+            f.token,
+            f.min_ttl_ms,
+            decision_ms(ctx),
+            expire,
+        ) {
             Ok(f) => f,
             Err(e) => {
-                STATS.fence_stale.incr();
+                count_refused(&e);
                 return Err(e);
             }
         }
@@ -160,21 +185,22 @@ thread_local! {
 /// which execution refuses: asking the server for its keys would call this
 /// module back, once per level of nesting, until the stack overflows.
 fn inner_keys(ctx: Ctx, a: &Args) -> Vec<(usize, c_int)> {
-    if a.len() <= 3 || a.bytes(3).len() >= 6 && a.bytes(3)[..6].eq_ignore_ascii_case(b"lease.") {
+    let at = command_index(a);
+    if a.len() <= at || a.bytes(at).len() >= 6 && a.bytes(at)[..6].eq_ignore_ascii_case(b"lease.") {
         return Vec::new();
     }
     if LISTING.with(|l| l.replace(true)) {
         return Vec::new();
     }
-    let out = server_keys(ctx, a);
+    let out = server_keys(ctx, a, at);
     LISTING.with(|l| l.set(false));
     out
 }
 
-fn server_keys(ctx: Ctx, a: &Args) -> Vec<(usize, c_int)> {
-    call::command_keys(ctx, &a.strs(3))
+fn server_keys(ctx: Ctx, a: &Args, at: usize) -> Vec<(usize, c_int)> {
+    call::command_keys(ctx, &a.strs(at))
         .into_iter()
-        .map(|(pos, flags)| (pos + 3, flags))
+        .map(|(pos, flags)| (pos + at, flags))
         .collect()
 }
 

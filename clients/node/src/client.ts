@@ -7,6 +7,8 @@ import {
   Arg,
   Attempts,
   Batch,
+  FenceCall,
+  FenceOptions,
   LeaseBusy,
   LeaseError,
   LeaseGrace,
@@ -20,6 +22,7 @@ import {
   checkTtl,
   checkedKeys,
   deadlineAfter,
+  fenceArgs,
   graceOf,
   lossReason,
   lostReply,
@@ -178,15 +181,19 @@ export class Lease {
     return `Lease(${this.key}, token ${this.token}, ${this.loss ?? "held"})`;
   }
 
-  /** `LEASE.FENCE key token command...`, for a pipeline of your own. */
-  fenceArgs(...command: Arg[]): Arg[] {
-    return ["LEASE.FENCE", this.key, this.token, ...command];
+  /** `LEASE.FENCE key token [MINTTL ms] command...`, for a pipeline of
+   * your own. */
+  fenceArgs(...call: FenceCall): Arg[] {
+    return fenceArgs(this.key, this.token, call);
   }
 
   /** Runs `command` only if the token is current, in one atomic step: its
-   * reply, or StaleToken (nothing ran). */
-  async fence(...command: Arg[]): Promise<unknown> {
-    return this.client._call(this.key, this.fenceArgs(...command));
+   * reply, or StaleToken (nothing ran). Options first:
+   * `fence({ minTtlMs: 5000 }, ...command)` also refuses, with
+   * LeaseExpiring (nothing ran, the lease still held), when the lease has
+   * less than 5 s left; with no command it only checks. */
+  async fence(...call: FenceCall): Promise<unknown> {
+    return this.client._call(this.key, this.fenceArgs(...call));
   }
 
   protected renewArgs(ttlMs: number): Arg[] {
@@ -258,14 +265,17 @@ export class MultiLease extends Lease {
     return `MultiLease(${this.keys.join(", ")}, token ${this.token}, ${this.loss ?? "held"})`;
   }
 
-  /** `LEASE.FENCE key token command...` on `key`, one of the lease's keys. */
-  override fenceArgs(key?: Arg, ...command: Arg[]): Arg[] {
+  /** `LEASE.FENCE key token [MINTTL ms] command...` on `key`, one of the
+   * lease's keys: `fenceArgs(key, ...command)` or
+   * `fenceArgs(key, { minTtlMs }, ...command)`. */
+  override fenceArgs(key?: Arg | FenceOptions, ...call: FenceCall): Arg[] {
     if (typeof key !== "string" || !this.keys.includes(key)) throw new RangeError(`${String(key)} is not one of the lease's keys; nothing was sent`);
-    return ["LEASE.FENCE", key, this.token, ...command];
+    return fenceArgs(key, this.token, call);
   }
 
-  override async fence(key?: Arg, ...command: Arg[]): Promise<unknown> {
-    const args = this.fenceArgs(key, ...command);
+  /** `fence(key, ...command)` or `fence(key, { minTtlMs }, ...command)`. */
+  override async fence(key?: Arg | FenceOptions, ...call: FenceCall): Promise<unknown> {
+    const args = this.fenceArgs(key, ...call);
     return this.client._call(args[1] as string, args);
   }
 

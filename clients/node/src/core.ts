@@ -49,6 +49,48 @@ export class LeaseGrace extends LeaseBusy {
 /** `LEASE.FENCE` answered `STALE`: the token is not current, nothing ran. */
 export class StaleToken extends LeaseError {}
 
+/** `LEASE.FENCE ... MINTTL ms` answered `EXPIRING`: the token is current,
+ * but the lease (for a counting or shared lease, this holder's holding) had
+ * `leftMs` left, less than the `minTtlMs` asked for; nothing ran. The lease
+ * is still held (so this is not a StaleToken): renew and try again, or stop. */
+export class LeaseExpiring extends LeaseError {
+  constructor(
+    message: string,
+    public readonly leftMs: number,
+    public readonly minTtlMs: number,
+  ) {
+    super(message);
+  }
+}
+
+/** The options of a fence, given before the command:
+ * `lease.fence({ minTtlMs: 5000 }, "HSET", k, f, v)`. */
+export interface FenceOptions {
+  /** Also refuse, with LeaseExpiring and nothing run, when the lease has
+   * less than this many ms left when the server decides
+   * (`LEASE.FENCE key token MINTTL ms ...`): an integer >= 0. */
+  minTtlMs?: number;
+}
+
+/** A fence's arguments: the command, optionally after its options. */
+export type FenceCall = [FenceOptions, ...Arg[]] | Arg[];
+
+function isFenceOptions(a: unknown): a is FenceOptions {
+  return typeof a === "object" && a !== null && !Buffer.isBuffer(a);
+}
+
+/** `LEASE.FENCE key token [MINTTL ms] command...` from a fence's arguments;
+ * a bad `minTtlMs` is a RangeError, nothing sent. */
+export function fenceArgs(key: Arg, token: number, call: FenceCall): Arg[] {
+  const [first, ...rest] = call;
+  if (!isFenceOptions(first)) return ["LEASE.FENCE", key, token, ...(call as Arg[])];
+  const command = rest as Arg[];
+  const ms = first.minTtlMs;
+  if (ms === undefined) return ["LEASE.FENCE", key, token, ...command];
+  if (!Number.isInteger(ms) || ms < 0) throw new RangeError(`minTtlMs must be an integer >= 0 (milliseconds), not ${String(ms)}`);
+  return ["LEASE.FENCE", key, token, "MINTTL", ms, ...command];
+}
+
 /** A SHARED holder's token fenced a write command: refused, nothing ran. */
 export class SharedWrite extends LeaseError {}
 
@@ -119,11 +161,13 @@ export function isRedirect(e: unknown): boolean {
   return isReplyError(e) && /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(e.message);
 }
 
-/** `STALE ...` as StaleToken, a reader's fenced write as SharedWrite,
- * anything else unchanged. */
+/** `STALE ...` as StaleToken, `EXPIRING ...` as LeaseExpiring, a reader's
+ * fenced write as SharedWrite, anything else unchanged. */
 export function checkStale(e: unknown): unknown {
   if (isReplyError(e)) {
     if (e.message.startsWith("STALE")) return new StaleToken(e.message);
+    const expiring = /^EXPIRING lease has (\d+) ms left, less than MINTTL (\d+)/.exec(e.message);
+    if (expiring) return new LeaseExpiring(e.message, Number(expiring[1]), Number(expiring[2]));
     if (e.message.includes("a SHARED holder's token cannot fence a write command")) return new SharedWrite(e.message);
   }
   return e;
@@ -514,9 +558,14 @@ export class Commit {
 
 /** A quorum fence's outcome from the replies of the masters that committed
  * the token: the first reply of a master where the token was current once
- * at least `quorum` such came; else StaleToken. */
+ * at least `quorum` such came; else, when the token was current on a
+ * majority but MINTTL refused it on some, the first of those
+ * (LeaseExpiring); else StaleToken. */
 export function fencedReply(replies: unknown[], quorum: number): unknown {
-  const ran = replies.filter((r) => !(r instanceof Error) || (isReplyError(r) && !(checkStale(r) instanceof StaleToken)));
+  const refusal = (r: unknown) => (isReplyError(r) ? checkStale(r) : null);
+  const expiring = replies.map(refusal).filter((r) => r instanceof LeaseExpiring);
+  const ran = replies.filter((r) => !(r instanceof Error) || (isReplyError(r) && !(refusal(r) instanceof StaleToken) && !(refusal(r) instanceof LeaseExpiring)));
+  if (ran.length < quorum && expiring.length > 0 && ran.length + expiring.length >= quorum) throw expiring[0];
   if (ran.length < quorum) throw new StaleToken("STALE the quorum token is not current on a majority; the command ran on fewer");
   if (ran[0] instanceof Error) throw checkStale(ran[0]);
   return ran[0];

@@ -6,13 +6,14 @@ export {
   LeaseGrace,
   LeaseLost,
   StaleToken,
+  LeaseExpiring,
   SharedWrite,
   AlreadyHeld,
   ReplyTimeout,
   keySlot,
   drift,
 } from "./core";
-export type { Arg, Loss, ModeOptions, Outlier } from "./core";
+export type { Arg, FenceCall, FenceOptions, Loss, ModeOptions, Outlier } from "./core";
 export type { RedisClient } from "./adapter";
 export { LeaseClient, Lease, MultiLease } from "./client";
 export type { ClientOptions, AcquireOptions } from "./client";

@@ -7,6 +7,7 @@
 import {
   Arg,
   Commit,
+  FenceCall,
   LeaseBusy,
   LeaseLost,
   Loss,
@@ -14,6 +15,7 @@ import {
   backoff,
   checkTtl,
   drift,
+  fenceArgs,
   fencedReply,
   lossReason,
   newOwner,
@@ -258,12 +260,16 @@ export class QuorumLease {
     return (await this.renewRound(ttlMs)) === true;
   }
 
-  /** `LEASE.FENCE key token command...` on the masters that committed the
-   * token: the first reply of a master that ran it, or StaleToken when the
-   * token was current on fewer than a majority. */
-  async fence(...command: Arg[]): Promise<unknown> {
+  /** `LEASE.FENCE key token [MINTTL ms] command...` on the masters that
+   * committed the token: the first reply of a master that ran it, or
+   * StaleToken when the token was current on fewer than a majority. With
+   * `fence({ minTtlMs }, ...command)`, a master where the lease has less
+   * left runs nothing, and LeaseExpiring is thrown when the token was
+   * current on a majority but too few of them had the time. */
+  async fence(...call: FenceCall): Promise<unknown> {
     const c = this.client;
-    return fencedReply(await c._each(this.committed, this.key, () => ["LEASE.FENCE", this.key, this.token, ...command], c.ioTimeoutMs), c.quorum);
+    const args = fenceArgs(this.key, this.token, call);
+    return fencedReply(await c._each(this.committed, this.key, () => args, c.ioTimeoutMs), c.quorum);
   }
 
   /** Gives the lease back on every master: true when a majority released. */

@@ -7,7 +7,7 @@
 
 import { EventEmitter } from "node:events";
 
-import { AlreadyHeld, Arg, FOREVER, LeaseError, LeaseLost, Loss, checkStale } from "./core";
+import { AlreadyHeld, FOREVER, FenceCall, LeaseError, LeaseLost, Loss, checkStale, fenceArgs } from "./core";
 import { RedisClient } from "./adapter";
 import { Lease, LeaseClient } from "./client";
 import { QuorumClient, QuorumLease } from "./quorum";
@@ -99,17 +99,18 @@ export class Lock {
    * still current there (`LEASE.FENCE`), in one atomic step: its reply, or
    * StaleToken (nothing ran). With several masters: on the majority that
    * committed the token. */
-  fence(...command: Arg[]): Promise<unknown> {
-    return this.fenceOn(this.resources[0], ...command);
+  fence(...call: FenceCall): Promise<unknown> {
+    return this.fenceOn(this.resources[0], ...call);
   }
 
-  /** `fence` on one of the lock's resources. */
-  async fenceOn(resource: string, ...command: Arg[]): Promise<unknown> {
+  /** `fence` on one of the lock's resources (options, `{ minTtlMs }`,
+   * after the resource). */
+  async fenceOn(resource: string, ...call: FenceCall): Promise<unknown> {
     const at = this.resources.indexOf(resource);
     if (at < 0) throw new RangeError(`${resource} is not one of the lock's resources; nothing was sent`);
-    if (this.held.kind === "quorum") return this.held.leases[at].fence(...command);
+    if (this.held.kind === "quorum") return this.held.leases[at].fence(...call);
     const lease = this.held.lease;
-    return this.redlock._one!._call(resource, ["LEASE.FENCE", resource, lease.token, ...command]);
+    return this.redlock._one!._call(resource, fenceArgs(resource, lease.token, call));
   }
 
   async release(): Promise<ExecutionResult> {

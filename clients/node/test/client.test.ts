@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
-import { AlreadyHeld, FOREVER, LeaseBusy, LeaseClient, LeaseGrace, LeaseLost, SharedWrite, StaleToken } from "../src";
+import { AlreadyHeld, FOREVER, LeaseBusy, LeaseClient, LeaseExpiring, LeaseGrace, LeaseLost, SharedWrite, StaleToken } from "../src";
 import { KINDS, LIBS, Server, leaseInfo, raw, sleep, waitUntil } from "./servers";
 
 for (const kind of KINDS) {
@@ -170,6 +170,30 @@ for (const kind of KINDS) {
         assert.ok(c);
         await b.release();
         await c.release();
+      });
+
+      it("fence({ minTtlMs }) refuses with LeaseExpiring, runs nothing and keeps the lease", async () => {
+        const lease = await client.acquire("{m}:lock", 2000);
+        assert.ok(lease);
+        await assert.rejects(lease.fence({ minTtlMs: 60000 }, "SET", "{m}:data", "v1"), (e: unknown) => {
+          assert.ok(e instanceof LeaseExpiring && !(e instanceof StaleToken), String(e));
+          assert.ok(e.leftMs >= 0 && e.leftMs <= 2000 && e.minTtlMs === 60000, String(e));
+          return true;
+        });
+        assert.equal(await r.get("{m}:data"), null, "nothing ran");
+        await assert.rejects(lease.fence({ minTtlMs: 60000 }), LeaseExpiring, "a check only");
+        assert.equal(await lease.fence({ minTtlMs: 100 }, "SET", "{m}:data", "v2"), "OK");
+        assert.equal(await lease.fence({}, "GET", "{m}:data"), "v2", "no option: a plain fence");
+        assert.deepEqual(lease.fenceArgs({ minTtlMs: 5 }, "GET", "x"), ["LEASE.FENCE", "{m}:lock", lease.token, "MINTTL", 5, "GET", "x"]);
+        for (const bad of [-1, 1.5, NaN]) assert.throws(() => lease.fenceArgs({ minTtlMs: bad }, "GET", "x"), RangeError);
+        assert.equal(lease.lost, false);
+        const many = await client.acquireMany(["{m}:a", "{m}:b"], 2000);
+        assert.ok(many);
+        await assert.rejects(many.fence("{m}:b", { minTtlMs: 60000 }, "SET", "{m}:x", "1"), LeaseExpiring);
+        assert.equal(await many.fence("{m}:a", { minTtlMs: 100 }, "SET", "{m}:x", "2"), "OK");
+        assert.equal(await r.get("{m}:x"), "2");
+        assert.equal(await lease.release(), true);
+        assert.equal(await many.release(), true);
       });
 
       it("acquireMany takes every key or none under one token, renews and releases them", async () => {

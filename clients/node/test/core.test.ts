@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { Commit, graceOf, keySlot, renewOutcome, withBlock } from "../src/core";
+import { Commit, LeaseExpiring, StaleToken, checkStale, fenceArgs, fencedReply, graceOf, keySlot, renewOutcome, withBlock } from "../src/core";
 
 describe("core", () => {
   it("keySlot is Redis Cluster's slot, hash tags included", () => {
@@ -24,6 +24,22 @@ describe("core", () => {
   it("grace comes from INFO lease", () => {
     assert.deepEqual(graceOf("# lease\r\nlease_grace_remaining_ms:1200\r\nlease_grace_reason:promoted\r\n"), [1200, "promoted"]);
     assert.equal(graceOf("lease_grace_remaining_ms:0\r\n"), null);
+  });
+
+  it("fence arguments put MINTTL right after the token, and EXPIRING is LeaseExpiring", () => {
+    assert.deepEqual(fenceArgs("k", 7, ["SET", "x", 1]), ["LEASE.FENCE", "k", 7, "SET", "x", 1]);
+    assert.deepEqual(fenceArgs("k", 7, [{ minTtlMs: 500 }]), ["LEASE.FENCE", "k", 7, "MINTTL", 500]);
+    assert.deepEqual(fenceArgs("k", 7, [{ minTtlMs: 0 }, "GET", "x"]), ["LEASE.FENCE", "k", 7, "MINTTL", 0, "GET", "x"]);
+    assert.deepEqual(fenceArgs("k", 7, [Buffer.from("GET"), "x"]), ["LEASE.FENCE", "k", 7, Buffer.from("GET"), "x"]);
+    class ReplyError extends Error {}
+    const expiring = (left: number) => new ReplyError(`EXPIRING lease has ${left} ms left, less than MINTTL 500`);
+    const stale = () => new ReplyError("STALE fencing token is not the token of the lease held on this key");
+    const e = checkStale(expiring(120));
+    assert.ok(e instanceof LeaseExpiring && e.leftMs === 120 && e.minTtlMs === 500);
+    assert.throws(() => fencedReply([expiring(120), expiring(130), stale()], 2), (x: unknown) => x instanceof LeaseExpiring && x.leftMs === 120);
+    assert.equal(fencedReply([1, expiring(1), 2], 2), 1);
+    assert.throws(() => fencedReply([1, expiring(1), stale()], 2), LeaseExpiring);
+    assert.throws(() => fencedReply([expiring(1), stale(), stale()], 2), StaleToken);
   });
 
   it("a quorum commit needs a majority answering exactly the token", () => {

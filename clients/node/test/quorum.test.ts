@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
-import { LeaseLost, Outlier, QuorumClient, StaleToken } from "../src";
+import { LeaseExpiring, LeaseLost, Outlier, QuorumClient, StaleToken } from "../src";
 import { KINDS, LIBS, Server, leaseInfo, raw, sleep } from "./servers";
 
 const DAY_MS = 86400000;
@@ -40,6 +40,20 @@ for (const kind of KINDS) {
       assert.equal(await lease.release(), true);
       assert.equal(lease.loss, "released");
       await assert.rejects(lease.fence("SET", "one:data", "y"), StaleToken);
+    });
+
+    it("a quorum fence with a minTtlMs longer than the lease runs nowhere and is LeaseExpiring", async () => {
+      const client = new QuorumClient(conns);
+      const lease = await client.acquire("mt", 2000);
+      assert.ok(lease);
+      await assert.rejects(lease.fence({ minTtlMs: 60000 }, "SET", "mt:data", "x"), LeaseExpiring);
+      for (const i of lease.committed) {
+        const r = await raw(servers[i].port);
+        assert.equal(await r.get("mt:data"), null, `master ${i} ran nothing`);
+        r.disconnect();
+      }
+      assert.equal(await lease.fence({ minTtlMs: 100 }, "SET", "mt:data", "y"), "OK");
+      assert.equal(await lease.release(), true);
     });
 
     it("tokens of successive holdings strictly increase", async () => {

@@ -24,7 +24,7 @@ from conftest import (
     wait_until,
     waiters,
 )
-from redis_lease import AlreadyHeld, LeaseBusy, LeaseGrace, LeaseLost, Loss, SharedWrite, StaleToken
+from redis_lease import AlreadyHeld, LeaseBusy, LeaseExpiring, LeaseGrace, LeaseLost, Loss, SharedWrite, StaleToken
 from redis_lease.aio import AsyncLeaseClient
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -87,6 +87,26 @@ def test_loss_is_signalled_before_anyone_else_can_get_the_lease(server):
 
     asyncio.run(main())
     assert server.client().exists("data") == 0
+
+
+def test_fence_with_min_ttl_ms_raises_lease_expiring_runs_nothing_and_keeps_the_lease(server):
+    r = server.client()
+
+    async def main():
+        lease = await aclient(server).acquire("job", 2000)
+        with pytest.raises(LeaseExpiring) as refused:
+            await lease.fence("HSET", "data", "v", 1, min_ttl_ms=60_000)
+        assert 0 <= refused.value.left_ms <= 2000 and refused.value.min_ttl_ms == 60_000
+        assert await lease.fence("HSET", "data", "v", 2, min_ttl_ms=100) == 1
+        assert not lease.lost.is_set()
+        many = await aclient(server).acquire_many(["{m}a", "{m}b"], 2000)
+        with pytest.raises(LeaseExpiring):
+            await many.fence("{m}a", "SET", "{m}x", 1, min_ttl_ms=60_000)
+        assert await lease.release() and await many.release()
+
+    asyncio.run(main())
+    assert r.hget("data", "v") == b"2"
+    assert r.exists("{m}x") == 0
 
 
 def test_a_refused_renewal_signals_the_loss_and_the_fence_refuses(server):

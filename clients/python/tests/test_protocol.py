@@ -9,8 +9,8 @@ from typing import Optional
 import pytest
 from redis import exceptions
 
-from redis_lease import Loss, Outlier, StaleToken
-from redis_lease._common import Attempts, Batch, Commit, ReleasePlan, Schedule, fenced_reply, release_attempts, release_failed
+from redis_lease import LeaseExpiring, Loss, Outlier, StaleToken
+from redis_lease._common import Attempts, Batch, Commit, ReleasePlan, Schedule, check_stale, fence_args, fenced_reply, release_attempts, release_failed
 
 
 class Probe:
@@ -123,6 +123,29 @@ def test_a_token_refused_as_too_far_ahead_is_left_out_and_the_next_committed():
     other = exceptions.ResponseError("FLOOR is for exclusive leases: it cannot be given with LIMIT or SHARED")
     assert two_of_three().settle([9, other, other], str) is None
     assert Commit.first([(0, 9)], 2) is None, "no majority granted"
+
+
+def test_an_expiring_reply_is_lease_expiring_with_the_time_left_and_the_minimum():
+    e = check_stale(exceptions.ResponseError("EXPIRING lease has 120 ms left, less than MINTTL 500"))
+    assert isinstance(e, LeaseExpiring) and isinstance(e, exceptions.ResponseError)
+    assert (e.left_ms, e.min_ttl_ms) == (120, 500)
+    assert not isinstance(e, StaleToken)
+    assert fence_args("k", 7, ("SET", "x", 1)) == ("LEASE.FENCE", "k", 7, "SET", "x", 1)
+    assert fence_args("k", 7, (), 500) == ("LEASE.FENCE", "k", 7, "MINTTL", 500)
+    assert fence_args("k", 7, ("GET", "x"), 0) == ("LEASE.FENCE", "k", 7, "MINTTL", 0, "GET", "x")
+
+
+def test_a_quorum_fence_is_lease_expiring_when_minttl_refused_it_where_the_token_was_current():
+    expiring = exceptions.ResponseError("EXPIRING lease has 120 ms left, less than MINTTL 500")
+    stale = exceptions.ResponseError("STALE fencing token is not the token of the lease held on this key")
+    with pytest.raises(LeaseExpiring) as refused:
+        fenced_reply([expiring, expiring, stale], 2)
+    assert refused.value.left_ms == 120
+    assert fenced_reply([1, expiring, 2], 2) == 1
+    with pytest.raises(LeaseExpiring):
+        fenced_reply([1, expiring, stale], 2)
+    with pytest.raises(StaleToken):
+        fenced_reply([expiring, stale, stale], 2)
 
 
 def test_a_quorum_fence_raises_the_commands_error_and_stale_only_when_stale():

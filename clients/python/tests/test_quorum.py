@@ -17,7 +17,7 @@ import redis
 import redis.asyncio as aredis
 
 from conftest import KINDS, Frozen, Server, Silent, token_of
-from redis_lease import LeaseBusy, Loss, Outlier, QuorumClient, StaleToken
+from redis_lease import LeaseBusy, LeaseExpiring, Loss, Outlier, QuorumClient, StaleToken
 from redis_lease.quorum import AsyncQuorumClient
 
 
@@ -51,6 +51,16 @@ def test_one_token_committed_on_a_majority_renewed_fenced_and_released(masters):
     frozen.thaw()
     for m in masters[:4]:
         assert token_of(m.client(), "job") is None, "released everywhere"
+
+
+def test_a_quorum_fence_with_min_ttl_ms_longer_than_the_lease_runs_nowhere_and_is_lease_expiring(masters):
+    client = QuorumClient(clients(masters), io_timeout=0.5)
+    with client.lease("job", 2000) as lease:
+        with pytest.raises(LeaseExpiring):
+            lease.fence("SET", "data", "v1", min_ttl_ms=60_000)
+        assert all(m.client().exists("data") == 0 for m in masters)
+        lease.fence("SET", "data", "v2", min_ttl_ms=100)
+        assert all(m.client().get("data") == b"v2" for m in masters)
 
 
 def test_a_majority_that_refuses_is_the_loss_and_the_fence_stops(masters):

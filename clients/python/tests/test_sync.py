@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import pathlib
 import threading
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 import time
 
 import pytest
@@ -29,6 +29,7 @@ from redis_lease import (
     AlreadyHeld,
     LeaseBusy,
     LeaseClient,
+    LeaseExpiring,
     LeaseGrace,
     LeaseLost,
     Loss,
@@ -97,6 +98,36 @@ def test_loss_is_signalled_before_anyone_else_can_get_the_lease(server):
     assert r.exists("data") == 0
     assert lease.release() is False
     assert token_of(r, "job") is not None, "the competitor still holds it"
+
+
+def test_fence_with_min_ttl_ms_raises_lease_expiring_runs_nothing_and_keeps_the_lease(server):
+    r = server.client()
+    lease = LeaseClient(server.client()).acquire("job", 2000)
+    with pytest.raises(LeaseExpiring) as refused:
+        lease.fence("HSET", "data", "v", 1, min_ttl_ms=60_000)
+    assert 0 <= refused.value.left_ms <= 2000 and refused.value.min_ttl_ms == 60_000
+    assert not isinstance(refused.value, StaleToken), "the lease was not lost"
+    assert r.exists("data") == 0, "nothing ran"
+    with pytest.raises(LeaseExpiring):
+        lease.fence(min_ttl_ms=60_000)  # a check only
+    assert lease.fence("HSET", "data", "v", 1, min_ttl_ms=100) == 1
+    assert lease.fence(min_ttl_ms=0) == b"OK"
+    assert not lease.lost.is_set()
+    # The raw form, on a connection of one's own.
+    with pytest.raises(redis.ResponseError, match="^EXPIRING lease has"):
+        r.execute_command(*lease.fence_args("HSET", "data", "v", 2, min_ttl_ms=60_000))
+    bads: Tuple[Any, ...] = (-1, 1.5, "500", True)
+    for bad in bads:
+        with pytest.raises(ValueError, match="min_ttl_ms"):
+            lease.fence("SET", "data", "x", min_ttl_ms=bad)
+    assert r.hget("data", "v") == b"1"
+    # A multi-key lease, on each of its keys.
+    many = LeaseClient(server.client()).acquire_many(["{m}a", "{m}b"], 2000)
+    with pytest.raises(LeaseExpiring):
+        many.fence("{m}b", "SET", "{m}x", 1, min_ttl_ms=60_000)
+    assert many.fence("{m}a", "SET", "{m}x", 2, min_ttl_ms=100) == b"OK"
+    assert r.get("{m}x") == b"2"
+    assert lease.release() and many.release()
 
 
 def test_a_refused_renewal_signals_the_loss_and_the_fence_refuses(server):

@@ -41,6 +41,7 @@ use crate::protocol::{
     linger_left, lost_during, lost_reply, refused, release_failed, release_opts, release_plan,
     renew_every, renews_first, short, start, waits, work_result,
 };
+use crate::raw::fence_cmd_with;
 use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd};
 
 pub use crate::aio_quorum::{QuorumClient, QuorumLease};
@@ -811,12 +812,29 @@ impl LeaseHandle {
     /// `STALE` refusal is [`Error::Stale`] and nothing was run. A
     /// connection the server closed while idle is replaced first.
     pub async fn fence<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
-        self.fence_on(self.key(), cmd).await
+        self.fence_on(self.key(), None, cmd).await
     }
 
-    /// `LEASE.FENCE key token <cmd>` on `key`.
-    async fn fence_on<T: FromRedisValue>(&self, key: &str, cmd: &Cmd) -> Result<T, Error> {
-        let fenced = fence_cmd(key, self.0.token, cmd);
+    /// As [`Lease::fence`], and refused with [`Error::Expiring`] (nothing
+    /// run, the lease still held) when the lease has less than `min_ttl`
+    /// left when the server decides (`LEASE.FENCE key token MINTTL ms
+    /// <cmd>`), as [`crate::Lease::fence_min_ttl`].
+    pub async fn fence_min_ttl<T: FromRedisValue>(
+        &self,
+        min_ttl: Duration,
+        cmd: &Cmd,
+    ) -> Result<T, Error> {
+        self.fence_on(self.key(), Some(min_ttl), cmd).await
+    }
+
+    /// `LEASE.FENCE key token [MINTTL ms] <cmd>` on `key`.
+    async fn fence_on<T: FromRedisValue>(
+        &self,
+        key: &str,
+        min_ttl: Option<Duration>,
+        cmd: &Cmd,
+    ) -> Result<T, Error> {
+        let fenced = fence_cmd_with(key, self.0.token, min_ttl, cmd);
         let hub = &self.0.hub;
         hub.call(&fenced, None, hub.opts.io_timeout, &hub.opts, true)
             .await
@@ -825,6 +843,12 @@ impl LeaseHandle {
     /// The fenced form of `cmd`, for a connection or pipeline of your own.
     pub fn fence_cmd(&self, cmd: &Cmd) -> Cmd {
         fence_cmd(self.key(), self.0.token, cmd)
+    }
+
+    /// The fenced form of `cmd` with a minimum time left
+    /// (`LEASE.FENCE key token MINTTL ms <cmd>`).
+    pub fn fence_cmd_min_ttl(&self, min_ttl: Duration, cmd: &Cmd) -> Cmd {
+        fence_cmd_with(self.key(), self.0.token, Some(min_ttl), cmd)
     }
 
     fn stop_watchdog(&self) {
@@ -1082,7 +1106,19 @@ impl MultiLeaseHandle {
     /// not one of the lease's keys.
     pub async fn fence<T: FromRedisValue>(&self, key: &str, cmd: &Cmd) -> Result<T, Error> {
         self.check(key)?;
-        self.0.fence_on(key, cmd).await
+        self.0.fence_on(key, None, cmd).await
+    }
+
+    /// As [`MultiLease::fence`], and refused with [`Error::Expiring`]
+    /// (nothing run) when the lease has less than `min_ttl` left on `key`.
+    pub async fn fence_min_ttl<T: FromRedisValue>(
+        &self,
+        key: &str,
+        min_ttl: Duration,
+        cmd: &Cmd,
+    ) -> Result<T, Error> {
+        self.check(key)?;
+        self.0.fence_on(key, Some(min_ttl), cmd).await
     }
 
     /// The fenced form of `cmd` on `key`, for a connection or pipeline of
@@ -1090,6 +1126,14 @@ impl MultiLeaseHandle {
     pub fn fence_cmd(&self, key: &str, cmd: &Cmd) -> Result<Cmd, Error> {
         self.check(key)?;
         Ok(fence_cmd(key, self.token(), cmd))
+    }
+
+    /// The fenced form of `cmd` on `key` with a minimum time left
+    /// (`LEASE.FENCE key token MINTTL ms <cmd>`); [`Error::NotLeaseKey`]
+    /// when `key` is not one of the keys.
+    pub fn fence_cmd_min_ttl(&self, key: &str, min_ttl: Duration, cmd: &Cmd) -> Result<Cmd, Error> {
+        self.check(key)?;
+        Ok(fence_cmd_with(key, self.token(), Some(min_ttl), cmd))
     }
 
     fn check(&self, key: &str) -> Result<(), Error> {

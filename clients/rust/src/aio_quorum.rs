@@ -20,8 +20,9 @@ use crate::quorum::{
     OnOutlier, acquire_step, addr_of, drift, first_renewal, granted, majority, renew_outcome,
     settle_renewal, valid_until,
 };
+use crate::raw::fence_cmd_with;
 use crate::wire::{Conn, timed_out, within};
-use crate::{Block, Error, Loss, Options, fence_cmd, new_owner};
+use crate::{Block, Error, Loss, Options, new_owner};
 
 /// One master: its client and its idle connections (each one command at a
 /// time, driven on the calling task; a connection whose reply was lost is
@@ -371,8 +372,27 @@ impl QuorumLease {
     /// [`Error::Stale`] when the token was current on fewer than a
     /// majority.
     pub async fn fence<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
+        self.fence_with(None, cmd).await
+    }
+
+    /// As [`crate::QuorumLease::fence_min_ttl`]: `MINTTL` on every master,
+    /// [`Error::Expiring`] when the token was current on a majority but
+    /// too few of them had `min_ttl` left.
+    pub async fn fence_min_ttl<T: FromRedisValue>(
+        &self,
+        min_ttl: Duration,
+        cmd: &Cmd,
+    ) -> Result<T, Error> {
+        self.fence_with(Some(min_ttl), cmd).await
+    }
+
+    async fn fence_with<T: FromRedisValue>(
+        &self,
+        min_ttl: Option<Duration>,
+        cmd: &Cmd,
+    ) -> Result<T, Error> {
         let inner = &self.client.0;
-        let fenced = fence_cmd(&self.key, self.token, cmd);
+        let fenced = fence_cmd_with(&self.key, self.token, min_ttl, cmd);
         let replies = inner
             .each::<redis::Value>(&self.committed, inner.opts.io_timeout, &fenced)
             .await;

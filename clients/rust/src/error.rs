@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::Loss;
+use crate::protocol::expiring_of;
 
 /// The errors of this crate.
 #[derive(Debug)]
@@ -12,6 +13,16 @@ pub enum Error {
     /// `LEASE.FENCE` answered `STALE`: the token is not the one of the lease
     /// held now, and the fenced command was not run.
     Stale,
+    /// `LEASE.FENCE ... MINTTL` answered `EXPIRING`: the token is current
+    /// but the lease (for a counting or shared lease, this holder's
+    /// holding) had less than `min_ttl` left, so the fenced command was not
+    /// run. The lease is still held: renew it and try again, or stop.
+    Expiring {
+        /// The time the lease had left when the server decided.
+        left: Duration,
+        /// The minimum asked for (`MINTTL`, in whole milliseconds).
+        min_ttl: Duration,
+    },
     /// The lease is no longer held (returned by helpers that need it held).
     Lost(Loss),
     /// The server refused the lease because it is in a grace period (after a
@@ -54,6 +65,12 @@ impl fmt::Display for Error {
             Error::Stale => f.write_str(
                 "STALE: the fencing token is not the current one; the command was not run",
             ),
+            Error::Expiring { left, min_ttl } => write!(
+                f,
+                "EXPIRING: the lease has {} ms left, less than the {} ms asked for; the command was not run",
+                left.as_millis(),
+                min_ttl.as_millis()
+            ),
             Error::Lost(loss) => loss.fmt(f),
             Error::InvalidTtl(ttl) => write!(f, "ttl must be at least 1 ms, not {ttl:?}"),
             Error::InvalidKeys(why) => write!(f, "a multi-key lease needs distinct keys: {why}"),
@@ -93,6 +110,12 @@ impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
         if e.code() == Some("STALE") {
             Error::Stale
+        } else if let Some((left, min_ttl)) = e
+            .code()
+            .filter(|&c| c == "EXPIRING")
+            .and_then(|_| expiring_of(e.detail()?))
+        {
+            Error::Expiring { left, min_ttl }
         } else if e
             .detail()
             .is_some_and(|d| d.contains("a SHARED holder's token cannot fence a write command"))
@@ -112,5 +135,24 @@ mod tests {
     fn a_redis_error_other_than_stale_stays_a_redis_error() {
         let e = redis::RedisError::from((redis::ErrorKind::Client, "x"));
         assert!(matches!(Error::from(e), Error::Redis(_)));
+    }
+
+    #[test]
+    fn an_expiring_reply_is_expiring_with_the_time_left_and_the_minimum() {
+        let e =
+            redis::parse_redis_value(b"-EXPIRING lease has 120 ms left, less than MINTTL 500\r\n")
+                .unwrap()
+                .extract_error()
+                .unwrap_err();
+        assert_eq!(e.code(), Some("EXPIRING"), "{e:?}");
+        match Error::from(e) {
+            Error::Expiring { left, min_ttl } => {
+                assert_eq!(
+                    (left, min_ttl),
+                    (Duration::from_millis(120), Duration::from_millis(500))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -56,7 +56,7 @@ mod sync;
 pub use error::Error;
 pub use options::{Block, Mode, Options};
 pub use quorum::{Outlier, QuorumClient, QuorumLease};
-pub use raw::{fence_cmd, new_owner};
+pub use raw::{fence_cmd, fence_cmd_min_ttl, new_owner};
 pub use status::{Loss, WatchdogStats};
 pub use sync::{Lease, LeaseClient, LossSignal, MultiLease};
 

@@ -36,7 +36,8 @@ pub use crate::protocol::Outlier;
 use crate::protocol::{
     Commit, Committed, fence_outcome, lost_reply, release_cmd, renew_cmd, renew_every, retry_pause,
 };
-use crate::{Block, Error, Loss, LossSignal, Options, fence_cmd, new_owner};
+use crate::raw::fence_cmd_with;
+use crate::{Block, Error, Loss, LossSignal, Options, new_owner};
 
 /// What `on_outlier` calls with each master left out of a commit.
 pub(crate) type OnOutlier = Arc<dyn Fn(&Outlier) + Send + Sync>;
@@ -581,8 +582,29 @@ impl QuorumLease {
     /// there, or [`Error::Stale`] when the token was current on fewer than
     /// a majority (docs/helpers.md).
     pub fn fence<T: FromRedisValue + Send>(&self, cmd: &Cmd) -> Result<T, Error> {
+        self.fence_with(None, cmd)
+    }
+
+    /// As [`QuorumLease::fence`], with `MINTTL` on every master: a master
+    /// where the lease has less than `min_ttl` left runs nothing. When the
+    /// token was current on a majority but too few of them had the time,
+    /// [`Error::Expiring`] (the first such master's); the masters that had
+    /// it ran the command, as with a `STALE` minority.
+    pub fn fence_min_ttl<T: FromRedisValue + Send>(
+        &self,
+        min_ttl: Duration,
+        cmd: &Cmd,
+    ) -> Result<T, Error> {
+        self.fence_with(Some(min_ttl), cmd)
+    }
+
+    fn fence_with<T: FromRedisValue + Send>(
+        &self,
+        min_ttl: Option<Duration>,
+        cmd: &Cmd,
+    ) -> Result<T, Error> {
         let inner = &self.client.0;
-        let fenced = fence_cmd(&self.key, self.token, cmd);
+        let fenced = fence_cmd_with(&self.key, self.token, min_ttl, cmd);
         let replies =
             inner.each::<redis::Value>(&self.committed, inner.opts.io_timeout, |_| fenced.clone());
         let first = fence_outcome(replies, inner.quorum())?;

@@ -16,6 +16,7 @@ use crate::protocol::{
     linger_left, lost_during, lost_reply, refused, release_failed, release_opts, release_plan,
     renew_every, renews_first, short, start, work_result,
 };
+use crate::raw::fence_cmd_with;
 use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd};
 
 /// One connection of either kind.
@@ -880,7 +881,28 @@ impl Lease {
     /// server closed while idle is replaced before the fence goes out
     /// (nothing sent on it can have run, so sending on a new one is safe).
     pub fn fence<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, Error> {
-        let fenced = fence_cmd(self.keys.first(), self.token, cmd);
+        self.fence_with(None, cmd)
+    }
+
+    /// As [`Lease::fence`], and refused with [`Error::Expiring`] (nothing
+    /// run, the lease still held) when the lease has less than `min_ttl`
+    /// left when the server decides: `LEASE.FENCE key token MINTTL ms <cmd>`.
+    /// Ask for the time the work that follows needs under the lease. An
+    /// empty `cmd` (`redis::Cmd::new()`) only checks.
+    pub fn fence_min_ttl<T: FromRedisValue>(
+        &mut self,
+        min_ttl: Duration,
+        cmd: &Cmd,
+    ) -> Result<T, Error> {
+        self.fence_with(Some(min_ttl), cmd)
+    }
+
+    fn fence_with<T: FromRedisValue>(
+        &mut self,
+        min_ttl: Option<Duration>,
+        cmd: &Cmd,
+    ) -> Result<T, Error> {
+        let fenced = fence_cmd_with(self.keys.first(), self.token, min_ttl, cmd);
         let opts = &self.hub.opts;
         self.hub
             .call(&fenced, None, Some(opts.io_timeout), opts, true)
@@ -890,6 +912,12 @@ impl Lease {
     /// a pipeline): `LEASE.FENCE key token <cmd>`.
     pub fn fence_cmd(&self, cmd: &Cmd) -> Cmd {
         fence_cmd(self.keys.first(), self.token, cmd)
+    }
+
+    /// The fenced form of `cmd` with a minimum time left:
+    /// `LEASE.FENCE key token MINTTL ms <cmd>` (see [`Lease::fence_min_ttl`]).
+    pub fn fence_cmd_min_ttl(&self, min_ttl: Duration, cmd: &Cmd) -> Cmd {
+        fence_cmd_with(self.keys.first(), self.token, Some(min_ttl), cmd)
     }
 
     /// Gives the lease back (`LEASE.RELEASE key owner`) and stops the
@@ -1034,20 +1062,48 @@ impl MultiLease {
     /// its own keys in their slot.
     pub fn fence<T: FromRedisValue>(&mut self, key: &str, cmd: &Cmd) -> Result<T, Error> {
         let fenced = self.fence_cmd(key, cmd)?;
+        self.send_fenced(&fenced)
+    }
+
+    /// As [`MultiLease::fence`], and refused with [`Error::Expiring`]
+    /// (nothing run) when the lease has less than `min_ttl` left on `key`,
+    /// as [`Lease::fence_min_ttl`].
+    pub fn fence_min_ttl<T: FromRedisValue>(
+        &mut self,
+        key: &str,
+        min_ttl: Duration,
+        cmd: &Cmd,
+    ) -> Result<T, Error> {
+        let fenced = self.fence_cmd_min_ttl(key, min_ttl, cmd)?;
+        self.send_fenced(&fenced)
+    }
+
+    fn send_fenced<T: FromRedisValue>(&mut self, fenced: &Cmd) -> Result<T, Error> {
         let opts = &self.lease.hub.opts;
         self.lease
             .hub
-            .call(&fenced, None, Some(opts.io_timeout), opts, true)
+            .call(fenced, None, Some(opts.io_timeout), opts, true)
     }
 
     /// The fenced form of `cmd` on `key` (`LEASE.FENCE key token <cmd>`),
     /// for a connection or pipeline of your own; [`Error::NotLeaseKey`]
     /// when `key` is not one of the lease's keys.
     pub fn fence_cmd(&self, key: &str, cmd: &Cmd) -> Result<Cmd, Error> {
+        self.fenced_on(key, None, cmd)
+    }
+
+    /// The fenced form of `cmd` on `key` with a minimum time left
+    /// (`LEASE.FENCE key token MINTTL ms <cmd>`); [`Error::NotLeaseKey`]
+    /// when `key` is not one of the lease's keys.
+    pub fn fence_cmd_min_ttl(&self, key: &str, min_ttl: Duration, cmd: &Cmd) -> Result<Cmd, Error> {
+        self.fenced_on(key, Some(min_ttl), cmd)
+    }
+
+    fn fenced_on(&self, key: &str, min_ttl: Option<Duration>, cmd: &Cmd) -> Result<Cmd, Error> {
         if !self.keys().iter().any(|k| k == key) {
             return Err(Error::NotLeaseKey(key.to_string()));
         }
-        Ok(fence_cmd(key, self.lease.token, cmd))
+        Ok(fence_cmd_with(key, self.lease.token, min_ttl, cmd))
     }
 
     /// Gives every key back (`LEASE.MRELEASE numkeys key ... owner`) and

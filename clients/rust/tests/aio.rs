@@ -241,6 +241,29 @@ full_suite! {
         assert_eq!(ok(&mut c, &["EXISTS", "data"]), common::Value::Int(0));
     }
 
+    fn fence_min_ttl_refuses_with_expiring_and_runs_nothing_while_the_lease_stays_held(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        rt().block_on(async {
+            let ttl = MS(2000);
+            let lease = client(&s).acquire("job", ttl, Block::NoWait).await.unwrap().unwrap();
+            let r = lease.fence_min_ttl::<i64>(MS(60_000), redis::cmd("HSET").arg("data").arg("v").arg(1)).await;
+            match r {
+                Err(Error::Expiring { left, min_ttl }) => assert!(left <= ttl && min_ttl == MS(60_000), "{left:?}"),
+                other => panic!("{other:?}"),
+            }
+            let n: i64 = lease.fence_min_ttl(MS(100), redis::cmd("HSET").arg("data").arg("v").arg(2)).await.unwrap();
+            assert_eq!(n, 1);
+            assert!(!lease.is_lost());
+            let many = client(&s).acquire_many(&["{m}a", "{m}b"], ttl, Block::NoWait).await.unwrap().unwrap();
+            let r = many.fence_min_ttl::<()>("{m}a", MS(60_000), redis::cmd("SET").arg("{m}x").arg(1)).await;
+            assert!(matches!(r, Err(Error::Expiring { .. })), "{r:?}");
+            assert!(lease.release().await.unwrap() && many.release().await.unwrap());
+        });
+        assert_eq!(ok_text(&mut c, &["HGET", "data", "v"]), "2");
+        assert_eq!(ok(&mut c, &["EXISTS", "{m}x"]), common::Value::Int(0));
+    }
+
     fn refused_renewal_signals_the_loss_and_the_fence_refuses(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();

@@ -410,6 +410,25 @@ every_server! {
         drop(frozen);
     }
 
+    fn a_quorum_fence_min_ttl_longer_than_the_lease_runs_nowhere_and_is_expiring(kind) {
+        let masters = Masters::start(kind, "0", None);
+        let client = masters.client().with_options(Options { io_timeout: MS(500), ..Options::default() });
+        let ttl = MS(2000);
+        let lease = client.acquire("job", ttl, Block::NoWait).unwrap().expect("free");
+        match lease.fence_min_ttl::<()>(MS(60_000), redis::cmd("SET").arg("data").arg("v1")) {
+            Err(Error::Expiring { left, min_ttl }) => assert!(left <= ttl && min_ttl == MS(60_000), "{left:?}"),
+            other => panic!("{other:?}"),
+        }
+        for i in 0..N {
+            assert_eq!(common::ok(&mut masters.conn(i), &["EXISTS", "data"]), common::Value::Int(0), "master {i}");
+        }
+        let _: () = lease.fence_min_ttl(MS(100), redis::cmd("SET").arg("data").arg("v2")).unwrap();
+        for i in 0..N {
+            assert_eq!(common::ok_text(&mut masters.conn(i), &["GET", "data"]), "v2", "master {i}");
+        }
+        assert!(lease.release().unwrap());
+    }
+
     fn a_stopped_master_does_not_slow_the_renewals(kind) {
         let masters = Masters::start(kind, "0", None);
         let client = masters.client().with_options(Options { io_timeout: MS(100), ..Options::default() });

@@ -438,6 +438,40 @@ full_suite! {
         assert!(wait_until(Duration::from_secs(2), || client.watchdog_stats().leases == 0));
     }
 
+    fn fence_min_ttl_refuses_with_expiring_and_runs_nothing_while_the_lease_stays_held(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let ttl = MS(2000);
+        let mut lease = client(&s).acquire("job", ttl, Block::NoWait).unwrap().unwrap();
+        let r: Result<i64, _> = lease.fence_min_ttl(MS(60_000), redis::cmd("HSET").arg("data").arg("v").arg(1));
+        match r {
+            Err(Error::Expiring { left, min_ttl }) => {
+                assert!(left <= ttl, "{left:?}");
+                assert_eq!(min_ttl, MS(60_000));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(ok(&mut c, &["EXISTS", "data"]), common::Value::Int(0), "nothing ran");
+        // A check only (an empty command), and a MINTTL the lease has.
+        let e: Result<(), _> = lease.fence_min_ttl(MS(60_000), &redis::Cmd::new());
+        assert!(matches!(e, Err(Error::Expiring { .. })), "{e:?}");
+        let n: i64 = lease.fence_min_ttl(MS(100), redis::cmd("HSET").arg("data").arg("v").arg(1)).unwrap();
+        assert_eq!(n, 1);
+        assert!(!lease.is_lost(), "a refusal does not lose the lease");
+        // The raw form, sent on a connection of one's own.
+        let raw = lease.fence_cmd_min_ttl(MS(60_000), redis::cmd("HSET").arg("data").arg("v").arg(2));
+        let e = raw.query::<i64>(&mut c).unwrap_err();
+        assert!(matches!(Error::from(e), Error::Expiring { .. }));
+        assert_eq!(ok_text(&mut c, &["HGET", "data", "v"]), "1");
+        // A multi-key lease, on each of its keys.
+        let mut many = client(&s).acquire_many(&["{m}a", "{m}b"], ttl, Block::NoWait).unwrap().unwrap();
+        let r: Result<(), _> = many.fence_min_ttl("{m}b", MS(60_000), redis::cmd("SET").arg("{m}x").arg(1));
+        assert!(matches!(r, Err(Error::Expiring { .. })), "{r:?}");
+        let _: () = many.fence_min_ttl("{m}a", MS(100), redis::cmd("SET").arg("{m}x").arg(2)).unwrap();
+        assert_eq!(ok_text(&mut c, &["GET", "{m}x"]), "2");
+        assert!(lease.release().unwrap() && many.release().unwrap());
+    }
+
     fn the_readme_example_runs(kind) {
         let s = Server::start(kind);
         quickstart::run(&s.url(false)).unwrap();

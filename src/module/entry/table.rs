@@ -151,13 +151,22 @@ pub fn specs() -> Vec<Spec> {
             // adds the inner command's keys, instead of this spec alone.
             keys: Keys::One,
             key_flags: RO | ACCESS | VARIABLE_FLAGS,
-            summary: c"Checks that token is the token of a lease held now (else a STALE error) and, in the same step, runs the command if one is given",
+            summary: c"Checks that token is the token of a lease held now (else a STALE error) with at least MINTTL ms left if given (else an EXPIRING error) and, in the same step, runs the command if one is given",
             complexity: c"O(1) for an exclusive lease; O(log n) with n holders",
             since: V1,
-            history: &[(c"0.2.0", c"A `SHARED` holder's token fences no write command.")],
+            history: &[
+                (c"0.2.0", c"A `SHARED` holder's token fences no write command."),
+                (V4, c"Added the `MINTTL` option."),
+            ],
             args: vec![
                 arg(c"key", KEY),
                 arg(c"token", INTEGER),
+                // Only right after the token: further on, MINTTL is the
+                // fenced command's own argument.
+                Arg {
+                    flags: OPTIONAL,
+                    ..option(c"ms", INTEGER, c"MINTTL")
+                },
                 Arg {
                     flags: OPTIONAL,
                     subargs: vec![

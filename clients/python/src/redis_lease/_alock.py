@@ -288,11 +288,11 @@ class Lock:
         lease = self._lease
         return None if lease is None else lease.lost
 
-    async def fence(self, *command: Any) -> Any:
+    async def fence(self, *command: Any, min_ttl_ms: Optional[int] = None) -> Any:
         lease = self._lease
         if lease is None:
             raise LockError("Cannot fence with an unlocked lock", lock_name=self.name)
-        return await lease.fence(*command)
+        return await lease.fence(*command, min_ttl_ms=min_ttl_ms)
 
     @property
     def _lease(self) -> Optional[AsyncLease]:

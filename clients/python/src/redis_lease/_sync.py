@@ -318,13 +318,19 @@ class Lease(LeaseCore):
         """``args`` on a connection of the client's pool."""
         return self._client._pool.call(self.key, args, timeout, connect_timeout)
 
-    def fence(self, *command: Any) -> Any:
+    def fence(self, *command: Any, min_ttl_ms: Optional[int] = None) -> Any:
         """Runs ``command`` through the fence (``LEASE.FENCE key token
         command...``): only while this lease's token is current, in the same
         atomic step. Returns the command's reply; raises :class:`StaleToken`
         (nothing run) when the token is not current. It is sent even after
-        the loss signal: the server decides."""
-        return self._call(self.fence_args(*command), self._client.io_timeout)
+        the loss signal: the server decides.
+
+        ``min_ttl_ms``: also refuse unless the lease has at least that many
+        milliseconds left when the server decides (``MINTTL``):
+        :class:`LeaseExpiring` (nothing run, the lease still held). Ask for
+        the time the work that follows needs under the lease. With no
+        ``command`` it only checks."""
+        return self._call(self.fence_args(*command, min_ttl_ms=min_ttl_ms), self._client.io_timeout)
 
     def renew(self) -> bool:
         """Renews now (the watchdog does it anyway). True: renewed, the
@@ -812,14 +818,15 @@ class MultiLease(MultiLeaseCore, Lease):
     ) -> None:
         MultiLeaseCore.__init__(self, client, keys, owner, token, ttl_ms, LossSignal(deadline))
 
-    def fence(self, key: Any, *command: Any) -> Any:
+    def fence(self, key: Any, *command: Any, min_ttl_ms: Optional[int] = None) -> Any:  # type: ignore[override]  # its key comes first: not a drop-in for a Lease's
         """Runs ``command`` through the fence on ``key``, one of the lease's
         keys (``LEASE.FENCE key token command...``): the command's reply, or
         :class:`StaleToken` (nothing run) when the token is not the current
         one of ``key``; ``ValueError`` (nothing sent) when ``key`` is not one
         of the lease's keys. On a cluster the call goes to the keys' node:
-        keep the command's own keys in their slot."""
-        return self._call(self.fence_args(key, *command), self._client.io_timeout)
+        keep the command's own keys in their slot. ``min_ttl_ms`` as in
+        :meth:`Lease.fence` (:class:`LeaseExpiring`)."""
+        return self._call(self.fence_args(key, *command, min_ttl_ms=min_ttl_ms), self._client.io_timeout)
 
     def __enter__(self) -> "MultiLease":
         return self

@@ -335,10 +335,12 @@ class AsyncLease(LeaseCore):
         client = self._client
         return await client._pool.call(self.key, args, timeout, connect_timeout or client.io_timeout)
 
-    async def fence(self, *command: Any) -> Any:
-        """``LEASE.FENCE key token command...``: the command's reply, or
-        :class:`StaleToken` when the token is not current (nothing run)."""
-        return await self._call(self.fence_args(*command), self._client.io_timeout)
+    async def fence(self, *command: Any, min_ttl_ms: Optional[int] = None) -> Any:
+        """``LEASE.FENCE key token [MINTTL ms] command...``: the command's
+        reply, :class:`StaleToken` when the token is not current, or
+        :class:`LeaseExpiring` when the lease has less than ``min_ttl_ms``
+        left (nothing run in either case)."""
+        return await self._call(self.fence_args(*command, min_ttl_ms=min_ttl_ms), self._client.io_timeout)
 
     async def renew(self) -> bool:
         """Renews now. True: renewed. False: not ours (``lost`` is set)."""
@@ -755,11 +757,12 @@ class AsyncMultiLease(MultiLeaseCore, AsyncLease):
     ) -> None:
         MultiLeaseCore.__init__(self, client, keys, owner, token, ttl_ms, AsyncLossSignal(deadline))
 
-    async def fence(self, key: Any, *command: Any) -> Any:
-        """``LEASE.FENCE key token command...`` on ``key``, one of the lease's
-        keys: the command's reply, :class:`StaleToken` when refused (nothing
-        run), ``ValueError`` (nothing sent) for a key not of the lease."""
-        return await self._call(self.fence_args(key, *command), self._client.io_timeout)
+    async def fence(self, key: Any, *command: Any, min_ttl_ms: Optional[int] = None) -> Any:  # type: ignore[override]  # its key comes first: not a drop-in for a Lease's
+        """``LEASE.FENCE key token [MINTTL ms] command...`` on ``key``, one
+        of the lease's keys: the command's reply, :class:`StaleToken` or
+        :class:`LeaseExpiring` when refused (nothing run), ``ValueError``
+        (nothing sent) for a key not of the lease."""
+        return await self._call(self.fence_args(key, *command, min_ttl_ms=min_ttl_ms), self._client.io_timeout)
 
     async def __aenter__(self) -> "AsyncMultiLease":
         return self

@@ -421,13 +421,15 @@ class Lock:
         lease = self._lease
         return None if lease is None else lease.lost
 
-    def fence(self, *command: Any) -> Any:
+    def fence(self, *command: Any, min_ttl_ms: Optional[int] = None) -> Any:
         """Runs ``command`` only while this acquisition's token is current
-        (``LEASE.FENCE``); ``StaleToken`` otherwise, nothing run."""
+        (``LEASE.FENCE``); ``StaleToken`` otherwise, nothing run. With
+        ``min_ttl_ms``, also ``LeaseExpiring`` (nothing run) when the lease
+        has less than that many milliseconds left."""
         lease = self._lease
         if lease is None:
             raise LockError("Cannot fence with an unlocked lock", lock_name=self.name)
-        return lease.fence(*command)
+        return lease.fence(*command, min_ttl_ms=min_ttl_ms)
 
     # -- helpers ---------------------------------------------------------------
 

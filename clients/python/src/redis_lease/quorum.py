@@ -43,6 +43,7 @@ from ._common import (
     Loss,
     Outlier,
     check_ttl,
+    fence_args,
     fenced_reply,
     lost_during,
     new_owner,
@@ -334,8 +335,8 @@ class _QuorumCore:
     def _next_wait(self, outcome: Optional[bool]) -> float:
         return renew_every(self.ttl_ms) if outcome else retry_pause(self.ttl_ms)
 
-    def _fence_args(self, command: Tuple[Any, ...]) -> Tuple[Any, ...]:
-        return ("LEASE.FENCE", self.key, self.token) + command
+    def _fence_args(self, command: Tuple[Any, ...], min_ttl_ms: Optional[int] = None) -> Tuple[Any, ...]:
+        return fence_args(self.key, self.token, command, min_ttl_ms)
 
     def _start_release(self) -> bool:
         """False when released already; else marks it released (the signal
@@ -375,14 +376,18 @@ class QuorumLease(_QuorumCore):
                 return
             wait = self._next_wait(outcome)
 
-    def fence(self, *command: Any) -> Any:
-        """``LEASE.FENCE key token command...`` on every master that committed
-        the token: the first reply of a master that ran it, or
-        :class:`StaleToken` when the token was current on fewer than a
+    def fence(self, *command: Any, min_ttl_ms: Optional[int] = None) -> Any:
+        """``LEASE.FENCE key token [MINTTL ms] command...`` on every master
+        that committed the token: the first reply of a master that ran it,
+        or :class:`StaleToken` when the token was current on fewer than a
         majority; a command that failed where it ran raises the server's
-        error for it (docs/helpers.md)."""
+        error for it (docs/helpers.md). With ``min_ttl_ms``, a master where
+        the lease has less left runs nothing, and :class:`LeaseExpiring` is
+        raised when the token was current on a majority but too few of them
+        had the time."""
         c = self._client
-        return fenced_reply(c._each(self.committed, lambda _: self._fence_args(command), c.io_timeout), c.quorum)
+        args = self._fence_args(command, min_ttl_ms)
+        return fenced_reply(c._each(self.committed, lambda _: args, c.io_timeout), c.quorum)
 
     def release(self) -> bool:
         """Gives the lease back on every master: True when a majority
@@ -544,9 +549,10 @@ class AsyncQuorumLease(_QuorumCore):
                 return
             wait = self._next_wait(outcome)
 
-    async def fence(self, *command: Any) -> Any:
+    async def fence(self, *command: Any, min_ttl_ms: Optional[int] = None) -> Any:
         c = self._client
-        return fenced_reply(await c._each(self.committed, lambda _: self._fence_args(command), c.io_timeout), c.quorum)
+        args = self._fence_args(command, min_ttl_ms)
+        return fenced_reply(await c._each(self.committed, lambda _: args, c.io_timeout), c.quorum)
 
     async def release(self) -> bool:
         if not self._start_release():

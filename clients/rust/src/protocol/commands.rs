@@ -13,6 +13,12 @@ pub(crate) fn check_ttl(ttl: Duration) -> Result<(), Error> {
     Ok(())
 }
 
+/// `MINTTL`'s milliseconds for a minimum time left of `d`: rounded up, so
+/// that the server never accepts less than was asked for.
+pub(crate) fn min_ttl_millis(d: Duration) -> u128 {
+    d.as_nanos().div_ceil(1_000_000)
+}
+
 /// Whole milliseconds of `d`, at least 1.
 pub(crate) fn millis(d: Duration) -> u64 {
     (d.as_millis() as u64).max(1)

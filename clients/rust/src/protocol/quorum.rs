@@ -160,21 +160,31 @@ impl Commit {
 /// A quorum fence's outcome from the replies of the masters that committed
 /// the token, in their order: the first reply of a master where the token
 /// was current (the command's value, or the error the server returned for
-/// the command) once at least `quorum` such replies came; else
+/// the command) once at least `quorum` such replies came; else, when the
+/// token was current on a majority but `MINTTL` refused it on some
+/// (`EXPIRING`), the first of those as [`Error::Expiring`]; else
 /// [`Error::Stale`] (refused as stale, or no answer, on too many).
 pub(crate) fn fence_outcome(
     replies: Vec<redis::RedisResult<redis::Value>>,
     quorum: usize,
 ) -> Result<redis::Value, Error> {
-    let ran: Vec<_> = replies
+    let refused = |e: &redis::RedisError, code: &str| e.code() == Some(code);
+    let (expiring, others): (Vec<_>, Vec<_>) = replies
+        .into_iter()
+        .partition(|r| r.as_ref().is_err_and(|e| refused(e, "EXPIRING")));
+    let ran: Vec<_> = others
         .into_iter()
         .filter(|r| match r {
             Ok(_) => true,
-            Err(e) => e.code().is_some_and(|c| c != "STALE") && !lost_reply(e),
+            Err(e) => e.code().is_some() && !refused(e, "STALE") && !lost_reply(e),
         })
         .collect();
     if ran.len() < quorum {
-        return Err(Error::Stale);
+        let current = ran.len() + expiring.len();
+        return match expiring.into_iter().next() {
+            Some(Err(e)) if current >= quorum => Err(Error::from(e)),
+            _ => Err(Error::Stale),
+        };
     }
     ran.into_iter()
         .next()

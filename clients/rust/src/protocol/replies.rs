@@ -12,6 +12,19 @@ pub(crate) fn lost_reply(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
 }
 
+/// The time left and the minimum of an `EXPIRING` error's text after its
+/// code (`lease has <left> ms left, less than MINTTL <ms>`); `None` when
+/// it does not read so.
+pub(crate) fn expiring_of(detail: &str) -> Option<(Duration, Duration)> {
+    let rest = detail.strip_prefix("lease has ")?;
+    let (left, rest) = rest.split_once(" ms left, less than MINTTL ")?;
+    let min: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    Some((
+        Duration::from_millis(left.parse().ok()?),
+        Duration::from_millis(min.parse().ok()?),
+    ))
+}
+
 /// The grace period an `INFO lease` text says runs, as [`Error::Grace`];
 /// `None` when none runs (or the text cannot say).
 pub(crate) fn grace_of(info: &str) -> Option<Error> {

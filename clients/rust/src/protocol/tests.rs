@@ -136,6 +136,49 @@ fn a_quorum_fence_reports_the_commands_error_and_stale_only_when_stale() {
 }
 
 #[test]
+fn a_quorum_fence_is_expiring_when_minttl_refused_it_where_the_token_was_current() {
+    let value = |n| Ok(redis::Value::Int(n));
+    let expiring = |left: u64| {
+        Err(server_error(&format!(
+            "EXPIRING lease has {left} ms left, less than MINTTL 500"
+        )))
+    };
+    let stale = || {
+        Err(server_error(
+            "STALE fencing token is not the token of the lease held on this key",
+        ))
+    };
+    let ms = Duration::from_millis;
+    match fence_outcome(vec![expiring(120), expiring(130), stale()], 2) {
+        Err(Error::Expiring { left, min_ttl }) => assert_eq!((left, min_ttl), (ms(120), ms(500))),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        fence_outcome(vec![value(1), expiring(120), value(2)], 2),
+        Ok(redis::Value::Int(1))
+    ));
+    assert!(matches!(
+        fence_outcome(vec![value(1), expiring(120), stale()], 2),
+        Err(Error::Expiring { .. })
+    ));
+    assert!(
+        matches!(
+            fence_outcome(vec![expiring(120), stale(), stale()], 2),
+            Err(Error::Stale)
+        ),
+        "current on one master of three: STALE"
+    );
+    assert_eq!(
+        expiring_of("lease has 7 ms left, less than MINTTL 9"),
+        Some((ms(7), ms(9)))
+    );
+    assert_eq!(expiring_of("something else"), None);
+    assert_eq!(min_ttl_millis(Duration::from_micros(1)), 1);
+    assert_eq!(min_ttl_millis(ms(500)), 500);
+    assert_eq!(min_ttl_millis(Duration::ZERO), 0);
+}
+
+#[test]
 fn a_block_retry_with_nothing_left_does_not_wait_forever() {
     let opts = Options::default();
     let past = Instant::now() - Duration::from_secs(1);

@@ -3,8 +3,8 @@
 `lease` (the lease both hold) and `quorum`. The I/O layers import it as
 one module."""
 
-from .errors import AlreadyHeld, FOREVER, LeaseBusy, LeaseError, LeaseGrace, LeaseLost, Loss, SharedWrite, StaleToken, check_stale, grace_of, lost_during, lost_reply, still_held
-from .commands import _key_bytes, acquire_args, check_ttl, checked_keys, macquire_args, many_keys, mode_args, mrelease_args, mrenew_args, new_owner, one_slot, with_block
+from .errors import AlreadyHeld, FOREVER, LeaseBusy, LeaseError, LeaseExpiring, LeaseGrace, LeaseLost, Loss, SharedWrite, StaleToken, check_stale, grace_of, lost_during, lost_reply, still_held
+from .commands import _key_bytes, acquire_args, check_ttl, fence_args, checked_keys, macquire_args, many_keys, mode_args, mrelease_args, mrenew_args, new_owner, one_slot, with_block
 from .connection import POOL_IDLE, connection_kwargs
 from .release import ReleasePlan, SHORT_S, release_attempts, release_failed, release_plan
 from .acquire import Attempts, deadline_after, needs_fresh_renewal
@@ -17,6 +17,7 @@ __all__ = [
     "FOREVER",
     "LeaseBusy",
     "LeaseError",
+    "LeaseExpiring",
     "LeaseGrace",
     "LeaseLost",
     "Loss",
@@ -30,6 +31,7 @@ __all__ = [
     "_key_bytes",
     "acquire_args",
     "check_ttl",
+    "fence_args",
     "checked_keys",
     "macquire_args",
     "many_keys",

@@ -119,6 +119,16 @@ def one_slot(keys: Tuple[Any, ...]) -> None:
             )
 
 
+def fence_args(key: Any, token: int, command: Tuple[Any, ...], min_ttl_ms: Optional[int] = None) -> Tuple[Any, ...]:
+    """``LEASE.FENCE key token [MINTTL ms] command...``; ``min_ttl_ms``
+    (an int >= 0, milliseconds) is checked before anything is sent."""
+    if min_ttl_ms is None:
+        return ("LEASE.FENCE", key, token) + command
+    if not isinstance(min_ttl_ms, int) or isinstance(min_ttl_ms, bool) or min_ttl_ms < 0:
+        raise ValueError(f"min_ttl_ms must be None or an integer >= 0 (milliseconds), not {min_ttl_ms!r}")
+    return ("LEASE.FENCE", key, token, "MINTTL", min_ttl_ms) + command
+
+
 def check_ttl(ttl_ms: int, block_ms: Optional[int]) -> None:
     if not isinstance(ttl_ms, int) or ttl_ms < 1:
         raise ValueError("ttl_ms must be a positive integer (milliseconds)")

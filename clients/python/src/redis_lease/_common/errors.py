@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import enum
+import re
 import socket
 from typing import Any, Optional, Tuple
 
@@ -74,6 +75,22 @@ class StaleToken(LeaseError, exceptions.ResponseError):
     held now, and the fenced command was not run."""
 
 
+class LeaseExpiring(LeaseError, exceptions.ResponseError):
+    """``LEASE.FENCE ... MINTTL ms`` answered ``EXPIRING``: the token is
+    current, but the lease (for a counting or shared lease, this holder's
+    holding) had ``left_ms`` left, less than the ``min_ttl_ms`` asked for, so
+    the fenced command was not run. The lease is still held: renew it and try
+    again, or stop. Not a :class:`StaleToken`: the lease was not lost."""
+
+    def __init__(self, message: str, left_ms: int, min_ttl_ms: int) -> None:
+        super().__init__(message)
+        self.left_ms = left_ms
+        self.min_ttl_ms = min_ttl_ms
+
+
+_EXPIRING = re.compile(r"^EXPIRING lease has (\d+) ms left, less than MINTTL (\d+)")
+
+
 class SharedWrite(LeaseError, exceptions.ResponseError):
     """A ``shared=True`` holder's token fenced a write command: refused by the
     server, nothing run. Readers fence reads only; take the lease exclusively
@@ -120,9 +137,14 @@ def lost_reply(e: BaseException) -> bool:
 
 
 def check_stale(e: exceptions.ResponseError) -> BaseException:
-    """``STALE ...`` as :class:`StaleToken`, anything else unchanged."""
+    """``STALE ...`` as :class:`StaleToken`, ``EXPIRING ...`` as
+    :class:`LeaseExpiring`, a reader's fenced write as :class:`SharedWrite`,
+    anything else unchanged."""
     if str(e).startswith("STALE"):
         return StaleToken(str(e))
+    expiring = _EXPIRING.match(str(e))
+    if expiring:
+        return LeaseExpiring(str(e), int(expiring.group(1)), int(expiring.group(2)))
     if "a SHARED holder's token cannot fence a write command" in str(e):
         return SharedWrite(str(e))
     return e

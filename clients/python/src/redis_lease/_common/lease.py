@@ -8,7 +8,7 @@ import time
 from typing import Any, List, Optional, Tuple
 
 
-from .commands import mrelease_args, mrenew_args
+from .commands import fence_args, mrelease_args, mrenew_args
 from .errors import Loss, lost_during
 from .release import ReleasePlan, release_attempts, release_plan
 from .schedule import renew_every
@@ -56,11 +56,11 @@ class LeaseCore:
     def __repr__(self) -> str:  # never the owner: it is the holder's credential
         return f"<{type(self).__name__} key={self.key!r} token={self.token} lost={self.lost.reason}>"
 
-    def fence_args(self, *command: Any) -> Tuple[Any, ...]:
-        """The fenced form of ``command`` (``LEASE.FENCE key token
-        command...``), for ``execute_command`` on a client or pipeline of
+    def fence_args(self, *command: Any, min_ttl_ms: Optional[int] = None) -> Tuple[Any, ...]:
+        """The fenced form of ``command`` (``LEASE.FENCE key token [MINTTL
+        ms] command...``), for ``execute_command`` on a client or pipeline of
         your own."""
-        return ("LEASE.FENCE", self.key, self.token) + command
+        return fence_args(self.key, self.token, command, min_ttl_ms)
 
     def _renew_args(self) -> Tuple[Any, ...]:
         return ("LEASE.RENEW", self.key, self._owner, self.ttl_ms)
@@ -126,13 +126,13 @@ class MultiLeaseCore(LeaseCore):
     def __repr__(self) -> str:  # never the owner
         return f"<{type(self).__name__} keys={self.keys!r} token={self.token} lost={self.lost.reason}>"
 
-    def fence_args(self, key: Any, *command: Any) -> Tuple[Any, ...]:
+    def fence_args(self, key: Any, *command: Any, min_ttl_ms: Optional[int] = None) -> Tuple[Any, ...]:  # type: ignore[override]  # its key comes first: not a drop-in for a Lease's
         """The fenced form of ``command`` on ``key``, one of the lease's keys
-        (``LEASE.FENCE key token command...``); ``ValueError`` for a key
-        that is not one of them."""
+        (``LEASE.FENCE key token [MINTTL ms] command...``); ``ValueError``
+        for a key that is not one of them."""
         if key not in self.keys:
             raise ValueError(f"{key!r} is not one of the lease's keys; nothing was sent")
-        return ("LEASE.FENCE", key, self.token) + command
+        return fence_args(key, self.token, command, min_ttl_ms)
 
     def _renew_args(self) -> Tuple[Any, ...]:
         return mrenew_args(self.keys, self._owner, self.ttl_ms)

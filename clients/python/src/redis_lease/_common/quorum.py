@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from redis import exceptions
 
-from .errors import StaleToken, check_stale
+from .errors import LeaseExpiring, StaleToken, check_stale
 
 
 # --- Quorum leases (design.md S9): the decisions of step 3 and the fence.
@@ -97,15 +97,21 @@ def fenced_reply(replies: List[Any], quorum: int) -> Any:
     committed the token, in their order (an exception for a call that
     failed): the first reply of a master where the token was current (the
     command's value, or the error the server returned for the command,
-    raised) once at least ``quorum`` such replies came; else
-    :class:`StaleToken` (refused as stale, or no answer, on too many)."""
+    raised) once at least ``quorum`` such replies came; else, when the token
+    was current on a majority but ``MINTTL`` refused it on some, the first
+    of those as :class:`LeaseExpiring`; else :class:`StaleToken` (refused
+    as stale, or no answer, on too many)."""
+    seen = [check_stale(r) if isinstance(r, exceptions.ResponseError) else r for r in replies]
+    expiring = [r for r in seen if isinstance(r, LeaseExpiring)]
     ran = [
         r
-        for r in replies
+        for r in seen
         if not isinstance(r, BaseException)
-        or (isinstance(r, exceptions.ResponseError) and not isinstance(check_stale(r), StaleToken))
+        or (isinstance(r, exceptions.ResponseError) and not isinstance(r, (StaleToken, LeaseExpiring)))
     ]
     if len(ran) < quorum:
+        if expiring and len(ran) + len(expiring) >= quorum:
+            raise expiring[0]
         raise StaleToken("STALE the quorum token is not current on a majority; the command ran on fewer")
     if isinstance(ran[0], BaseException):
         raise ran[0]
