@@ -39,7 +39,7 @@ fn rows(c: &mut redis::Connection, args: &[&str]) -> Vec<Row> {
 fn newest_client(c: &mut redis::Connection, cmd: &str) -> i64 {
     let list: String = redis::cmd("CLIENT").arg("LIST").query(c).unwrap();
     list.lines()
-        .filter(|l| l.contains(&format!("cmd={cmd}")))
+        .filter(|l| l.to_ascii_lowercase().contains(&format!("cmd={cmd}")))
         .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
         .map(|id| id.parse::<i64>().unwrap())
         .max()
