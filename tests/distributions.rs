@@ -79,7 +79,7 @@ every_server! {
         assert_eq!(int(&ok(&mut c, &["LEASE.RENEW", "rs", "h", "60000"])), 1);
         let [count, p50, _, _, max] = dist(&mut c, "renew_margin");
         assert_eq!(count, 3);
-        assert!(p50 <= 1900 + 19 && p50 >= 1700, "p50 {p50}");
+        assert!((1700..=1919).contains(&p50), "p50 {p50}");
         assert!(about(max, 60_000, 0) || max < 60_000, "max {max}");
         assert_eq!(info_int(&mut c, "lease_renewed_late"), late + 1, "{:?}", dist(&mut c, "renew_margin"));
 
