@@ -21,7 +21,7 @@ SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9
             REDIS80_SERVER=$(REDIS80)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration client-test py-test py-lint node-test deps-node node-deps deb deps-deb deb-test deps deps-build deps-shellcheck deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration old-module client-test py-test py-lint node-test deps-node node-deps deb deps-deb deb-test deps deps-build deps-shellcheck deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
 
 all: build
 
@@ -128,7 +128,12 @@ FAILOVER_TESTS := --skip sentinel_failovers --skip cluster_failover_starts_a_gra
                   --skip sentinel_setup_fails_over --skip old_master_restarted_as_master \
                   --skip documented_upgrade_without_sentinel
 
-integration:
+# The 0.3.0 module, which the mixed-build tests (tests/versions.rs) load to
+# meet this build's labelled records: built once into target/old-module/.
+old-module:
+	bash tests/fixtures/old-module.sh >/dev/null
+
+integration: old-module
 	$(CARGO) build
 	$(SERVERS) $(CARGO) test --tests -- --test-threads=4 $(FAILOVER_TESTS)
 	$(SERVERS) $(CARGO) test --test failover -- --test-threads=2

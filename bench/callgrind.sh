@@ -12,7 +12,7 @@
 # (runs of each measurement, each on a fresh server; the median counts, 3),
 # TOP (functions listed per module command, 12), MODULE_ARGS (module load
 # arguments; default: "grace-ms 0" if the module takes it, else none), ONLY (a comma-separated list of measurements
-# to run besides the PING baseline: acquire, set_nx, renew, renew_lua,
+# to run besides the PING baseline: acquire, acquire_label, set_nx, renew, renew_lua,
 # set_ifeq, release, del, delifeq, fence, get), TSV (a file to append one line
 # per measurement to: server, module, name, N, Ir/call, net, spread, in call()), KEEP=1
 # (keep the temp dir: the callgrind dumps of every run, the RESP files).
@@ -27,6 +27,7 @@ MODULE=${MODULE:-$ROOT/target/release/libredis_lease.so}
 MODULE_ARGS=${MODULE_ARGS:-}
 TSV=${TSV:-}
 OWNER=o:5f2a9c1d7e3b4a60 # an 18-byte owner id, as in bench/run.sh
+LEASE_LABEL=host-a:pid-4242:worker-7:job-991 # a 32-byte label (design.md S11)
 CLI=${CLI:-redis-cli}
 
 if [ -n "${SERVER:-}" ]; then
@@ -275,7 +276,7 @@ in_call() {
 }
 
 declare -A RUNS CALLS NET INCALL LABEL
-declare -A SHORT=([acquire]=LEASE.ACQUIRE [set_nx]="SET NX PX" [renew]=LEASE.RENEW
+declare -A SHORT=([acquire]=LEASE.ACQUIRE [acquire_label]="LEASE.ACQUIRE LABEL" [set_nx]="SET NX PX" [renew]=LEASE.RENEW
   [renew_lua]="Lua compare-and-PEXPIRE" [set_ifeq]="SET IFEQ PX" [release]=LEASE.RELEASE
   [del]=DEL [delifeq]=DELIFEQ [fence]=LEASE.FENCE [get]=GET)
 measure() { # NAME PREP CHECK ARGS REP
@@ -428,6 +429,7 @@ bench_server() {
   local specs=(
     "ping|prep_empty|check_none|PING (baseline)|PING"
     "acquire|prep_empty|check_created|LEASE.ACQUIRE k owner 60000 (fresh keys)|LEASE.ACQUIRE lk:%d $OWNER 60000"
+    "acquire_label|prep_empty|check_created|LEASE.ACQUIRE k owner 60000 LABEL <32 bytes> (fresh keys)|LEASE.ACQUIRE lk:%d $OWNER 60000 LABEL $LEASE_LABEL"
     "set_nx|prep_empty|check_created|SET k v NX PX 60000 (fresh keys)|SET lk:%d $OWNER NX PX 60000"
     "renew|prep_leases|check_renewed|LEASE.RENEW k owner 60000 (held)|LEASE.RENEW lk:%d $OWNER 60000"
   )

@@ -5,13 +5,44 @@
 //! partial state: it deletes its lease keys, applies no lease effect and
 //! refuses every lease command until its source speaks versions it knows,
 //! or it is promoted. A master of a newer build is played here by a fake
-//! master on a socket (it sends a real RDB, then the stream).
+//! master on a socket (it sends a real RDB, then the stream); the older
+//! build that meets this build's labelled records (design.md S11) is the
+//! real 0.3.0 module, built by tests/fixtures/old-module.sh.
 mod common;
 use common::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
+
+/// The 0.3.0 module (records 2, effects 3): `$OLD_LEASE_MODULE`, else
+/// built once by tests/fixtures/old-module.sh (`make integration` builds
+/// it first).
+fn old_module() -> PathBuf {
+    if let Some(p) = std::env::var_os("OLD_LEASE_MODULE") {
+        return p.into();
+    }
+    let out = Command::new("bash")
+        .arg(repo_file("tests/fixtures/old-module.sh"))
+        .output()
+        .expect("run tests/fixtures/old-module.sh");
+    assert!(out.status.success(), "old-module.sh: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// A server of `kind` with the 0.3.0 module loaded.
+fn old_opts(old: &std::path::Path) -> Opts {
+    Opts { no_module: true, ..Opts::default() }.extra(&["--loadmodule", old.to_str().unwrap(), "grace-ms", "0"])
+}
+
+fn dump(c: &mut redis::Connection, key: &str) -> Vec<u8> {
+    match ok(c, &["DUMP", key]) {
+        Value::BulkString(b) => b,
+        other => panic!("DUMP {key}: {other:?}"),
+    }
+}
 
 /// This build's versions (src/lease/versions.rs).
 const EFFECTS: i64 = 4;
@@ -182,5 +213,57 @@ full_suite! {
         ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
         assert_eq!(info_field(&mut r, "lease_incompatible_source").as_deref(), Some("none"));
         assert!(acquire(&mut r, "fresh", "me", "1000") > 7);
+    }
+}
+
+every_server! {
+    fn an_older_build_refuses_labelled_records_loudly(kind) {
+        let old = old_module();
+        let new = Server::start(kind);
+        let mut n = new.conn();
+        let t = acquire(&mut n, "plain", "o", "60000");
+        call(&mut n, &[b"LEASE.ACQUIRE", b"labelled", b"o", b"60000", b"LABEL", b"worker 7"]).unwrap();
+        call(&mut n, &[b"LEASE.ACQUIRE", b"sem", b"o", b"60000", b"LIMIT", b"2", b"LABEL", b"w"]).unwrap();
+        let payloads: Vec<Vec<u8>> = ["plain", "labelled", "sem"].iter().map(|k| dump(&mut n, k)).collect();
+
+        let o = Server::start_with(kind, old_opts(&old));
+        let mut oc = o.conn();
+        assert_eq!(info_field(&mut oc, "lease_version").as_deref(), Some("0.3.0"));
+        // An unlabelled record is still written as the older build reads it.
+        assert_eq!(call(&mut oc, &[b"RESTORE", b"plain", b"0", &payloads[0]]).unwrap(), Value::Okay);
+        assert_eq!(token_of(&mut oc, "plain"), Some(t));
+        // A labelled one is refused (the server's own RESTORE error; the
+        // module's log line says why) and leaves nothing.
+        for (key, payload, version) in [("labelled", &payloads[1], "3"), ("sem", &payloads[2], "4")] {
+            let e = call(&mut oc, &[b"RESTORE", key.as_bytes(), b"0", payload]).expect_err(key);
+            assert!(error_text(&e).contains("Bad data format"), "{key}: {e:?}");
+            let why = format!("encoding version {version}, newer than the 2 this module reads (module 0.3.0)");
+            assert!(o.log().contains(&why), "{key}: {}", o.log_tail(5));
+            assert_eq!(int(&ok(&mut oc, &["EXISTS", key])), 0, "{key}");
+        }
+        drop((oc, o));
+
+        // An RDB with labelled records: the older build refuses to start on
+        // it, and says why.
+        ok(&mut n, &["SAVE"]);
+        let dir = fresh_dir();
+        std::fs::copy(new.data_dir().join("dump.rdb"), dir.join("dump.rdb")).unwrap();
+        match Server::try_start_in(kind, old_opts(&old), dir) {
+            Ok(_) => panic!("the 0.3.0 module loaded an RDB with labelled records"),
+            Err(e) => assert!(e.log.contains("encoding version 3") || e.log.contains("encoding version 4"), "{}", e.log),
+        }
+
+        // A replica of the older build keeps no lease of a master that
+        // speaks effects 4 (it says so), here with no labelled record yet.
+        let m = Server::start(kind);
+        let mut mc = m.conn();
+        let r = Server::start_with(kind, old_opts(&old).extra(&["--replicaof", "127.0.0.1", &m.port.to_string()]));
+        let mut rc = r.conn();
+        acquire(&mut mc, "k", "o", "60000");
+        wait_for("the older replica notices", &r, || {
+            info_field(&mut rc, "lease_incompatible_source").as_deref() == Some("effects 4 records 4")
+        });
+        assert!(r.log().contains("INCOMPATIBLE LEASE MODULE"), "{}", r.log_tail(10));
+        assert_eq!(int(&ok(&mut rc, &["EXISTS", "k"])), 0, "no partial state");
     }
 }

@@ -9,8 +9,10 @@
 --   redis_script_values{key="lease_<field>"} <value>
 -- and the grace period's reason one more, set to 1:
 --   redis_script_values{key="lease_grace_reason_<reason>"} 1
--- (reason none, promoted, restart or no-data). Text fields (the version,
--- the commit, the eviction policy) are left out.
+-- (reason none, promoted, restart or no-data). The distributions come as
+-- their figures, lease_<name>_<count|p50|p99|p999|max> (held, waited,
+-- renew_margin; ms). Text fields (the version, the commit, the eviction
+-- policy) are left out.
 local result = {}
 local info = redis.call("INFO", "lease")
 for line in string.gmatch(info, "[^\r\n]+") do
