@@ -28,13 +28,21 @@ fn old_module() -> PathBuf {
         .arg(repo_file("tests/fixtures/old-module.sh"))
         .output()
         .expect("run tests/fixtures/old-module.sh");
-    assert!(out.status.success(), "old-module.sh: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "old-module.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
 /// A server of `kind` with the 0.3.0 module loaded.
 fn old_opts(old: &std::path::Path) -> Opts {
-    Opts { no_module: true, ..Opts::default() }.extra(&["--loadmodule", old.to_str().unwrap(), "grace-ms", "0"])
+    Opts {
+        no_module: true,
+        ..Opts::default()
+    }
+    .extra(&["--loadmodule", old.to_str().unwrap(), "grace-ms", "0"])
 }
 
 fn dump(c: &mut redis::Connection, key: &str) -> Vec<u8> {

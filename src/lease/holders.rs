@@ -307,7 +307,7 @@ impl Holders {
             + self
                 .by_token
                 .values()
-                .map(|h| per_holder + 2 * h.owner.len())
+                .map(|h| per_holder + 2 * h.owner.len() + h.label.as_ref().map_or(0, |l| l.len()))
                 .sum::<usize>()
     }
 

@@ -56,6 +56,8 @@ impl LeaseType for Methods {
                 d.add_bytes(l.owner());
                 d.add_int(l.token as i64);
                 d.add_int(l.deadline_ms);
+                d.add_int(l.since_ms);
+                d.add_bytes(l.label().unwrap_or_default());
             }
             RecordRef::Holders(m) => {
                 d.add_bytes(m.mode().name().as_bytes());
@@ -64,6 +66,8 @@ impl LeaseType for Methods {
                     d.add_bytes(&h.owner);
                     d.add_int(h.token as i64);
                     d.add_int(h.deadline_ms);
+                    d.add_int(h.since_ms);
+                    d.add_bytes(h.label.as_deref().unwrap_or_default());
                 }
             }
         }
