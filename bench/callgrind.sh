@@ -365,7 +365,7 @@ split_report() {
   echo "own code. The API, the context and the rest of call() are the floor a module cannot go"
   echo "below through the public API; getkeys: the key-position callback run outside call()."
   printf '  %-14s %10s %11s %11s %10s %9s %8s\n' "" "in call()" "dispatcher" "module API" "own code" "context" getkeys
-  for name in acquire renew release fence; do
+  for name in acquire acquire_label renew release fence; do
     [ -n "${RUNS[$name]:-}" ] || continue
     read -r disp api own getkeys < <(split_of "$name")
     printf '  %-14s %10.0f %11s %11s %10s %9s %8s\n' "${SHORT[$name]}" "${INCALL[$name]}" "$disp" "$api" "$own" \
@@ -507,7 +507,7 @@ bench_server() {
   done
   split_report
   if [ "$TOP" -gt 0 ]; then
-    for name in acquire renew release fence; do
+    for name in acquire acquire_label renew release fence; do
       [ -n "${RUNS[$name]:-}" ] || continue
       echo
       echo "${LABEL[$name]}: top functions, inclusive Ir/call (same function in the PING run):"

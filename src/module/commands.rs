@@ -388,12 +388,20 @@ pub fn fence(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return Err(LeaseError::Arity("lease.fence"));
     }
     compat::check()?;
-    let f = args::parse_fence_args(&a.rest(2))?;
+    // The token, and `MINTTL ms` when given: at most three arguments, read
+    // without an allocation (this is a hot path).
+    let n = (a.len() - 2).min(3);
+    let mut head: [&[u8]; 3] = [&[]; 3];
+    for (i, h) in head.iter_mut().enumerate().take(n) {
+        *h = a.bytes(2 + i);
+    }
+    let f = args::parse_fence_args(&head[..n])?;
     if a.len() > 2 + f.command_at {
         return super::fence::fence_with_command(ctx, a, f);
     }
     let mut key = Reader::open(ctx, a.str(1));
-    let expire = key.expire_at();
+    // The key's expiry matters only to the time left (`MINTTL`).
+    let expire = f.min_ttl_ms.and_then(|_| key.expire_at());
     let decided = decide::fence_record(
         key.record()?,
         f.token,

@@ -137,7 +137,7 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, f: FenceArgs) -> Result<Reply, Lea
     let inner = a.strs(at + 1);
     let fenced = {
         let mut key = Reader::open(ctx, a.str(1));
-        let expire = key.expire_at();
+        let expire = f.min_ttl_ms.and_then(|_| key.expire_at());
         match decide::fence_record(
             key.record()?,
             f.token,

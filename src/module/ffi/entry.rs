@@ -466,13 +466,18 @@ pub trait Events {
 /// arguments, `config` then `resetstat`, any case. Every other command
 /// costs it one argument count.
 unsafe extern "C" fn resetstat_filter<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    // Every command passes here: one argument count, outside the guard (it
+    // cannot panic: the function is checked at load).
+    // SAFETY: the filter context of the command about to run.
+    if let Some(count) = unsafe { raw::RedisModule_CommandFilterArgsCount }
+        && unsafe { count(fctx) } != 2
+    {
+        return;
+    }
     guard("the RESETSTAT filter", (), || {
         // SAFETY: the filter context of the command about to run; its
         // arguments live while the filter runs and are only read here.
         unsafe {
-            if raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) != 2 {
-                return;
-            }
             let arg = |i| {
                 let s = raw::RedisModule_CommandFilterArgGet.unwrap()(fctx, i);
                 (!s.is_null()).then(|| Str::new(s as *mut _).bytes())
