@@ -11,6 +11,7 @@ import {
   FenceOptions,
   LeaseBusy,
   LeaseError,
+  Label,
   LeaseGrace,
   LeaseLost,
   Loss,
@@ -24,6 +25,8 @@ import {
   deadlineAfter,
   fenceArgs,
   graceOf,
+  labelArgs,
+  labelOf,
   lossReason,
   lostReply,
   macquireArgs,
@@ -32,11 +35,14 @@ import {
   mrenewArgs,
   needsFreshRenewal,
   newOwner,
+  parseWaiters,
   now,
   releaseAttempts,
   releasePlan,
   renewEvery,
   SHORT_MS,
+  Waiter,
+  waitersArgs,
   withBlock,
 } from "./core";
 import { Dedicated, RedisClient, Target, targetOf } from "./adapter";
@@ -51,6 +57,11 @@ export interface ClientOptions {
   retries?: number;
   /** Renew every lease at a third of its ttl in the background (true). */
   watchdog?: boolean;
+  /** The label of this client's acquires (`LABEL`, shown by `LEASE.INFO`
+   * and `LEASE.WAITERS`): undefined for this process's `defaultLabel()`
+   * (`<host> pid <pid> <program>`), a string or Buffer (cut to 256 bytes),
+   * or null for none. */
+  label?: Label;
 }
 
 export interface AcquireOptions extends ModeOptions {
@@ -59,6 +70,9 @@ export interface AcquireOptions extends ModeOptions {
   blockMs?: number;
   /** This lease renewed by the client's watchdog (the client's setting). */
   watchdog?: boolean;
+  /** This acquire's label (undefined: the client's; null: none). Sent
+   * unchanged on every retry. */
+  label?: Label;
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(ms, 0)));
@@ -303,6 +317,8 @@ export class LeaseClient {
   readonly blockMarginMs: number;
   readonly retries: number;
   readonly watchdog: boolean;
+  /** The label of this client's acquires: a text, or null for none. */
+  readonly label: string | Buffer | null;
   /** @internal */
   readonly target: Target;
   private readonly held = new Map<string, WeakRef<Lease>>();
@@ -318,6 +334,7 @@ export class LeaseClient {
     this.blockMarginMs = options.blockMarginMs ?? 2000;
     this.retries = options.retries ?? 3;
     this.watchdog = options.watchdog ?? true;
+    this.label = labelOf(options.label);
   }
 
   /** Closes the helper's own connections (not the client you passed). */
@@ -327,6 +344,14 @@ export class LeaseClient {
 
   watchdogStats(): { leases: number; renewals: number; roundTrips: number } {
     return this.schedule.stats();
+  }
+
+  /** The clients waiting for `key` with `BLOCK`, oldest first
+   * (`LEASE.WAITERS key [COUNT count]`): at most `count` (1 to 1000;
+   * undefined: the server's default, 10). Empty when nobody waits. It reads
+   * the key's master (waiters live there). */
+  async waiters(key: string, options: { count?: number } = {}): Promise<Waiter[]> {
+    return parseWaiters(await this._call(key, waitersArgs(key, options.count)));
   }
 
   /** @internal */
@@ -401,7 +426,7 @@ export class LeaseClient {
     const mode = modeArgs(options);
     this.checkHeld([key]);
     const owner = newOwner();
-    const base = acquireArgs(key, owner, ttlMs, mode);
+    const base = acquireArgs(key, owner, ttlMs, mode, labelArgs(labelOf(options.label, this.label)));
     const watchdog = options.watchdog ?? this.watchdog;
     return this.acquireWith(key, [key], base, options.blockMs, async (token, sent) => {
       const [deadline, refused] = await this.fresh(key, ["LEASE.RENEW", key, owner, ttlMs], 1, sent, ttlMs);
@@ -416,10 +441,11 @@ export class LeaseClient {
   async acquireMany(keys: string[], ttlMs: number, options: Omit<AcquireOptions, "shared" | "limit"> = {}): Promise<MultiLease | null> {
     const ks = checkedKeys(keys, this.target.cluster);
     checkTtl(ttlMs, options.blockMs);
+    const label = labelArgs(labelOf(options.label, this.label));
     this.checkHeld(ks);
     const owner = newOwner();
     const watchdog = options.watchdog ?? this.watchdog;
-    const lease = await this.acquireWith(ks[0], ks, macquireArgs(ks, owner, ttlMs), options.blockMs, async (token, sent) => {
+    const lease = await this.acquireWith(ks[0], ks, macquireArgs(ks, owner, ttlMs, label), options.blockMs, async (token, sent) => {
       const [deadline, refused] = await this.fresh(ks[0], mrenewArgs(ks, owner, ttlMs), ks.length, sent, ttlMs);
       const lease = new MultiLease(this, ks, owner, token, ttlMs, deadline, watchdog && !refused);
       if (refused) lease.lossSignal.lose("refused");

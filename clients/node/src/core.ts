@@ -4,6 +4,8 @@
 // client.ts, quorum.ts and redlock.ts only do the I/O.
 
 import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+import { basename } from "node:path";
 
 // `await using` (TypeScript 5.2+) on Node versions without the symbol: the
 // one TypeScript's own helpers look for.
@@ -240,12 +242,145 @@ export function withBlock(
   return [[...args, "BLOCK", left], left + blockMarginMs];
 }
 
-export function acquireArgs(key: string, owner: string, ttlMs: number, mode: Arg[]): Arg[] {
-  return ["LEASE.ACQUIRE", key, owner, ttlMs, ...mode];
+/** `label`: `LABEL text` or nothing (`labelArgs`), the same on every
+ * attempt; before `BLOCK`, which `withBlock` puts last. */
+export function acquireArgs(key: string, owner: string, ttlMs: number, mode: Arg[], label: Arg[] = []): Arg[] {
+  return ["LEASE.ACQUIRE", key, owner, ttlMs, ...mode, ...label];
 }
 
-export function macquireArgs(keys: string[], owner: string, ttlMs: number): Arg[] {
-  return ["LEASE.MACQUIRE", keys.length, ...keys, owner, ttlMs];
+export function macquireArgs(keys: string[], owner: string, ttlMs: number, label: Arg[] = []): Arg[] {
+  return ["LEASE.MACQUIRE", keys.length, ...keys, owner, ttlMs, ...label];
+}
+
+/** The longest label the server takes, in bytes. */
+export const MAX_LABEL = 256;
+
+/** A label option: a text (a string, or a Buffer as is); `null` (or `false`,
+ * or an empty text) for none; `undefined` for the level above's (a call's:
+ * its client's; a client's: this process's `defaultLabel()`). */
+export type Label = string | Buffer | null | false | undefined;
+
+/** `b` cut to MAX_LABEL bytes, never inside a UTF-8 character (a character
+ * that does not fit is dropped whole). */
+export function truncateLabel(b: Buffer): Buffer {
+  if (b.length <= MAX_LABEL) return b;
+  let cut = MAX_LABEL;
+  // Back over continuation bytes (10xxxxxx): at most 3 in UTF-8.
+  while (cut > MAX_LABEL - 4 && cut > 0 && (b[cut] & 0xc0) === 0x80) cut -= 1;
+  return b.subarray(0, cut);
+}
+
+/** The name of the running program: `process.title` when the program set
+ * one, else the main script's file name, else `node`. */
+export function programName(): string {
+  const title = process.title;
+  if (title && basename(title) !== basename(process.execPath) && title !== "node") return title;
+  const main = process.argv[1];
+  return main ? basename(main) : "node";
+}
+
+let defaultText: string | undefined;
+
+/** This process's default label, `<host> pid <pid> <program>` (e.g.
+ * `web-3 pid 4242 worker.js`), at most 256 bytes. Computed once per
+ * process. */
+export function defaultLabel(): string {
+  if (defaultText === undefined) {
+    let host: string;
+    try {
+      host = hostname();
+    } catch {
+      host = "unknown-host";
+    }
+    defaultText = labelText(`${host} pid ${process.pid} ${programName()}`) as string;
+  }
+  return defaultText;
+}
+
+/** A text label cut to 256 bytes (`truncateLabel`); a string stays a
+ * string. null: an empty text. */
+function labelText(label: string | Buffer): string | Buffer | null {
+  if (typeof label === "string") {
+    if (Buffer.byteLength(label) > MAX_LABEL) label = truncateLabel(Buffer.from(label)).toString();
+  } else {
+    label = truncateLabel(label);
+  }
+  return label.length === 0 ? null : label;
+}
+
+/** What a label option sends: the text (`undefined` is `inherited` when
+ * given, else this process's default), or null for none. TypeError for
+ * anything else, before anything is sent. */
+export function labelOf(label: Label, inherited?: string | Buffer | null): string | Buffer | null {
+  if (label === undefined) return inherited !== undefined ? inherited : defaultLabel();
+  if (label === null || label === false) return null;
+  if (typeof label === "string" || Buffer.isBuffer(label)) return labelText(label);
+  throw new TypeError(`label must be a string, a Buffer, null or undefined, not ${String(label)}`);
+}
+
+/** `LABEL text`, or nothing. */
+export function labelArgs(label: string | Buffer | null): Arg[] {
+  return label === null ? [] : ["LABEL", label];
+}
+
+/** One client waiting for a key (`LEASE.WAITERS`), oldest first. */
+export interface Waiter {
+  /** Its client id (`CLIENT KILL ID <id>` ends its wait). */
+  readonly client: number;
+  /** Its label (UTF-8), or null. */
+  readonly label: string | null;
+  /** `exclusive`, `shared`, `limit`, or `keys` for a multi-key waiter. */
+  readonly mode: string;
+  /** `n` of a `LIMIT n` waiter, else 0. */
+  readonly limit: number;
+  /** How many keys it waits for (1, or a multi-key waiter's). */
+  readonly keys: number;
+  /** How long it has waited, ms. */
+  readonly waitedMs: number;
+  /** The time left until its `BLOCK` timeout, ms; null: it waits forever
+   * (`BLOCK 0`). */
+  readonly timeoutMs: number | null;
+}
+
+/** `LEASE.WAITERS key [COUNT n]`; `count` (1 to 1000) is checked before
+ * anything is sent. */
+export function waitersArgs(key: string, count?: number): Arg[] {
+  if (count === undefined) return ["LEASE.WAITERS", key];
+  if (!Number.isInteger(count) || count < 1 || count > 1000) throw new RangeError(`count must be an integer from 1 to 1000, not ${count}`);
+  return ["LEASE.WAITERS", key, "COUNT", count];
+}
+
+const text = (v: unknown): string => (Buffer.isBuffer(v) ? v.toString() : String(v));
+
+/** The fields of one reply entry: a RESP2 flat array, a RESP3 map (a Map or
+ * a plain object). */
+function fieldsOf(entry: unknown): Map<string, unknown> {
+  if (Array.isArray(entry)) {
+    const out = new Map<string, unknown>();
+    for (let i = 0; i + 1 < entry.length; i += 2) out.set(text(entry[i]), entry[i + 1]);
+    return out;
+  }
+  if (entry instanceof Map) return new Map([...entry].map(([k, v]) => [text(k), v]));
+  return new Map(Object.entries(entry as Record<string, unknown>));
+}
+
+/** The records of a `LEASE.WAITERS` reply. */
+export function parseWaiters(reply: unknown): Waiter[] {
+  if (!Array.isArray(reply)) return [];
+  return reply.map((entry) => {
+    const f = fieldsOf(entry);
+    const timeout = Number(f.get("timeout"));
+    const label = f.get("label");
+    return {
+      client: Number(f.get("client")),
+      label: label === null || label === undefined ? null : text(label),
+      mode: text(f.get("mode")),
+      limit: Number(f.get("limit")),
+      keys: Number(f.get("keys")),
+      waitedMs: Number(f.get("waited")),
+      timeoutMs: timeout < 0 ? null : timeout,
+    };
+  });
 }
 
 export function mrenewArgs(keys: string[], owner: string, ttlMs: number): Arg[] {

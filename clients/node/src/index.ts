@@ -12,8 +12,9 @@ export {
   ReplyTimeout,
   keySlot,
   drift,
+  defaultLabel,
 } from "./core";
-export type { Arg, FenceCall, FenceOptions, Loss, ModeOptions, Outlier } from "./core";
+export type { Arg, FenceCall, FenceOptions, Label, Loss, ModeOptions, Outlier, Waiter } from "./core";
 export type { RedisClient } from "./adapter";
 export { LeaseClient, Lease, MultiLease } from "./client";
 export type { ClientOptions, AcquireOptions } from "./client";

@@ -8,6 +8,7 @@ import {
   Arg,
   Commit,
   FenceCall,
+  Label,
   LeaseBusy,
   LeaseLost,
   Loss,
@@ -17,6 +18,8 @@ import {
   drift,
   fenceArgs,
   fencedReply,
+  labelArgs,
+  labelOf,
   lossReason,
   newOwner,
   nodeTimeout,
@@ -39,6 +42,9 @@ export interface QuorumOptions {
    * refused its token as too far ahead of their clocks (also a warning on
    * `console.warn` unless this is given). */
   onOutlier?: (o: Outlier) => void;
+  /** The label of its acquires on every master (`LABEL`), as
+   * `ClientOptions.label`: undefined for `defaultLabel()`, null for none. */
+  label?: Label;
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(ms, 0)));
@@ -50,6 +56,8 @@ export class QuorumClient {
   readonly watchdog: boolean;
   readonly quorum: number;
   onOutlier: ((o: Outlier) => void) | undefined;
+  /** The label of its acquires: a text, or null for none. */
+  readonly label: string | Buffer | null;
   /** @internal */
   readonly targets: Target[];
 
@@ -59,6 +67,7 @@ export class QuorumClient {
     this.ioTimeoutMs = options.ioTimeoutMs ?? 5000;
     this.watchdog = options.watchdog ?? true;
     this.onOutlier = options.onOutlier;
+    this.label = labelOf(options.label);
     this.quorum = quorumOf(this.targets.length);
   }
 
@@ -102,12 +111,13 @@ export class QuorumClient {
   /** Takes the lease on `key` on a majority, with one token: the lease, or
    * null when no majority came within `blockMs` (undefined: one try; 0:
    * until one does), retrying after a random back-off with the same owner. */
-  async acquire(key: string, ttlMs: number, options: { blockMs?: number; watchdog?: boolean } = {}): Promise<QuorumLease | null> {
+  async acquire(key: string, ttlMs: number, options: { blockMs?: number; watchdog?: boolean; label?: Label } = {}): Promise<QuorumLease | null> {
     checkTtl(ttlMs, options.blockMs);
+    const label = labelArgs(labelOf(options.label, this.label));
     const owner = newOwner();
     const until = options.blockMs === 0 ? null : now() + (options.blockMs ?? 0);
     for (let n = 0; ; n++) {
-      const lease = await this.attempt(key, owner, ttlMs, options.watchdog ?? this.watchdog);
+      const lease = await this.attempt(key, owner, ttlMs, options.watchdog ?? this.watchdog, label);
       if (lease) return lease;
       await this._releaseEverywhere(key, owner, nodeTimeout(this.ioTimeoutMs, ttlMs));
       const pause = backoff(ttlMs);
@@ -116,18 +126,18 @@ export class QuorumClient {
     }
   }
 
-  private async attempt(key: string, owner: string, ttlMs: number, watchdog: boolean): Promise<QuorumLease | null> {
+  private async attempt(key: string, owner: string, ttlMs: number, watchdog: boolean, label: Arg[]): Promise<QuorumLease | null> {
     const timeout = nodeTimeout(this.ioTimeoutMs, ttlMs);
     const t0 = now();
     const validUntil = t0 + ttlMs - drift(ttlMs);
-    let commit = Commit.first(await this._each(this.all(), key, () => ["LEASE.ACQUIRE", key, owner, ttlMs], timeout), this.quorum);
+    let commit = Commit.first(await this._each(this.all(), key, () => ["LEASE.ACQUIRE", key, owner, ttlMs, ...label], timeout), this.quorum);
     if (!commit) return null;
     let committed: number[] | null = null;
     // At most one round per master: each leaves one out.
     for (let round = 0; round <= this.targets.length; round++) {
       const token = commit.token;
       const settled: number[] | [Commit, Outlier[]] | null = commit.settle(
-        await this._each(commit.on, key, () => ["LEASE.ACQUIRE", key, owner, ttlMs, "FLOOR", token], timeout),
+        await this._each(commit.on, key, () => ["LEASE.ACQUIRE", key, owner, ttlMs, ...label, "FLOOR", token], timeout),
         (i) => this.targets[i].addr(),
       );
       if (settled === null || typeof settled[0] === "number") {
@@ -146,7 +156,7 @@ export class QuorumClient {
   }
 
   /** `acquire`, or LeaseBusy when no majority granted. */
-  async lease(key: string, ttlMs: number, options: { blockMs?: number } = {}): Promise<QuorumLease> {
+  async lease(key: string, ttlMs: number, options: { blockMs?: number; label?: Label } = {}): Promise<QuorumLease> {
     const lease = await this.acquire(key, ttlMs, options);
     if (!lease) throw new LeaseBusy(`${key}: no majority of the masters granted the lease`);
     return lease;
@@ -154,7 +164,7 @@ export class QuorumClient {
 
   /** Runs `work(lease)` holding the quorum lease, releases it however it
    * ends; LeaseLost when it ended normally after the lease was lost. */
-  async using<T>(key: string, ttlMs: number, options: { blockMs?: number }, work: (lease: QuorumLease) => Promise<T>): Promise<T> {
+  async using<T>(key: string, ttlMs: number, options: { blockMs?: number; label?: Label }, work: (lease: QuorumLease) => Promise<T>): Promise<T> {
     return held(await this.lease(key, ttlMs, options), work);
   }
 

@@ -7,7 +7,7 @@
 
 import { EventEmitter } from "node:events";
 
-import { AlreadyHeld, FOREVER, FenceCall, LeaseError, LeaseLost, Loss, checkStale, fenceArgs } from "./core";
+import { AlreadyHeld, FOREVER, FenceCall, Label, LeaseError, LeaseLost, Loss, checkStale, fenceArgs } from "./core";
 import { RedisClient } from "./adapter";
 import { Lease, LeaseClient } from "./client";
 import { QuorumClient, QuorumLease } from "./quorum";
@@ -20,6 +20,10 @@ export interface Settings {
   readonly retryDelay: number;
   readonly retryJitter: number;
   readonly automaticExtensionThreshold: number;
+  /** Not node-redlock's: the label of the locks' acquires (`LABEL`, shown by
+   * `LEASE.INFO` and `LEASE.WAITERS`). undefined: this process's
+   * `defaultLabel()` (`<host> pid <pid> <program>`); null: none. */
+  readonly label?: Label;
 }
 
 const defaultSettings: Readonly<Settings> = Object.freeze({
@@ -147,20 +151,21 @@ export default class Redlock extends EventEmitter {
     this.on("error", () => undefined);
     this.clients = new Set(clients);
     if (this.clients.size === 0) throw new Error("Redlock must be instantiated with at least one redis client.");
-    const pick = (k: keyof Settings): number => (typeof settings[k] === "number" ? (settings[k] as number) : defaultSettings[k]);
+    const pick = (k: Exclude<keyof Settings, "label">): number => (typeof settings[k] === "number" ? (settings[k] as number) : defaultSettings[k]);
     this.settings = {
       driftFactor: pick("driftFactor"),
       retryCount: pick("retryCount"),
       retryDelay: pick("retryDelay"),
       retryJitter: pick("retryJitter"),
       automaticExtensionThreshold: pick("automaticExtensionThreshold"),
+      ...(settings.label !== undefined ? { label: settings.label } : {}),
     };
     if (this.clients.size === 1) {
-      this._one = new LeaseClient([...this.clients][0], { watchdog: false });
+      this._one = new LeaseClient([...this.clients][0], { watchdog: false, label: settings.label });
       this._quorum = null;
     } else {
       this._one = null;
-      this._quorum = new QuorumClient(this.clients, { watchdog: false, onOutlier: (o) => this.emit("error", new LeaseError(`quorum master ${o.addr} left out: its clock is ${o.aheadMs} ms ahead`)) });
+      this._quorum = new QuorumClient(this.clients, { watchdog: false, label: settings.label, onOutlier: (o) => this.emit("error", new LeaseError(`quorum master ${o.addr} left out: its clock is ${o.aheadMs} ms ahead`)) });
     }
   }
 
@@ -215,15 +220,15 @@ export default class Redlock extends EventEmitter {
       if (this._one) {
         const lease =
           resources.length === 1
-            ? await this._one.acquire(resources[0], duration, { blockMs, watchdog })
-            : await this._one.acquireMany(resources, duration, { blockMs, watchdog });
+            ? await this._one.acquire(resources[0], duration, { blockMs, watchdog, label: s.label })
+            : await this._one.acquireMany(resources, duration, { blockMs, watchdog, label: s.label });
         if (lease) {
           const attempts = [this.stats(clients, [])];
           return new Lock(this, resources, lease._owner, attempts, this.expirationOf(start, duration, s), { kind: "one", lease });
         }
         failure = this.lockedError(resources);
       } else {
-        const leases = await this.quorumAcquire(sortedUnique(resources), duration, blockMs, watchdog);
+        const leases = await this.quorumAcquire(sortedUnique(resources), duration, blockMs, watchdog, s.label);
         if (leases) {
           const byResource = resources.map((r) => leases.find((l) => l.key === r)!);
           const committed = new Set(byResource[0].committed);
@@ -244,12 +249,12 @@ export default class Redlock extends EventEmitter {
 
   /** One quorum lease per resource, in sorted order, all or none (the ones
    * taken are released when one is not): no deadlock. */
-  private async quorumAcquire(resources: string[], duration: number, blockMs: number | undefined, watchdog: boolean): Promise<QuorumLease[] | null> {
+  private async quorumAcquire(resources: string[], duration: number, blockMs: number | undefined, watchdog: boolean, label: Label): Promise<QuorumLease[] | null> {
     const until = blockMs ? performance.now() + blockMs : null;
     const leases: QuorumLease[] = [];
     for (const r of resources) {
       const left = until === null ? blockMs : Math.max(Math.round(until - performance.now()), 1);
-      const lease = await this._quorum!.acquire(r, duration, { blockMs: left, watchdog });
+      const lease = await this._quorum!.acquire(r, duration, { blockMs: left, watchdog, label });
       if (!lease) {
         await Promise.all(leases.map((l) => l.release().catch(() => false)));
         return null;

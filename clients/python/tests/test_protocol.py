@@ -161,3 +161,61 @@ def test_a_quorum_fence_raises_the_commands_error_and_stale_only_when_stale():
         fenced_reply([stale, StaleToken("STALE x"), 3], 2)
     with pytest.raises(StaleToken):
         fenced_reply([failed, lost, lost], 2)
+
+
+def test_labels_are_cut_to_256_bytes_on_a_character_boundary() -> None:
+    from redis_lease._common import DEFAULT_LABEL, acquire_args, default_label, label_args, label_bytes, macquire_args, truncate
+
+    assert truncate(b"x" * 300) == b"x" * 256
+    for pad in range(4):
+        cut = truncate(b"x" * pad + "€".encode() * 100)
+        assert len(cut) <= 256 and len(cut) > 252
+        cut.decode()  # never a broken character
+    assert label_bytes("é" * 200) == ("é" * 128).encode()
+    assert label_bytes(None) is None and label_bytes(False) is None and label_bytes("") is None
+    assert label_bytes(DEFAULT_LABEL) == default_label()
+    assert label_bytes(DEFAULT_LABEL, b"client's") == b"client's"
+    with pytest.raises(TypeError):
+        label_bytes(True)
+    assert label_args(None) == ()
+    # The label goes before BLOCK (and on every attempt, the same).
+    args, _ = acquire_args("k", "o", 1000, 500, time.monotonic() + 0.5, 5.0, 2.0, ("SHARED",), ("LABEL", b"l"))
+    assert args[:8] == ("LEASE.ACQUIRE", "k", "o", 1000, "SHARED", "LABEL", b"l", "BLOCK")
+    args, _ = macquire_args(("a", "b"), "o", 1000, None, None, 5.0, 2.0, ("LABEL", b"l"))
+    assert args == ("LEASE.MACQUIRE", 2, "a", "b", "o", 1000, "LABEL", b"l")
+
+
+def test_the_waiters_reply_in_resp2_and_resp3() -> None:
+    from redis_lease import Waiter
+    from redis_lease._common import parse_waiters, waiters_args
+
+    flat = [b"client", 7, b"label", b"w \xff", b"mode", b"keys", b"limit", 0, b"keys", 2, b"waited", 15, b"timeout", -1]
+    resp3 = {"client": 8, "label": None, "mode": "limit", "limit": 3, "keys": 1, "waited": 0, "timeout": 250}
+    assert parse_waiters([flat, resp3]) == [
+        Waiter(client=7, label="w \\xff", mode="keys", limit=0, keys=2, waited_ms=15, timeout_ms=None),
+        Waiter(client=8, label=None, mode="limit", limit=3, keys=1, waited_ms=0, timeout_ms=250),
+    ]
+    assert parse_waiters([]) == [] and parse_waiters(None) == []
+    assert waiters_args("k", None) == ("LEASE.WAITERS", "k")
+    assert waiters_args("k", 1000) == ("LEASE.WAITERS", "k", "COUNT", 1000)
+    for bad in (0, 1001, True, 2.5):
+        with pytest.raises(ValueError):
+            waiters_args("k", bad)  # type: ignore[arg-type]
+
+
+def test_a_forked_child_computes_its_own_default_label() -> None:
+    import os
+
+    from redis_lease import default_label
+
+    parent = default_label()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its label and leave at once
+        os.write(w, default_label())
+        os._exit(0)
+    os.close(w)
+    child = os.read(r, 512)
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert f" pid {pid} ".encode() in child and child != parent

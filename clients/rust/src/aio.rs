@@ -38,11 +38,12 @@ use tokio::sync::{Notify, watch};
 
 use crate::protocol::{
     Acquire, Backend, Fresh, Held, Keys, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule,
-    linger_left, lost_during, lost_reply, refused, release_failed, release_opts, release_plan,
-    renew_every, renews_first, short, start, waits, work_result,
+    linger_left, lost_during, lost_reply, parse_waiters, refused, release_failed, release_opts,
+    release_plan, renew_every, renews_first, resolve, short, start, waiters_cmd, waits,
+    work_result,
 };
 use crate::raw::fence_cmd_with;
-use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd};
+use crate::{Block, Error, Label, Loss, Mode, Options, Waiter, WatchdogStats, fence_cmd};
 
 pub use crate::aio_quorum::{QuorumClient, QuorumLease};
 
@@ -415,6 +416,8 @@ impl Hub {
 pub struct LeaseClient {
     hub: Arc<Hub>,
     mode: Mode,
+    /// The `LABEL` of its acquires (`None`: none), resolved once.
+    label: Option<Arc<str>>,
     /// The loss signals of the leases this client (and its clones) took, by
     /// key: a second acquire of a key still held fails at once.
     held: Held,
@@ -440,6 +443,7 @@ impl LeaseClient {
         LeaseClient {
             hub: Hub::new(backend, Options::default()),
             mode: Mode::Exclusive,
+            label: resolve(&Label::Default, None),
             held: Held::default(),
         }
     }
@@ -452,6 +456,23 @@ impl LeaseClient {
         self
     }
 
+    /// The same client labelling its acquires with `label` (`LABEL`, shown
+    /// by `LEASE.INFO` and `LEASE.WAITERS`): by default
+    /// [`Label::Default`], this process's
+    /// [`default_label`](crate::default_label) (`<host> pid <pid>
+    /// <program>`); [`Label::None`] for none. For one call, label a clone:
+    /// `client.clone().with_label(Label::text("job 991")).acquire(..)`.
+    /// Clones share what this client holds.
+    pub fn with_label(mut self, label: Label) -> LeaseClient {
+        self.label = resolve(&label, None);
+        self
+    }
+
+    /// The label its acquires send (`None`: none).
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
+    }
+
     /// The same client with other timeouts and retries (and connections and
     /// a watchdog of its own).
     pub fn with_options(mut self, opts: Options) -> LeaseClient {
@@ -462,6 +483,17 @@ impl LeaseClient {
     /// What the watchdog shared by this client and its clones did so far.
     pub fn watchdog_stats(&self) -> WatchdogStats {
         self.hub.stats()
+    }
+
+    /// The clients waiting for `key`, oldest first, at most `count`; as
+    /// [`crate::LeaseClient::waiters`].
+    pub async fn waiters(&self, key: &str, count: Option<u32>) -> Result<Vec<Waiter>, Error> {
+        let cmd = waiters_cmd(key, count)?;
+        let hub = &self.hub;
+        let reply: Value = hub
+            .call(&cmd, None, hub.opts.io_timeout, &hub.opts, true)
+            .await?;
+        parse_waiters(&reply)
     }
 
     /// Takes the lease on `key` for `ttl`, with a fresh random owner id; as
@@ -504,7 +536,16 @@ impl LeaseClient {
     ) -> Result<Option<Lease>, Error> {
         let (hub, opts) = (&self.hub, &self.hub.opts);
         let on_cluster = matches!(hub.backend, Backend::Cluster(_));
-        let mut plan = Acquire::new(&keys, ttl, self.mode, block, opts, on_cluster, &self.held)?;
+        let mut plan = Acquire::new(
+            &keys,
+            ttl,
+            self.mode,
+            self.label.as_deref(),
+            block,
+            opts,
+            on_cluster,
+            &self.held,
+        )?;
         let route = keys.route();
         loop {
             let (cmd, read) = plan.attempt();

@@ -54,6 +54,9 @@ pub enum Error {
     /// A multi-key lease's `fence` named a key that is not one of its keys:
     /// its token fences nothing there. Nothing was sent.
     NotLeaseKey(String),
+    /// `waiters` asked for a `COUNT` outside 1 to 1000, which the server
+    /// would refuse. Nothing was sent.
+    InvalidCount(u32),
     /// Any other error: the server's error replies, and I/O errors left
     /// after the retries.
     Redis(redis::RedisError),
@@ -74,6 +77,9 @@ impl fmt::Display for Error {
             Error::Lost(loss) => loss.fmt(f),
             Error::InvalidTtl(ttl) => write!(f, "ttl must be at least 1 ms, not {ttl:?}"),
             Error::InvalidKeys(why) => write!(f, "a multi-key lease needs distinct keys: {why}"),
+            Error::InvalidCount(n) => {
+                write!(f, "count must be 1 to 1000, not {n}; nothing was sent")
+            }
             Error::NotLeaseKey(key) => {
                 write!(
                     f,

@@ -35,6 +35,31 @@ pub enum Mode {
     Limit(u32),
 }
 
+/// The label of an acquire (`LEASE.ACQUIRE ... LABEL text`, design.md
+/// S11): a public description of the holder that `LEASE.INFO` and
+/// `LEASE.WAITERS` show (never used for any decision, and not a
+/// credential). Set it with `LeaseClient::with_label`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Label {
+    /// This process's default label, `<host> pid <pid> <program>`
+    /// ([`default_label`](crate::default_label), computed once per process).
+    /// The default.
+    #[default]
+    Default,
+    /// No label.
+    None,
+    /// This text, cut to 256 bytes on a character boundary (an empty text
+    /// is no label).
+    Text(String),
+}
+
+impl Label {
+    /// [`Label::Text`] of `text`.
+    pub fn text(text: impl Into<String>) -> Label {
+        Label::Text(text.into())
+    }
+}
+
 /// Timeouts and retries. [`Options::default`] suits most uses.
 #[derive(Debug, Clone)]
 pub struct Options {

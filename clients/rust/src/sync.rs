@@ -13,11 +13,11 @@ use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, Value};
 
 use crate::protocol::{
     Acquire, Backend, Fresh, Held, Keys, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule,
-    linger_left, lost_during, lost_reply, refused, release_failed, release_opts, release_plan,
-    renew_every, renews_first, short, start, work_result,
+    linger_left, lost_during, lost_reply, parse_waiters, refused, release_failed, release_opts,
+    release_plan, renew_every, renews_first, resolve, short, start, waiters_cmd, work_result,
 };
 use crate::raw::fence_cmd_with;
-use crate::{Block, Error, Loss, Mode, Options, WatchdogStats, fence_cmd};
+use crate::{Block, Error, Label, Loss, Mode, Options, Waiter, WatchdogStats, fence_cmd};
 
 /// One connection of either kind.
 enum Conn {
@@ -362,6 +362,8 @@ impl Hub {
 pub struct LeaseClient {
     hub: Arc<Hub>,
     mode: Mode,
+    /// The `LABEL` of its acquires (`None`: none), resolved once.
+    label: Option<Arc<str>>,
     /// The loss signals of the leases this client (and its clones) took, by
     /// key: a second acquire of a key still held fails at once.
     held: Held,
@@ -390,6 +392,7 @@ impl LeaseClient {
         LeaseClient {
             hub: Hub::new(backend, Options::default()),
             mode: Mode::Exclusive,
+            label: resolve(&Label::Default, None),
             held: Held::default(),
         }
     }
@@ -400,6 +403,23 @@ impl LeaseClient {
     pub fn with_mode(mut self, mode: Mode) -> LeaseClient {
         self.mode = mode;
         self
+    }
+
+    /// The same client labelling its acquires with `label` (`LABEL`, shown
+    /// by `LEASE.INFO` and `LEASE.WAITERS`): by default
+    /// [`Label::Default`], this process's
+    /// [`default_label`](crate::default_label) (`<host> pid <pid>
+    /// <program>`); [`Label::None`] for none. For one call, label a clone:
+    /// `client.clone().with_label(Label::text("job 991")).acquire(..)`.
+    /// Clones share what this client holds.
+    pub fn with_label(mut self, label: Label) -> LeaseClient {
+        self.label = resolve(&label, None);
+        self
+    }
+
+    /// The label its acquires send (`None`: none).
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
     }
 
     /// The same client with other timeouts and retries (and a pool and a
@@ -419,6 +439,21 @@ impl LeaseClient {
     /// carried them.
     pub fn watchdog_stats(&self) -> WatchdogStats {
         self.hub.stats()
+    }
+
+    /// The clients waiting for `key` with `BLOCK`, oldest first
+    /// (`LEASE.WAITERS key [COUNT count]`): at most `count` (1 to 1000,
+    /// [`Error::InvalidCount`] otherwise; `None`: the server's default, 10),
+    /// each a [`Waiter`] with its client id, label, mode, time waited and
+    /// time left. Empty when nobody waits. It reads the key's master
+    /// (waiters live there).
+    pub fn waiters(&self, key: &str, count: Option<u32>) -> Result<Vec<Waiter>, Error> {
+        let cmd = waiters_cmd(key, count)?;
+        let opts = &self.hub.opts;
+        let reply: Value = self
+            .hub
+            .call(&cmd, None, Some(opts.io_timeout), opts, true)?;
+        parse_waiters(&reply)
     }
 
     /// Takes the lease on `key` for `ttl` (whole milliseconds), with a fresh
@@ -481,7 +516,16 @@ impl LeaseClient {
     ) -> Result<Option<Lease>, Error> {
         let (hub, opts) = (&self.hub, &self.hub.opts);
         let on_cluster = matches!(hub.backend, Backend::Cluster(_));
-        let mut plan = Acquire::new(&keys, ttl, self.mode, block, opts, on_cluster, &self.held)?;
+        let mut plan = Acquire::new(
+            &keys,
+            ttl,
+            self.mode,
+            self.label.as_deref(),
+            block,
+            opts,
+            on_cluster,
+            &self.held,
+        )?;
         let route = keys.route();
         loop {
             let (cmd, read) = plan.attempt();

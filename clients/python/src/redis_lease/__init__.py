@@ -17,6 +17,10 @@
 - :class:`QuorumClient` (and ``redis_lease.quorum.AsyncQuorumClient``):
   one lease on a majority of independent masters with one fencing token
   (design.md S9).
+- Every acquire sends a label (``LABEL``, design.md S11): by default
+  ``<host> pid <pid> <program>``; ``label=`` on a client, a call or a lock
+  sets another, ``label=None`` sends none. ``client.waiters(key)`` lists
+  the clients waiting for a key (:class:`Waiter` records).
 
 What the helpers do for you (owner ids, lost-reply retries, bounded waits,
 the watchdog and its client-side deadline, release on every way out, ...)
@@ -25,6 +29,7 @@ docs/helpers.md, "What the helpers do for you".
 """
 
 from ._common import (
+    DEFAULT_LABEL,
     FOREVER,
     AlreadyHeld,
     LeaseBusy,
@@ -35,6 +40,8 @@ from ._common import (
     Loss,
     SharedWrite,
     StaleToken,
+    Waiter,
+    default_label,
     new_owner,
 )
 from ._sync import Lease, LeaseClient, LossSignal, MultiLease
@@ -43,6 +50,7 @@ from .quorum import Outlier, QuorumClient, QuorumLease
 from .switch import use_lease_locks
 
 __all__ = [
+    "DEFAULT_LABEL",
     "FOREVER",
     "AlreadyHeld",
     "Lease",
@@ -61,6 +69,8 @@ __all__ = [
     "QuorumLease",
     "SharedWrite",
     "StaleToken",
+    "Waiter",
+    "default_label",
     "new_owner",
     "use_lease_locks",
 ]

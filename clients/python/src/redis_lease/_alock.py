@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Dict, Optional, Tuple, Type, Union
 
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
-from ._common import LeaseGrace, Loss, acquire_args, new_owner, renew_every
+from ._common import DEFAULT_LABEL, Label, LeaseGrace, Loss, acquire_args, label_args, label_bytes, new_owner, renew_every
 from .aio import AsyncLease, AsyncLeaseClient, AsyncLossSignal
 from .lock import (
     Number,
@@ -52,7 +52,8 @@ def _check_async(redis: Any) -> None:
 
 class Lock:
     """``Lock(redis, name, timeout=None, sleep=0.1, blocking=True,
-    blocking_timeout=None, thread_local=True, raise_on_release_error=True)``:
+    blocking_timeout=None, thread_local=True, raise_on_release_error=True,
+    *, label=DEFAULT_LABEL)``:
     redis-py's :class:`redis.asyncio.lock.Lock` on ``LEASE.*`` commands, for
     a :class:`redis.asyncio.Redis` or :class:`redis.asyncio.cluster.RedisCluster`.
     What differs on purpose from redis-py is what differs for the sync
@@ -72,6 +73,8 @@ class Lock:
         blocking_timeout: Optional[Number] = None,
         thread_local: bool = True,
         raise_on_release_error: bool = True,
+        *,
+        label: Label = DEFAULT_LABEL,
     ) -> None:
         _check_async(redis)
         self.redis = redis
@@ -82,6 +85,10 @@ class Lock:
         self.blocking_timeout = blocking_timeout
         self.thread_local = bool(thread_local)
         self.raise_on_release_error = raise_on_release_error
+        label_bytes(label)  # TypeError now, not at the first acquire
+        #: The label of this lock's acquires (``LABEL``): a text, None for
+        #: none, or DEFAULT_LABEL, this process's default label.
+        self.label: Label = label
         self.local: Any = _Local() if self.thread_local else SimpleNamespace(token=None)
         self._client = _lock_client(redis)
         self._holds: Dict[bytes, _Hold] = {}
@@ -169,12 +176,13 @@ class Lock:
 
     async def _once(self, owner: bytes, ttl: int, block_ms: Optional[int]) -> Optional[AsyncLease]:
         client, key = self._client, self.name
+        labelled = label_args(label_bytes(self.label))
         return await client._acquire(
             key,
             key,
             block_ms,
             lambda wait_until: acquire_args(
-                key, owner, ttl, block_ms, wait_until, client.io_timeout, client.block_margin  # type: ignore[arg-type]
+                key, owner, ttl, block_ms, wait_until, client.io_timeout, client.block_margin, (), labelled  # type: ignore[arg-type]
             ),
             lambda t, sent, conn: client._start(key, owner, t, ttl, sent, conn),  # type: ignore[arg-type]
             (),

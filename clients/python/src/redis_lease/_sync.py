@@ -30,6 +30,9 @@ from ._common import (
     Loss,
     MultiLeaseCore,
     Schedule,
+    DEFAULT_LABEL,
+    Label,
+    Waiter,
     acquire_args,
     check_stale,
     check_ttl,
@@ -37,13 +40,17 @@ from ._common import (
     connection_kwargs,
     deadline_after,
     grace_of,
+    label_args,
+    label_bytes,
     macquire_args,
     mode_args,
     mrenew_args,
     needs_fresh_renewal,
     new_owner,
+    parse_waiters,
     release_failed,
     still_held,
+    waiters_args,
 )
 
 Conn = Any  # a redis.connection.Connection (or a subclass: SSL, unix socket)
@@ -421,6 +428,7 @@ class LeaseClient:
         block_margin: float = 2.0,
         retries: int = 3,
         watchdog: bool = True,
+        label: Label = DEFAULT_LABEL,
     ) -> None:
         self._shared = _shared(client, io_timeout)
         self._target = self._shared.target
@@ -433,6 +441,11 @@ class LeaseClient:
         self.block_margin = block_margin
         self.retries = retries
         self.watchdog = watchdog
+        label_bytes(label)  # TypeError now, not at the first acquire
+        #: The label of this client's acquires (``LABEL``, design.md S11):
+        #: :data:`DEFAULT_LABEL` (``<host> pid <pid> <program>``, computed
+        #: once per process), a text, or None for none.
+        self.label: Label = label
 
     def close(self) -> None:
         """Closes the idle connections (leases still held keep working: their
@@ -445,6 +458,19 @@ class LeaseClient:
         them."""
         with self._wake:
             return self._schedule.stats()
+
+    def waiters(self, key: Any, count: Optional[int] = None) -> List[Waiter]:
+        """The clients waiting for ``key`` with ``BLOCK``, oldest first
+        (``LEASE.WAITERS key [COUNT count]``): at most ``count`` (1 to 1000;
+        None: the server's default, 10). Each is a :class:`Waiter` with its
+        client id, label, mode, time waited and time left. Empty when nobody
+        waits. It reads the key's master (waiters live there)."""
+        return parse_waiters(self._pool.call(key, waiters_args(key, count), self.io_timeout))
+
+    def _label_args(self, label: Label) -> Tuple[Any, ...]:
+        """``LABEL text`` of one acquire (nothing when it has none): the
+        call's ``label``, or this client's."""
+        return label_args(label_bytes(self.label if label is DEFAULT_LABEL else label))
 
     def _watch(
         self,
@@ -550,6 +576,7 @@ class LeaseClient:
         *,
         shared: bool = False,
         limit: Optional[int] = None,
+        label: Label = DEFAULT_LABEL,
         _owner: Optional[str] = None,
     ) -> Optional[Lease]:
         """Takes the lease on ``key`` for ``ttl_ms`` with a fresh random owner.
@@ -569,9 +596,14 @@ class LeaseClient:
         A lost reply (I/O error, timeout) is retried on a new connection with
         the same owner: if the lost call took the lease, the retry gets the
         same token. A retry waits only for what is left of ``block_ms``.
+
+        ``label``: the holder's label shown by ``LEASE.INFO`` and
+        ``LEASE.WAITERS`` (a ``str`` or ``bytes``, cut to 256 bytes; None: no
+        label); by default the client's. Sent unchanged on every retry.
         """
         check_ttl(ttl_ms, block_ms)
         mode = mode_args(shared, limit)
+        labelled = self._label_args(label)
         self._check_held((key,))
         owner = _owner or new_owner()
         return self._acquire(
@@ -579,13 +611,15 @@ class LeaseClient:
             key,
             block_ms,
             lambda wait_until: acquire_args(
-                key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, mode
+                key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, mode, labelled
             ),
             lambda token, sent, conn: self._start(key, owner, token, ttl_ms, sent, conn),
             (key,),
         )
 
-    def acquire_many(self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None) -> Optional["MultiLease"]:
+    def acquire_many(
+        self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None, *, label: Label = DEFAULT_LABEL
+    ) -> Optional["MultiLease"]:
         """Takes every key of ``keys`` or none, in one atomic step
         (``LEASE.MACQUIRE numkeys key ... owner ttl-ms [BLOCK ms]``, design.md
         S10), with a fresh random owner: all get one fencing token and the
@@ -601,6 +635,7 @@ class LeaseClient:
         owner and the read timeouts are those of :meth:`acquire`.
         """
         keys = checked_keys(keys, ttl_ms, block_ms, isinstance(self._target.client, RedisCluster))
+        labelled = self._label_args(label)
         self._check_held(keys)
         owner = new_owner()
         lease = self._acquire(
@@ -608,7 +643,7 @@ class LeaseClient:
             keys,
             block_ms,
             lambda wait_until: macquire_args(
-                keys, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin
+                keys, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, labelled
             ),
             lambda token, sent, conn: self._start_many(keys, owner, token, ttl_ms, sent, conn),
             keys,
@@ -725,7 +760,7 @@ class LeaseClient:
         )
 
     def lease_many(
-        self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None
+        self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None, *, label: Label = DEFAULT_LABEL
     ) -> "_LeaseContext[MultiLease]":
         """For ``with``, as :meth:`lease`, holding every key of ``keys`` at
         once (:meth:`acquire_many`): :class:`LeaseBusy` when they were not
@@ -736,7 +771,7 @@ class LeaseClient:
                 lease.fence("{acct}:9", "HINCRBY", "{acct}:9:data", "balance", 10)
         """
         return _LeaseContext(
-            lambda: self.acquire_many(keys, ttl_ms, block_ms),
+            lambda: self.acquire_many(keys, ttl_ms, block_ms, label=label),
             f"{tuple(keys)!r}: some key is held by another owner",
         )
 
@@ -746,10 +781,12 @@ class LeaseClient:
         ttl_ms: int,
         work: Callable[["MultiLease"], Any],
         block_ms: Optional[int] = None,
+        *,
+        label: Label = DEFAULT_LABEL,
     ) -> Any:
         """Runs ``work(lease)`` holding every key of ``keys`` and releases
         them however ``work`` ends, as :meth:`run`."""
-        with self.lease_many(keys, ttl_ms, block_ms) as lease:
+        with self.lease_many(keys, ttl_ms, block_ms, label=label) as lease:
             return work(lease)
 
     def run(

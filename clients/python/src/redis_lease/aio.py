@@ -38,6 +38,9 @@ from ._common import (
     Loss,
     MultiLeaseCore,
     Schedule,
+    DEFAULT_LABEL,
+    Label,
+    Waiter,
     acquire_args,
     check_stale,
     check_ttl,
@@ -45,13 +48,17 @@ from ._common import (
     connection_kwargs,
     deadline_after,
     grace_of,
+    label_args,
+    label_bytes,
     macquire_args,
     mrenew_args,
     needs_fresh_renewal,
     mode_args,
     new_owner,
+    parse_waiters,
     release_failed,
     still_held,
+    waiters_args,
 )
 
 __all__ = ["AsyncLeaseClient", "AsyncLease", "AsyncLossSignal", "AsyncMultiLease", "Lock"]
@@ -449,6 +456,7 @@ class AsyncLeaseClient:
         block_margin: float = 2.0,
         retries: int = 3,
         watchdog: bool = True,
+        label: Label = DEFAULT_LABEL,
     ) -> None:
         self._shared = _shared(client, io_timeout)
         self._target = self._shared.target
@@ -459,6 +467,9 @@ class AsyncLeaseClient:
         self.block_margin = block_margin
         self.retries = retries
         self.watchdog = watchdog
+        label_bytes(label)  # TypeError now, not at the first acquire
+        #: As :attr:`redis_lease.LeaseClient.label`.
+        self.label: Label = label
 
     async def close(self) -> None:
         """Closes the idle connections (leases still held keep working)."""
@@ -467,6 +478,15 @@ class AsyncLeaseClient:
     def watchdog_stats(self) -> Dict[str, int]:
         """As :meth:`redis_lease.LeaseClient.watchdog_stats`."""
         return self._schedule.stats()
+
+    async def waiters(self, key: Any, count: Optional[int] = None) -> List[Waiter]:
+        """As :meth:`redis_lease.LeaseClient.waiters`: the clients waiting
+        for ``key``, oldest first, at most ``count``."""
+        args = waiters_args(key, count)
+        return parse_waiters(await self._pool.call(key, args, self.io_timeout, self.io_timeout))
+
+    def _label_args(self, label: Label) -> Tuple[Any, ...]:
+        return label_args(label_bytes(self.label if label is DEFAULT_LABEL else label))
 
     def _forget(self, lease_id: int) -> None:
         self._schedule.remove(lease_id)
@@ -572,10 +592,12 @@ class AsyncLeaseClient:
         *,
         shared: bool = False,
         limit: Optional[int] = None,
+        label: Label = DEFAULT_LABEL,
     ) -> Optional[AsyncLease]:
         """As :meth:`redis_lease.LeaseClient.acquire`."""
         check_ttl(ttl_ms, block_ms)
         mode = mode_args(shared, limit)
+        labelled = self._label_args(label)
         self._check_held((key,))
         owner = new_owner()
         return await self._acquire(
@@ -583,18 +605,19 @@ class AsyncLeaseClient:
             key,
             block_ms,
             lambda wait_until: acquire_args(
-                key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, mode
+                key, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, mode, labelled
             ),
             lambda token, sent, conn: self._start(key, owner, token, ttl_ms, sent, conn),
             (key,),
         )
 
     async def acquire_many(
-        self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None
+        self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None, *, label: Label = DEFAULT_LABEL
     ) -> Optional["AsyncMultiLease"]:
         """As :meth:`redis_lease.LeaseClient.acquire_many`: every key of
         ``keys`` or none, under one token."""
         keys = checked_keys(keys, ttl_ms, block_ms, isinstance(self._target.client, RedisCluster))
+        labelled = self._label_args(label)
         self._check_held(keys)
         owner = new_owner()
         lease = await self._acquire(
@@ -602,7 +625,7 @@ class AsyncLeaseClient:
             keys,
             block_ms,
             lambda wait_until: macquire_args(
-                keys, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin
+                keys, owner, ttl_ms, block_ms, wait_until, self.io_timeout, self.block_margin, labelled
             ),
             lambda token, sent, conn: self._start_many(keys, owner, token, ttl_ms, sent, conn),
             keys,
@@ -722,14 +745,14 @@ class AsyncLeaseClient:
             return await work(lease)
 
     def lease_many(
-        self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None
+        self, keys: Any, ttl_ms: int, block_ms: Optional[int] = None, *, label: Label = DEFAULT_LABEL
     ) -> "_LeaseContext[AsyncMultiLease]":
         """``async with client.lease_many(keys, ttl_ms, block_ms) as lease:``
         holds every key of ``keys`` at once (:meth:`acquire_many`), raising
         :class:`LeaseBusy` when they were not obtained, and releases them on
         exit (also awaitable)."""
         return _LeaseContext(
-            lambda: self.acquire_many(keys, ttl_ms, block_ms),
+            lambda: self.acquire_many(keys, ttl_ms, block_ms, label=label),
             f"{tuple(keys)!r}: some key is held by another owner",
         )
 
@@ -739,10 +762,12 @@ class AsyncLeaseClient:
         ttl_ms: int,
         work: Callable[["AsyncMultiLease"], Awaitable[T]],
         block_ms: Optional[int] = None,
+        *,
+        label: Label = DEFAULT_LABEL,
     ) -> T:
         """Awaits ``work(lease)`` holding every key of ``keys``, releases them
         however ``work`` ends, and returns its result."""
-        async with self.lease_many(keys, ttl_ms, block_ms) as lease:
+        async with self.lease_many(keys, ttl_ms, block_ms, label=label) as lease:
             return await work(lease)
 
 

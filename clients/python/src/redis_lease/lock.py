@@ -49,7 +49,7 @@ from typing import Any, Dict, Optional, Tuple, Type, Union
 
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
-from ._common import FOREVER, LeaseGrace, Loss, acquire_args, new_owner, renew_every
+from ._common import DEFAULT_LABEL, FOREVER, Label, LeaseGrace, Loss, acquire_args, label_args, label_bytes, new_owner, renew_every
 from ._sync import Lease, LeaseClient, LossSignal
 
 Number = Union[int, float]
@@ -156,7 +156,8 @@ def _check_sync(redis: Any) -> None:
 
 class Lock:
     """``Lock(redis, name, timeout=None, sleep=0.1, blocking=True,
-    blocking_timeout=None, thread_local=True, raise_on_release_error=True)``:
+    blocking_timeout=None, thread_local=True, raise_on_release_error=True,
+    *, label=DEFAULT_LABEL)``:
     redis-py's ``Lock`` on ``LEASE.*`` commands. ``redis`` is a
     :class:`redis.Redis` or a :class:`redis.cluster.RedisCluster`."""
 
@@ -174,6 +175,8 @@ class Lock:
         blocking_timeout: Optional[Number] = None,
         thread_local: bool = True,
         raise_on_release_error: bool = True,
+        *,
+        label: Label = DEFAULT_LABEL,
     ) -> None:
         _check_sync(redis)
         self.redis = redis
@@ -184,6 +187,10 @@ class Lock:
         self.blocking_timeout = blocking_timeout
         self.thread_local = bool(thread_local)
         self.raise_on_release_error = raise_on_release_error
+        label_bytes(label)  # TypeError now, not at the first acquire
+        #: The label of this lock's acquires (``LABEL``): a text, None for
+        #: none, or DEFAULT_LABEL, this process's default label.
+        self.label: Label = label
         self.local: Any = _Local() if self.thread_local else SimpleNamespace(token=None)
         self._client = _lock_client(redis)
         #: Every acquisition not released yet, by owner id (all threads).
@@ -288,12 +295,13 @@ class Lock:
         """One acquire, through the client's loop (a lost reply retried with
         the same owner)."""
         client, key = self._client, self.name
+        labelled = label_args(label_bytes(self.label))
         return client._acquire(
             key,
             key,
             block_ms,
             lambda wait_until: acquire_args(
-                key, owner, ttl, block_ms, wait_until, client.io_timeout, client.block_margin  # type: ignore[arg-type]
+                key, owner, ttl, block_ms, wait_until, client.io_timeout, client.block_margin, (), labelled  # type: ignore[arg-type]
             ),
             lambda t, sent, conn: client._start(key, owner, t, ttl, sent, conn),  # type: ignore[arg-type]
             (),

@@ -37,7 +37,9 @@ import redis.asyncio as aredis
 
 from . import _sync, aio
 from ._common import (
+    DEFAULT_LABEL,
     Commit,
+    Label,
     LeaseBusy,
     LeaseLost,
     Loss,
@@ -45,6 +47,8 @@ from ._common import (
     check_ttl,
     fence_args,
     fenced_reply,
+    label_args,
+    label_bytes,
     lost_during,
     new_owner,
     renew_every,
@@ -77,14 +81,15 @@ def _backoff(ttl_ms: int) -> float:
     return max(random.random() * min(max(ttl_ms / 10000, 0.001), 0.05), 0.0002)
 
 
-def _acquire_args(key: Any, owner: str, ttl_ms: int, floor: Optional[int]) -> Tuple[Any, ...]:
-    args: Tuple[Any, ...] = ("LEASE.ACQUIRE", key, owner, ttl_ms)
+def _acquire_args(key: Any, owner: str, ttl_ms: int, floor: Optional[int], label: Tuple[Any, ...] = ()) -> Tuple[Any, ...]:
+    args: Tuple[Any, ...] = ("LEASE.ACQUIRE", key, owner, ttl_ms) + label
     return args if floor is None else args + ("FLOOR", floor)
 
 
-def _floor_args(key: Any, owner: str, ttl_ms: int, floor: int) -> Callable[[int], Tuple[Any, ...]]:
-    """The step-3 commit of ``floor``, the same on every master."""
-    args = _acquire_args(key, owner, ttl_ms, floor)
+def _floor_args(key: Any, owner: str, ttl_ms: int, floor: int, label: Tuple[Any, ...] = ()) -> Callable[[int], Tuple[Any, ...]]:
+    """The step-3 commit of ``floor``, the same on every master (with the
+    label of step 1: a retry with ``LABEL`` keeps it)."""
+    args = _acquire_args(key, owner, ttl_ms, floor, label)
     return lambda _: args
 
 
@@ -140,6 +145,9 @@ class QuorumClient:
       acquisition leaves out because the others refused its token as too far
       ahead of their clocks (each is also a warning on the
       ``redis_lease.quorum`` logger). Runs on the acquiring thread.
+    - ``label``: the label of its acquires on every master (``LABEL``), as
+      :class:`redis_lease.LeaseClient`'s: by default ``<host> pid <pid>
+      <program>``; None for none. ``acquire``/``lease`` take ``label=`` too.
     """
 
     def __init__(
@@ -149,6 +157,7 @@ class QuorumClient:
         io_timeout: float = 5.0,
         watchdog: bool = True,
         on_outlier: Optional[Callable[[Outlier], None]] = None,
+        label: Label = DEFAULT_LABEL,
     ) -> None:
         self._pools = [_sync._Pool(_sync._Target(c, io_timeout)) for c in clients]
         self._addrs = [_addr(c) for c in clients]
@@ -157,6 +166,8 @@ class QuorumClient:
         self.io_timeout = io_timeout
         self.watchdog = watchdog
         self.on_outlier = on_outlier
+        label_bytes(label)  # TypeError now, not at the first acquire
+        self.label: Label = label
         self.quorum = _quorum(len(self._pools))
         self._commit = True
 
@@ -240,16 +251,19 @@ class QuorumClient:
         replies = self._each(self._all(), lambda _: ("LEASE.RELEASE", key, owner), timeout)
         return sum(1 for r in replies if r == 1)
 
-    def acquire(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> Optional["QuorumLease"]:
+    def acquire(
+        self, key: Any, ttl_ms: int, block_ms: Optional[int] = None, *, label: Label = DEFAULT_LABEL
+    ) -> Optional["QuorumLease"]:
         """Takes the lease on ``key`` on a majority, with one token. None when
         no majority came within ``block_ms`` (None: one try; 0: until it
         does), trying again after a random back-off. One owner for every
         try: an ambiguous outcome (a timeout) is safe to retry."""
         check_ttl(ttl_ms, block_ms)
+        labelled = label_args(label_bytes(self.label if label is DEFAULT_LABEL else label))
         owner = new_owner()
         until = None if block_ms == 0 else time.monotonic() + (block_ms or 0) / 1000
         while True:
-            lease = self._attempt(key, owner, ttl_ms)
+            lease = self._attempt(key, owner, ttl_ms, labelled)
             if lease is not None:
                 return lease
             self._release_everywhere(key, owner, _node_timeout(self.io_timeout, ttl_ms))
@@ -258,18 +272,18 @@ class QuorumClient:
                 return None
             time.sleep(pause)
 
-    def _attempt(self, key: Any, owner: str, ttl_ms: int) -> Optional["QuorumLease"]:
+    def _attempt(self, key: Any, owner: str, ttl_ms: int, label: Tuple[Any, ...]) -> Optional["QuorumLease"]:
         timeout = _node_timeout(self.io_timeout, ttl_ms)
         t0 = time.monotonic()
         valid_until = t0 + ttl_ms / 1000 - drift(ttl_ms)
-        commit = Commit.first(_granted(self._each(self._all(), lambda _: _acquire_args(key, owner, ttl_ms, None), timeout)), self.quorum)
+        commit = Commit.first(_granted(self._each(self._all(), lambda _: _acquire_args(key, owner, ttl_ms, None, label), timeout)), self.quorum)
         if commit is None:
             return None
         committed: Optional[List[int]] = commit.on
         # At most one round per master: each leaves one out.
         while self._commit:
             token = commit.token
-            settled = commit.settle(self._each(commit.on, _floor_args(key, owner, ttl_ms, token), timeout), self._addrs.__getitem__)
+            settled = commit.settle(self._each(commit.on, _floor_args(key, owner, ttl_ms, token, label), timeout), self._addrs.__getitem__)
             if not isinstance(settled, tuple):
                 committed = settled
                 break
@@ -279,11 +293,13 @@ class QuorumClient:
             return None
         return QuorumLease(self, key, owner, commit.token, ttl_ms, valid_until, committed)
 
-    def lease(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> "QuorumLease":
+    def lease(
+        self, key: Any, ttl_ms: int, block_ms: Optional[int] = None, *, label: Label = DEFAULT_LABEL
+    ) -> "QuorumLease":
         """For ``with``: acquires now (:class:`LeaseBusy` when no majority
         came); the block releases it on exit and raises :class:`LeaseLost`
         when it ended normally after the lease was lost."""
-        lease = self.acquire(key, ttl_ms, block_ms)
+        lease = self.acquire(key, ttl_ms, block_ms, label=label)
         if lease is None:
             raise LeaseBusy(f"{key!r}: no majority of the masters granted the lease")
         return lease
@@ -419,6 +435,7 @@ class AsyncQuorumClient:
         io_timeout: float = 5.0,
         watchdog: bool = True,
         on_outlier: Optional[Callable[[Outlier], None]] = None,
+        label: Label = DEFAULT_LABEL,
     ) -> None:
         self._pools = [aio._Pool(aio._Target(c, io_timeout)) for c in clients]
         self._addrs = [_addr(c) for c in clients]
@@ -426,6 +443,8 @@ class AsyncQuorumClient:
         self.io_timeout = io_timeout
         self.watchdog = watchdog
         self.on_outlier = on_outlier
+        label_bytes(label)  # TypeError now, not at the first acquire
+        self.label: Label = label
         self.quorum = _quorum(len(self._pools))
 
     async def _each(self, on: Sequence[int], args: Callable[[int], Tuple[Any, ...]], timeout: float) -> List[Any]:
@@ -470,13 +489,16 @@ class AsyncQuorumClient:
         replies = await self._each(self._all(), lambda _: ("LEASE.RELEASE", key, owner), timeout)
         return sum(1 for r in replies if r == 1)
 
-    async def acquire(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> Optional["AsyncQuorumLease"]:
+    async def acquire(
+        self, key: Any, ttl_ms: int, block_ms: Optional[int] = None, *, label: Label = DEFAULT_LABEL
+    ) -> Optional["AsyncQuorumLease"]:
         """As :meth:`QuorumClient.acquire`."""
         check_ttl(ttl_ms, block_ms)
+        labelled = label_args(label_bytes(self.label if label is DEFAULT_LABEL else label))
         owner = new_owner()
         until = None if block_ms == 0 else time.monotonic() + (block_ms or 0) / 1000
         while True:
-            lease = await self._attempt(key, owner, ttl_ms)
+            lease = await self._attempt(key, owner, ttl_ms, labelled)
             if lease is not None:
                 return lease
             await self._release_everywhere(key, owner, _node_timeout(self.io_timeout, ttl_ms))
@@ -485,18 +507,18 @@ class AsyncQuorumClient:
                 return None
             await asyncio.sleep(pause)
 
-    async def _attempt(self, key: Any, owner: str, ttl_ms: int) -> Optional["AsyncQuorumLease"]:
+    async def _attempt(self, key: Any, owner: str, ttl_ms: int, label: Tuple[Any, ...]) -> Optional["AsyncQuorumLease"]:
         timeout = _node_timeout(self.io_timeout, ttl_ms)
         t0 = time.monotonic()
         valid_until = t0 + ttl_ms / 1000 - drift(ttl_ms)
-        replies = await self._each(self._all(), lambda _: _acquire_args(key, owner, ttl_ms, None), timeout)
+        replies = await self._each(self._all(), lambda _: _acquire_args(key, owner, ttl_ms, None, label), timeout)
         commit = Commit.first(_granted(replies), self.quorum)
         if commit is None:
             return None
         # At most one round per master: each leaves one out.
         while True:
             token = commit.token
-            replies = await self._each(commit.on, _floor_args(key, owner, ttl_ms, token), timeout)
+            replies = await self._each(commit.on, _floor_args(key, owner, ttl_ms, token, label), timeout)
             settled = commit.settle(replies, self._addrs.__getitem__)
             if not isinstance(settled, tuple):
                 break
@@ -506,9 +528,11 @@ class AsyncQuorumClient:
             return None
         return AsyncQuorumLease(self, key, owner, commit.token, ttl_ms, valid_until, settled)
 
-    def lease(self, key: Any, ttl_ms: int, block_ms: Optional[int] = None) -> "_AsyncQuorumContext":
+    def lease(
+        self, key: Any, ttl_ms: int, block_ms: Optional[int] = None, *, label: Label = DEFAULT_LABEL
+    ) -> "_AsyncQuorumContext":
         """``async with client.lease(...) as lease:`` as the sync one."""
-        return _AsyncQuorumContext(self, key, ttl_ms, block_ms)
+        return _AsyncQuorumContext(self, key, ttl_ms, block_ms, label)
 
     async def close(self) -> None:
         for pool in self._pools:
@@ -566,13 +590,13 @@ class AsyncQuorumLease(_QuorumCore):
 
 
 class _AsyncQuorumContext:
-    def __init__(self, client: AsyncQuorumClient, key: Any, ttl_ms: int, block_ms: Optional[int]) -> None:
-        self._args = (client, key, ttl_ms, block_ms)
+    def __init__(self, client: AsyncQuorumClient, key: Any, ttl_ms: int, block_ms: Optional[int], label: Label) -> None:
+        self._args = (client, key, ttl_ms, block_ms, label)
         self._lease: Optional[AsyncQuorumLease] = None
 
     async def __aenter__(self) -> AsyncQuorumLease:
-        client, key, ttl_ms, block_ms = self._args
-        lease = await client.acquire(key, ttl_ms, block_ms)
+        client, key, ttl_ms, block_ms, label = self._args
+        lease = await client.acquire(key, ttl_ms, block_ms, label=label)
         if lease is None:
             raise LeaseBusy(f"{key!r}: no majority of the masters granted the lease")
         self._lease = lease

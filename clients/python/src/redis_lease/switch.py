@@ -17,8 +17,9 @@ def use_lease_locks(client: C) -> C:
         ar = use_lease_locks(redis.asyncio.Redis(...))   # or its RedisCluster
         async with ar.lock("resource", timeout=10): ...  # a redis_lease.aio.Lock
 
-    ``lock()`` keeps redis-py's signature; an explicit ``lock_class=`` is
-    used as given. Nothing else of the client changes, and no other client
+    ``lock()`` keeps redis-py's signature and passes the lease Lock's own
+    keyword options on (``label=...``); an explicit ``lock_class=`` is used
+    as given. Nothing else of the client changes, and no other client
     (nothing global) is touched. Calling it twice is harmless."""
     import redis.asyncio as aredis
     from redis.asyncio.cluster import RedisCluster as AsyncCluster
@@ -37,6 +38,7 @@ def use_lease_locks(client: C) -> C:
         lock_class: Any = None,
         thread_local: bool = True,
         raise_on_release_error: bool = True,
+        **lease: Any,
     ) -> Any:
         return (lock_class or default)(
             client,
@@ -47,6 +49,7 @@ def use_lease_locks(client: C) -> C:
             blocking_timeout=blocking_timeout,
             thread_local=thread_local,
             raise_on_release_error=raise_on_release_error,
+            **lease,
         )
 
     lock.__doc__ = "redis-py's ``lock()``, returning the lease module's Lock (see use_lease_locks)."

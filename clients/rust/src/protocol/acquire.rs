@@ -14,6 +14,7 @@ pub(crate) struct Acquire<'a> {
     pub(crate) owner: String,
     ttl: Duration,
     mode: Mode,
+    label: Option<&'a str>,
     block: Block,
     wait_until: Option<Instant>,
     opts: &'a Options,
@@ -25,10 +26,13 @@ impl<'a> Acquire<'a> {
     /// (`on_cluster`), and that the client holds none of the keys already
     /// (`held`); a fresh owner; the wait starts now. A multi-key lease is
     /// exclusive whatever `mode` says (`LEASE.MACQUIRE` has no other mode).
+    /// `label`: the `LABEL` of every attempt, the same on each retry.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         keys: &'a Keys,
         ttl: Duration,
         mode: Mode,
+        label: Option<&'a str>,
         block: Block,
         opts: &'a Options,
         on_cluster: bool,
@@ -51,6 +55,7 @@ impl<'a> Acquire<'a> {
             owner: new_owner(),
             ttl,
             mode,
+            label,
             block,
             wait_until,
             opts,
@@ -66,6 +71,7 @@ impl<'a> Acquire<'a> {
                 &self.owner,
                 self.ttl,
                 self.mode,
+                self.label,
                 self.block,
                 self.wait_until,
                 self.opts,
@@ -74,6 +80,7 @@ impl<'a> Acquire<'a> {
                 keys,
                 &self.owner,
                 self.ttl,
+                self.label,
                 self.block,
                 self.wait_until,
                 self.opts,

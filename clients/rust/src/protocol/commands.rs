@@ -26,11 +26,13 @@ pub(crate) fn millis(d: Duration) -> u64 {
 
 /// The `LEASE.ACQUIRE` of one attempt, and how long to wait for its reply
 /// (`None`: no read timeout). `wait_until`: the end of a `Block::For` wait.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn acquire_cmd(
     key: &str,
     owner: &str,
     ttl: Duration,
     mode: Mode,
+    label: Option<&str>,
     block: Block,
     wait_until: Option<Instant>,
     opts: &Options,
@@ -46,24 +48,34 @@ pub(crate) fn acquire_cmd(
             cmd.arg("LIMIT").arg(n);
         }
     }
+    label_arg(&mut cmd, label);
     let read = block_arg(&mut cmd, block, wait_until, opts);
     (cmd, read)
 }
 
-/// The `LEASE.MACQUIRE numkeys key [key ...] owner ttl-ms [BLOCK ms]` of
-/// one attempt, and its read timeout, as [`acquire_cmd`].
+/// The `LEASE.MACQUIRE numkeys key [key ...] owner ttl-ms [LABEL text]
+/// [BLOCK ms]` of one attempt, and its read timeout, as [`acquire_cmd`].
 pub(crate) fn macquire_cmd(
     keys: &[String],
     owner: &str,
     ttl: Duration,
+    label: Option<&str>,
     block: Block,
     wait_until: Option<Instant>,
     opts: &Options,
 ) -> (redis::Cmd, Option<Duration>) {
     let mut cmd = redis::cmd("LEASE.MACQUIRE");
     cmd.arg(keys.len()).arg(keys).arg(owner).arg(millis(ttl));
+    label_arg(&mut cmd, label);
     let read = block_arg(&mut cmd, block, wait_until, opts);
     (cmd, read)
+}
+
+/// Appends `LABEL text` (before `BLOCK`, which [`waits`] finds last).
+pub(crate) fn label_arg(cmd: &mut redis::Cmd, label: Option<&str>) {
+    if let Some(label) = label {
+        cmd.arg("LABEL").arg(label);
+    }
 }
 
 /// Appends the `BLOCK` option of an acquire (last on the line) and returns

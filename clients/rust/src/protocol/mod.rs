@@ -8,12 +8,14 @@
 //! One file a job: `commands` (what is sent), `acquire` and `release` (the
 //! plans), `held` (the held-keys registry), `schedule` (the watchdog),
 //! `connection` (pooled connections' checks), `replies` (what a reply
-//! means), `quorum` (quorum leases' decisions).
+//! means), `quorum` (quorum leases' decisions), `label` (labels and the
+//! waiters' records).
 
 mod acquire;
 mod commands;
 mod connection;
 mod held;
+mod label;
 mod quorum;
 mod release;
 mod replies;
@@ -25,6 +27,8 @@ pub(crate) use self::acquire::*;
 pub(crate) use self::commands::*;
 pub(crate) use self::connection::*;
 pub(crate) use self::held::*;
+pub use self::label::{Waiter, default_label};
+pub(crate) use self::label::{parse_waiters, resolve, waiters_cmd};
 pub use self::quorum::Outlier;
 pub(crate) use self::quorum::*;
 pub(crate) use self::release::*;

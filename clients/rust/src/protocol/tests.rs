@@ -187,6 +187,7 @@ fn a_block_retry_with_nothing_left_does_not_wait_forever() {
         "o",
         Duration::from_secs(1),
         Mode::Exclusive,
+        None,
         Block::For(Duration::from_secs(1)),
         Some(past),
         &opts,
@@ -199,6 +200,7 @@ fn a_block_retry_with_nothing_left_does_not_wait_forever() {
         "o",
         Duration::from_secs(1),
         Mode::Exclusive,
+        None,
         Block::Forever,
         None,
         &opts,
@@ -424,6 +426,7 @@ fn an_acquire_retries_lost_replies_only_and_a_little_later_each_time() {
             &one("k"),
             Duration::ZERO,
             Mode::Exclusive,
+            None,
             Block::NoWait,
             &opts,
             false,
@@ -436,6 +439,7 @@ fn an_acquire_retries_lost_replies_only_and_a_little_later_each_time() {
         &k,
         ttl,
         Mode::Exclusive,
+        None,
         Block::NoWait,
         &opts,
         false,
@@ -522,6 +526,7 @@ fn a_multi_key_lease_sends_every_key_with_its_count() {
         &keys,
         Duration::from_secs(1),
         Mode::Shared,
+        None,
         Block::Forever,
         &opts,
         false,
@@ -545,6 +550,7 @@ fn a_multi_key_lease_sends_every_key_with_its_count() {
         &odd,
         Duration::from_secs(1),
         Mode::Exclusive,
+        None,
         Block::NoWait,
         &opts,
         false,
@@ -559,6 +565,7 @@ fn a_multi_key_lease_sends_every_key_with_its_count() {
         "o",
         Duration::from_secs(1),
         Mode::Exclusive,
+        None,
         Block::NoWait,
         None,
         &opts,
@@ -653,4 +660,104 @@ fn an_idle_watchdog_lingers_and_a_later_lease_does_not_wake_it() {
         Probe::new(now + ttl),
     );
     assert!(wake, "one due before that wakes it");
+}
+
+#[test]
+fn labels_are_cut_on_a_character_boundary_and_go_before_block() {
+    use crate::Label;
+    assert_eq!(super::label::truncate(&"x".repeat(300)).len(), 256);
+    for pad in 0..4 {
+        let long = format!("{}{}", "x".repeat(pad), "€".repeat(100));
+        let cut = super::label::truncate(&long);
+        assert!(cut.len() <= 256 && cut.len() > 252, "{pad}: {}", cut.len());
+    }
+    assert_eq!(resolve(&Label::None, None), None);
+    assert_eq!(resolve(&Label::text(""), None), None);
+    assert_eq!(
+        resolve(&Label::Default, None).as_deref(),
+        Some(default_label())
+    );
+    let inherited = Some(std::sync::Arc::from("client's"));
+    assert_eq!(
+        resolve(&Label::Default, Some(&inherited)).as_deref(),
+        Some("client's")
+    );
+    let opts = Options::default();
+    let k = one("k");
+    let plan = Acquire::new(
+        &k,
+        Duration::from_secs(1),
+        Mode::Shared,
+        Some("l"),
+        Block::For(Duration::from_secs(1)),
+        &opts,
+        false,
+        &Held::default(),
+    )
+    .unwrap();
+    let (cmd, _) = plan.attempt();
+    let w = words(&cmd);
+    assert_eq!(w[3..7], ["1000", "SHARED", "LABEL", "l"]);
+    assert_eq!(w[7], "BLOCK");
+    assert!(waits(&cmd));
+    assert_eq!(
+        words(&plan.attempt().0)[5..7],
+        ["LABEL", "l"],
+        "the same on a retry"
+    );
+}
+
+#[test]
+fn the_waiters_reply_in_resp2_and_resp3() {
+    use redis::Value::{Array, BulkString, Int, Map, Nil, SimpleString};
+    let b = |s: &str| BulkString(s.as_bytes().to_vec());
+    let flat = Array(vec![
+        b("client"),
+        Int(7),
+        b("label"),
+        b("w"),
+        b("mode"),
+        b("keys"),
+        b("limit"),
+        Int(0),
+        b("keys"),
+        Int(2),
+        b("waited"),
+        Int(15),
+        b("timeout"),
+        Int(-1),
+    ]);
+    let map = Map(vec![
+        (SimpleString("client".into()), Int(8)),
+        (SimpleString("label".into()), Nil),
+        (SimpleString("mode".into()), b("limit")),
+        (SimpleString("limit".into()), Int(3)),
+        (SimpleString("keys".into()), Int(1)),
+        (SimpleString("waited".into()), Int(0)),
+        (SimpleString("timeout".into()), Int(250)),
+    ]);
+    let ws = parse_waiters(&Array(vec![flat, map])).unwrap();
+    assert_eq!(ws.len(), 2);
+    assert_eq!(
+        (ws[0].client, ws[0].label.as_deref(), ws[0].mode.as_str()),
+        (7, Some("w"), "keys")
+    );
+    assert_eq!(
+        (ws[0].keys, ws[0].waited, ws[0].timeout),
+        (2, Duration::from_millis(15), None)
+    );
+    assert_eq!(
+        (ws[1].client, ws[1].label.as_deref(), ws[1].limit),
+        (8, None, 3)
+    );
+    assert_eq!(ws[1].timeout, Some(Duration::from_millis(250)));
+    assert!(parse_waiters(&Array(vec![])).unwrap().is_empty());
+    assert!(matches!(
+        waiters_cmd("k", Some(0)),
+        Err(Error::InvalidCount(0))
+    ));
+    assert_eq!(
+        words(&waiters_cmd("k", Some(5)).unwrap()),
+        ["LEASE.WAITERS", "k", "COUNT", "5"]
+    );
 }

@@ -38,11 +38,13 @@ def acquire_args(
     io_timeout: float,
     block_margin: float,
     mode: Tuple[Any, ...] = (),
+    label: Tuple[Any, ...] = (),
 ) -> Tuple[Tuple[Any, ...], Optional[float]]:
     """The ``LEASE.ACQUIRE`` of one attempt and its read timeout in seconds
     (``None``: no limit). ``wait_until``: monotonic end of a ``block_ms > 0``
-    wait."""
-    args: Tuple[Any, ...] = ("LEASE.ACQUIRE", key, owner, int(ttl_ms)) + mode
+    wait. ``label``: ``LABEL text`` or nothing (:func:`label_args`), the
+    same on every attempt."""
+    args: Tuple[Any, ...] = ("LEASE.ACQUIRE", key, owner, int(ttl_ms)) + mode + label
     return with_block(args, block_ms, wait_until, io_timeout, block_margin)
 
 
@@ -54,10 +56,12 @@ def macquire_args(
     wait_until: Optional[float],
     io_timeout: float,
     block_margin: float,
+    label: Tuple[Any, ...] = (),
 ) -> Tuple[Tuple[Any, ...], Optional[float]]:
-    """The ``LEASE.MACQUIRE numkeys key ... owner ttl-ms [BLOCK ms]`` of one
-    attempt and its read timeout, as :func:`acquire_args`."""
-    args: Tuple[Any, ...] = ("LEASE.MACQUIRE", len(keys)) + keys + (owner, int(ttl_ms))
+    """The ``LEASE.MACQUIRE numkeys key ... owner ttl-ms [LABEL text]
+    [BLOCK ms]`` of one attempt and its read timeout, as
+    :func:`acquire_args`."""
+    args: Tuple[Any, ...] = ("LEASE.MACQUIRE", len(keys)) + keys + (owner, int(ttl_ms)) + label
     return with_block(args, block_ms, wait_until, io_timeout, block_margin)
 
 
