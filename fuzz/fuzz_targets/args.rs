@@ -53,13 +53,15 @@ fuzz_target!(|data: &[u8]| {
                     }
                     let mut clock = TokenClock::new();
                     let now = 1_800_000_000_000;
-                    let current = Lease::new(b"holder", 5, now + 10);
+                    let current = Lease::new(b"holder", 5, now + 10, now, None);
                     // The mode against every kind of key: a decision or an
                     // error; a new holder only where there is room.
                     let holder = Holder {
                         owner: b"holder".as_slice().into(),
                         token: 5,
                         deadline_ms: now + 10,
+                        since_ms: now,
+                        label: None,
                     };
                     let full = Holders::with(HoldersMode::Limit(2), holder.clone());
                     let readers = Holders::with(HoldersMode::Shared, holder);

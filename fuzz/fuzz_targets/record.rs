@@ -13,7 +13,8 @@ fuzz_target!(|data: &[u8]| {
     match Record::decode(data) {
         Ok(Record::Exclusive(lease)) => {
             assert!(lease.token >= 1 && lease.token <= MAX_TOKEN);
-            assert!(!lease.owner.is_empty() && lease.owner.len() <= 256);
+            assert!(!lease.owner().is_empty() && lease.owner().len() <= 256);
+            assert!(lease.label().is_none_or(|l| l.len() <= 256));
             assert!(lease.deadline_ms > 0);
             assert_eq!(lease.encode(), data, "decoding is canonical");
         }

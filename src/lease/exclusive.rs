@@ -248,7 +248,14 @@ impl Lease {
             return Err(DecodeError::Invalid("label"));
         }
         let label = (!label.is_empty()).then_some(label);
-        Ok(Lease::new(owner, token, deadline_ms, since_ms, label))
+        let lease = Lease::new(owner, token, deadline_ms, since_ms, label);
+        // One encoding per record: version 3 only where version 1 cannot say it.
+        if labelled && !lease.needs_labelled_version() {
+            return Err(DecodeError::Invalid(
+                "encoding version (3 without a label or a start to state)",
+            ));
+        }
+        Ok(lease)
     }
 }
 
@@ -358,6 +365,15 @@ mod tests {
             Lease::decode(&bad.encode()),
             Err(DecodeError::Invalid("since"))
         );
+        // Version 3 for what version 1 says is refused: one encoding each.
+        let mut bytes = Lease::new(b"ab", token, now + 10, now, Some(b"x")).encode();
+        let n = bytes.len();
+        bytes[n - 3] = 0; // the label's length: none
+        bytes.truncate(n - 1);
+        assert!(matches!(
+            Lease::decode(&bytes),
+            Err(DecodeError::Invalid(_))
+        ));
     }
 
     #[test]

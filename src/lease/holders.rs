@@ -439,6 +439,12 @@ impl Holders {
         if !r.0.is_empty() {
             return Err(DecodeError::TrailingBytes);
         }
+        // One encoding per record: version 4 only where version 2 cannot say it.
+        if labelled && !m.by_token.values().any(Holder::needs_labelled_version) {
+            return Err(DecodeError::Invalid(
+                "encoding version (4 without a label or a start to state)",
+            ));
+        }
         Ok(m)
     }
 }
