@@ -96,7 +96,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(2))?;
     let ttl = parse_ttl(a.bytes(3), settings::max_ttl_ms())?;
     let opts = if a.len() > 4 {
-        parse_acquire_options(&a.rest(4))?
+        a.with_rest(4, parse_acquire_options)?
     } else {
         args::AcquireOptions::default()
     };
@@ -243,7 +243,7 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let (keys, at) = multikey_args(a, 2, false)?;
     let owner = check_owner(a.bytes(at))?;
     let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
-    let opts = args::parse_macquire_options(&a.rest(at + 2))?;
+    let opts = a.with_rest(at + 2, args::parse_macquire_options)?;
     let block_ms = opts.block_ms;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
     let now = decision_ms(ctx);

@@ -2,8 +2,6 @@
 //! each the binding records in (the tables are `lease::stats` and
 //! `lease::distribution`).
 
-use std::sync::{LazyLock, Mutex};
-
 use crate::lease::distribution::{Distributions, Sample, renewed_late};
 use crate::lease::ops::Count;
 pub use crate::lease::stats::Stats;
@@ -11,14 +9,8 @@ pub use crate::lease::stats::Stats;
 pub static STATS: Stats = Stats::new();
 
 /// The distributions (design.md S11), since the start or the last
-/// `CONFIG RESETSTAT`. Commands and callbacks run on the server's main
-/// thread: the lock is never contended.
-static DISTRIBUTIONS: LazyLock<Mutex<Distributions>> = LazyLock::new(Default::default);
-
-/// `f` of the distributions.
-pub fn distributions<R>(f: impl FnOnce(&mut Distributions) -> R) -> R {
-    f(&mut DISTRIBUTIONS.lock().unwrap_or_else(|e| e.into_inner()))
-}
+/// `CONFIG RESETSTAT`.
+pub static DISTRIBUTIONS: Distributions = Distributions::new();
 
 impl Stats {
     /// Counts a refusal answered at once.
@@ -33,19 +25,20 @@ impl Stats {
 }
 
 /// Records what a commit tells the distributions.
+#[inline]
 pub fn record(sample: Sample) {
-    distributions(|d| match sample {
-        Sample::Held(ms) => d.held.record(ms),
+    match sample {
+        Sample::Held(ms) => DISTRIBUTIONS.held.record(ms),
         Sample::Renewed { left_ms, ttl_ms } => {
-            d.renew_margin.record(left_ms);
+            DISTRIBUTIONS.renew_margin.record(left_ms);
             if renewed_late(left_ms, ttl_ms) {
                 STATS.renewed_late.incr();
             }
         }
-    })
+    }
 }
 
 /// A `BLOCK` wait that lasted `ms` ended (served or timed out).
 pub fn record_waited(ms: i64) {
-    distributions(|d| d.waited.record(ms))
+    DISTRIBUTIONS.waited.record(ms)
 }

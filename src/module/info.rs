@@ -79,13 +79,11 @@ pub fn fields() -> Vec<Field> {
             .map(|(name, value)| Field::Unsigned(name, value)),
     );
     // The distributions (design.md S11): `lease_<name>_<figure>`.
-    counters::distributions(|d| {
-        for (name, dist) in d.all() {
-            for (figure, v) in dist.summary() {
-                out.push(Field::Figure(name, figure, v));
-            }
+    for (name, dist) in counters::DISTRIBUTIONS.all() {
+        for (figure, v) in dist.summary() {
+            out.push(Field::Figure(name, figure, v));
         }
-    });
+    }
     out.push(Field::Unsigned("waiters", waiters::total() as u64));
     out.push(Field::Unsigned("last_token", tokens::last()));
     // Every setting, as `lease_<name>` with `_` for `-`.

@@ -78,6 +78,6 @@ impl Events for Lease {
     }
 
     fn stats_reset() {
-        counters::distributions(|d| d.reset());
+        counters::DISTRIBUTIONS.reset();
     }
 }

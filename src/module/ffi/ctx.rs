@@ -244,6 +244,21 @@ impl<'a> Args<'a> {
         (from..self.len()).map(|i| self.bytes(i)).collect()
     }
 
+    /// `f` of arguments `from..` as byte slices, without an allocation for
+    /// up to ten of them (a command's options: a hot path).
+    #[inline]
+    pub fn with_rest<R>(&self, from: usize, f: impl FnOnce(&[&'a [u8]]) -> R) -> R {
+        let n = self.len().saturating_sub(from);
+        if n > 10 {
+            return f(&self.rest(from));
+        }
+        let mut few: [&'a [u8]; 10] = [&[]; 10];
+        for (i, slot) in few.iter_mut().enumerate().take(n) {
+            *slot = self.bytes(from + i);
+        }
+        f(&few[..n])
+    }
+
     /// Arguments `from..` as server strings.
     pub fn strs(&self, from: usize) -> Vec<Str> {
         self.argv[from.min(self.len())..]
