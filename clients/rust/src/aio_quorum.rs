@@ -13,16 +13,16 @@ use tokio::sync::mpsc;
 
 use crate::aio::LossSignal;
 use crate::protocol::{
-    Commit, Committed, Outlier, check_ttl, fence_outcome, lost_reply, release_cmd, renew_cmd,
-    renew_every, retry_pause,
+    Commit, Committed, Outlier, Steps, check_ttl, fence_outcome, lost_reply, release_cmd,
+    renew_cmd, renew_every, resolve, retry_pause,
 };
 use crate::quorum::{
-    OnOutlier, acquire_step, addr_of, drift, first_renewal, granted, majority, renew_outcome,
-    settle_renewal, valid_until,
+    OnOutlier, addr_of, drift, first_renewal, granted, majority, renew_outcome, settle_renewal,
+    valid_until,
 };
 use crate::raw::fence_cmd_with;
 use crate::wire::{Conn, timed_out, within};
-use crate::{Block, Error, Loss, Options, new_owner};
+use crate::{Block, Error, Label, Loss, Options, new_owner};
 
 /// One master: its client and its idle connections (each one command at a
 /// time, driven on the calling task; a connection whose reply was lost is
@@ -166,9 +166,15 @@ async fn join_all<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
 }
 
 /// Takes quorum leases on N independent masters from async code, as
-/// [`crate::QuorumClient`]. Cheap to clone.
+/// [`crate::QuorumClient`]. Cheap to clone; the clones share the
+/// connections.
 #[derive(Clone)]
-pub struct QuorumClient(Arc<Inner>);
+pub struct QuorumClient {
+    inner: Arc<Inner>,
+    /// The `LABEL` of its acquires on every master (`None`: none),
+    /// resolved once.
+    label: Option<Arc<str>>,
+}
 
 impl QuorumClient {
     /// Leases on the masters at `urls`.
@@ -182,13 +188,19 @@ impl QuorumClient {
 
     /// Leases on the masters of `clients`.
     pub fn new(clients: Vec<redis::Client>) -> QuorumClient {
-        QuorumClient::with(clients, Options::default(), None)
+        QuorumClient::with(
+            clients,
+            Options::default(),
+            None,
+            resolve(&Label::Default, None),
+        )
     }
 
     fn with(
         clients: Vec<redis::Client>,
         opts: Options,
         on_outlier: Option<OnOutlier>,
+        label: Option<Arc<str>>,
     ) -> QuorumClient {
         let nodes = clients
             .into_iter()
@@ -197,34 +209,54 @@ impl QuorumClient {
                 idle: Mutex::new(Vec::new()),
             })
             .collect();
-        QuorumClient(Arc::new(Inner {
-            nodes,
-            opts,
-            on_outlier,
-        }))
+        QuorumClient {
+            inner: Arc::new(Inner {
+                nodes,
+                opts,
+                on_outlier,
+            }),
+            label,
+        }
     }
 
     fn clients(&self) -> Vec<redis::Client> {
-        self.0.nodes.iter().map(|n| n.client.clone()).collect()
+        self.inner.nodes.iter().map(|n| n.client.clone()).collect()
     }
 
-    /// The same masters with other timeouts (new connections).
+    /// The same masters (and label) with other timeouts (new connections).
     pub fn with_options(self, opts: Options) -> QuorumClient {
-        QuorumClient::with(self.clients(), opts, self.0.on_outlier.clone())
+        let on_outlier = self.inner.on_outlier.clone();
+        QuorumClient::with(self.clients(), opts, on_outlier, self.label)
     }
 
     /// As [`crate::QuorumClient::on_outlier`] (new connections). `f` runs
     /// on the acquiring task: keep it short, and do not block in it.
     pub fn on_outlier(self, f: impl Fn(&Outlier) + Send + Sync + 'static) -> QuorumClient {
-        QuorumClient::with(self.clients(), self.0.opts.clone(), Some(Arc::new(f)))
+        let opts = self.inner.opts.clone();
+        QuorumClient::with(self.clients(), opts, Some(Arc::new(f)), self.label)
+    }
+
+    /// As [`crate::QuorumClient::with_label`]: step 1 and every commit
+    /// round send `label` on every master and every try; by default
+    /// [`Label::Default`], [`Label::None`] for none. For one call, label a
+    /// clone (it shares the connections).
+    pub fn with_label(mut self, label: Label) -> QuorumClient {
+        self.label = resolve(&label, None);
+        self
+    }
+
+    /// The label its acquires send (`None`: none).
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
     }
 
     /// How many masters make a majority.
     pub fn quorum(&self) -> usize {
-        self.0.quorum()
+        self.inner.quorum()
     }
 
-    /// As [`crate::QuorumClient::acquire`]. Call it inside a tokio runtime.
+    /// As [`crate::QuorumClient::acquire`], labelled with this client's
+    /// [`label`](Self::label). Call it inside a tokio runtime.
     pub async fn acquire(
         &self,
         key: &str,
@@ -233,17 +265,23 @@ impl QuorumClient {
     ) -> Result<Option<QuorumLease>, Error> {
         check_ttl(ttl)?;
         let owner = new_owner();
+        let steps = Steps {
+            key,
+            owner: &owner,
+            ttl,
+            label: self.label.as_deref(),
+        };
         let until = match block {
             Block::NoWait => Some(Instant::now()),
             Block::For(d) => Some(Instant::now() + d),
             Block::Forever => None,
         };
         loop {
-            if let Some(held) = self.attempt(key, &owner, ttl).await {
+            if let Some(held) = self.attempt(steps).await {
                 return Ok(Some(held));
             }
-            self.0
-                .release_everywhere(key, &owner, self.0.node_timeout(ttl))
+            self.inner
+                .release_everywhere(key, &owner, self.inner.node_timeout(ttl))
                 .await;
             let pause = crate::quorum::backoff(ttl);
             if until.is_some_and(|u| Instant::now() + pause >= u) {
@@ -253,19 +291,20 @@ impl QuorumClient {
         }
     }
 
-    async fn attempt(&self, key: &str, owner: &str, ttl: Duration) -> Option<QuorumLease> {
-        let inner = &self.0;
+    async fn attempt(&self, steps: Steps<'_>) -> Option<QuorumLease> {
+        let Steps {
+            key, owner, ttl, ..
+        } = steps;
+        let inner = &self.inner;
         let timeout = inner.node_timeout(ttl);
         let t0 = Instant::now();
         let all = inner.all();
-        let replies = inner
-            .each(&all, timeout, &acquire_step(key, owner, ttl, None))
-            .await;
+        let replies = inner.each(&all, timeout, &steps.first()).await;
         let valid_until = valid_until(t0, ttl);
         let mut commit = Commit::new(granted(&all, replies), inner.quorum())?;
         // At most one round per master: each leaves one out.
         let held = loop {
-            let step = acquire_step(key, owner, ttl, Some(commit.token()));
+            let step = steps.commit(commit.token());
             let replies = inner.each(commit.on(), timeout, &step).await;
             match commit.settle(replies, |i| addr_of(&inner.nodes[i].client)) {
                 Committed::Again(next, outliers) => {
@@ -326,7 +365,7 @@ impl QuorumLease {
             signal: LossSignal::new(valid_until),
             released: false,
         };
-        if client.0.opts.watchdog {
+        if client.inner.opts.watchdog {
             let (client, signal) = (client.clone(), lease.signal.clone());
             let (key, owner) = (lease.key.clone(), lease.owner.clone());
             tokio::spawn(async move { watchdog(&client, &key, &owner, ttl, &signal).await });
@@ -391,7 +430,7 @@ impl QuorumLease {
         min_ttl: Option<Duration>,
         cmd: &Cmd,
     ) -> Result<T, Error> {
-        let inner = &self.client.0;
+        let inner = &self.client.inner;
         let fenced = fence_cmd_with(&self.key, self.token, min_ttl, cmd);
         let replies = inner
             .each::<redis::Value>(&self.committed, inner.opts.io_timeout, &fenced)
@@ -405,7 +444,7 @@ impl QuorumLease {
     pub async fn release(mut self) -> Result<bool, Error> {
         self.released = true;
         self.signal.lose(Loss::Released);
-        let inner = &self.client.0;
+        let inner = &self.client.inner;
         Ok(inner
             .release_everywhere(&self.key, &self.owner, inner.node_timeout(self.ttl))
             .await
@@ -420,7 +459,7 @@ impl Drop for QuorumLease {
         }
         self.signal.lose(Loss::Released);
         let (inner, key, owner, ttl) = (
-            self.client.0.clone(),
+            self.client.inner.clone(),
             self.key.clone(),
             self.owner.clone(),
             self.ttl,
@@ -442,7 +481,7 @@ async fn renew_round(
     ttl: Duration,
     signal: &LossSignal,
 ) -> Option<bool> {
-    let inner = &client.0;
+    let inner = &client.inner;
     let n = inner.nodes.len();
     let sent = Instant::now();
     let replies = inner

@@ -34,10 +34,11 @@ use redis::{Cmd, FromRedisValue, RedisResult};
 
 pub use crate::protocol::Outlier;
 use crate::protocol::{
-    Commit, Committed, fence_outcome, lost_reply, release_cmd, renew_cmd, renew_every, retry_pause,
+    Commit, Committed, Steps, fence_outcome, lost_reply, release_cmd, renew_cmd, renew_every,
+    resolve, retry_pause,
 };
 use crate::raw::fence_cmd_with;
-use crate::{Block, Error, Loss, LossSignal, Options, new_owner};
+use crate::{Block, Error, Label, Loss, LossSignal, Options, new_owner};
 
 /// What `on_outlier` calls with each master left out of a commit.
 pub(crate) type OnOutlier = Arc<dyn Fn(&Outlier) + Send + Sync>;
@@ -62,16 +63,6 @@ pub(crate) fn valid_until(t0: Instant, ttl: Duration) -> Instant {
 /// from the holding's deadline.
 pub(crate) fn first_renewal(deadline: Instant, ttl: Duration) -> Instant {
     deadline + drift(ttl).min(ttl) - ttl + renew_every(ttl)
-}
-
-/// Step 1 (`floor` None) or step 3 (`FLOOR T`) of an acquisition.
-pub(crate) fn acquire_step(key: &str, owner: &str, ttl: Duration, floor: Option<u64>) -> Cmd {
-    let mut cmd = redis::cmd("LEASE.ACQUIRE");
-    cmd.arg(key).arg(owner).arg(crate::protocol::millis(ttl));
-    if let Some(t) = floor {
-        cmd.arg("FLOOR").arg(t);
-    }
-    cmd
 }
 
 /// (master, token) of the masters of `on` that granted, from their replies.
@@ -329,9 +320,15 @@ impl Inner {
     }
 }
 
-/// Takes quorum leases on N independent masters. Cheap to clone.
+/// Takes quorum leases on N independent masters. Cheap to clone; the
+/// clones share the connections.
 #[derive(Clone)]
-pub struct QuorumClient(Arc<Inner>);
+pub struct QuorumClient {
+    inner: Arc<Inner>,
+    /// The `LABEL` of its acquires on every master (`None`: none),
+    /// resolved once.
+    label: Option<Arc<str>>,
+}
 
 impl QuorumClient {
     /// Leases on the masters at `urls` (at least one; three or five in
@@ -347,18 +344,21 @@ impl QuorumClient {
 
     /// Leases on the masters of `clients`.
     pub fn new(clients: Vec<redis::Client>) -> QuorumClient {
-        QuorumClient(Arc::new(Inner {
-            nodes: clients.into_iter().map(Node::new).collect(),
-            opts: Options::default(),
-            commit: true,
-            on_outlier: None,
-        }))
+        QuorumClient {
+            inner: Arc::new(Inner {
+                nodes: clients.into_iter().map(Node::new).collect(),
+                opts: Options::default(),
+                commit: true,
+                on_outlier: None,
+            }),
+            label: resolve(&Label::Default, None),
+        }
     }
 
-    /// This client's settings, on its own (new connections when it was
-    /// cloned).
-    fn unshared(self) -> Inner {
-        Arc::try_unwrap(self.0).unwrap_or_else(|a| Inner {
+    /// The same client (and label) with `change` made to its settings, on
+    /// their own (new connections when it was cloned).
+    fn changed(self, change: impl FnOnce(Inner) -> Inner) -> QuorumClient {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|a| Inner {
             nodes: a
                 .nodes
                 .iter()
@@ -367,16 +367,17 @@ impl QuorumClient {
             opts: a.opts.clone(),
             commit: a.commit,
             on_outlier: a.on_outlier.clone(),
-        })
+        });
+        QuorumClient {
+            inner: Arc::new(change(inner)),
+            label: self.label,
+        }
     }
 
     /// The same client with other timeouts (`io_timeout` bounds each
     /// master's answer to one step, at most a third of the ttl).
     pub fn with_options(self, opts: Options) -> QuorumClient {
-        QuorumClient(Arc::new(Inner {
-            opts,
-            ..self.unshared()
-        }))
+        self.changed(|inner| Inner { opts, ..inner })
     }
 
     /// The same client, calling `f` with each master that an acquisition
@@ -385,10 +386,28 @@ impl QuorumClient {
     /// lease is taken without it ([`Outlier`], docs/helpers.md). `f` runs
     /// on the acquiring thread: keep it short.
     pub fn on_outlier(self, f: impl Fn(&Outlier) + Send + Sync + 'static) -> QuorumClient {
-        QuorumClient(Arc::new(Inner {
+        self.changed(|inner| Inner {
             on_outlier: Some(Arc::new(f)),
-            ..self.unshared()
-        }))
+            ..inner
+        })
+    }
+
+    /// The same client labelling its acquires with `label` (`LABEL`, shown
+    /// by `LEASE.INFO` and `LEASE.WAITERS` on every master): step 1 and
+    /// every commit round send it, on every master and every try. By
+    /// default [`Label::Default`], this process's
+    /// [`default_label`](crate::default_label) (`<host> pid <pid>
+    /// <program>`); [`Label::None`] for none. For one call, label a clone:
+    /// `client.clone().with_label(Label::text("job 991")).acquire(..)`
+    /// (it shares the connections).
+    pub fn with_label(mut self, label: Label) -> QuorumClient {
+        self.label = resolve(&label, None);
+        self
+    }
+
+    /// The label its acquires send (`None`: none).
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
     }
 
     /// Skips step 3, the commit of the highest token to a majority. Unsafe:
@@ -396,18 +415,19 @@ impl QuorumClient {
     /// for tests that show why the step exists.
     #[doc(hidden)]
     pub fn without_the_commit_step(self) -> QuorumClient {
-        QuorumClient(Arc::new(Inner {
+        self.changed(|inner| Inner {
             commit: false,
-            ..self.unshared()
-        }))
+            ..inner
+        })
     }
 
     /// How many masters make a majority.
     pub fn quorum(&self) -> usize {
-        self.0.quorum()
+        self.inner.quorum()
     }
 
-    /// Takes the lease on `key` for `ttl` on a majority, with one token.
+    /// Takes the lease on `key` for `ttl` on a majority, with one token,
+    /// labelled with this client's [`label`](Self::label).
     /// `Ok(None)`: no majority within `block` (tries again after a random
     /// back-off while the wait lasts). A master that does not answer in
     /// time counts as not granting; an ambiguous outcome is safe to retry,
@@ -419,15 +439,21 @@ impl QuorumClient {
         block: Block,
     ) -> Result<Option<QuorumLease>, Error> {
         crate::protocol::check_ttl(ttl)?;
-        let inner = &self.0;
+        let inner = &self.inner;
         let owner = new_owner();
+        let steps = Steps {
+            key,
+            owner: &owner,
+            ttl,
+            label: self.label.as_deref(),
+        };
         let until = match block {
             Block::NoWait => Some(Instant::now()),
             Block::For(d) => Some(Instant::now() + d),
             Block::Forever => None,
         };
         loop {
-            if let Some(held) = self.attempt(key, &owner, ttl)? {
+            if let Some(held) = self.attempt(steps)? {
                 return Ok(Some(held));
             }
             let timeout = inner.node_timeout(ttl);
@@ -441,12 +467,15 @@ impl QuorumClient {
     }
 
     /// Steps 1 and 3 once: the lease, or `None` (released by the caller).
-    fn attempt(&self, key: &str, owner: &str, ttl: Duration) -> Result<Option<QuorumLease>, Error> {
-        let inner = &self.0;
+    fn attempt(&self, steps: Steps<'_>) -> Result<Option<QuorumLease>, Error> {
+        let Steps {
+            key, owner, ttl, ..
+        } = steps;
+        let inner = &self.inner;
         let timeout = inner.node_timeout(ttl);
         let t0 = Instant::now();
         let all = inner.all();
-        let replies = inner.each(&all, timeout, |_| acquire_step(key, owner, ttl, None));
+        let replies = inner.each(&all, timeout, |_| steps.first());
         let valid_until = valid_until(t0, ttl);
         let Some(mut commit) = Commit::new(granted(&all, replies), inner.quorum()) else {
             return Ok(None);
@@ -456,9 +485,7 @@ impl QuorumClient {
             // At most one round per master: each leaves one out.
             true => loop {
                 let token = commit.token();
-                let replies = inner.each(commit.on(), timeout, |_| {
-                    acquire_step(key, owner, ttl, Some(token))
-                });
+                let replies = inner.each(commit.on(), timeout, |_| steps.commit(token));
                 match commit.settle(replies, |i| addr_of(&inner.nodes[i].client)) {
                     Committed::Again(next, outliers) => {
                         inner.report(&outliers);
@@ -527,7 +554,7 @@ impl QuorumLease {
             signal: LossSignal::new(valid_until),
             released: false,
         };
-        if client.0.opts.watchdog {
+        if client.inner.opts.watchdog {
             let (client, signal) = (client.clone(), lease.signal.clone());
             let (key, owner) = (lease.key.clone(), lease.owner.clone());
             thread::Builder::new()
@@ -603,7 +630,7 @@ impl QuorumLease {
         min_ttl: Option<Duration>,
         cmd: &Cmd,
     ) -> Result<T, Error> {
-        let inner = &self.client.0;
+        let inner = &self.client.inner;
         let fenced = fence_cmd_with(&self.key, self.token, min_ttl, cmd);
         let replies =
             inner.each::<redis::Value>(&self.committed, inner.opts.io_timeout, |_| fenced.clone());
@@ -623,7 +650,7 @@ impl QuorumLease {
         }
         self.released = true;
         self.signal.finish();
-        let inner = &self.client.0;
+        let inner = &self.client.inner;
         let n = inner.release_everywhere(&self.key, &self.owner, inner.node_timeout(self.ttl));
         n >= inner.quorum()
     }
@@ -646,7 +673,7 @@ fn renew_round(
     ttl: Duration,
     signal: &LossSignal,
 ) -> Option<bool> {
-    let inner = &client.0;
+    let inner = &client.inner;
     let n = inner.nodes.len();
     let sent = Instant::now();
     let replies = inner.each_until(

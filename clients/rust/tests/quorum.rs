@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{ClockShift, Link, Opts, Server, info_int, wait_until};
-use redis_lease_client::{Block, Error, Options, Outlier, QuorumClient};
+use common::{ClockShift, Link, Opts, Server, Value, info_int, wait_until};
+use redis_lease_client::{Block, Error, Label, Options, Outlier, QuorumClient, default_label};
 use support::Silent;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -740,6 +740,187 @@ full_suite! {
             }
             let n: i64 = lease.fence(redis::cmd("APPEND").arg("data").arg("!")).await.unwrap();
             assert_eq!(n, 13);
+            assert!(lease.release().await.unwrap());
+        });
+    }
+}
+
+// --- Labels (design.md S11): every master's acquire, every step, every try.
+
+/// `LEASE.INFO key`'s label on one master (`None`: no label); the key must
+/// be held there.
+fn label_on(c: &mut redis::Connection, key: &str) -> Option<String> {
+    let info = common::ok(c, &["LEASE.INFO", key]);
+    assert_ne!(info, Value::Nil, "{key} is not held");
+    match common::field(&info, "label").expect("a label field") {
+        Value::Nil => None,
+        v => Some(common::text(&v)),
+    }
+}
+
+/// Every master logs every command from now on (`SLOWLOG`, emptied).
+fn log_everything(masters: &Masters) {
+    for i in 0..N {
+        let mut c = masters.conn(i);
+        common::ok(&mut c, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+        common::ok(&mut c, &["CONFIG", "SET", "slowlog-max-len", "1000"]);
+        common::ok(&mut c, &["SLOWLOG", "RESET"]);
+    }
+}
+
+/// What follows the ttl in each `LEASE.ACQUIRE` that master `i` logged
+/// (`FLOOR t`, `LABEL text`), oldest first; the log is emptied.
+fn acquires_logged(masters: &Masters, i: usize) -> Vec<Vec<String>> {
+    let mut c = masters.conn(i);
+    let Value::Array(entries) = common::ok(&mut c, &["SLOWLOG", "GET", "1000"]) else {
+        panic!("SLOWLOG GET")
+    };
+    common::ok(&mut c, &["SLOWLOG", "RESET"]);
+    entries
+        .iter()
+        .rev()
+        .filter_map(|e| {
+            let Value::Array(parts) = e else {
+                panic!("a slowlog entry {e:?}")
+            };
+            let Value::Array(args) = &parts[3] else {
+                panic!("slowlog arguments {parts:?}")
+            };
+            let args: Vec<String> = args.iter().map(common::text).collect();
+            args[0]
+                .eq_ignore_ascii_case("LEASE.ACQUIRE")
+                .then(|| args[4..].to_vec())
+        })
+        .collect()
+}
+
+/// Checks that every `LEASE.ACQUIRE` each master logged sent `label` (none
+/// for `None`): the number each master logged, and of those how many were
+/// commit rounds (`FLOOR`).
+fn check_logged(masters: &Masters, label: Option<&str>) -> Vec<(usize, usize)> {
+    (0..N)
+        .map(|i| {
+            let logged = acquires_logged(masters, i);
+            let floors = logged
+                .iter()
+                .filter(|a| a.first().is_some_and(|w| w == "FLOOR"))
+                .count();
+            for rest in &logged {
+                let sent = rest
+                    .iter()
+                    .position(|w| w == "LABEL")
+                    .map(|p| rest[p + 1].as_str());
+                assert_eq!(sent, label, "master {i}: LEASE.ACQUIRE ... {rest:?}");
+            }
+            (logged.len(), floors)
+        })
+        .collect()
+}
+
+full_suite! {
+    fn the_quorum_client_labels_every_masters_acquire_on_every_step_and_try(kind) {
+        let masters = Masters::start(kind, "0", None);
+        let client = masters.client();
+        assert_eq!(client.label(), Some(default_label()), "the default");
+        let ttl = MS(5000);
+        // The default label, on every master.
+        let lease = client.acquire("job", ttl, Block::NoWait).unwrap().expect("free");
+        assert_eq!(lease.committed().len(), N);
+        for i in 0..N {
+            assert_eq!(label_on(&mut masters.conn(i), "job").as_deref(), Some(default_label()), "master {i}");
+        }
+        assert!(lease.release().unwrap());
+        // One call's label (a labelled clone), in step 1 and in the commit.
+        log_everything(&masters);
+        let one = client.clone().with_label(Label::text("job 991"));
+        assert_eq!(client.label(), Some(default_label()), "the clone's label is its own");
+        let lease = one.acquire("job", ttl, Block::NoWait).unwrap().expect("free");
+        for i in 0..N {
+            assert_eq!(label_on(&mut masters.conn(i), "job").as_deref(), Some("job 991"), "master {i}");
+        }
+        assert_eq!(check_logged(&masters, Some("job 991")), [(2, 1); N], "step 1 and one commit round each");
+        assert!(lease.release().unwrap());
+        // No label.
+        let quiet = client.clone().with_label(Label::None);
+        assert_eq!(quiet.label(), None);
+        let lease = quiet.acquire("job", ttl, Block::NoWait).unwrap().expect("free");
+        for i in 0..N {
+            assert_eq!(label_on(&mut masters.conn(i), "job"), None, "master {i}");
+        }
+        assert_eq!(check_logged(&masters, None), [(2, 1); N]);
+        assert!(lease.release().unwrap());
+        // Tries again while another owner holds a majority: every try with the same label.
+        for i in 0..3 {
+            let _ = common::ok(&mut masters.conn(i), &["LEASE.ACQUIRE", "job", "other", "400"]);
+        }
+        log_everything(&masters);
+        let patient = client.with_label(Label::text("patient"));
+        let lease = patient.acquire("job", ttl, Block::For(MS(3000))).unwrap().expect("free after 400 ms");
+        for i in 0..N {
+            assert_eq!(label_on(&mut masters.conn(i), "job").as_deref(), Some("patient"), "master {i}");
+        }
+        let logged = check_logged(&masters, Some("patient"));
+        eprintln!("labelled tries ({kind:?}): LEASE.ACQUIRE per master (all, FLOOR) {logged:?}");
+        assert!(logged.iter().all(|&(n, floors)| n >= 3 && floors >= 1), "several tries: {logged:?}");
+        assert!(lease.release().unwrap());
+    }
+
+    fn a_commit_round_that_leaves_out_a_master_sends_the_label_too(kind) {
+        let (masters, _shift) = one_far_ahead(kind);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let client = masters
+            .client()
+            .with_label(Label::text("far ahead"))
+            .on_outlier(move |o| s.lock().unwrap().push(o.clone()))
+            .with_options(Options { io_timeout: MS(100), watchdog: false, ..Options::default() });
+        assert_eq!(client.label(), Some("far ahead"), "kept by the other settings");
+        log_everything(&masters);
+        let lease = client.acquire("job", MS(2000), Block::For(MS(1000))).unwrap().expect("a majority without the outlier");
+        check_left_out(&masters, lease.token(), lease.committed(), &seen.lock().unwrap());
+        for i in 0..N {
+            assert_eq!(label_on(&mut masters.conn(i), "job").as_deref(), Some("far ahead"), "master {i}");
+        }
+        // Master 0: step 1 and the first round; the others: a second round too.
+        let logged = check_logged(&masters, Some("far ahead"));
+        assert_eq!(logged, [(2, 1), (3, 2), (3, 2), (3, 2), (3, 2)]);
+        assert!(lease.release().unwrap());
+    }
+}
+
+#[cfg(feature = "tokio")]
+full_suite! {
+    fn the_async_quorum_client_labels_every_masters_acquire(kind) {
+        use redis_lease_client::aio::QuorumClient as AsyncQuorumClient;
+        let masters = Masters::start(kind, "0", None);
+        let urls: Vec<String> = masters.relays.iter().map(|r| format!("redis://127.0.0.1:{}/", r.port)).collect();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let client = AsyncQuorumClient::open(&urls).unwrap();
+        assert_eq!(client.label(), Some(default_label()), "the default");
+        let custom = client.clone().with_label(Label::text("async job"));
+        let custom = custom.with_options(Options { io_timeout: MS(100), watchdog: false, ..Options::default() });
+        assert_eq!(custom.label(), Some("async job"), "kept by the options");
+        let client = client.with_options(Options { io_timeout: MS(100), watchdog: false, ..Options::default() });
+        let ttl = MS(5000);
+        runtime().block_on(async {
+            let lease = client.acquire("job", ttl, Block::NoWait).await.unwrap().expect("free");
+            for i in 0..N {
+                assert_eq!(label_on(&mut masters.conn(i), "job").as_deref(), Some(default_label()), "master {i}");
+            }
+            assert!(lease.release().await.unwrap());
+            log_everything(&masters);
+            let lease = custom.acquire("job", ttl, Block::NoWait).await.unwrap().expect("free");
+            for i in 0..N {
+                assert_eq!(label_on(&mut masters.conn(i), "job").as_deref(), Some("async job"), "master {i}");
+            }
+            assert_eq!(check_logged(&masters, Some("async job")), [(2, 1); N], "step 1 and the commit");
+            assert!(lease.release().await.unwrap());
+            let quiet = client.clone().with_label(Label::None);
+            let lease = quiet.acquire("job", ttl, Block::NoWait).await.unwrap().expect("free");
+            for i in 0..N {
+                assert_eq!(label_on(&mut masters.conn(i), "job"), None, "master {i}");
+            }
+            assert_eq!(check_logged(&masters, None), [(2, 1); N]);
             assert!(lease.release().await.unwrap());
         });
     }

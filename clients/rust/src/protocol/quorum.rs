@@ -1,6 +1,7 @@
-//! Quorum leases (design.md S9): the decisions of step 3 (the commit of
-//! one token to a majority, leaving out a master whose clock runs ahead)
-//! and of a quorum fence.
+//! Quorum leases (design.md S9): the commands of an acquisition's steps
+//! (with its label), the decisions of step 3 (the commit of one token to a
+//! majority, leaving out a master whose clock runs ahead) and of a quorum
+//! fence.
 
 use std::time::Duration;
 
@@ -8,6 +9,43 @@ use super::*;
 use crate::Error;
 
 // --- Quorum leases (design.md S9): the decisions of step 3 and the fence.
+
+/// The `LEASE.ACQUIRE` of every step of one quorum acquisition: step 1
+/// ([`first`](Self::first)) and each round of step 3
+/// ([`commit`](Self::commit), `FLOOR T`), on every master and on every try
+/// of one call, all with the same owner and the same `LABEL` (none when
+/// `label` is `None`): a commit round that finds the key free again (its
+/// step-1 holding expired meanwhile) takes it labelled too.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Steps<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) ttl: Duration,
+    pub(crate) label: Option<&'a str>,
+}
+
+impl Steps<'_> {
+    /// Step 1: `LEASE.ACQUIRE key owner ttl-ms [LABEL text]`.
+    pub(crate) fn first(&self) -> redis::Cmd {
+        self.step(None)
+    }
+
+    /// A round of step 3: `LEASE.ACQUIRE key owner ttl-ms FLOOR token
+    /// [LABEL text]`.
+    pub(crate) fn commit(&self, token: u64) -> redis::Cmd {
+        self.step(Some(token))
+    }
+
+    fn step(&self, floor: Option<u64>) -> redis::Cmd {
+        let mut cmd = redis::cmd("LEASE.ACQUIRE");
+        cmd.arg(self.key).arg(self.owner).arg(millis(self.ttl));
+        if let Some(t) = floor {
+            cmd.arg("FLOOR").arg(t);
+        }
+        label_arg(&mut cmd, self.label);
+        cmd
+    }
+}
 
 /// A master left out of a quorum acquisition's commit (step 3) because the
 /// others refused its token as too far ahead of their clocks (the `FLOOR`

@@ -761,3 +761,39 @@ fn the_waiters_reply_in_resp2_and_resp3() {
         ["LEASE.WAITERS", "k", "COUNT", "5"]
     );
 }
+
+#[test]
+fn every_step_of_a_quorum_acquisition_sends_its_label() {
+    let steps = Steps {
+        key: "k",
+        owner: "o",
+        ttl: Duration::from_millis(1500),
+        label: Some("job 991"),
+    };
+    assert_eq!(
+        words(&steps.first()),
+        ["LEASE.ACQUIRE", "k", "o", "1500", "LABEL", "job 991"]
+    );
+    assert_eq!(
+        words(&steps.commit(42)),
+        [
+            "LEASE.ACQUIRE",
+            "k",
+            "o",
+            "1500",
+            "FLOOR",
+            "42",
+            "LABEL",
+            "job 991"
+        ]
+    );
+    let none = Steps {
+        label: None,
+        ..steps
+    };
+    assert_eq!(words(&none.first()), ["LEASE.ACQUIRE", "k", "o", "1500"]);
+    assert_eq!(
+        words(&none.commit(42)),
+        ["LEASE.ACQUIRE", "k", "o", "1500", "FLOOR", "42"]
+    );
+}
