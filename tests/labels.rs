@@ -2,7 +2,7 @@
 //! `LEASE.ACQUIRE` and `LEASE.MACQUIRE`, kept with the holding (per holder
 //! of a counting or shared lease, on every key of a multi-key lease), a
 //! waiter's label becoming its holding's; `LEASE.INFO` showing `since` and
-//! `label`; both carried through replication, a promotion, the AOF and its
+//! `label`; both carried through replication, a failover, the AOF and its
 //! rewrites, RDB, DUMP/RESTORE, COPY and MIGRATE.
 mod common;
 use common::*;
@@ -193,7 +193,7 @@ every_server! {
         assert_eq!(shown(&mut c, "k")[0].2, None);
     }
 
-    fn labels_and_starts_travel_through_replication_and_a_promotion(kind) {
+    fn labels_and_starts_travel_through_replication_and_a_failover(kind) {
         let m = Server::start(kind);
         let r = replica_of(kind, &m);
         let mut mc = m.conn();
@@ -204,8 +204,12 @@ every_server! {
         assert_eq!(int(&ok(&mut mc, &["WAIT", "1", "5000"])), 1);
         let mut rc = r.conn();
         assert_eq!(all_shown(&mut rc), expected);
-        ok(&mut rc, &["REPLICAOF", "NO", "ONE"]);
-        assert_eq!(all_shown(&mut rc), expected, "after the promotion");
+        // A coordinated failover: the replica becomes the master.
+        ok(&mut mc, &["FAILOVER"]);
+        assert!(wait_until(Duration::from_secs(10), || {
+            info_value(&mut rc, "replication", "role").as_deref() == Some("master")
+        }), "the failover never completed");
+        assert_eq!(all_shown(&mut rc), expected, "after the failover");
         // The promoted node renews them as its own.
         assert_eq!(int(&ok(&mut rc, &["LEASE.RENEW", "{l}sem", "s1", "60000"])), 1);
         assert_eq!(shown(&mut rc, "{l}sem"), expected[1]);

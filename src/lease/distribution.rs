@@ -93,7 +93,13 @@ impl Distribution {
     pub fn summary(&self) -> [(&'static str, u64); 5] {
         let count = self.count.load(Relaxed);
         let max = self.max.load(Relaxed);
-        let q = |q: f64| if count == 0 { 0 } else { self.quantile(q, count, max) };
+        let q = |q: f64| {
+            if count == 0 {
+                0
+            } else {
+                self.quantile(q, count, max)
+            }
+        };
         [
             ("count", count),
             ("p50", q(0.5)),
@@ -169,9 +175,15 @@ mod tests {
             assert!(b < BUCKETS, "{v}");
             let top = top_of(b);
             let capped = v.min((1 << 46) - 1);
-            assert!(top >= capped && top - capped <= capped / 64, "{v}: bucket {b}, top {top}");
+            assert!(
+                top >= capped && top - capped <= capped / 64,
+                "{v}: bucket {b}, top {top}"
+            );
             if b > 0 {
-                assert!(top_of(b - 1) < capped, "{v}: bucket {b} is the first that holds it");
+                assert!(
+                    top_of(b - 1) < capped,
+                    "{v}: bucket {b} is the first that holds it"
+                );
             }
         }
     }

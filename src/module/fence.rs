@@ -122,7 +122,10 @@ pub fn count_refused(e: &LeaseError) {
 /// Where the fenced command's name is among the call's arguments (after
 /// `MINTTL ms` when given).
 fn command_index(a: &Args) -> usize {
-    2 + fence_command_at(&a.rest(2))
+    // The token and the word after it at most: no allocation (the server
+    // asks for a fenced command's keys on every call).
+    let head: [&[u8]; 2] = [a.bytes(2), if a.len() > 3 { a.bytes(3) } else { &[] }];
+    2 + fence_command_at(&head[..(a.len() - 2).min(2)])
 }
 
 /// LEASE.FENCE key token [MINTTL ms] command [arg ...]
