@@ -116,7 +116,7 @@ pub fn info(
     live(current, now_ms).map(|l| InfoView {
         token: l.token,
         ttl_ms: (ends_at(l, key_expire_ms) - now_ms).max(0),
-        since_ms: l.since_ms,
+        since_ms: l.since_ms(),
         label: l.label(),
     })
 }
@@ -490,7 +490,7 @@ mod tests {
             Some(InfoView {
                 token: 77,
                 ttl_ms: 60,
-                since_ms: cur.since_ms,
+                since_ms: cur.since_ms(),
                 label: None,
             })
         );

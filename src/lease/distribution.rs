@@ -244,7 +244,7 @@ pub fn observe(
         (Event::Release { at_ms }, Effect::Release { owner }, RecordRef::Exclusive(l))
             if l.is_held_by(owner) =>
         {
-            f(Sample::Held(at_ms - l.since_ms))
+            f(Sample::Held(at_ms - l.since_ms()))
         }
         (Event::Release { at_ms }, Effect::Drop { owner }, RecordRef::Holders(m)) => {
             if let Some(h) = m.holder(owner) {
@@ -284,7 +284,7 @@ pub fn observe(
 /// Every holding of `record`, as ended at its deadline.
 pub fn ended(record: RecordRef<'_>, f: &mut impl FnMut(Sample)) {
     match record {
-        RecordRef::Exclusive(l) => f(Sample::Held(l.deadline_ms - l.since_ms)),
+        RecordRef::Exclusive(l) => f(Sample::Held(l.deadline_ms - l.since_ms())),
         RecordRef::Holders(m) => {
             for h in m.holders() {
                 f(Sample::Held(h.deadline_ms - h.since_ms))

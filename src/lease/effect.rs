@@ -367,7 +367,8 @@ impl<'a> Effect<'a> {
                     // unlink).
                     Stored::Record(RecordMut::Exclusive(l))
                         if l.is_held_by(owner)
-                            && l.since_ms == facts.since_ms
+                            && l.since_ms() == facts.since_ms
+                            && l.keeps_since_with(token)
                             && (facts.label.is_none() || facts.label == l.label()) =>
                     {
                         l.token = token;
@@ -381,7 +382,7 @@ impl<'a> Effect<'a> {
                             Stored::Record(RecordMut::Exclusive(l))
                                 if facts.label.is_none()
                                     && l.is_held_by(owner)
-                                    && l.since_ms == facts.since_ms =>
+                                    && l.since_ms() == facts.since_ms =>
                             {
                                 l.label()
                             }
@@ -502,7 +503,7 @@ impl<'a> Effect<'a> {
                 owner: l.owner(),
                 token: l.token,
                 deadline_ms: l.deadline_ms,
-                facts: Facts::new(l.since_ms, l.label()),
+                facts: Facts::new(l.since_ms(), l.label()),
             }],
             RecordRef::Holders(m) => m
                 .holders()
@@ -793,7 +794,7 @@ mod tests {
             other => panic!("{other:?}"),
         };
         let mut l = stored(apply(5, NOW, Some(b"one")).apply(Stored::Nothing));
-        assert_eq!((l.label(), l.since_ms), (Some(b"one".as_slice()), NOW));
+        assert_eq!((l.label(), l.since_ms()), (Some(b"one".as_slice()), NOW));
         // A renewal: in place, label kept.
         let c = apply(5, NOW, None).apply(Stored::Record(RecordMut::Exclusive(&mut l)));
         assert!(c.store.is_none());
@@ -805,7 +806,7 @@ mod tests {
         // The same owner's new holding (another start): no label.
         let l =
             stored(apply(9, NOW + 20, None).apply(Stored::Record(RecordMut::Exclusive(&mut l))));
-        assert_eq!((l.label(), l.since_ms, l.token), (None, NOW + 20, 9));
+        assert_eq!((l.label(), l.since_ms(), l.token), (None, NOW + 20, 9));
         // Holders alike.
         let hold = |token: u64, since_ms: i64, label: Option<&'static [u8]>| Effect::Hold {
             mode: HoldersMode::Shared,

@@ -15,11 +15,13 @@ const HEADER_LEN: usize = 1 + 8 + 8 + 2;
 /// since, owner length (the label's length follows the owner).
 const LABELLED_HEADER_LEN: usize = 1 + 8 + 8 + 8 + 2;
 
-/// One held lease, kept in one allocation: token, deadline, since and the
-/// owner's and the label's bytes inline (`Lease::new` makes a
-/// `Box<Lease>`). A lease key's value is this box, so a lease costs the
-/// server one allocation of the module's besides its own wrapper (28 +
-/// owner and label bytes, rounded up to 8).
+/// One held lease, kept in one allocation: token, deadline and the
+/// owner's bytes inline (`Lease::new` makes a `Box<Lease>`); a holding
+/// with a label, or whose start its token does not tell, has its start and
+/// its label after the owner. A lease key's value is this box, so a lease
+/// costs the server one allocation of the module's besides its own
+/// wrapper: 20 + owner bytes, rounded up to 8, as before labels existed
+/// (8 + label bytes more when it has them).
 #[derive(Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct Lease {
@@ -27,22 +29,24 @@ pub struct Lease {
     pub token: u64,
     /// Absolute expiry, unix time in milliseconds.
     pub deadline_ms: i64,
-    /// When this holding began, unix ms (a renewal or a retry keeps it).
-    pub since_ms: i64,
-    /// `owner.len() + label.len()`, kept inline so that the box can travel
-    /// as a thin pointer (`into_thin`, `from_thin`).
+    /// `bytes.len()`, kept inline so that the box can travel as a thin
+    /// pointer (`into_thin`, `from_thin`).
     bytes_len: u16,
-    /// The owner's length; the label is the rest of `bytes`.
+    /// The owner's length; after the owner, when `bytes` goes on: the
+    /// start (8 bytes, little-endian) and the label (the rest).
     owner_len: u16,
-    /// The holder's opaque id (1..=256 bytes, binary-safe), then its label
-    /// (0..=256 bytes; none when empty).
+    /// The holder's opaque id (1..=256 bytes, binary-safe), then, for a
+    /// holding that states them, its start and its label (0..=256 bytes;
+    /// none when empty).
     bytes: [u8],
 }
 
-/// Where `bytes_len` is in a `Lease` (`repr(C)`: after three 8-byte
+/// Where `bytes_len` is in a `Lease` (`repr(C)`: after two 8-byte
 /// fields), and where the owner's bytes start (after the two lengths).
-const BYTES_LEN_AT: usize = 8 + 8 + 8;
+const BYTES_LEN_AT: usize = 8 + 8;
 const BYTES_AT: usize = BYTES_LEN_AT + 2 + 2;
+/// The start's bytes, after the owner.
+const SINCE_LEN: usize = 8;
 
 impl Lease {
     /// A new lease, in one allocation.
@@ -58,15 +62,18 @@ impl Lease {
         label: Option<&[u8]>,
     ) -> Box<Lease> {
         let label = label.unwrap_or_default();
-        let len = owner.len() + label.len();
+        let stated = !label.is_empty() || since_ms != since_of_token(token);
+        let len = owner.len() + if stated { SINCE_LEN + label.len() } else { 0 };
         let bytes_len = u16::try_from(len).expect("an owner and a label of at most 65535 bytes");
         let owner_len = owner.len() as u16;
         let layout = Self::layout(len);
+        let since = since_ms.to_le_bytes();
         // SAFETY: `layout` has a non-zero size (at least BYTES_AT). Every
         // field is written before the box exists; the pointer's metadata
-        // (the slice length) is the owner's and the label's length, so the
-        // box's layout (`Layout::for_value`: BYTES_AT + len rounded up to 8,
-        // align 8) is the one allocated here, and dropping the box frees it.
+        // (the slice length) is the length of the bytes after the header,
+        // so the box's layout (`Layout::for_value`: BYTES_AT + len rounded
+        // up to 8, align 8) is the one allocated here, and dropping the box
+        // frees it.
         unsafe {
             let p = std::alloc::alloc(layout);
             if p.is_null() {
@@ -75,13 +82,16 @@ impl Lease {
             let fat = std::ptr::slice_from_raw_parts_mut(p, len) as *mut Lease;
             std::ptr::addr_of_mut!((*fat).token).write(token);
             std::ptr::addr_of_mut!((*fat).deadline_ms).write(deadline_ms);
-            std::ptr::addr_of_mut!((*fat).since_ms).write(since_ms);
             std::ptr::addr_of_mut!((*fat).bytes_len).write(bytes_len);
             std::ptr::addr_of_mut!((*fat).owner_len).write(owner_len);
             let at = std::ptr::addr_of_mut!((*fat).bytes).cast::<u8>();
             at.copy_from_nonoverlapping(owner.as_ptr(), owner.len());
-            at.add(owner.len())
-                .copy_from_nonoverlapping(label.as_ptr(), label.len());
+            if stated {
+                let at = at.add(owner.len());
+                at.copy_from_nonoverlapping(since.as_ptr(), SINCE_LEN);
+                at.add(SINCE_LEN)
+                    .copy_from_nonoverlapping(label.as_ptr(), label.len());
+            }
             Box::from_raw(fat)
         }
     }
@@ -114,7 +124,7 @@ impl Lease {
             self.owner(),
             self.token,
             self.deadline_ms,
-            self.since_ms,
+            self.since_ms(),
             self.label(),
         )
     }
@@ -131,11 +141,39 @@ impl Lease {
         &self.bytes[..self.owner_len as usize]
     }
 
+    /// Does it state its start and label (else it began when its token
+    /// says, and has no label)?
+    #[inline(always)]
+    fn states(&self) -> bool {
+        self.bytes.len() > self.owner_len as usize
+    }
+
+    /// When this holding began, unix ms (a renewal or a retry keeps it).
+    #[inline]
+    pub fn since_ms(&self) -> i64 {
+        if !self.states() {
+            return since_of_token(self.token);
+        }
+        let at = self.owner_len as usize;
+        let bytes: [u8; SINCE_LEN] = self.bytes[at..at + SINCE_LEN].try_into().expect("8 bytes");
+        i64::from_le_bytes(bytes)
+    }
+
     /// The holding's label, if it has one.
     #[inline]
     pub fn label(&self) -> Option<&[u8]> {
-        let label = &self.bytes[self.owner_len as usize..];
+        if !self.states() {
+            return None;
+        }
+        let label = &self.bytes[self.owner_len as usize + SINCE_LEN..];
         (!label.is_empty()).then_some(label)
+    }
+
+    /// Can the token become `token` in place, the start staying as it is
+    /// (it is stored, or the new token tells it too)?
+    #[inline]
+    pub fn keeps_since_with(&self, token: u64) -> bool {
+        self.states() || since_of_token(token) == since_of_token(self.token)
     }
 }
 
@@ -180,7 +218,7 @@ impl Lease {
     /// Does the encoding need version 3 (a label, or a start its token
     /// does not tell)?
     pub fn needs_labelled_version(&self) -> bool {
-        self.label().is_some() || self.since_ms != since_of_token(self.token)
+        self.label().is_some() || self.since_ms() != since_of_token(self.token)
     }
 
     /// The versioned byte encoding used by RDB (and so DUMP/RESTORE,
@@ -201,7 +239,7 @@ impl Lease {
         out.push(LABELLED_LEASE_VERSION);
         out.extend_from_slice(&self.token.to_le_bytes());
         out.extend_from_slice(&self.deadline_ms.to_le_bytes());
-        out.extend_from_slice(&self.since_ms.to_le_bytes());
+        out.extend_from_slice(&self.since_ms().to_le_bytes());
         out.extend_from_slice(&(owner.len() as u16).to_le_bytes());
         out.extend_from_slice(owner);
         out.extend_from_slice(&(label.len() as u16).to_le_bytes());
@@ -347,7 +385,7 @@ mod tests {
             assert_eq!(bytes[0], LABELLED_LEASE_VERSION);
             assert_eq!(Lease::decode(&bytes), Ok(l.clone()));
             assert_eq!(
-                (l.owner(), l.label(), l.since_ms),
+                (l.owner(), l.label(), l.since_ms()),
                 (b"ab".as_slice(), label, since)
             );
             for n in 0..bytes.len() {
@@ -390,20 +428,25 @@ mod tests {
 
     #[test]
     fn a_lease_is_one_allocation_that_travels_as_a_thin_pointer() {
-        for len in [1usize, 7, 18, 32, 255, 256] {
+        // Without a label and begun when its token says: the owner alone
+        // after the header, as before labels existed; else its start and
+        // label after the owner.
+        for (len, stated) in [1usize, 7, 18, 32, 255, 256]
+            .into_iter()
+            .flat_map(|n| [(n, false), (n, true)])
+        {
             let owner: Vec<u8> = (0..len).map(|i| i as u8).collect();
-            let l = Lease::new(&owner, 42, 1_800_000_000_000, 7, Some(b"label"));
+            let (since, label) = if stated {
+                (7, Some(b"label".as_slice()))
+            } else {
+                (0, None)
+            };
+            let l = Lease::new(&owner, 42, 1_800_000_000_000, since, label);
             assert_eq!(
-                (l.owner(), l.token, l.deadline_ms, l.since_ms, l.label()),
-                (
-                    &owner[..],
-                    42,
-                    1_800_000_000_000,
-                    7,
-                    Some(b"label".as_slice())
-                )
+                (l.owner(), l.token, l.deadline_ms, l.since_ms(), l.label()),
+                (&owner[..], 42, 1_800_000_000_000, since, label)
             );
-            let len = len + 5;
+            let len = if stated { len + 8 + 5 } else { len };
             // The box's own layout is the one allocated (its drop frees it).
             assert_eq!(std::mem::size_of_val(&*l), Lease::layout(len).size());
             assert_eq!(std::mem::align_of_val(&*l), 8);
@@ -419,6 +462,23 @@ mod tests {
             let back = unsafe { Box::from_raw(Lease::from_thin(p)) };
             assert_eq!(back, copy);
         }
+    }
+
+    /// A token changed in place keeps the start only where the start is
+    /// stored, or the new token tells the same.
+    #[test]
+    fn the_start_stays_with_a_token_changed_in_place_only_where_it_can() {
+        let now = 1_800_000_000_000i64;
+        let t = now as u64 * 1024;
+        let plain = Lease::new(b"o", t, now + 10, now, None);
+        assert!(plain.keeps_since_with(t + 5));
+        assert!(
+            !plain.keeps_since_with(t + 5 * 1024),
+            "a FLOOR that raised the token"
+        );
+        let stated = Lease::new(b"o", t, now + 10, now - 3, None);
+        assert!(stated.keeps_since_with(t + 5 * 1024));
+        assert_eq!(stated.since_ms(), now - 3);
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub fn key_state(
     match Held::of(record, now_ms) {
         Held::Free if waited => KeyState::Waited,
         Held::Free => KeyState::Free,
-        Held::Exclusive(l) if l.is_held_by(owner) => KeyState::Mine(l.token, l.since_ms),
+        Held::Exclusive(l) if l.is_held_by(owner) => KeyState::Mine(l.token, l.since_ms()),
         Held::Exclusive(_) => KeyState::Taken,
         Held::Holders(m) if m.holder(owner).is_some_and(|h| h.is_live(now_ms)) => {
             KeyState::MineShared

@@ -350,7 +350,7 @@ pub fn acquire<'a>(
                 raised,
             } => {
                 let mut out = Outcome::new(Answer::Token(token));
-                let since_ms = current.map_or(now, |l| l.since_ms);
+                let since_ms = current.map_or(now, |l| l.since_ms());
                 out.commits.push(
                     Effect::Apply {
                         owner: req.owner,
@@ -526,7 +526,7 @@ pub fn renew<'a>(
                         owner,
                         token: l.token,
                         deadline_ms,
-                        facts: Facts::new(l.since_ms, None),
+                        facts: Facts::new(l.since_ms(), None),
                     },
                     Event::Renew { at_ms: now_ms },
                 );
@@ -635,7 +635,7 @@ pub fn align<'a>(
                 owner: l.owner(),
                 token: l.token,
                 deadline_ms: l.deadline_ms,
-                facts: Facts::new(l.since_ms, None),
+                facts: Facts::new(l.since_ms(), None),
             }),
         ),
         RecordRef::Holders(m) => (
@@ -865,7 +865,7 @@ fn apply_step<H>(key: &mut impl Key, queue: &mut impl Queue<H>, step: Step<H>, n
                     owner: &owner,
                     token,
                     deadline_ms,
-                    facts: Facts::new(l.since_ms, label),
+                    facts: Facts::new(l.since_ms(), label),
                 }),
                 _ => None,
             };

@@ -56,7 +56,7 @@ impl LeaseType for Methods {
                 d.add_bytes(l.owner());
                 d.add_int(l.token as i64);
                 d.add_int(l.deadline_ms);
-                d.add_int(l.since_ms);
+                d.add_int(l.since_ms());
                 d.add_bytes(l.label().unwrap_or_default());
             }
             RecordRef::Holders(m) => {
