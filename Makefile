@@ -130,7 +130,7 @@ FAILOVER_TESTS := --skip sentinel_failovers --skip cluster_failover_starts_a_gra
 
 # The 0.3.0 module, which the mixed-build tests (tests/versions.rs) load to
 # meet this build's labelled records: built once into target/old-module/.
-old-module:
+old-module: deps-build
 	bash tests/fixtures/old-module.sh >/dev/null
 
 integration: old-module
