@@ -388,14 +388,9 @@ pub fn fence(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return Err(LeaseError::Arity("lease.fence"));
     }
     compat::check()?;
-    // The token, and `MINTTL ms` when given: at most three arguments, read
-    // without an allocation (this is a hot path).
-    let n = (a.len() - 2).min(3);
-    let mut head: [&[u8]; 3] = [&[]; 3];
-    for (i, h) in head.iter_mut().enumerate().take(n) {
-        *h = a.bytes(2 + i);
-    }
-    let f = args::parse_fence_args(&head[..n])?;
+    // The token, and `MINTTL ms` when given: at most three arguments (this
+    // is a hot path).
+    let f = a.with_head::<3, _>(2, args::parse_fence_args)?;
     if a.len() > 2 + f.command_at {
         return super::fence::fence_with_command(ctx, a, f);
     }

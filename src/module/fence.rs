@@ -124,8 +124,7 @@ pub fn count_refused(e: &LeaseError) {
 fn command_index(a: &Args) -> usize {
     // The token and the word after it at most: no allocation (the server
     // asks for a fenced command's keys on every call).
-    let head: [&[u8]; 2] = [a.bytes(2), if a.len() > 3 { a.bytes(3) } else { &[] }];
-    2 + fence_command_at(&head[..(a.len() - 2).min(2)])
+    2 + a.with_head::<2, _>(2, fence_command_at)
 }
 
 /// LEASE.FENCE key token [MINTTL ms] command [arg ...]

@@ -248,11 +248,18 @@ impl<'a> Args<'a> {
     /// up to ten of them (a command's options: a hot path).
     #[inline]
     pub fn with_rest<R>(&self, from: usize, f: impl FnOnce(&[&'a [u8]]) -> R) -> R {
-        let n = self.len().saturating_sub(from);
-        if n > 10 {
+        if self.len().saturating_sub(from) > 10 {
             return f(&self.rest(from));
         }
-        let mut few: [&'a [u8]; 10] = [&[]; 10];
+        self.with_head::<10, R>(from, f)
+    }
+
+    /// `f` of the first `N` arguments from `from` (fewer when the call has
+    /// fewer) as byte slices, without an allocation.
+    #[inline]
+    pub fn with_head<const N: usize, R>(&self, from: usize, f: impl FnOnce(&[&'a [u8]]) -> R) -> R {
+        let n = self.len().saturating_sub(from).min(N);
+        let mut few: [&'a [u8]; N] = [&[]; N];
         for (i, slot) in few.iter_mut().enumerate().take(n) {
             *slot = self.bytes(from + i);
         }
