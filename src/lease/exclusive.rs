@@ -258,35 +258,12 @@ impl Lease {
             return Err(DecodeError::Invalid("encoding version"));
         }
         let labelled = version == LABELLED_LEASE_VERSION;
-        let token = r.u64()?;
-        let deadline_ms = r.u64()? as i64;
-        let since_ms = if labelled {
-            r.u64()? as i64
-        } else {
-            since_of_token(token)
-        };
-        let owner = r.bytes()?;
-        let label = if labelled { r.bytes()? } else { &[] };
+        let h = r.holding(labelled)?;
         if !r.0.is_empty() {
             return Err(DecodeError::TrailingBytes);
         }
-        if !owner_ok(owner) {
-            return Err(DecodeError::Invalid("owner"));
-        }
-        if token == 0 || token > MAX_TOKEN {
-            return Err(DecodeError::Invalid("token"));
-        }
-        if deadline_ms <= 0 {
-            return Err(DecodeError::Invalid("deadline"));
-        }
-        if labelled && (since_ms <= 0 || since_ms > deadline_ms) {
-            return Err(DecodeError::Invalid("since"));
-        }
-        if labelled && !label.is_empty() && !label_ok(label) {
-            return Err(DecodeError::Invalid("label"));
-        }
-        let label = (!label.is_empty()).then_some(label);
-        let lease = Lease::new(owner, token, deadline_ms, since_ms, label);
+        h.check(labelled, 0)?;
+        let lease = Lease::new(h.owner, h.token, h.deadline_ms, h.since_ms, h.label());
         // One encoding per record: version 3 only where version 1 cannot say it.
         if labelled && !lease.needs_labelled_version() {
             return Err(DecodeError::Invalid(
@@ -294,6 +271,44 @@ impl Lease {
             ));
         }
         Ok(lease)
+    }
+}
+
+/// One holding as encoded (an exclusive lease, or one holder of a
+/// counting or shared lease): token, deadline, (since,) owner(, label).
+pub(super) struct Encoded<'b> {
+    pub(super) token: u64,
+    pub(super) deadline_ms: i64,
+    pub(super) since_ms: i64,
+    pub(super) owner: &'b [u8],
+    /// Empty: no label.
+    pub(super) label: &'b [u8],
+}
+
+impl Encoded<'_> {
+    /// Refuses impossible fields; `after`: the token before it (tokens
+    /// strictly increase in a holders record; 0 for an exclusive lease).
+    pub(super) fn check(&self, labelled: bool, after: u64) -> Result<(), DecodeError> {
+        if !owner_ok(self.owner) {
+            return Err(DecodeError::Invalid("owner"));
+        }
+        if self.token == 0 || self.token > MAX_TOKEN || self.token <= after {
+            return Err(DecodeError::Invalid("token"));
+        }
+        if self.deadline_ms <= 0 {
+            return Err(DecodeError::Invalid("deadline"));
+        }
+        if labelled && (self.since_ms <= 0 || self.since_ms > self.deadline_ms) {
+            return Err(DecodeError::Invalid("since"));
+        }
+        if !self.label.is_empty() && !label_ok(self.label) {
+            return Err(DecodeError::Invalid("label"));
+        }
+        Ok(())
+    }
+
+    pub(super) fn label(&self) -> Option<&[u8]> {
+        (!self.label.is_empty()).then_some(self.label)
     }
 }
 
@@ -331,6 +346,27 @@ impl<'b> Reader<'b> {
     pub(super) fn bytes(&mut self) -> Result<&'b [u8], DecodeError> {
         let n = self.u16()? as usize;
         self.take(n)
+    }
+
+    /// One holding, with its start and label in versions 3 and 4
+    /// (`labelled`; else its start is what its token tells).
+    pub(super) fn holding(&mut self, labelled: bool) -> Result<Encoded<'b>, DecodeError> {
+        let token = self.u64()?;
+        let deadline_ms = self.u64()? as i64;
+        let since_ms = if labelled {
+            self.u64()? as i64
+        } else {
+            since_of_token(token)
+        };
+        let owner = self.bytes()?;
+        let label = if labelled { self.bytes()? } else { &[] };
+        Ok(Encoded {
+            token,
+            deadline_ms,
+            since_ms,
+            owner,
+            label,
+        })
     }
 }
 

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use super::clock::max_acceptable;
 use super::codec::{DecodeError, HOLDERS_VERSION, LABELLED_HOLDERS_VERSION};
 use super::exclusive::Reader;
-use super::limits::{MAX_LIMIT, MAX_TOKEN, MIN_LIMIT, label_ok, owner_ok, since_of_token};
+use super::limits::{MAX_LIMIT, MIN_LIMIT, since_of_token};
 use super::mode::HoldersMode;
 
 /// Mode bytes in the encoding.
@@ -20,8 +20,13 @@ const MODE_SHARED: u8 = 2;
 const HOLDERS_HEADER_LEN: usize = 1 + 1 + 4 + 4;
 /// Fixed part of one encoded holder: token, deadline, owner length
 /// (version 4 adds since and the label's length).
-const HOLDER_HEADER_LEN: usize = 8 + 8 + 2;
-const LABELLED_HOLDER_HEADER_LEN: usize = 8 + 8 + 8 + 2 + 2;
+fn holder_header_len(labelled: bool) -> usize {
+    if labelled {
+        8 + 8 + 8 + 2 + 2
+    } else {
+        8 + 8 + 2
+    }
+}
 
 /// A batch of ended holders, the earliest first (`Holders::ended_batch`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -332,11 +337,7 @@ impl Holders {
             .values()
             .map(|h| h.owner.len() + h.label.as_ref().map_or(0, |l| l.len()))
             .sum();
-        let per = if labelled {
-            LABELLED_HOLDER_HEADER_LEN
-        } else {
-            HOLDER_HEADER_LEN
-        };
+        let per = holder_header_len(labelled);
         let mut out = Vec::with_capacity(HOLDERS_HEADER_LEN + self.len() * per + bytes);
         out.push(if labelled {
             LABELLED_HOLDERS_VERSION
@@ -389,51 +390,25 @@ impl Holders {
         if count == 0 || !mode.has_room(count - 1) {
             return Err(DecodeError::Invalid("holder count"));
         }
-        let per = if labelled {
-            LABELLED_HOLDER_HEADER_LEN
-        } else {
-            HOLDER_HEADER_LEN
-        };
+        let per = holder_header_len(labelled);
         if count > r.0.len() / (per + 1) {
             return Err(DecodeError::Truncated);
         }
         let mut m = Holders::new(mode);
         let mut last_token = 0u64;
         for _ in 0..count {
-            let token = r.u64()?;
-            let deadline_ms = r.u64()? as i64;
-            let since_ms = if labelled {
-                r.u64()? as i64
-            } else {
-                since_of_token(token)
-            };
-            let owner = r.bytes()?;
-            let label = if labelled { r.bytes()? } else { &[] };
-            if !owner_ok(owner) {
-                return Err(DecodeError::Invalid("owner"));
-            }
-            if token == 0 || token > MAX_TOKEN || token <= last_token {
-                return Err(DecodeError::Invalid("token"));
-            }
-            if deadline_ms <= 0 {
-                return Err(DecodeError::Invalid("deadline"));
-            }
-            if labelled && (since_ms <= 0 || since_ms > deadline_ms) {
-                return Err(DecodeError::Invalid("since"));
-            }
-            if !label.is_empty() && !label_ok(label) {
-                return Err(DecodeError::Invalid("label"));
-            }
-            if m.by_owner.contains_key(owner) {
+            let h = r.holding(labelled)?;
+            h.check(labelled, last_token)?;
+            if m.by_owner.contains_key(h.owner) {
                 return Err(DecodeError::Invalid("owner (repeated)"));
             }
-            last_token = token;
+            last_token = h.token;
             m.put(Holder {
-                owner: owner.into(),
-                token,
-                deadline_ms,
-                since_ms,
-                label: (!label.is_empty()).then(|| label.into()),
+                owner: h.owner.into(),
+                token: h.token,
+                deadline_ms: h.deadline_ms,
+                since_ms: h.since_ms,
+                label: h.label().map(Into::into),
             });
         }
         if !r.0.is_empty() {
@@ -612,12 +587,12 @@ mod tests {
         m.put(h("b", 6, NOW));
         let two = m.encode();
         let first_token = HOLDERS_HEADER_LEN;
-        let second_token = HOLDERS_HEADER_LEN + HOLDER_HEADER_LEN + 1;
+        let second_token = HOLDERS_HEADER_LEN + holder_header_len(false) + 1;
         let mut b = two.clone();
         b[second_token..second_token + 8].copy_from_slice(&5u64.to_le_bytes());
         assert_eq!(Holders::decode(&b), Err(DecodeError::Invalid("token")));
         let mut b = two.clone();
-        b[second_token + HOLDER_HEADER_LEN] = b'a';
+        b[second_token + holder_header_len(false)] = b'a';
         assert_eq!(
             Holders::decode(&b),
             Err(DecodeError::Invalid("owner (repeated)"))
