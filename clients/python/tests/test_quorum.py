@@ -182,9 +182,12 @@ class SomeSilent:
 
 
 # The ttl of the silent-master tests, and its step timeout (a third of it:
-# the default io_timeout is longer).
+# the default io_timeout is longer). A step timeout per silent master, the
+# failure these tests catch, takes at least two steps with two silent; one
+# step plus a loaded machine's connects stays below that.
 SILENT_TTL_MS = 900
 STEP = 0.3
+ONE_STEP_AT_MOST = STEP * 2
 
 
 def test_three_of_seven_masters_silent_still_give_a_lease(kind):
@@ -213,8 +216,8 @@ def test_two_silent_masters_cost_one_step_timeout_per_acquire_and_release(kind):
             assert lease.release()
             took_release = time.monotonic() - t
             print(f"2 of 5 silent ({kind}): acquire {took_acquire:.3f} s, release {took_release:.3f} s")
-            assert took_acquire < STEP * 1.5, f"acquire took {took_acquire:.3f} s: one step timeout, not one per silent master"
-            assert took_release < STEP * 1.5, f"release took {took_release:.3f} s: one step timeout, not one per silent master"
+            assert took_acquire < ONE_STEP_AT_MOST, f"acquire took {took_acquire:.3f} s: one step timeout, not one per silent master"
+            assert took_release < ONE_STEP_AT_MOST, f"release took {took_release:.3f} s: one step timeout, not one per silent master"
         client.close()
     finally:
         ms.close()
@@ -231,7 +234,7 @@ def test_the_asyncio_client_with_silent_masters_takes_one_step_timeout(kind):
             t = time.monotonic()
             assert await lease.release()
             took_release = time.monotonic() - t
-            assert took_acquire < STEP * 1.5 and took_release < STEP * 1.5, (took_acquire, took_release)
+            assert took_acquire < ONE_STEP_AT_MOST and took_release < ONE_STEP_AT_MOST, (took_acquire, took_release)
         await client.close()
 
     for n, silent in ((7, {1, 3, 5}), (5, {0, 3})):

@@ -556,6 +556,10 @@ fn some_silent(
 /// it: the default `io_timeout` is longer).
 const SILENT_TTL: Duration = Duration::from_millis(900);
 const STEP: Duration = Duration::from_millis(300);
+/// A step timeout per silent master, the failure these tests catch, takes
+/// at least two steps with two silent; one step plus a loaded machine's
+/// connects stays below that.
+const ONE_STEP_AT_MOST: Duration = Duration::from_millis(600);
 
 /// One day of wall clock, in ms.
 const DAY_MS: i64 = 86_400_000;
@@ -618,8 +622,8 @@ every_server! {
             assert!(lease.release().unwrap());
             let release = t.elapsed();
             eprintln!("2 of 5 silent ({kind:?}), round {round}: acquire {acquire:?}, release {release:?} (step timeout {STEP:?})");
-            assert!(acquire < STEP * 3 / 2, "acquire took {acquire:?}: one step timeout, not one per silent master");
-            assert!(release < STEP * 3 / 2, "release took {release:?}: one step timeout, not one per silent master");
+            assert!(acquire < ONE_STEP_AT_MOST, "acquire took {acquire:?}: one step timeout, not one per silent master");
+            assert!(release < ONE_STEP_AT_MOST, "release took {release:?}: one step timeout, not one per silent master");
         }
     }
 
@@ -696,7 +700,7 @@ full_suite! {
                 assert!(lease.release().await.unwrap());
                 let release = t.elapsed();
                 eprintln!("async, 2 of 5 silent ({kind:?}), round {round}: acquire {acquire:?}, release {release:?}");
-                assert!(acquire < STEP * 3 / 2 && release < STEP * 3 / 2, "one step timeout each");
+                assert!(acquire < ONE_STEP_AT_MOST && release < ONE_STEP_AT_MOST, "one step timeout each");
             }
         });
     }
