@@ -17,6 +17,12 @@ use super::decide::{self, Decision, Held};
 use super::error::LeaseError;
 use super::mode::Mode;
 
+/// How long after the `BLOCK` timeout a waiter asked for it is timed out:
+/// the clock reads whole milliseconds, so `now + timeout` may be up to
+/// 1 ms less than `timeout` away; a wait is never shorter than its BLOCK
+/// (at most 1 ms longer).
+pub const BLOCK_MARGIN_MS: i64 = 1;
+
 /// A client waiting for a lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiter<H> {
@@ -28,7 +34,8 @@ pub struct Waiter<H> {
     pub owner: Box<[u8]>,
     pub mode: Mode,
     pub ttl_ms: i64,
-    /// When its `BLOCK` timeout passes (unix ms); `None` waits forever.
+    /// When its `BLOCK` timeout is served (unix ms): [`BLOCK_MARGIN_MS`]
+    /// after the timeout it asked for; `None` waits forever.
     pub timeout_at: Option<i64>,
     /// Its `FLOOR` (0: none): the token it is served with is at least this.
     pub floor: u64,
@@ -77,7 +84,11 @@ impl<H> Waiter<H> {
             limit,
             keys: self.keys.as_ref().map_or(1, |k| k.len()),
             waited_ms: (now_ms - self.arrived_ms).max(0),
-            timeout_ms: self.timeout_at.map_or(-1, |at| (at - now_ms).max(0)),
+            // The time to the timeout it asked for: never more than its
+            // BLOCK, even in the millisecond it arrived.
+            timeout_ms: self
+                .timeout_at
+                .map_or(-1, |at| (at - BLOCK_MARGIN_MS - now_ms).max(0)),
         }
     }
 }
@@ -88,7 +99,8 @@ pub struct Ask<'a> {
     pub owner: &'a [u8],
     pub mode: Mode,
     pub ttl_ms: i64,
-    /// When its `BLOCK` timeout passes (unix ms); `None` waits forever.
+    /// When its `BLOCK` timeout is served (unix ms): [`BLOCK_MARGIN_MS`]
+    /// after the timeout it asked for; `None` waits forever.
     pub timeout_at: Option<i64>,
     /// Its `FLOOR` (0: none).
     pub floor: u64,
@@ -577,7 +589,11 @@ mod tests {
             label: Some(b"who".as_slice()),
             ..Ask::new(owner, mode, 100, timeout_at)
         };
-        r.push_ask(slot("k"), 1, ask(b"a", X, Some(now + 500), now - 30));
+        r.push_ask(
+            slot("k"),
+            1,
+            ask(b"a", X, Some(now + 500 + BLOCK_MARGIN_MS), now - 30),
+        );
         r.push_ask(slot("k"), 2, ask(b"bb", Mode::Shared, None, now - 20));
         r.push_ask(
             slot("k"),
@@ -603,6 +619,24 @@ mod tests {
         assert_eq!(r.list(&slot("k"), 2).len(), 2);
         assert_eq!(r.list(&slot("j"), 10).len(), 1);
         assert!(r.list(&slot("none"), 10).is_empty());
+    }
+
+    #[test]
+    fn a_waiter_listed_in_the_millisecond_it_arrived_shows_its_whole_block_and_no_more() {
+        let mut r: WaitRegistry<u32, u64> = WaitRegistry::default();
+        let now = 1_800_000_000_000;
+        r.push_ask(
+            slot("k"),
+            1,
+            Ask {
+                arrived_ms: now,
+                ..Ask::new(b"a", X, 100, Some(now + 8000 + BLOCK_MARGIN_MS))
+            },
+        );
+        let v = r.list(&slot("k"), 10)[0].view(now);
+        assert_eq!((v.waited_ms, v.timeout_ms), (0, 8000));
+        let v = r.list(&slot("k"), 10)[0].view(now + 8001);
+        assert_eq!(v.timeout_ms, 0, "timed out any moment now");
     }
 
     fn slot(k: &str) -> Slot {

@@ -24,7 +24,7 @@ use crate::lease::clock::TokenClock;
 use crate::lease::decide::Held;
 use crate::lease::multikey;
 use crate::lease::ops::{self, Recheck, ServeEnv, Served};
-use crate::lease::waitq::{Ask, Slot, Step, WaitRegistry, Waiter};
+use crate::lease::waitq::{Ask, BLOCK_MARGIN_MS, Slot, Step, WaitRegistry, Waiter};
 use crate::lease::{LeaseError, Mode};
 
 use super::commit::{Closed, KeyWriter, Reader};
@@ -148,17 +148,15 @@ pub struct Want<'a> {
     pub label: Option<&'a [u8]>,
 }
 
-/// What a client that blocks now with `want` asks the queue for. Its
-/// BLOCK timeout is one millisecond more than asked: the clock reads whole
-/// milliseconds, so `now + timeout` may be up to 1 ms less than `timeout`
-/// away; a wait is never shorter than its BLOCK (at most 1 ms longer).
+/// What a client that blocks now with `want` asks the queue for; it is
+/// timed out `BLOCK_MARGIN_MS` after its BLOCK timeout.
 fn ask<'a>(ctx: Ctx, want: &Want<'a>) -> Ask<'a> {
     let now = now_ms();
     Ask {
         owner: want.owner,
         mode: want.mode,
         ttl_ms: want.ttl_ms,
-        timeout_at: (want.timeout_ms > 0).then(|| now + want.timeout_ms + 1),
+        timeout_at: (want.timeout_ms > 0).then(|| now + want.timeout_ms + BLOCK_MARGIN_MS),
         floor: want.floor,
         label: want.label,
         client: ctx.client_id(),
