@@ -860,12 +860,16 @@ full_suite! {
         log_everything(&masters);
         let patient = client.with_label(Label::text("patient"));
         let lease = patient.acquire("job", ttl, Block::For(MS(3000))).unwrap().expect("free after 400 ms");
-        for i in 0..N {
+        // Committed on a majority: a master whose rival lease had not yet
+        // expired when the commit went out may be left out.
+        assert!(lease.committed().len() > N / 2, "{:?}", lease.committed());
+        for &i in lease.committed() {
             assert_eq!(label_on(&mut masters.conn(i), "job").as_deref(), Some("patient"), "master {i}");
         }
         let logged = check_logged(&masters, Some("patient"));
         eprintln!("labelled tries ({kind:?}): LEASE.ACQUIRE per master (all, FLOOR) {logged:?}");
-        assert!(logged.iter().all(|&(n, floors)| n >= 3 && floors >= 1), "several tries: {logged:?}");
+        assert!(logged.iter().all(|&(n, _)| n >= 3), "several tries: {logged:?}");
+        assert!(lease.committed().iter().all(|&i| logged[i].1 >= 1), "a commit round where committed: {logged:?}");
         assert!(lease.release().unwrap());
     }
 
