@@ -394,26 +394,9 @@ pub fn fence(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() > 2 + f.command_at {
         return super::fence::fence_with_command(ctx, a, f);
     }
-    let mut key = Reader::open(ctx, a.str(1));
-    // The key's expiry matters only to the time left (`MINTTL`).
-    let expire = f.min_ttl_ms.and_then(|_| key.expire_at());
-    let decided = decide::fence_record(
-        key.record()?,
-        f.token,
-        f.min_ttl_ms,
-        decision_ms(ctx),
-        expire,
-    );
-    match decided {
-        Ok(_) => {
-            STATS.fence_ok.incr();
-            Ok(Reply::Ok)
-        }
-        Err(e) => {
-            super::fence::count_refused(&e);
-            Err(e)
-        }
-    }
+    super::fence::check_token(ctx, a.str(1), &f)?;
+    STATS.fence_ok.incr();
+    Ok(Reply::Ok)
 }
 
 /// LEASE.INFO key

@@ -11,15 +11,16 @@ use std::ffi::CString;
 use std::os::raw::c_int;
 use std::sync::Mutex;
 
+use crate::lease::LeaseError;
 use crate::lease::args::{FenceArgs, fence_command_at};
+use crate::lease::decide::{self, Fenced};
 use crate::lease::error::printable;
 use crate::lease::fence::{check_inner, check_same_slot, check_shared};
-use crate::lease::{LeaseError, decide};
 
 use super::commit::Reader;
 use super::counters::STATS;
 use super::ffi::call;
-use super::ffi::ctx::{Args, Ctx};
+use super::ffi::ctx::{Args, Ctx, Str};
 use super::ffi::reply::Reply;
 use super::ffi::server::decision_ms;
 
@@ -110,13 +111,26 @@ fn errno_error(name: &str, errno: Option<i32>) -> LeaseError {
     }
 }
 
-/// Counts a token check that refused: `fence_expiring` for `EXPIRING`
-/// (`MINTTL`), else `fence_stale`.
-pub fn count_refused(e: &LeaseError) {
-    match e {
+/// The token check of `LEASE.FENCE` on key `name`: a current holder's
+/// token, and with `MINTTL` enough time left (`decide::fence_record`). A
+/// refusal is counted: `fence_expiring` for `EXPIRING`, else
+/// `fence_stale`.
+#[inline]
+pub fn check_token(ctx: Ctx, name: Str, f: &FenceArgs) -> Result<Fenced, LeaseError> {
+    let mut key = Reader::open(ctx, name);
+    // The key's expiry matters only to the time left (`MINTTL`).
+    let expire = f.min_ttl_ms.and_then(|_| key.expire_at());
+    decide::fence_record(
+        key.record()?,
+        f.token,
+        f.min_ttl_ms,
+        decision_ms(ctx),
+        expire,
+    )
+    .inspect_err(|e| match e {
         LeaseError::Expiring { .. } => STATS.fence_expiring.incr(),
         _ => STATS.fence_stale.incr(),
-    }
+    })
 }
 
 /// Where the fenced command's name is among the call's arguments (after
@@ -137,23 +151,7 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, f: FenceArgs) -> Result<Reply, Lea
     check_inner(name, &flags, &inner_args)?;
     check_slots(ctx, a)?;
     let inner = a.strs(at + 1);
-    let fenced = {
-        let mut key = Reader::open(ctx, a.str(1));
-        let expire = f.min_ttl_ms.and_then(|_| key.expire_at());
-        match decide::fence_record(
-            key.record()?,
-            f.token,
-            f.min_ttl_ms,
-            decision_ms(ctx),
-            expire,
-        ) {
-            Ok(f) => f,
-            Err(e) => {
-                count_refused(&e);
-                return Err(e);
-            }
-        }
-    };
+    let fenced = check_token(ctx, a.str(1), &f)?;
     // A reader's token (SHARED) fences no write; the STALE check came first.
     if fenced.shared {
         check_shared(name, &flags)?;
