@@ -71,6 +71,21 @@ fn facts_args() -> [Arg; 2] {
     ]
 }
 
+/// The arguments of an effect that sets one holding (`LEASE.APPLY`,
+/// `LEASE.HOLD`): `key owner token deadline-ms`, then `mode` (HOLD's
+/// `LIMIT n | SHARED`), then the holding's facts.
+fn holding_args(mode: Option<Arg>) -> Vec<Arg> {
+    let mut args = vec![
+        arg(c"key", KEY),
+        arg(c"owner", STRING),
+        arg(c"token", INTEGER),
+        arg(c"deadline-ms", INTEGER),
+    ];
+    args.extend(mode);
+    args.extend(facts_args());
+    args
+}
+
 /// The version that added labels (design.md S11).
 const V4: &CStr = c"0.4.0";
 
@@ -282,16 +297,7 @@ pub fn specs() -> Vec<Spec> {
             complexity: c"O(1)",
             since: V1,
             history: &[(V4, c"Added `SINCE` and `LABEL`.")],
-            args: {
-                let mut args = vec![
-                    arg(c"key", KEY),
-                    arg(c"owner", STRING),
-                    arg(c"token", INTEGER),
-                    arg(c"deadline-ms", INTEGER),
-                ];
-                args.extend(facts_args());
-                args
-            },
+            args: holding_args(None),
         },
         Spec {
             name: name(HOLD),
@@ -305,17 +311,7 @@ pub fn specs() -> Vec<Spec> {
             complexity: c"O(log n) with n holders",
             since: c"0.2.0",
             history: &[(V4, c"Added `SINCE` and `LABEL`.")],
-            args: {
-                let mut args = vec![
-                    arg(c"key", KEY),
-                    arg(c"owner", STRING),
-                    arg(c"token", INTEGER),
-                    arg(c"deadline-ms", INTEGER),
-                    mode_arg(0),
-                ];
-                args.extend(facts_args());
-                args
-            },
+            args: holding_args(Some(mode_arg(0))),
         },
         Spec {
             name: name(DROP),
