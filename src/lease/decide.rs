@@ -115,7 +115,7 @@ pub fn info(
 ) -> Option<InfoView<'_>> {
     live(current, now_ms).map(|l| InfoView {
         token: l.token,
-        ttl_ms: (ends_at(l, key_expire_ms) - now_ms).max(0),
+        ttl_ms: left_ms(l.deadline_ms, key_expire_ms, now_ms),
         since_ms: l.since_ms(),
         label: l.label(),
     })
@@ -124,7 +124,21 @@ pub fn info(
 /// When a live lease ends: at its recorded deadline, or earlier when its
 /// key expires first (a `PEXPIRE` shortened the key's TTL).
 pub fn ends_at(lease: &Lease, key_expire_ms: Option<i64>) -> i64 {
-    key_expire_ms.map_or(lease.deadline_ms, |e| e.min(lease.deadline_ms))
+    end_of(lease.deadline_ms, key_expire_ms)
+}
+
+/// When a holding with this deadline ends: at the deadline, or at the
+/// key's expiry when that comes first.
+#[inline]
+fn end_of(deadline_ms: i64, key_expire_ms: Option<i64>) -> i64 {
+    key_expire_ms.map_or(deadline_ms, |e| e.min(deadline_ms))
+}
+
+/// The time a holding with this deadline has left at `now_ms` (0 once it
+/// has ended), as LEASE.INFO shows it.
+#[inline]
+fn left_ms(deadline_ms: i64, key_expire_ms: Option<i64>, now_ms: i64) -> i64 {
+    (end_of(deadline_ms, key_expire_ms) - now_ms).max(0)
 }
 
 /// What a key's expiry should be set to so that it matches its lease: the
@@ -174,7 +188,7 @@ impl<'a> Held<'a> {
             Held::Exclusive(l) => l.deadline_ms,
             Held::Holders(m) => m.next_live_deadline(now_ms)?,
         };
-        Some(key_expire_ms.map_or(end, |e| e.min(end)))
+        Some(end_of(end, key_expire_ms))
     }
 }
 
@@ -288,16 +302,15 @@ pub fn fence_record(
     now_ms: i64,
     key_expire_ms: Option<i64>,
 ) -> Result<Fenced, LeaseError> {
-    let end = |deadline: i64| key_expire_ms.map_or(deadline, |e| e.min(deadline));
     let fenced = match record {
         Some(RecordRef::Exclusive(l)) if l.is_live(now_ms) && l.token == token => Fenced {
             shared: false,
-            left_ms: (end(l.deadline_ms) - now_ms).max(0),
+            left_ms: left_ms(l.deadline_ms, key_expire_ms, now_ms),
         },
         Some(RecordRef::Holders(m)) => match m.by_token(token) {
             Some(h) if h.is_live(now_ms) => Fenced {
                 shared: m.mode() == HoldersMode::Shared,
-                left_ms: (end(h.deadline_ms) - now_ms).max(0),
+                left_ms: left_ms(h.deadline_ms, key_expire_ms, now_ms),
             },
             _ => return Err(LeaseError::Stale),
         },
@@ -331,13 +344,12 @@ pub fn holders_info(
     now_ms: i64,
     key_expire_ms: Option<i64>,
 ) -> Option<HoldersInfo<'_>> {
-    let end = |deadline: i64| key_expire_ms.map_or(deadline, |e| e.min(deadline));
     let holders: Vec<InfoView<'_>> = m
         .holders()
         .filter(|h| h.is_live(now_ms))
         .map(|h| InfoView {
             token: h.token,
-            ttl_ms: (end(h.deadline_ms) - now_ms).max(0),
+            ttl_ms: left_ms(h.deadline_ms, key_expire_ms, now_ms),
             since_ms: h.since_ms,
             label: h.label.as_deref(),
         })
@@ -347,7 +359,7 @@ pub fn holders_info(
     Some(HoldersInfo {
         mode: m.mode(),
         token,
-        ttl_ms: (end(latest) - now_ms).max(0),
+        ttl_ms: left_ms(latest, key_expire_ms, now_ms),
         holders,
     })
 }
