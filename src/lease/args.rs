@@ -141,6 +141,22 @@ pub struct AcquireOptions<'a> {
     pub label: Option<&'a [u8]>,
 }
 
+/// The value of the option `name` at `opts[i]`: the word after it, unless
+/// the option was `given` before.
+fn option_value<'a>(
+    opts: &[&'a [u8]],
+    i: usize,
+    name: &'static str,
+    given: bool,
+) -> Result<&'a [u8], LeaseError> {
+    if given {
+        return Err(LeaseError::RepeatedOption(name));
+    }
+    opts.get(i + 1)
+        .copied()
+        .ok_or(LeaseError::MissingValue(name))
+}
+
 /// Parses the options of LEASE.ACQUIRE (case-insensitive names, each at
 /// most once; `LIMIT` and `SHARED` exclude each other, and `FLOOR` goes
 /// with neither).
@@ -150,10 +166,7 @@ pub fn parse_acquire_options<'a>(opts: &[&'a [u8]]) -> Result<AcquireOptions<'a>
     while i < opts.len() {
         let name = opts[i];
         if name.eq_ignore_ascii_case(b"BLOCK") {
-            if out.block_ms.is_some() {
-                return Err(LeaseError::RepeatedOption("BLOCK"));
-            }
-            let value = opts.get(i + 1).ok_or(LeaseError::MissingValue("BLOCK"))?;
+            let value = option_value(opts, i, "BLOCK", out.block_ms.is_some())?;
             out.block_ms = Some(parse_timeout(value)?);
             i += 2;
         } else if name.eq_ignore_ascii_case(b"LIMIT") {
@@ -162,7 +175,7 @@ pub fn parse_acquire_options<'a>(opts: &[&'a [u8]]) -> Result<AcquireOptions<'a>
                 Mode::Shared => return Err(LeaseError::ExclusiveOptions("LIMIT", "SHARED")),
                 Mode::Exclusive => {}
             }
-            let value = opts.get(i + 1).ok_or(LeaseError::MissingValue("LIMIT"))?;
+            let value = option_value(opts, i, "LIMIT", false)?;
             out.mode = Mode::Limit(parse_limit(value)?);
             i += 2;
         } else if name.eq_ignore_ascii_case(b"SHARED") {
@@ -174,17 +187,11 @@ pub fn parse_acquire_options<'a>(opts: &[&'a [u8]]) -> Result<AcquireOptions<'a>
             out.mode = Mode::Shared;
             i += 1;
         } else if name.eq_ignore_ascii_case(b"FLOOR") {
-            if out.floor.is_some() {
-                return Err(LeaseError::RepeatedOption("FLOOR"));
-            }
-            let value = opts.get(i + 1).ok_or(LeaseError::MissingValue("FLOOR"))?;
+            let value = option_value(opts, i, "FLOOR", out.floor.is_some())?;
             out.floor = Some(parse_in_range(value, "FLOOR", 1, MAX_TOKEN as i64)? as u64);
             i += 2;
         } else if name.eq_ignore_ascii_case(b"LABEL") {
-            if out.label.is_some() {
-                return Err(LeaseError::RepeatedOption("LABEL"));
-            }
-            let value = opts.get(i + 1).ok_or(LeaseError::MissingValue("LABEL"))?;
+            let value = option_value(opts, i, "LABEL", out.label.is_some())?;
             out.label = Some(check_label(value)?);
             i += 2;
         } else {
