@@ -6,7 +6,7 @@
 
 use super::clock::max_acceptable;
 use super::codec::{DecodeError, LABELLED_LEASE_VERSION, LEASE_VERSION, NEWEST_VERSION};
-use super::limits::{MAX_TOKEN, label_ok, owner_ok, since_of_token};
+use super::limits::{MAX_TOKEN, label_ok, owner_ok, since_of_token, states_facts};
 
 /// Fixed part of an encoded version 1 record: version, token, deadline,
 /// owner length.
@@ -61,8 +61,8 @@ impl Lease {
         since_ms: i64,
         label: Option<&[u8]>,
     ) -> Box<Lease> {
+        let stated = states_facts(token, since_ms, label);
         let label = label.unwrap_or_default();
-        let stated = !label.is_empty() || since_ms != since_of_token(token);
         let len = owner.len() + if stated { SINCE_LEN + label.len() } else { 0 };
         let bytes_len = u16::try_from(len).expect("an owner and a label of at most 65535 bytes");
         let owner_len = owner.len() as u16;
@@ -218,7 +218,7 @@ impl Lease {
     /// Does the encoding need version 3 (a label, or a start its token
     /// does not tell)?
     pub fn needs_labelled_version(&self) -> bool {
-        self.label().is_some() || self.since_ms() != since_of_token(self.token)
+        states_facts(self.token, self.since_ms(), self.label())
     }
 
     /// The versioned byte encoding used by RDB (and so DUMP/RESTORE,

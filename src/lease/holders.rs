@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use super::clock::max_acceptable;
 use super::codec::{DecodeError, HOLDERS_VERSION, LABELLED_HOLDERS_VERSION};
 use super::exclusive::Reader;
-use super::limits::{MAX_LIMIT, MIN_LIMIT, since_of_token};
+use super::limits::{MAX_LIMIT, MIN_LIMIT, states_facts};
 use super::mode::HoldersMode;
 
 /// Mode bytes in the encoding.
@@ -55,7 +55,7 @@ pub struct Holder {
 impl Holder {
     /// Does its encoding need version 4?
     fn needs_labelled_version(&self) -> bool {
-        self.label.is_some() || self.since_ms != since_of_token(self.token)
+        states_facts(self.token, self.since_ms, self.label.as_deref())
     }
 
     /// Held at `now_ms`? Up to and including its deadline, as a lease.

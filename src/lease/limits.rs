@@ -41,5 +41,13 @@ pub fn label_ok(label: &[u8]) -> bool {
 pub fn since_of_token(token: u64) -> i64 {
     (token / TOKENS_PER_MS) as i64
 }
+
+/// Does a holding state its start and its label (the labelled record
+/// versions, and the exclusive lease's bytes after the owner): it has a
+/// label, or it began at another time than its token tells?
+#[inline(always)]
+pub fn states_facts(token: u64, since_ms: i64, label: Option<&[u8]>) -> bool {
+    label.is_some_and(|l| !l.is_empty()) || since_ms != since_of_token(token)
+}
 /// Most keys of one multi-key command (`numkeys`).
 pub const MAX_KEYS: usize = 1000;
