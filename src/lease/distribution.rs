@@ -137,9 +137,9 @@ impl Distributions {
     }
 
     pub fn reset(&self) {
-        self.held.reset();
-        self.waited.reset();
-        self.renew_margin.reset();
+        for (_, d) in self.all() {
+            d.reset();
+        }
     }
 
     /// (name, distribution) of each, in the order `INFO lease` shows them.
