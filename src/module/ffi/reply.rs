@@ -61,13 +61,22 @@ unsafe fn reply_fields(ctx: *mut raw::RedisModuleCtx, fields: Vec<(&'static str,
                 Field::Bytes(None) => {
                     raw::RedisModule_ReplyWithNull.unwrap()(ctx);
                 }
-                Field::Maps(maps) => {
-                    raw::RedisModule_ReplyWithArray.unwrap()(ctx, maps.len() as _);
-                    for map in maps {
-                        reply_fields(ctx, map);
-                    }
-                }
+                Field::Maps(maps) => reply_maps(ctx, maps),
             }
+        }
+    }
+}
+
+/// Sends an array of maps.
+///
+/// # Safety
+/// `ctx` is the context of the running command.
+unsafe fn reply_maps(ctx: *mut raw::RedisModuleCtx, maps: Vec<Vec<(&'static str, Field)>>) {
+    // SAFETY: the array's header, then one complete map per element.
+    unsafe {
+        raw::RedisModule_ReplyWithArray.unwrap()(ctx, maps.len() as _);
+        for map in maps {
+            reply_fields(ctx, map);
         }
     }
 }
@@ -161,12 +170,7 @@ pub fn send(ctx: Ctx, result: Result<Reply, LeaseError>) {
                 }
             }
             Ok(Reply::Fields(fields)) => reply_fields(ctx, fields),
-            Ok(Reply::Maps(maps)) => {
-                raw::RedisModule_ReplyWithArray.unwrap()(ctx, maps.len() as _);
-                for map in maps {
-                    reply_fields(ctx, map);
-                }
-            }
+            Ok(Reply::Maps(maps)) => reply_maps(ctx, maps),
             Ok(Reply::Sent) => {}
             Err(e) => {
                 let text = CString::new(e.to_string().replace('\0', "?")).expect("no NUL");
