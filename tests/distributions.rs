@@ -15,9 +15,9 @@ fn dist(c: &mut redis::Connection, name: &str) -> [i64; 5] {
     ["count", "p50", "p99", "p999", "max"].map(|f| info_int(c, &format!("lease_{name}_{f}")))
 }
 
-/// `v` is `want` ms, give or take `slack` ms above and 1% below (the
-/// distributions keep two significant digits; a loaded machine only makes
-/// things later).
+/// `v` is `want` ms, give or take 1% and 1 ms either way, and `slack` ms
+/// more above (a loaded machine only makes things later; a percentile
+/// shows the top of its bucket, at most 1/64 above the value).
 fn about(v: i64, want: i64, slack: i64) -> bool {
     v >= want - want / 100 - 1 && v <= want + want / 100 + slack
 }
