@@ -6,7 +6,8 @@
 //! records (`exclusive`, `holders`, then `record`) -> `effect` (the
 //! replication language) and `decide` -> `waitq` -> `ops` (what each
 //! command does, as values) -> `multikey` (the multi-key commands);
-//! beside them `config`, `grace`, `versions`, `fence`, `cluster`, and the
+//! beside them `config`, `grace`, `versions`, `fence`, `cluster`, `keyspec`
+//! (which arguments a command writes, for guarded keys), and the
 //! counters and distributions of `INFO lease` (`stats`, `distribution`).
 
 pub mod args;
@@ -25,6 +26,7 @@ pub mod exclusive;
 pub mod fence;
 pub mod grace;
 pub mod holders;
+pub mod keyspec;
 pub mod limits;
 pub mod mode;
 pub mod multikey;

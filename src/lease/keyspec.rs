@@ -1,0 +1,524 @@
+//! Which arguments of a command are keys it writes, read from the server's
+//! own key specs (`COMMAND INFO`), for the guard (design.md S12): a write
+//! to a guarded key outside `LEASE.FENCE` is refused.
+//!
+//! `RedisModule_GetCommandKeysWithFlags` gives the key positions but, for
+//! every command whose keys come from its key specs, no flags (0 on Redis
+//! 7.0 to 8.2 and Valkey 8.1 and 9.1): it cannot tell `GET` from `SET`'s
+//! cousin `APPEND`. So the specs are read once, at load, and interpreted
+//! here, the way the server finds keys (its `getKeysUsingKeySpecs`):
+//! a begin search (an index, or a keyword searched from one end) then a
+//! find (a range, or a key count read from an argument).
+//!
+//! A command whose keys the specs cannot give exactly (an incomplete spec,
+//! an unknown search, flags that vary with the arguments) is [`Keys::Ask`]:
+//! the binding asks the server's own key function for it.
+
+use std::collections::HashMap;
+
+/// A reply of `COMMAND INFO` as the binding reads it (RESP2 shapes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    Int(i64),
+    Str(Vec<u8>),
+    Array(Vec<Value>),
+    Nil,
+}
+
+impl Value {
+    fn str(&self) -> Option<&[u8]> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn int(&self) -> Option<i64> {
+        match self {
+            Value::Int(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    fn array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// A flat `[name, value, name, value, ...]` array's value for `name`.
+    fn field(&self, name: &[u8]) -> Option<&Value> {
+        let a = self.array()?;
+        a.chunks(2)
+            .find(|pair| {
+                pair.len() == 2 && pair[0].str().is_some_and(|n| n.eq_ignore_ascii_case(name))
+            })
+            .map(|pair| &pair[1])
+    }
+}
+
+/// Where a spec's keys begin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Begin {
+    /// At this argument.
+    Index(usize),
+    /// After this keyword, searched from `startfrom` (from the end when
+    /// negative).
+    Keyword {
+        keyword: Vec<u8>,
+        startfrom: i64,
+    },
+    Unknown,
+}
+
+/// How a spec's keys run from where they begin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Find {
+    /// To `lastkey` (from the end when negative; with a `limit`, a
+    /// fraction of what is left), every `keystep`.
+    Range {
+        lastkey: i64,
+        keystep: usize,
+        limit: usize,
+    },
+    /// As many as the argument `keynumidx` after the beginning says, from
+    /// `firstkey` after it, every `keystep`.
+    Keynum {
+        keynumidx: usize,
+        firstkey: usize,
+        keystep: usize,
+    },
+    Unknown,
+}
+
+/// One key spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spec {
+    /// `RW`, `OW` or `RM`: the keys are written (anything but a read).
+    pub writes: bool,
+    /// `not_key`: the arguments only look like keys.
+    pub not_key: bool,
+    /// `incomplete` or `variable_flags`: the spec alone does not say.
+    pub unsure: bool,
+    pub begin: Begin,
+    pub find: Find,
+}
+
+/// A command's keys, as its specs give them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Command {
+    pub specs: Vec<Spec>,
+    /// Container commands (`XGROUP`, `OBJECT`): by lower-case subcommand.
+    pub subcommands: HashMap<Vec<u8>, Command>,
+}
+
+/// What a command writes, for given arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Keys {
+    /// Exactly these argument positions are written keys (maybe none).
+    Written(Vec<usize>),
+    /// The specs cannot say: ask the server's key function.
+    Ask,
+}
+
+/// Every command of a `COMMAND INFO` reply, by lower-case name.
+#[derive(Clone, Debug, Default)]
+pub struct Table {
+    commands: HashMap<Vec<u8>, Command>,
+}
+
+impl Table {
+    /// Reads a whole `COMMAND INFO` reply; entries it cannot read are
+    /// left out (a command the table does not know is [`Keys::Ask`]).
+    pub fn from_command_info(reply: &Value) -> Table {
+        let mut commands = HashMap::new();
+        for entry in reply.array().unwrap_or_default() {
+            if let Some((name, command)) = parse_command(entry) {
+                commands.insert(name, command);
+            }
+        }
+        Table { commands }
+    }
+
+    pub fn len(&self) -> usize {
+        self.commands.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.commands.is_empty()
+    }
+
+    /// The written keys of `argv` (the command name first).
+    pub fn written(&self, argv: &[&[u8]]) -> Keys {
+        let Some(name) = argv.first() else {
+            return Keys::Written(Vec::new());
+        };
+        let Some(command) = self.commands.get(&name.to_ascii_lowercase()) else {
+            return Keys::Ask;
+        };
+        let command = match argv.get(1) {
+            Some(sub) if !command.subcommands.is_empty() => {
+                match command.subcommands.get(&sub.to_ascii_lowercase()) {
+                    Some(c) => c,
+                    // An unknown subcommand is the server's error to give.
+                    None => return Keys::Written(Vec::new()),
+                }
+            }
+            _ => command,
+        };
+        command.written(argv)
+    }
+}
+
+impl Command {
+    /// The written keys of `argv`, by this command's specs.
+    pub fn written(&self, argv: &[&[u8]]) -> Keys {
+        let mut out = Vec::new();
+        for spec in &self.specs {
+            if spec.not_key {
+                continue;
+            }
+            if spec.unsure {
+                return Keys::Ask;
+            }
+            match spec.positions(argv) {
+                Found::Keys(first, last, step) => {
+                    if spec.writes {
+                        out.extend((first..=last).step_by(step).filter(|&i| i < argv.len()));
+                    }
+                }
+                Found::None => {}
+                // A syntax error: the command will refuse itself, but ask
+                // the server rather than guess.
+                Found::Invalid => return Keys::Ask,
+            }
+        }
+        Keys::Written(out)
+    }
+}
+
+enum Found {
+    Keys(usize, usize, usize),
+    None,
+    Invalid,
+}
+
+impl Spec {
+    fn positions(&self, argv: &[&[u8]]) -> Found {
+        let argc = argv.len() as i64;
+        let first = match &self.begin {
+            Begin::Index(i) => *i as i64,
+            Begin::Keyword { keyword, startfrom } => {
+                let from = if *startfrom > 0 {
+                    *startfrom
+                } else {
+                    argc + startfrom
+                };
+                let hit = if *startfrom > 0 {
+                    (from.max(1)..argc).find(|&i| argv[i as usize].eq_ignore_ascii_case(keyword))
+                } else {
+                    (1..=from.min(argc - 1))
+                        .rev()
+                        .find(|&i| argv[i as usize].eq_ignore_ascii_case(keyword))
+                };
+                match hit {
+                    Some(i) => i + 1,
+                    None => return Found::None,
+                }
+            }
+            Begin::Unknown => return Found::Invalid,
+        };
+        let (first, last, step) = match &self.find {
+            Find::Range {
+                lastkey,
+                keystep,
+                limit,
+            } => {
+                let last = if *lastkey >= 0 {
+                    first + lastkey
+                } else if *limit == 0 {
+                    argc + lastkey
+                } else {
+                    first + ((argc - first) / *limit as i64 + lastkey)
+                };
+                (first, last, *keystep)
+            }
+            Find::Keynum {
+                keynumidx,
+                firstkey,
+                keystep,
+            } => {
+                let at = first + *keynumidx as i64;
+                if at >= argc {
+                    return Found::Invalid;
+                }
+                let Some(n) = std::str::from_utf8(argv[at as usize])
+                    .ok()
+                    .and_then(|s| s.parse::<i64>().ok())
+                else {
+                    return Found::Invalid;
+                };
+                if n < 0 {
+                    return Found::Invalid;
+                }
+                let first = first + *firstkey as i64;
+                (first, first + n - 1, *keystep)
+            }
+            Find::Unknown => return Found::Invalid,
+        };
+        if step == 0 {
+            return Found::Invalid;
+        }
+        if first < 1 || first >= argc || last >= argc {
+            return Found::Invalid;
+        }
+        if last < first {
+            // No keys: a key count of 0 (LMPOP refuses it, ZUNION too).
+            return Found::None;
+        }
+        Found::Keys(first as usize, last as usize, step)
+    }
+}
+
+fn parse_command(entry: &Value) -> Option<(Vec<u8>, Command)> {
+    let a = entry.array()?;
+    let name = a.first()?.str()?.to_ascii_lowercase();
+    let specs = match a.get(8) {
+        Some(Value::Array(specs)) => specs.iter().map(parse_spec).collect::<Option<Vec<_>>>()?,
+        _ => Vec::new(),
+    };
+    let mut subcommands = HashMap::new();
+    for sub in a.get(9).and_then(Value::array).unwrap_or_default() {
+        let (full, command) = parse_command(sub)?;
+        // "xgroup|create" -> "create"
+        let short = match full.iter().position(|&b| b == b'|') {
+            Some(p) => full[p + 1..].to_vec(),
+            None => full,
+        };
+        subcommands.insert(short, command);
+    }
+    Some((name, Command { specs, subcommands }))
+}
+
+fn parse_spec(v: &Value) -> Option<Spec> {
+    let flags: Vec<Vec<u8>> = v
+        .field(b"flags")?
+        .array()?
+        .iter()
+        .filter_map(|f| f.str().map(|s| s.to_ascii_lowercase()))
+        .collect();
+    let has = |f: &[u8]| flags.iter().any(|x| x == f);
+    let begin_v = v.field(b"begin_search")?;
+    let begin_spec = begin_v.field(b"spec");
+    let begin = match begin_v.field(b"type")?.str()? {
+        b"index" => Begin::Index(usize::try_from(begin_spec?.field(b"index")?.int()?).ok()?),
+        b"keyword" => Begin::Keyword {
+            keyword: begin_spec?.field(b"keyword")?.str()?.to_vec(),
+            startfrom: begin_spec?.field(b"startfrom")?.int()?,
+        },
+        _ => Begin::Unknown,
+    };
+    let find_v = v.field(b"find_keys")?;
+    let find_spec = find_v.field(b"spec");
+    let uint = |s: Option<&Value>, name: &[u8]| -> Option<usize> {
+        usize::try_from(s?.field(name)?.int()?).ok()
+    };
+    let find = match find_v.field(b"type")?.str()? {
+        b"range" => Find::Range {
+            lastkey: find_spec?.field(b"lastkey")?.int()?,
+            keystep: uint(find_spec, b"keystep")?,
+            limit: uint(find_spec, b"limit")?,
+        },
+        b"keynum" => Find::Keynum {
+            keynumidx: uint(find_spec, b"keynumidx")?,
+            firstkey: uint(find_spec, b"firstkey")?,
+            keystep: uint(find_spec, b"keystep")?,
+        },
+        _ => Find::Unknown,
+    };
+    Some(Spec {
+        writes: has(b"rw") || has(b"ow") || has(b"rm"),
+        not_key: has(b"not_key"),
+        unsure: has(b"incomplete") || has(b"variable_flags"),
+        begin,
+        find,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A RESP2 reader for the captured replies (tests/fixtures/command-info).
+    fn parse(buf: &[u8], at: &mut usize) -> Value {
+        let line_end = buf[*at..].windows(2).position(|w| w == b"\r\n").unwrap() + *at;
+        let kind = buf[*at];
+        let text = std::str::from_utf8(&buf[*at + 1..line_end]).unwrap();
+        *at = line_end + 2;
+        match kind {
+            b':' => Value::Int(text.parse().unwrap()),
+            b'+' => Value::Str(text.as_bytes().to_vec()),
+            b'$' => {
+                let n: i64 = text.parse().unwrap();
+                if n < 0 {
+                    return Value::Nil;
+                }
+                let s = buf[*at..*at + n as usize].to_vec();
+                *at += n as usize + 2;
+                Value::Str(s)
+            }
+            b'*' => {
+                let n: i64 = text.parse().unwrap();
+                if n < 0 {
+                    return Value::Nil;
+                }
+                Value::Array((0..n).map(|_| parse(buf, at)).collect())
+            }
+            other => panic!("unexpected RESP type {}", other as char),
+        }
+    }
+
+    const SERVERS: [&str; 6] = [
+        "redis70", "redis74", "redis80", "redis82", "valkey81", "valkey91",
+    ];
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let path = format!(
+            "{}/tests/fixtures/command-info/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    fn table(server: &str) -> Table {
+        let buf = fixture(&format!("{server}.resp"));
+        let mut at = 0;
+        let t = Table::from_command_info(&parse(&buf, &mut at));
+        assert_eq!(at, buf.len(), "{server}: one whole reply");
+        t
+    }
+
+    /// Splits a line of cases.txt the way the shell that captured it did:
+    /// words, with '' quotes and "" for an empty argument.
+    fn words(line: &str) -> Vec<Vec<u8>> {
+        line.split_whitespace()
+            .map(|w| match w {
+                "\"\"" => Vec::new(),
+                w => w.trim_matches('\'').as_bytes().to_vec(),
+            })
+            .collect()
+    }
+
+    /// The server's own answer (`COMMAND GETKEYSANDFLAGS`, captured in
+    /// <server>.keys): each key with its flags, or None for an error.
+    fn server_answer(rest: &str) -> Option<Vec<(String, bool)>> {
+        let rest = rest.trim();
+        if rest.starts_with("ERR") {
+            return None;
+        }
+        let mut out: Vec<(String, bool)> = Vec::new();
+        for w in rest.split_whitespace() {
+            match w {
+                "RO" | "RW" | "OW" | "RM" => out.last_mut().unwrap().1 = w != "RO",
+                w if w.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+                    && !out.is_empty() => {}
+                key => out.push((key.to_string(), false)),
+            }
+        }
+        Some(out)
+    }
+
+    #[test]
+    fn every_servers_command_info_is_read_whole() {
+        for server in SERVERS {
+            let t = table(server);
+            assert!(t.len() > 200, "{server}: {} commands", t.len());
+            let xgroup = &t.commands[&b"xgroup".to_vec()];
+            assert!(
+                xgroup.subcommands.contains_key(b"create".as_slice()),
+                "{server}"
+            );
+        }
+    }
+
+    #[test]
+    fn written_keys_agree_with_the_servers_own_answer_on_every_server() {
+        let mut asked = 0;
+        let mut checked = 0;
+        for server in SERVERS {
+            let t = table(server);
+            let keys = String::from_utf8(fixture(&format!("{server}.keys"))).unwrap();
+            for line in keys.lines() {
+                let (argv, answer) = line.split_once(" => ").unwrap();
+                let argv = words(argv);
+                let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                let Some(answer) = server_answer(answer) else {
+                    continue; // a command this server does not have
+                };
+                let want: Vec<&[u8]> = answer
+                    .iter()
+                    .filter(|(_, w)| *w)
+                    .map(|(k, _)| k.as_bytes())
+                    .collect();
+                match t.written(&argv) {
+                    Keys::Written(pos) => {
+                        let got: Vec<&[u8]> = pos.iter().map(|&i| argv[i]).collect();
+                        assert_eq!(got, want, "{server}: {line}");
+                        checked += 1;
+                    }
+                    Keys::Ask => asked += 1,
+                }
+            }
+        }
+        assert!(checked > 300, "{checked} checked, {asked} asked");
+    }
+
+    #[test]
+    fn commands_with_a_key_function_are_asked() {
+        for server in SERVERS {
+            let t = table(server);
+            for line in [
+                "SET {t}a v",
+                "SORT {t}l STORE {t}d",
+                "MIGRATE h 1 \"\" 0 10 KEYS {t}a",
+                "BITFIELD {t}a GET u8 0",
+            ] {
+                let argv = words(line);
+                let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                assert_eq!(t.written(&argv), Keys::Ask, "{server}: {line}");
+            }
+        }
+    }
+
+    #[test]
+    fn reads_and_unknown_subcommands_write_nothing() {
+        let t = table("redis70");
+        for line in [
+            "GET {t}a",
+            "MGET {t}a {t}b",
+            "XINFO STREAM {t}x",
+            "OBJECT NOSUCH {t}a",
+            "PING",
+        ] {
+            let argv = words(line);
+            let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            assert_eq!(t.written(&argv), Keys::Written(vec![]), "{line}");
+        }
+        assert_eq!(t.written(&[b"NOSUCHCOMMAND".as_slice()]), Keys::Ask);
+    }
+
+    #[test]
+    fn a_key_count_that_is_not_a_number_or_runs_past_the_end_is_asked() {
+        let t = table("valkey91");
+        for line in [
+            "ZUNIONSTORE {t}d x {t}z",
+            "ZUNIONSTORE {t}d 5 {t}z",
+            "LMPOP -1 {t}l LEFT",
+        ] {
+            let argv = words(line);
+            let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            assert_eq!(t.written(&argv), Keys::Ask, "{line}");
+        }
+    }
+}
