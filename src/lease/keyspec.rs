@@ -16,6 +16,24 @@
 
 use std::collections::HashMap;
 
+/// The maps of the table: looked up for every command the server runs
+/// while a guard stands, so with a fast hasher (foldhash, what hashbrown
+/// uses), not SipHash.
+type Map<V> = HashMap<Vec<u8>, V, foldhash::fast::FixedState>;
+
+/// The longest command or subcommand name looked up (longer: not a
+/// command this table knows).
+const NAME_MAX: usize = 32;
+
+/// `name` in lower case, in `buf`, without an allocation.
+fn lower<'b>(name: &[u8], buf: &'b mut [u8; NAME_MAX]) -> Option<&'b [u8]> {
+    let b = buf.get_mut(..name.len())?;
+    for (d, s) in b.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
+    }
+    Some(b)
+}
+
 /// A reply of `COMMAND INFO` as the binding reads it (RESP2 shapes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
@@ -110,14 +128,14 @@ pub struct Spec {
 pub struct Command {
     pub specs: Vec<Spec>,
     /// Container commands (`XGROUP`, `OBJECT`): by lower-case subcommand.
-    pub subcommands: HashMap<Vec<u8>, Command>,
+    pub subcommands: Map<Command>,
 }
 
-/// What a command writes, for given arguments.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Whether the specs could say what a command writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Keys {
-    /// Exactly these argument positions are written keys (maybe none).
-    Written(Vec<usize>),
+    /// Every written key's position was given (maybe none).
+    Given,
     /// The specs cannot say: ask the server's key function.
     Ask,
 }
@@ -125,14 +143,14 @@ pub enum Keys {
 /// Every command of a `COMMAND INFO` reply, by lower-case name.
 #[derive(Clone, Debug, Default)]
 pub struct Table {
-    commands: HashMap<Vec<u8>, Command>,
+    commands: Map<Command>,
 }
 
 impl Table {
     /// Reads a whole `COMMAND INFO` reply; entries it cannot read are
     /// left out (a command the table does not know is [`Keys::Ask`]).
     pub fn from_command_info(reply: &Value) -> Table {
-        let mut commands = HashMap::new();
+        let mut commands = Map::default();
         for entry in reply.array().unwrap_or_default() {
             if let Some((name, command)) = parse_command(entry) {
                 commands.insert(name, command);
@@ -149,32 +167,35 @@ impl Table {
         self.commands.is_empty()
     }
 
-    /// The written keys of `argv` (the command name first).
-    pub fn written(&self, argv: &[&[u8]]) -> Keys {
-        let Some(name) = argv.first() else {
-            return Keys::Written(Vec::new());
+    /// Gives `key` the position of every key `argv` (the command name
+    /// first) writes, unless the answer is [`Keys::Ask`].
+    pub fn written(&self, argv: &[&[u8]], key: impl FnMut(usize)) -> Keys {
+        let mut buf = [0; NAME_MAX];
+        let Some(name) = argv.first().and_then(|n| lower(n, &mut buf)) else {
+            return Keys::Ask;
         };
-        let Some(command) = self.commands.get(&name.to_ascii_lowercase()) else {
+        let Some(command) = self.commands.get(name) else {
             return Keys::Ask;
         };
         let command = match argv.get(1) {
             Some(sub) if !command.subcommands.is_empty() => {
-                match command.subcommands.get(&sub.to_ascii_lowercase()) {
+                match lower(sub, &mut buf).and_then(|s| command.subcommands.get(s)) {
                     Some(c) => c,
                     // An unknown subcommand is the server's error to give.
-                    None => return Keys::Written(Vec::new()),
+                    None => return Keys::Given,
                 }
             }
             _ => command,
         };
-        command.written(argv)
+        command.written(argv, key)
     }
 }
 
 impl Command {
-    /// The written keys of `argv`, by this command's specs.
-    pub fn written(&self, argv: &[&[u8]]) -> Keys {
-        let mut out = Vec::new();
+    /// Gives `key` the position of every key `argv` writes, by this
+    /// command's specs, unless the answer is [`Keys::Ask`] (then some
+    /// positions may have been given already).
+    pub fn written(&self, argv: &[&[u8]], mut key: impl FnMut(usize)) -> Keys {
         for spec in &self.specs {
             if spec.not_key {
                 continue;
@@ -185,7 +206,10 @@ impl Command {
             match spec.positions(argv) {
                 Found::Keys(first, last, step) => {
                     if spec.writes {
-                        out.extend((first..=last).step_by(step).filter(|&i| i < argv.len()));
+                        (first..=last)
+                            .step_by(step)
+                            .filter(|&i| i < argv.len())
+                            .for_each(&mut key);
                     }
                 }
                 Found::None => {}
@@ -194,7 +218,7 @@ impl Command {
                 Found::Invalid => return Keys::Ask,
             }
         }
-        Keys::Written(out)
+        Keys::Given
     }
 }
 
@@ -288,7 +312,7 @@ fn parse_command(entry: &Value) -> Option<(Vec<u8>, Command)> {
         Some(Value::Array(specs)) => specs.iter().map(parse_spec).collect::<Option<Vec<_>>>()?,
         _ => Vec::new(),
     };
-    let mut subcommands = HashMap::new();
+    let mut subcommands = Map::default();
     for sub in a.get(9).and_then(Value::array).unwrap_or_default() {
         let (full, command) = parse_command(sub)?;
         // "xgroup|create" -> "create"
@@ -379,6 +403,12 @@ mod tests {
         }
     }
 
+    fn written(t: &Table, argv: &[&[u8]]) -> (Keys, Vec<usize>) {
+        let mut pos = Vec::new();
+        let keys = t.written(argv, |i| pos.push(i));
+        (keys, pos)
+    }
+
     const SERVERS: [&str; 6] = [
         "redis70", "redis74", "redis80", "redis82", "valkey81", "valkey91",
     ];
@@ -434,7 +464,7 @@ mod tests {
         for server in SERVERS {
             let t = table(server);
             assert!(t.len() > 200, "{server}: {} commands", t.len());
-            let xgroup = &t.commands[&b"xgroup".to_vec()];
+            let xgroup = &t.commands[b"xgroup".as_slice()];
             assert!(
                 xgroup.subcommands.contains_key(b"create".as_slice()),
                 "{server}"
@@ -461,8 +491,9 @@ mod tests {
                     .filter(|(_, w)| *w)
                     .map(|(k, _)| k.as_bytes())
                     .collect();
-                match t.written(&argv) {
-                    Keys::Written(pos) => {
+                let (keys, pos) = written(&t, &argv);
+                match keys {
+                    Keys::Given => {
                         let got: Vec<&[u8]> = pos.iter().map(|&i| argv[i]).collect();
                         assert_eq!(got, want, "{server}: {line}");
                         checked += 1;
@@ -486,7 +517,7 @@ mod tests {
             ] {
                 let argv = words(line);
                 let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-                assert_eq!(t.written(&argv), Keys::Ask, "{server}: {line}");
+                assert_eq!(written(&t, &argv).0, Keys::Ask, "{server}: {line}");
             }
         }
     }
@@ -503,9 +534,14 @@ mod tests {
         ] {
             let argv = words(line);
             let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-            assert_eq!(t.written(&argv), Keys::Written(vec![]), "{line}");
+            assert_eq!(written(&t, &argv), (Keys::Given, vec![]), "{line}");
         }
-        assert_eq!(t.written(&[b"NOSUCHCOMMAND".as_slice()]), Keys::Ask);
+        assert_eq!(written(&t, &[b"NOSUCHCOMMAND".as_slice()]).0, Keys::Ask);
+        assert_eq!(
+            written(&t, &[[b'x'; 40].as_slice()]).0,
+            Keys::Ask,
+            "a name too long to be a command"
+        );
     }
 
     #[test]
@@ -518,7 +554,7 @@ mod tests {
         ] {
             let argv = words(line);
             let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-            assert_eq!(t.written(&argv), Keys::Ask, "{line}");
+            assert_eq!(written(&t, &argv).0, Keys::Ask, "{line}");
         }
     }
 }
