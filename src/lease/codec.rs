@@ -2,7 +2,8 @@
 //! Every record starts with its version byte: 1 an exclusive lease
 //! (`exclusive.rs`), 2 a counting or shared lease (`holders.rs`); 3 and 4
 //! the same with each holding's start and label (design.md S11), written
-//! only for a record that has a label or a start its token does not tell.
+//! only for a record that has a label or a start its token does not tell;
+//! 5 an exclusive lease key that guards its hash tag (design.md S12).
 
 use super::limits::MAX_AHEAD_MS;
 
@@ -14,8 +15,11 @@ pub const HOLDERS_VERSION: u8 = 2;
 pub const LABELLED_LEASE_VERSION: u8 = 3;
 /// Record version of a holders record with each holder's start and label.
 pub const LABELLED_HOLDERS_VERSION: u8 = 4;
+/// Record version of an exclusive lease key that guards its hash tag
+/// (design.md S12): version 3's layout; a free guard has no owner.
+pub const GUARD_VERSION: u8 = 5;
 /// The newest record version this build reads.
-pub const NEWEST_VERSION: u8 = LABELLED_HOLDERS_VERSION;
+pub const NEWEST_VERSION: u8 = GUARD_VERSION;
 
 /// Why a stored record could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -158,6 +158,9 @@ pub fn expiry_to_align(lease: &Lease, key_expire_ms: Option<i64>) -> Option<i64>
 #[derive(Debug, Clone, Copy)]
 pub enum Held<'a> {
     Free,
+    /// Free, and the key guards its hash tag (design.md S12): only an
+    /// exclusive lease may take it.
+    FreeGuard,
     Exclusive(&'a Lease),
     /// Held with `LIMIT n` or `SHARED` by at least one live holder; holders
     /// past their deadline may still be stored (they leave at the next
@@ -172,19 +175,20 @@ impl<'a> Held<'a> {
         match record {
             Some(RecordRef::Exclusive(l)) if l.is_live(now_ms) => Held::Exclusive(l),
             Some(RecordRef::Holders(m)) if m.is_live(now_ms) => Held::Holders(m),
+            Some(RecordRef::Exclusive(l)) if l.is_guard() => Held::FreeGuard,
             _ => Held::Free,
         }
     }
 
     pub fn is_free(&self) -> bool {
-        matches!(self, Held::Free)
+        matches!(self, Held::Free | Held::FreeGuard)
     }
 
     /// When the next live holder's time ends at `now_ms` (its deadline, or
     /// the key's expiry when that comes first); `None` when free.
     pub fn next_end(&self, key_expire_ms: Option<i64>, now_ms: i64) -> Option<i64> {
         let end = match self {
-            Held::Free => return None,
+            Held::Free | Held::FreeGuard => return None,
             Held::Exclusive(l) => l.deadline_ms,
             Held::Holders(m) => m.next_live_deadline(now_ms)?,
         };
@@ -236,6 +240,11 @@ pub fn acquire_mode(
     };
     Ok(match held {
         Held::Free => queued(true),
+        Held::FreeGuard if mode != Mode::Exclusive => return Err(LeaseError::GuardHolders),
+        Held::FreeGuard => queued(true),
+        Held::Exclusive(l) if l.is_guard() && mode != Mode::Exclusive => {
+            return Err(LeaseError::GuardHolders);
+        }
         Held::Exclusive(l) => match mode {
             Mode::Limit(_) => return Err(conflict(Mode::Exclusive, mode)),
             _ if !l.is_held_by(owner) => Decision::Contended,

@@ -56,6 +56,13 @@ pub enum Effect<'a> {
     /// `PEXPIREAT key at-ms`: a holders record's key expiry set back to its
     /// latest deadline.
     ExpireAt { at_ms: i64 },
+    /// `LEASE.GUARD key`: the key guards its hash tag (design.md S12): a
+    /// free key becomes a free guard, an exclusive lease's key keeps its
+    /// holding; either way the key has no expiry from then on.
+    Guard,
+    /// `LEASE.UNGUARD key`: the key stops guarding; a free guard goes, a
+    /// held one expires with its lease again.
+    Unguard,
 }
 
 /// What a holding shows of itself (design.md S11): when it began, and its
@@ -94,6 +101,8 @@ pub const PRUNE: &CStr = c"LEASE.PRUNE";
 pub const RELEASE: &CStr = c"LEASE.RELEASE";
 pub const DELETE: &CStr = c"DEL";
 pub const EXPIRE_AT: &CStr = c"PEXPIREAT";
+pub const GUARD: &CStr = c"LEASE.GUARD";
+pub const UNGUARD: &CStr = c"LEASE.UNGUARD";
 
 /// The key-less effects: what a master announces after a fork and when a
 /// replica comes online.
@@ -162,6 +171,8 @@ pub struct Change {
     pub delete: bool,
     /// Set the key's expiry to this absolute unix time.
     pub expire_at: Option<i64>,
+    /// Remove the key's expiry (a guard's key has none).
+    pub persist: bool,
     /// Did the key change (to signal it as modified)?
     pub changed: bool,
 }
@@ -186,6 +197,8 @@ impl<'a> Effect<'a> {
             Effect::Release { .. } => RELEASE,
             Effect::Delete => DELETE,
             Effect::ExpireAt { .. } => EXPIRE_AT,
+            Effect::Guard => GUARD,
+            Effect::Unguard => UNGUARD,
         }
     }
 
@@ -242,6 +255,8 @@ impl<'a> Effect<'a> {
             Effect::Prune { deadline_ms, token } => Effect::Prune { deadline_ms, token },
             Effect::Delete => Effect::Delete,
             Effect::ExpireAt { at_ms } => Effect::ExpireAt { at_ms },
+            Effect::Guard => Effect::Guard,
+            Effect::Unguard => Effect::Unguard,
         }
     }
 
@@ -278,7 +293,7 @@ impl<'a> Effect<'a> {
             Effect::Prune { deadline_ms, token } => {
                 ArgList::new([decimal(*deadline_ms, a), decimal(*token as i64, b)])
             }
-            Effect::Delete => ArgList::new([]),
+            Effect::Delete | Effect::Guard | Effect::Unguard => ArgList::new([]),
             Effect::ExpireAt { at_ms } => ArgList::new([decimal(*at_ms, a)]),
         }
     }
@@ -344,6 +359,14 @@ impl<'a> Effect<'a> {
                     owner: check_owner(args[0])?,
                 }
             }
+            c if c == GUARD => {
+                arity(0, "lease.guard")?;
+                Effect::Guard
+            }
+            c if c == UNGUARD => {
+                arity(0, "lease.unguard")?;
+                Effect::Unguard
+            }
             _ => return Err(LeaseError::Internal(format!("no effect {command:?}"))),
         })
     }
@@ -353,6 +376,36 @@ impl<'a> Effect<'a> {
     /// expiry) is left to the caller in the `Change`.
     #[inline(always)]
     pub fn apply(&self, stored: Stored<'_>) -> Change {
+        // A guard's key keeps guarding whatever happens to its holdings
+        // (design.md S12): a new holding is guarded too, a holding that
+        // leaves leaves a free guard with its token, and the key never
+        // expires.
+        let guarding = match &stored {
+            Stored::Record(RecordMut::Exclusive(l)) if l.is_guard() => Some(l.token),
+            _ => None,
+        };
+        let mut change = self.apply_unguarded(stored);
+        if let Some(last) = guarding
+            && !matches!(self, Effect::Unguard)
+        {
+            match &mut change.store {
+                Some(Record::Exclusive(l)) => l.set_guard(true),
+                Some(Record::Holders(_)) => return change,
+                None if change.delete && !matches!(self, Effect::Delete) => {
+                    change.delete = false;
+                    change.store = Some(Record::Exclusive(Lease::free_guard(last)));
+                }
+                None => {}
+            }
+            if !change.delete {
+                change.expire_at = None;
+                change.persist = change.changed;
+            }
+        }
+        change
+    }
+
+    fn apply_unguarded(&self, stored: Stored<'_>) -> Change {
         let mut change = Change::default();
         match *self {
             Effect::Apply {
@@ -491,6 +544,34 @@ impl<'a> Effect<'a> {
                     change.changed = true;
                 }
             }
+            Effect::Guard => match stored {
+                Stored::Nothing => {
+                    change.store = Some(Record::Exclusive(Lease::free_guard(0)));
+                    change.persist = true;
+                    change.changed = true;
+                }
+                Stored::Record(RecordMut::Exclusive(l)) if !l.is_guard() => {
+                    l.set_guard(true);
+                    change.persist = true;
+                    change.changed = true;
+                }
+                // A guard already, or a holders record (the master refuses
+                // to guard one, so no effect asks it).
+                _ => {}
+            },
+            Effect::Unguard => {
+                if let Stored::Record(RecordMut::Exclusive(l)) = stored
+                    && l.is_guard()
+                {
+                    if l.is_free() {
+                        change.delete = true;
+                    } else {
+                        l.set_guard(false);
+                        change.expire_at = Some(l.deadline_ms);
+                    }
+                    change.changed = true;
+                }
+            }
         }
         change
     }
@@ -499,12 +580,21 @@ impl<'a> Effect<'a> {
     /// `LEASE.APPLY`, or one `LEASE.HOLD` per holder live at `now_ms`.
     pub fn of_record(record: RecordRef<'a>, now_ms: i64) -> Vec<Effect<'a>> {
         match record {
-            RecordRef::Exclusive(l) => vec![Effect::Apply {
-                owner: l.owner(),
-                token: l.token,
-                deadline_ms: l.deadline_ms,
-                facts: Facts::new(l.since_ms(), l.label()),
-            }],
+            RecordRef::Exclusive(l) => {
+                let mut effects = Vec::with_capacity(2);
+                if !l.is_free() {
+                    effects.push(Effect::Apply {
+                        owner: l.owner(),
+                        token: l.token,
+                        deadline_ms: l.deadline_ms,
+                        facts: Facts::new(l.since_ms(), l.label()),
+                    });
+                }
+                if l.is_guard() {
+                    effects.push(Effect::Guard);
+                }
+                effects
+            }
             RecordRef::Holders(m) => m
                 .holders()
                 .filter(|h| h.is_live(now_ms))

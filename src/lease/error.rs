@@ -48,6 +48,15 @@ pub enum LeaseError {
     /// other than the key's, or `LIMIT` against exclusive or shared and
     /// the reverse.
     ModeMismatch { held: Mode, asked: Mode },
+    /// LIMIT or SHARED asked of a key that guards its hash tag, or a guard
+    /// asked of a key held with LIMIT or SHARED (design.md S12).
+    GuardHolders,
+    /// LEASE.GUARD of a key without a hash tag.
+    NoHashTag,
+    /// LEASE.GUARD of a key whose hash tag another key guards.
+    AlreadyGuarded { tag: String, guard: String },
+    /// A write to a guarded key outside the fence of its guard.
+    Fenced { key: String, guard: String },
     /// A holder asking again in another mode (exclusive vs `SHARED`).
     HolderMode { held: Mode, asked: Mode },
     /// The key holds a value of another type.
@@ -143,6 +152,22 @@ impl fmt::Display for LeaseError {
             LeaseError::HolderMode { held, asked } => write!(
                 f,
                 "ERR this owner holds the key with {held} and asks for {asked}: release it first"
+            ),
+            LeaseError::GuardHolders => write!(
+                f,
+                "ERR a key that guards its hash tag holds only exclusive leases: LIMIT and SHARED cannot be used on it, and a key held with LIMIT or SHARED cannot guard"
+            ),
+            LeaseError::NoHashTag => write!(
+                f,
+                "ERR a guard needs a key with a hash tag (a non-empty {{...}} part): it guards the keys of that tag"
+            ),
+            LeaseError::AlreadyGuarded { tag, guard } => write!(
+                f,
+                "ERR hash tag {{{tag}}} is already guarded by '{guard}'"
+            ),
+            LeaseError::Fenced { key, guard } => write!(
+                f,
+                "FENCED write to '{key}' refused: its hash tag is guarded by '{guard}'; write it through LEASE.FENCE {guard} <token> ..."
             ),
             LeaseError::WrongType => write!(
                 f,

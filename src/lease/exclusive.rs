@@ -5,7 +5,9 @@
 //! version 3 (design.md S11).
 
 use super::clock::max_acceptable;
-use super::codec::{DecodeError, LABELLED_LEASE_VERSION, LEASE_VERSION, NEWEST_VERSION};
+use super::codec::{
+    DecodeError, GUARD_VERSION, LABELLED_LEASE_VERSION, LEASE_VERSION, NEWEST_VERSION,
+};
 use super::limits::{MAX_TOKEN, label_ok, owner_ok, since_of_token, states_facts};
 
 /// Fixed part of an encoded version 1 record: version, token, deadline,
@@ -47,6 +49,9 @@ const BYTES_LEN_AT: usize = 8 + 8;
 const BYTES_AT: usize = BYTES_LEN_AT + 2 + 2;
 /// The start's bytes, after the owner.
 const SINCE_LEN: usize = 8;
+/// The bit of `owner_len` that says the key guards its hash tag (design.md
+/// S12; an owner is at most 256 bytes, so the length never uses it).
+const GUARD_BIT: u16 = 0x8000;
 
 impl Lease {
     /// A new lease, in one allocation.
@@ -120,13 +125,15 @@ impl Lease {
 
     /// A copy in a new allocation.
     pub fn to_boxed(&self) -> Box<Lease> {
-        Lease::new(
+        let mut l = Lease::new(
             self.owner(),
             self.token,
             self.deadline_ms,
             self.since_ms(),
             self.label(),
-        )
+        );
+        l.set_guard(self.is_guard());
+        l
     }
 
     /// A lease without a label that began when its token says (tests).
@@ -135,17 +142,51 @@ impl Lease {
         Lease::new(owner, token, deadline_ms, since_of_token(token), None)
     }
 
-    /// The holder's id.
+    /// The guard of a key nobody holds (design.md S12): no owner, no
+    /// deadline, the token of its last holding (0 before the first).
+    pub fn free_guard(token: u64) -> Box<Lease> {
+        let mut l = Lease::new(b"", token, 0, since_of_token(token), None);
+        l.set_guard(true);
+        l
+    }
+
+    /// Does the key guard its hash tag (design.md S12)?
+    #[inline(always)]
+    pub fn is_guard(&self) -> bool {
+        self.owner_len & GUARD_BIT != 0
+    }
+
+    /// Makes the key guard its hash tag, or stop guarding it.
+    pub fn set_guard(&mut self, on: bool) {
+        if on {
+            self.owner_len |= GUARD_BIT;
+        } else {
+            self.owner_len &= !GUARD_BIT;
+        }
+    }
+
+    /// Is nobody holding it (a guard's record between holdings)?
+    #[inline(always)]
+    pub fn is_free(&self) -> bool {
+        self.owner_len() == 0
+    }
+
+    #[inline(always)]
+    fn owner_len(&self) -> usize {
+        (self.owner_len & !GUARD_BIT) as usize
+    }
+
+    /// The holder's id (empty for a free guard).
     #[inline(always)]
     pub fn owner(&self) -> &[u8] {
-        &self.bytes[..self.owner_len as usize]
+        &self.bytes[..self.owner_len()]
     }
 
     /// Does it state its start and label (else it began when its token
     /// says, and has no label)?
     #[inline(always)]
     fn states(&self) -> bool {
-        self.bytes.len() > self.owner_len as usize
+        self.bytes.len() > self.owner_len()
     }
 
     /// When this holding began, unix ms (a renewal or a retry keeps it).
@@ -154,7 +195,7 @@ impl Lease {
         if !self.states() {
             return since_of_token(self.token);
         }
-        let at = self.owner_len as usize;
+        let at = self.owner_len();
         let bytes: [u8; SINCE_LEN] = self.bytes[at..at + SINCE_LEN].try_into().expect("8 bytes");
         i64::from_le_bytes(bytes)
     }
@@ -165,7 +206,7 @@ impl Lease {
         if !self.states() {
             return None;
         }
-        let label = &self.bytes[self.owner_len as usize + SINCE_LEN..];
+        let label = &self.bytes[self.owner_len() + SINCE_LEN..];
         (!label.is_empty()).then_some(label)
     }
 
@@ -225,7 +266,7 @@ impl Lease {
     /// MIGRATE): version 1 when it can, else version 3.
     pub fn encode(&self) -> Vec<u8> {
         let owner = self.owner();
-        if !self.needs_labelled_version() {
+        if !self.is_guard() && !self.needs_labelled_version() {
             let mut out = Vec::with_capacity(HEADER_LEN + owner.len());
             out.push(LEASE_VERSION);
             out.extend_from_slice(&self.token.to_le_bytes());
@@ -236,7 +277,11 @@ impl Lease {
         }
         let label = self.label().unwrap_or_default();
         let mut out = Vec::with_capacity(LABELLED_HEADER_LEN + 2 + self.bytes.len());
-        out.push(LABELLED_LEASE_VERSION);
+        out.push(if self.is_guard() {
+            GUARD_VERSION
+        } else {
+            LABELLED_LEASE_VERSION
+        });
         out.extend_from_slice(&self.token.to_le_bytes());
         out.extend_from_slice(&self.deadline_ms.to_le_bytes());
         out.extend_from_slice(&self.since_ms().to_le_bytes());
@@ -254,16 +299,35 @@ impl Lease {
         if version > NEWEST_VERSION {
             return Err(DecodeError::FutureVersion(version));
         }
-        if version != LEASE_VERSION && version != LABELLED_LEASE_VERSION {
+        if version != LEASE_VERSION
+            && version != LABELLED_LEASE_VERSION
+            && version != GUARD_VERSION
+        {
             return Err(DecodeError::Invalid("encoding version"));
         }
-        let labelled = version == LABELLED_LEASE_VERSION;
+        let guard = version == GUARD_VERSION;
+        let labelled = version != LEASE_VERSION;
         let h = r.holding(labelled)?;
         if !r.0.is_empty() {
             return Err(DecodeError::TrailingBytes);
         }
+        if guard && h.owner.is_empty() {
+            // A free guard: the token of its last holding, nothing else.
+            if h.token > MAX_TOKEN
+                || h.deadline_ms != 0
+                || h.since_ms != since_of_token(h.token)
+                || !h.label.is_empty()
+            {
+                return Err(DecodeError::Invalid("free guard"));
+            }
+            return Ok(Lease::free_guard(h.token));
+        }
         h.check(labelled, 0)?;
-        let lease = Lease::new(h.owner, h.token, h.deadline_ms, h.since_ms, h.label());
+        let mut lease = Lease::new(h.owner, h.token, h.deadline_ms, h.since_ms, h.label());
+        if guard {
+            lease.set_guard(true);
+            return Ok(lease);
+        }
         // One encoding per record: version 3 only where version 1 cannot say it.
         if labelled && !lease.needs_labelled_version() {
             return Err(DecodeError::Invalid(

@@ -25,6 +25,7 @@ pub mod error;
 pub mod exclusive;
 pub mod fence;
 pub mod grace;
+pub mod guard;
 pub mod holders;
 pub mod keyspec;
 pub mod limits;

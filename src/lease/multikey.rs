@@ -38,8 +38,8 @@ pub fn key_state(
     now_ms: i64,
 ) -> KeyState {
     match Held::of(record, now_ms) {
-        Held::Free if waited => KeyState::Waited,
-        Held::Free => KeyState::Free,
+        Held::Free | Held::FreeGuard if waited => KeyState::Waited,
+        Held::Free | Held::FreeGuard => KeyState::Free,
         Held::Exclusive(l) if l.is_held_by(owner) => KeyState::Mine(l.token, l.since_ms()),
         Held::Exclusive(_) => KeyState::Taken,
         Held::Holders(m) if m.holder(owner).is_some_and(|h| h.is_live(now_ms)) => {

@@ -71,6 +71,10 @@ pub enum Event {
     Lingered(u32),
     /// A key's expiry set back to its lease's deadline (nothing).
     Align,
+    /// The key guards its hash tag from now on (`lease.guard`).
+    Guard,
+    /// The key stopped guarding (`lease.unguard`).
+    Unguard,
     /// An effect from the master link or the AOF (counted by nobody: the
     /// master counted it).
     Replayed,
@@ -593,6 +597,10 @@ pub fn revoke<'a>(
     token: u64,
 ) -> Option<Commit<'a>> {
     let effect = match record? {
+        // A guard's key stays, free (design.md S12).
+        RecordRef::Exclusive(l) if l.token == token && l.is_held_by(owner) && l.is_guard() => {
+            Effect::Release { owner }
+        }
         RecordRef::Exclusive(l) if l.token == token && l.is_held_by(owner) => Effect::Delete,
         RecordRef::Holders(m) if m.holder(owner).is_some_and(|h| h.token == token) => {
             Effect::Drop { owner }
@@ -628,6 +636,8 @@ pub fn align<'a>(
     now_ms: i64,
 ) -> Option<Commit<'a>> {
     let (live, holders, to) = match record? {
+        // A guard's key has no expiry (design.md S12).
+        RecordRef::Exclusive(l) if l.is_guard() => return None,
         RecordRef::Exclusive(l) => (
             l.is_live(now_ms),
             1,

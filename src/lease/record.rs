@@ -47,8 +47,8 @@ impl Record {
         }
     }
 
-    /// Decodes a record of any known version (1 and 3: exclusive, 2 and
-    /// 4: holders).
+    /// Decodes a record of any known version (1, 3 and 5: exclusive, 2
+    /// and 4: holders).
     pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         match bytes.first() {
             Some(&HOLDERS_VERSION | &LABELLED_HOLDERS_VERSION) => {
@@ -93,7 +93,7 @@ impl RecordRef<'_> {
     /// How many holders (the `expired` counter counts each).
     pub fn holders(self) -> usize {
         match self {
-            RecordRef::Exclusive(_) => 1,
+            RecordRef::Exclusive(l) => usize::from(!l.is_free()),
             RecordRef::Holders(m) => m.len(),
         }
     }

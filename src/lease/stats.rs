@@ -85,6 +85,12 @@ counters! {
     /// Renewals that arrived with less than a tenth of their ttl left
     /// (design.md S11).
     renewed_late,
+    /// Writes to guarded keys refused outside their guard's fence
+    /// (design.md S12).
+    guard_refused,
+    /// Guards ended by the deletion of their key (`DEL`, `UNLINK`, an
+    /// eviction), not by `LEASE.UNGUARD`.
+    guard_deleted,
 }
 
 impl Default for Stats {

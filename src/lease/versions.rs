@@ -14,19 +14,21 @@ use super::codec::NEWEST_VERSION;
 /// 2: + `LEASE.HOLD`, `LEASE.DROP`, `PEXPIREAT` (counting and shared leases);
 /// 3: + `LEASE.PRUNE` (ended holders in batches), `LEASE.VERSION`;
 /// 4: + `SINCE` and `LABEL` on `LEASE.APPLY` and `LEASE.HOLD` (design.md
-/// S11).
-pub const EFFECTS: u32 = 4;
+/// S11);
+/// 5: + `LEASE.GUARD` and `LEASE.UNGUARD` (guarded keys, design.md S12).
+pub const EFFECTS: u32 = 5;
 /// The newest record version this build writes and reads.
 pub const RECORDS: u32 = NEWEST_VERSION as u32;
 
 /// (module version, effects, records), oldest first. The builds of 0.1.0
 /// with counting and shared leases spoke effects 2 and records 2 while still
 /// saying 0.1.0; they are 0.2.0 here.
-pub const HISTORY: [(&str, u32, u32); 4] = [
+pub const HISTORY: [(&str, u32, u32); 5] = [
     ("0.1.0", 1, 1),
     ("0.2.0", 2, 2),
     ("0.3.0", 3, 2),
     ("0.4.0", 4, 4),
+    ("0.5.0", 5, 5),
 ];
 
 /// Can this build apply effects of version `effects` and read records of

@@ -18,7 +18,9 @@ use super::ffi::ctx::{Args, Ctx, Str};
 use super::ffi::replicate::OwnerArg;
 use super::ffi::reply::{Field, Reply};
 use super::ffi::server::{decision_ms, now_ms};
-use super::{compat, early, grace, settings, tokens, waiters};
+use super::{compat, early, grace, guards, settings, tokens, waiters};
+use crate::lease::error::printable;
+use crate::lease::guard::hash_tag;
 
 /// Where the commands that carry an owner id have it. The id is a
 /// credential: the entry points redact it from SLOWLOG and MONITOR once the
@@ -435,23 +437,97 @@ pub fn info(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
                             .collect(),
                     ),
                 ),
+                ("guard", Field::Int(0)),
             ]),
             None => Reply::Null,
         },
-        current => match decide::info(exclusive(current), now, expire) {
-            Some(view) => Reply::Fields(vec![
-                ("token", Field::Int(view.token as i64)),
-                ("ttl", Field::Int(view.ttl_ms)),
-                (
-                    "waiters",
-                    Field::Int(waiters::waiting_on(ctx, a.str(1)) as i64),
-                ),
-                ("since", Field::Int(view.since_ms)),
-                ("label", Field::Bytes(view.label.map(Into::into))),
-            ]),
-            None => Reply::Null,
-        },
+        current => {
+            let guard = exclusive(current).is_some_and(|l| l.is_guard());
+            let waiting = Field::Int(waiters::waiting_on(ctx, a.str(1)) as i64);
+            match decide::info(exclusive(current), now, expire) {
+                Some(view) => Reply::Fields(vec![
+                    ("token", Field::Int(view.token as i64)),
+                    ("ttl", Field::Int(view.ttl_ms)),
+                    ("waiters", waiting),
+                    ("since", Field::Int(view.since_ms)),
+                    ("label", Field::Bytes(view.label.map(Into::into))),
+                    ("guard", Field::Int(guard as i64)),
+                ]),
+                // A guard nobody holds (design.md S12): no holding.
+                None if guard => Reply::Fields(vec![
+                    ("token", Field::Bytes(None)),
+                    ("ttl", Field::Bytes(None)),
+                    ("waiters", waiting),
+                    ("since", Field::Bytes(None)),
+                    ("label", Field::Bytes(None)),
+                    ("guard", Field::Int(1)),
+                ]),
+                None => Reply::Null,
+            }
+        }
     })
+}
+
+/// LEASE.GUARD key: the key guards its hash tag (design.md S12).
+pub fn guard(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if a.len() != 2 {
+        return Err(LeaseError::Arity("lease.guard"));
+    }
+    if ctx.is_effect() {
+        return apply_effect(ctx, a, Effect::Guard, false);
+    }
+    compat::check()?;
+    let name = a.bytes(1);
+    if hash_tag(name).is_none() {
+        return Err(LeaseError::NoHashTag);
+    }
+    if let Some(other) = guards::guard_of(ctx.selected_db(), name).filter(|g| g != name) {
+        return Err(LeaseError::AlreadyGuarded {
+            tag: printable(hash_tag(name).unwrap_or_default()),
+            guard: printable(&other),
+        });
+    }
+    let mut w = KeyWriter::for_command(ctx, a.str(1), None);
+    match w.record()? {
+        Some(RecordRef::Holders(_)) => return Err(LeaseError::GuardHolders),
+        Some(RecordRef::Exclusive(l)) if l.is_guard() => return Ok(Reply::Ok),
+        _ => {}
+    }
+    w.commit(&Commit {
+        effect: Effect::Guard,
+        event: Event::Guard,
+    });
+    Ok(Reply::Ok)
+}
+
+/// LEASE.UNGUARD key: 1 when the key guarded its hash tag and stops, else
+/// 0.
+pub fn unguard(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if a.len() != 2 {
+        return Err(LeaseError::Arity("lease.unguard"));
+    }
+    if ctx.is_effect() {
+        return apply_effect(ctx, a, Effect::Unguard, true);
+    }
+    compat::check()?;
+    let mut w = KeyWriter::for_command(ctx, a.str(1), None);
+    if !matches!(w.record()?, Some(RecordRef::Exclusive(l)) if l.is_guard()) {
+        return Ok(Reply::Int(0));
+    }
+    w.commit(&Commit {
+        effect: Effect::Unguard,
+        event: Event::Unguard,
+    });
+    Ok(Reply::Int(1))
+}
+
+/// LEASE.FENCED key guard: a write the guard of its key refused (the
+/// command filter puts it in the place of the refused command).
+pub fn fenced(_ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
+    if a.len() != 3 {
+        return Err(LeaseError::Arity("lease.fenced"));
+    }
+    Err(guards::refusal(a.bytes(1), a.bytes(2)))
 }
 
 /// LEASE.WAITERS key [COUNT count]

@@ -32,7 +32,7 @@ use super::ffi::ctx::{Ctx, Str};
 use super::ffi::key::{LeaseKey, Mode};
 use super::ffi::replicate::{self, OwnerArg};
 use super::ffi::server;
-use super::timers;
+use super::{guards, timers};
 use super::tokens;
 
 /// How soon the drain timer takes the next batch out.
@@ -218,6 +218,13 @@ impl KeyWriter {
         }
         let change = c.effect.apply(self.key.stored());
         let changed = change.changed;
+        // A guard comes or goes (design.md S12): the filter's set follows.
+        let guarding = match c.effect {
+            Effect::Guard if changed => Some(true),
+            Effect::Unguard if changed => Some(false),
+            _ => None,
+        };
+        let unguarded = guarding == Some(false);
         // A client's release deletes the key quietly (it serves the
         // waiters itself); LEASE.RELEASE is its own effect (`LEASE.RELEASE
         // key owner`): replicated as the command itself, without a copy.
@@ -225,7 +232,8 @@ impl KeyWriter {
             && matches!(self.origin, Origin::Command { .. });
         let verbatim = released && matches!(self.origin, Origin::Command { one_key: true, .. });
         if let Origin::Effect = self.origin {
-            self.key.carry_out(change, false);
+            self.key.carry_out(change, unguarded);
+            self.follow_guard(guarding);
             if changed {
                 replicate::signal(self.ctx, self.name);
             }
@@ -243,7 +251,8 @@ impl KeyWriter {
             STATS.expired.add(m.len() as u64);
             distribution::ended(RecordRef::Holders(m), &mut counters::record);
         }
-        self.key.carry_out(change, released);
+        self.key.carry_out(change, released || unguarded);
+        self.follow_guard(guarding);
         if changed {
             replicate::signal(self.ctx, self.name);
         }
@@ -259,6 +268,17 @@ impl KeyWriter {
         }
         self.count(c.event);
         changed
+    }
+
+    /// The guards' set follows a guard that came (`Some(true)`) or went.
+    fn follow_guard(&self, guarding: Option<bool>) {
+        match guarding {
+            Some(true) => guards::added(self.ctx.selected_db(), self.name.bytes()),
+            Some(false) => {
+                guards::removed(self.ctx.selected_db(), self.name.bytes());
+            }
+            None => {}
+        }
     }
 
     #[inline(always)]
@@ -300,6 +320,8 @@ impl KeyWriter {
                 notify(c"lease.release");
             }
             Event::Revoke => notify(c"lease.release"),
+            Event::Guard => notify(c"lease.guard"),
+            Event::Unguard => notify(c"lease.unguard"),
             Event::Expire { holders: n, .. } => {
                 STATS.expired.add(n as u64);
                 for _ in 0..n {

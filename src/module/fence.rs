@@ -158,8 +158,11 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, f: FenceArgs) -> Result<Reply, Lea
     }
     STATS.fence_ok.incr();
     let cname = CString::new(name).map_err(|_| LeaseError::UnknownCommand(shown.clone()))?;
-    let reply =
-        call::call_as_caller(ctx, &cname, &inner).map_err(|errno| errno_error(&shown, errno))?;
+    // Under the fence of a guard, the command may write its keys.
+    let reply = super::guards::fencing(ctx.selected_db(), a.bytes(1), || {
+        call::call_as_caller(ctx, &cname, &inner)
+    })
+    .map_err(|errno| errno_error(&shown, errno))?;
     if let Some(text) = reply.error_text() {
         // Redis 7.0 words ACL failures as "ERR acl verification failed, ...";
         // clients expect the NOPERM code.

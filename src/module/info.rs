@@ -85,6 +85,7 @@ pub fn fields() -> Vec<Field> {
         }
     }
     out.push(Field::Unsigned("waiters", waiters::total() as u64));
+    out.push(Field::Unsigned("guards", super::guards::count() as u64));
     out.push(Field::Unsigned("last_token", tokens::last()));
     // Every setting, as `lease_<name>` with `_` for `-`.
     for (i, s) in SETTINGS.iter().enumerate() {

@@ -27,6 +27,7 @@ pub mod fence;
 #[allow(unsafe_code)]
 pub mod ffi;
 pub mod grace;
+pub mod guards;
 pub mod info;
 pub mod settings;
 pub mod timers;

@@ -8,7 +8,7 @@
 use super::super::ffi::ctx::{Ctx, Str};
 use super::super::ffi::entry::Events;
 use super::super::timers::{self, Announcement, TimerJob};
-use super::super::{counters, datatype, grace, info, waiters};
+use super::super::{counters, datatype, grace, guards, info, waiters};
 
 pub struct Lease;
 
@@ -20,11 +20,13 @@ fn announce_all() {
 }
 
 impl Events for Lease {
-    fn flushed() {
+    fn flushed(db: Option<i32>) {
+        guards::flushed(db);
         waiters::recheck_all();
     }
 
     fn swapped(first: i32, second: i32) {
+        guards::swapped(first, second);
         waiters::on_swapdb(first, second);
     }
 
@@ -44,6 +46,7 @@ impl Events for Lease {
     }
 
     fn role_changed(now_master: bool) {
+        guards::role_changed(now_master);
         grace::on_role_change(now_master);
     }
 
@@ -75,6 +78,14 @@ impl Events for Lease {
 
     fn before_command(name: &[u8], first_arg: Option<&[u8]>) {
         datatype::before_command(name, first_arg);
+    }
+
+    fn guards_stand() -> bool {
+        guards::count() > 0
+    }
+
+    fn guarded(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec<u8>)> {
+        guards::check(args, db)
     }
 
     fn stats_reset() {

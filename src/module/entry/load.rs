@@ -10,7 +10,7 @@ use super::super::ffi::entry::hooks;
 use super::super::ffi::guard::install_panic_hook;
 use super::super::ffi::{register, reply, server};
 use super::super::version::{GIT_COMMIT, VERSION};
-use super::super::{grace, info, settings};
+use super::super::{grace, guards, info, settings};
 use super::type_methods::LEASE_TYPE;
 use super::{configs, events, table, timers};
 
@@ -50,6 +50,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
 /// eviction policy, the `+OK` reply, the grace period of a server start.
 fn start(ctx: Ctx) {
     info::refresh_policy(ctx);
+    guards::set_replica(ctx.is_replica());
     reply::prepare(ctx);
     grace::at_load(ctx);
     if let Some(warning) = info::eviction_warning() {

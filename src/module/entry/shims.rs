@@ -48,6 +48,9 @@ command!(Clock => commands::clock);
 command!(Prune => commands::prune);
 command!(Version => commands::version);
 command!(Gate => commands::gate);
+command!(Guard => commands::guard);
+command!(Unguard => commands::unguard);
+command!(Fenced => commands::fenced);
 
 /// LEASE.FENCE, or the server asking for its keys (getkeys-api).
 pub struct Fence;

@@ -4,7 +4,7 @@
 
 use std::ffi::CStr;
 
-use crate::lease::effect::{APPLY, CLOCK, DROP, HOLD, PRUNE, VERSION};
+use crate::lease::effect::{APPLY, CLOCK, DROP, GUARD, HOLD, PRUNE, UNGUARD, VERSION};
 
 use super::super::ffi::entry::command_entry;
 use super::super::ffi::register::{
@@ -88,6 +88,8 @@ fn holding_args(mode: Option<Arg>) -> Vec<Arg> {
 
 /// The version that added labels (design.md S11).
 const V4: &CStr = c"0.4.0";
+/// The version that added guarded keys (design.md S12).
+const V5: &CStr = c"0.5.0";
 
 /// The first version, where most commands come from.
 const V1: &CStr = c"0.1.0";
@@ -298,6 +300,56 @@ pub fn specs() -> Vec<Spec> {
             since: V1,
             history: &[(V4, c"Added `SINCE` and `LABEL`.")],
             args: holding_args(None),
+        },
+        Spec {
+            name: name(GUARD),
+            entry: command_entry::<shims::Guard>(),
+            // admin-ish: it changes who may write other keys, so it is
+            // not @fast (it reads the command table at the first guard)
+            // and is @dangerous like the commands that change access
+            // (ACL users of applications should not run it).
+            acl: c"write slow dangerous lease",
+            flags: "write deny-oom",
+            arity: 2,
+            keys: Keys::One,
+            key_flags: RW | ACCESS | UPDATE,
+            summary: c"Makes the lease key guard its hash tag: every other key of the database with that tag is written only through LEASE.FENCE with the current token of this key's lease",
+            complexity: c"O(1)",
+            since: V5,
+            history: &[],
+            args: vec![arg(c"key", KEY)],
+        },
+        Spec {
+            name: name(UNGUARD),
+            entry: command_entry::<shims::Unguard>(),
+            acl: c"write slow dangerous lease",
+            flags: "write",
+            arity: 2,
+            keys: Keys::One,
+            key_flags: RW | UPDATE,
+            summary: c"Ends the guard of a lease key; 1 if it guarded, else 0 (a key nobody holds goes)",
+            complexity: c"O(1)",
+            since: V5,
+            history: &[],
+            args: vec![arg(c"key", KEY)],
+        },
+        Spec {
+            name: "LEASE.FENCED",
+            entry: command_entry::<shims::Fenced>(),
+            // What the command filter puts in the place of a write to a
+            // guarded key: it answers the FENCED error. In @read and
+            // @write so that any user who could send the write gets the
+            // refusal, not NOPERM.
+            acl: c"read write fast lease",
+            flags: "readonly fast",
+            arity: 3,
+            keys: Keys::One,
+            key_flags: RO,
+            summary: c"Internal: answers the FENCED error of a write to a guarded key outside LEASE.FENCE (the command filter puts it in the place of the refused command)",
+            complexity: c"O(1)",
+            since: V5,
+            history: &[],
+            args: vec![arg(c"key", KEY), arg(c"guard", STRING)],
         },
         Spec {
             name: name(HOLD),

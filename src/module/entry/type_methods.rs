@@ -13,7 +13,7 @@ use super::super::ffi::ctx::Str;
 use super::super::ffi::entry::{Digest, LeaseType, LoadFrom, lease_type};
 use super::super::ffi::replicate::{self, AofIo};
 use super::super::ffi::server::now_ms;
-use super::super::tokens;
+use super::super::{guards, tokens};
 
 /// The type `redis_module!` creates at load.
 pub static LEASE_TYPE: RedisType = lease_type::<Methods>(TYPE_NAME);
@@ -25,12 +25,17 @@ impl LeaseType for Methods {
     const AUX_ENCVER: c_int = AUX_ENCVER;
 
     fn rdb_load(encver: c_int, buf: Option<&[u8]>, from: LoadFrom<'_>) -> Option<Record> {
-        let source = match from {
-            LoadFrom::Load => Source::Load,
-            LoadFrom::Restore(_) => Source::Restore,
+        let (source, key) = match from {
+            LoadFrom::Load(key) => (Source::Load, key),
+            LoadFrom::Restore(key) => (Source::Restore, key),
         };
         let record = datatype::loaded(encver, buf, source)?;
-        if let LoadFrom::Restore(Some((db, name))) = from {
+        if let Some((db, name)) = key
+            && !guards::arrived(db, name, record.as_ref(), source == Source::Load)
+        {
+            return None;
+        }
+        if let (Source::Restore, Some((db, name))) = (source, key) {
             datatype::restored(db, name);
         }
         Some(record)
@@ -74,8 +79,17 @@ impl LeaseType for Methods {
         d.end_sequence();
     }
 
-    fn unlinked(key: &[u8], record: RecordRef<'_>) {
-        datatype::unlinked(key, record);
+    fn unlinked(db: i32, key: &[u8], record: RecordRef<'_>, quiet: bool, replaced: bool) {
+        if !replaced {
+            guards::unlinked(db, key, record, quiet);
+        }
+        if !quiet {
+            datatype::unlinked(key, record);
+        }
+    }
+
+    fn copied(db: i32, key: &[u8], record: RecordRef<'_>) -> bool {
+        guards::arrived(db, key, record, false)
     }
 
     fn aux_save() -> u64 {

@@ -231,3 +231,40 @@ pub fn report_key(ctx: Ctx, pos: usize, flags: c_int) {
         }
     }
 }
+
+/// The whole `COMMAND` reply (every command's `COMMAND INFO`), as the
+/// key-spec table reads it; `None` when the server does not answer.
+pub fn command_table(ctx: Ctx) -> Option<crate::lease::keyspec::Value> {
+    // SAFETY: RM_Call with an empty format: no arguments; the reply is read
+    // with the accessors and freed on drop.
+    let reply =
+        CallReply(unsafe { raw::RedisModule_Call.unwrap()(ctx.raw(), c"COMMAND".as_ptr(), c"".as_ptr()) });
+    if reply.0.is_null() {
+        return None;
+    }
+    Some(value_of(reply.0))
+}
+
+/// A call reply as a key-spec value (RESP2 shapes: what RM_Call gives
+/// without the `3` flag).
+fn value_of(r: *mut raw::RedisModuleCallReply) -> crate::lease::keyspec::Value {
+    use crate::lease::keyspec::Value;
+    match raw::call_reply_type(r) {
+        raw::ReplyType::Integer => Value::Int(raw::call_reply_integer(r)),
+        raw::ReplyType::String | raw::ReplyType::VerbatimString => {
+            Value::Str(raw::call_reply_string(r).unwrap_or_default().into_bytes())
+        }
+        raw::ReplyType::Array => Value::Array(
+            (0..raw::call_reply_length(r))
+                .map(|i| value_of(raw::call_reply_array_element(r, i)))
+                .collect(),
+        ),
+        _ => Value::Nil,
+    }
+}
+
+/// Key flags (`command_keys`): only read, and any kind of write.
+pub const KEY_READ_ONLY: c_int = raw::REDISMODULE_CMD_KEY_RO as c_int;
+pub const KEY_WRITES: c_int = (raw::REDISMODULE_CMD_KEY_RW
+    | raw::REDISMODULE_CMD_KEY_OW
+    | raw::REDISMODULE_CMD_KEY_RM) as c_int;

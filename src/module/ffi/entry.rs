@@ -21,7 +21,7 @@ use crate::lease::{LeaseError, Record, RecordRef};
 
 use super::ctx::{Args, Ctx, Str};
 use super::guard::{guard, panic_message};
-use super::key::{is_lease_key, unlink_is_quiet};
+use super::key::{is_lease_key, unlink_is_quiet, unlink_is_replacement};
 use super::replicate::AofIo;
 use super::reply::{self, Reply};
 use super::server::{self, Hooks, log_warning};
@@ -95,8 +95,9 @@ unsafe extern "C" fn command<C: Command>(
 
 /// Where `rdb_load` gets a record from.
 pub enum LoadFrom<'a> {
-    /// The server is loading data (an RDB, the AOF's preamble, a full sync).
-    Load,
+    /// The server is loading data (an RDB, the AOF's preamble, a full
+    /// sync): the key's database and name, where the server gives them.
+    Load(Option<(i32, &'a [u8])>),
     /// `RESTORE` (or a `MIGRATE` arriving): the key's database and name,
     /// where the server gives them.
     Restore(Option<(i32, &'a [u8])>),
@@ -141,9 +142,14 @@ pub trait LeaseType {
     /// The commands that rebuild `record` under `key` in a rewritten AOF.
     fn aof_rewrite(io: AofIo, key: Str, record: RecordRef<'_>);
     fn digest(d: &mut Digest, record: RecordRef<'_>);
-    /// A key holding `record` leaves the keyspace (DEL, UNLINK, expiry,
-    /// eviction, an overwrite), unless the module itself removes it.
-    fn unlinked(key: &[u8], record: RecordRef<'_>);
+    /// A key of database `db` holding `record` leaves the keyspace (DEL,
+    /// UNLINK, expiry, eviction, an overwrite); `quiet` when the module
+    /// itself removes it, `replaced` when the module stores another record
+    /// in its place.
+    fn unlinked(db: i32, key: &[u8], record: RecordRef<'_>, quiet: bool, replaced: bool);
+    /// `COPY` makes a copy of `record` under `key` of database `db`;
+    /// `false` refuses it.
+    fn copied(db: i32, key: &[u8], record: RecordRef<'_>) -> bool;
     /// The aux value saved before the keys of an RDB.
     fn aux_save() -> u64;
     fn aux_load(value: u64);
@@ -166,13 +172,13 @@ pub const fn lease_type<T: LeaseType>(name: &'static str) -> RedisType {
             aux_save: Some(aux_save::<T>),
             aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as i32,
             free_effort: Some(free_effort),
-            unlink: Some(unlink::<T>),
-            copy: Some(copy),
+            unlink: None,
+            copy: None,
             defrag: None,
             mem_usage2: None,
             free_effort2: None,
-            unlink2: None,
-            copy2: None,
+            unlink2: Some(unlink2::<T>),
+            copy2: Some(copy2::<T>),
             aux_save2: None,
         },
     )
@@ -195,16 +201,17 @@ unsafe extern "C" fn rdb_load<T: LeaseType>(
         let loading = server::detached().is_some_and(|c| c.is_loading());
         // SAFETY: the IO context of this load; the key name it gives lives
         // while the callback runs.
-        let name = (!loading).then(|| unsafe {
+        let name = unsafe {
             let name = raw::RedisModule_GetKeyNameFromIO.unwrap()(rdb);
             (!name.is_null()).then(|| {
                 let db = raw::RedisModule_GetDbIdFromIO.unwrap()(rdb);
                 (db, Str::new(name as *mut _).bytes())
             })
-        });
-        let from = match name {
-            None => LoadFrom::Load,
-            Some(key) => LoadFrom::Restore(key),
+        };
+        let from = if loading {
+            LoadFrom::Load(name)
+        } else {
+            LoadFrom::Restore(name)
         };
         T::rdb_load(encver, buf.as_ref().map(|b| b.as_ref()), from)
             .map_or(std::ptr::null_mut(), value::into_raw)
@@ -263,25 +270,42 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, v: *const c_
     })
 }
 
-unsafe extern "C" fn unlink<T: LeaseType>(key: *mut raw::RedisModuleString, v: *const c_void) {
+unsafe extern "C" fn unlink2<T: LeaseType>(ctx: *mut raw::RedisModuleKeyOptCtx, v: *const c_void) {
     guard("unlink", (), || {
-        if !key.is_null() && !unlink_is_quiet() {
-            // SAFETY: the name of the key being unlinked, alive during this
-            // call, and its value, one of our records (see above).
-            let (key, record) = unsafe { (Str::new(key), value::record_ref(v)) };
-            T::unlinked(key.bytes(), record);
+        // SAFETY: the key's context of this callback: the name of the key
+        // being unlinked, alive during this call, and its database; its
+        // value is one of our records (see above).
+        unsafe {
+            let key = raw::RedisModule_GetKeyNameFromOptCtx.unwrap()(ctx);
+            if key.is_null() {
+                return;
+            }
+            let db = raw::RedisModule_GetDbIdFromOptCtx.unwrap()(ctx);
+            let (key, record) = (Str::new(key as *mut _), value::record_ref(v));
+            T::unlinked(db, key.bytes(), record, unlink_is_quiet(), unlink_is_replacement());
         }
     })
 }
 
-unsafe extern "C" fn copy(
-    _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
+unsafe extern "C" fn copy2<T: LeaseType>(
+    ctx: *mut raw::RedisModuleKeyOptCtx,
     v: *const c_void,
 ) -> *mut c_void {
     guard("copy", std::ptr::null_mut(), || {
-        // SAFETY: v is one of our records (see above).
-        value::into_raw(unsafe { value::record_ref(v) }.to_owned())
+        // SAFETY: v is one of our records (see above); the key's context
+        // of this callback gives the copy's name (alive during this call)
+        // and database.
+        unsafe {
+            let record = value::record_ref(v);
+            let to = raw::RedisModule_GetToKeyNameFromOptCtx.unwrap()(ctx);
+            if !to.is_null() {
+                let db = raw::RedisModule_GetToDbIdFromOptCtx.unwrap()(ctx);
+                if !T::copied(db, Str::new(to as *mut _).bytes(), record) {
+                    return std::ptr::null_mut();
+                }
+            }
+            value::into_raw(record.to_owned())
+        }
     })
 }
 
@@ -441,8 +465,8 @@ pub fn hooks<W: Waits, E: Events>() -> Hooks {
 
 /// The server events and keyspace events the module follows.
 pub trait Events {
-    /// A `FLUSHDB` or `FLUSHALL` is done.
-    fn flushed();
+    /// A `FLUSHDB` of database `db`, or a `FLUSHALL` (`None`), is done.
+    fn flushed(db: Option<i32>);
     fn swapped(first: i32, second: i32);
     /// A child process was forked (BGSAVE, BGREWRITEAOF, a full sync).
     fn forked();
@@ -458,6 +482,12 @@ pub trait Events {
     /// A command with at least one argument is about to run (the command
     /// filter, while it is registered).
     fn before_command(name: &[u8], first_arg: Option<&[u8]>);
+    /// Is the guards' check on (some guard stands)?
+    fn guards_stand() -> bool;
+    /// The guards' check of the command `args` (the command name first):
+    /// `Some((key, guard))` refuses it; `db` tells the client's database
+    /// where the server can.
+    fn guarded(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec<u8>)>;
     /// `CONFIG RESETSTAT` is about to run.
     fn stats_reset();
 }
@@ -504,7 +534,10 @@ unsafe extern "C" fn flushed<E: Events>(
 ) {
     guard("the flush event", (), || {
         if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
-            E::flushed();
+            // SAFETY: the FlushDB event's data is a RedisModuleFlushInfo.
+            let db = unsafe { (_data as *const raw::RedisModuleFlushInfo).as_ref() }
+                .map_or(-1, |info| info.dbnum);
+            E::flushed((db >= 0).then_some(db));
         }
     })
 }
@@ -630,8 +663,85 @@ unsafe extern "C" fn command_filter<E: Events>(fctx: *mut raw::RedisModuleComman
             if let Some(name) = arg(0) {
                 E::before_command(name, arg(1));
             }
+            if E::guards_stand() {
+                check_guards::<E>(fctx);
+            }
         }
     })
+}
+
+/// Most arguments a command's guard check reads without an allocation.
+const ARGS_ON_STACK: usize = 16;
+
+/// The guards' check of the command about to run: a refused command is
+/// replaced by `LEASE.FENCED key guard`, which answers the refusal.
+///
+/// # Safety
+/// `fctx` is the filter context of the command about to run.
+unsafe fn check_guards<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    // SAFETY: as the caller's contract says; the arguments live while the
+    // filter runs.
+    unsafe {
+        let count = raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx).max(0) as usize;
+        let get = |i: usize| {
+            let s = raw::RedisModule_CommandFilterArgGet.unwrap()(fctx, i as c_int);
+            (!s.is_null()).then(|| Str::new(s as *mut _))
+        };
+        let mut stack = [Str::new(std::ptr::null_mut()); ARGS_ON_STACK];
+        let mut heap = Vec::new();
+        let args: &[Str] = if count <= ARGS_ON_STACK {
+            for (i, slot) in stack.iter_mut().enumerate().take(count) {
+                match get(i) {
+                    Some(s) => *slot = s,
+                    None => return,
+                }
+            }
+            &stack[..count]
+        } else {
+            for i in 0..count {
+                match get(i) {
+                    Some(s) => heap.push(s),
+                    None => return,
+                }
+            }
+            &heap
+        };
+        let db = || filter_client_db(fctx);
+        let Some((key, guard)) = E::guarded(args, &db) else {
+            return;
+        };
+        for i in (0..count).rev() {
+            raw::RedisModule_CommandFilterArgDelete.unwrap()(fctx, i as c_int);
+        }
+        let create = raw::RedisModule_CreateString.unwrap();
+        for (i, word) in [&b"LEASE.FENCED"[..], &key, &guard].into_iter().enumerate() {
+            // Owned by the filter from here (not auto-memory, never freed
+            // by the module).
+            let s = create(std::ptr::null_mut(), word.as_ptr().cast(), word.len());
+            raw::RedisModule_CommandFilterArgInsert.unwrap()(fctx, i as c_int, s);
+        }
+    }
+}
+
+/// The database of the client whose command the filter sees, where the
+/// server says (Redis 7.2+ and Valkey know the client; a script's or a
+/// module's client is not listed).
+///
+/// # Safety
+/// `fctx` is the filter context of the command about to run.
+unsafe fn filter_client_db(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Option<i32> {
+    // SAFETY: function-pointer reads filled in by RedisModule_Init; the
+    // client info is a local of the version the server is told.
+    unsafe {
+        let id = raw::RedisModule_CommandFilterGetClientId?(fctx);
+        let mut info: raw::RedisModuleClientInfo = std::mem::zeroed();
+        info.version = raw::REDISMODULE_CLIENTINFO_VERSION as u64;
+        let ok = raw::RedisModule_GetClientInfoById?(
+            (&mut info as *mut raw::RedisModuleClientInfo).cast(),
+            id,
+        );
+        (ok == raw::REDISMODULE_OK as c_int).then_some(info.db as i32)
+    }
 }
 
 /// The server events to subscribe to, each with its shim.

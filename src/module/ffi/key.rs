@@ -142,14 +142,29 @@ impl LeaseKey {
         }
         if let Some(at) = change.expire_at {
             self.set_expire(at);
+        } else if change.persist {
+            self.persist();
+        }
+    }
+
+    /// Removes the key's expiry (a guard's key has none).
+    pub fn persist(&self) {
+        if self.holds == Holds::Nothing {
+            return;
+        }
+        // SAFETY: the key is open for writing and holds a value.
+        unsafe {
+            raw::RedisModule_SetExpire.unwrap()(self.key, raw::REDISMODULE_NO_EXPIRE as i64);
         }
     }
 
     fn set_value(&mut self, v: *mut c_void) -> bool {
         // SAFETY: the key is open for writing; on success the server owns
         // `v` and frees it through the type's free callback.
+        REPLACING.store(true, Relaxed);
         let status =
             unsafe { raw::RedisModule_ModuleTypeSetValue.unwrap()(self.key, lease_type(), v) };
+        REPLACING.store(false, Relaxed);
         if status != raw::REDISMODULE_OK as i32 {
             // SAFETY: the server did not take ownership; reclaim and drop it.
             unsafe { value::drop_raw(v) };
@@ -204,6 +219,16 @@ impl LeaseKey {
 
 /// Set while `delete_released` deletes a key.
 static QUIET_UNLINK: AtomicBool = AtomicBool::new(false);
+
+/// Set while the module stores a record in place of a key's value (the
+/// server unlinks the value it replaces).
+static REPLACING: AtomicBool = AtomicBool::new(false);
+
+/// Is the unlink under way the module's own replacement of a value?
+#[inline]
+pub fn unlink_is_replacement() -> bool {
+    REPLACING.load(Relaxed)
+}
 
 /// Is the unlink under way the one of a client's LEASE.RELEASE?
 #[inline]

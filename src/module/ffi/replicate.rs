@@ -143,6 +143,7 @@ macro_rules! variadic {
                 p(4),
                 l(4),
             ),
+            (None, 0) => f(t, c, c"s".as_ptr(), k),
             (None, 1) => f(t, c, c"sb".as_ptr(), k, p(0), l(0)),
             (None, 2) => f(t, c, c"sbb".as_ptr(), k, p(0), l(0), p(1), l(1)),
             (None, 3) => f(

@@ -1,0 +1,301 @@
+//! Guarded keys (design.md S12): a lease key that guards its hash tag makes
+//! every other key of its database with that tag writable only through
+//! `LEASE.FENCE guard token ...`. Here: the hash tag rule, the set of
+//! guards the binding keeps (by database and tag), and the decision on one
+//! command, as values; the binding's command filter asks it, and rewrites
+//! a refused command into the refusal.
+//!
+//! The decision runs for every command the server runs while a guard
+//! stands, so it is cheap first: arguments without a guarded tag pass
+//! before the command's key specs are read (`keyspec.rs`).
+
+use std::collections::HashMap;
+
+/// A map looked up for every argument with a hash tag while a guard
+/// stands: a fast hasher (foldhash), not SipHash.
+type Map<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
+/// The hash tag of a key, as cluster slots read it: the bytes between the
+/// first `{` and the first `}` after it, when there are some.
+#[inline]
+pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let rest = &key[open + 1..];
+    let close = rest.iter().position(|&b| b == b'}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
+/// The database a command runs in, as the binding knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Db {
+    Known(i32),
+    /// The server does not say (Redis 7.0's filter knows no client; a
+    /// script's or another module's client is not listed): a guard of any
+    /// database covers the write.
+    Any,
+}
+
+/// The guards standing: for each hash tag, the guard key of each database
+/// that has one.
+#[derive(Debug, Default, Clone)]
+pub struct Guards {
+    by_tag: Map<Box<[u8]>, Vec<(i32, Box<[u8]>)>>,
+    len: usize,
+}
+
+impl Guards {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The guard of `tag` in `db`, if any.
+    pub fn guard_of(&self, db: i32, tag: &[u8]) -> Option<&[u8]> {
+        self.by_tag
+            .get(tag)?
+            .iter()
+            .find(|(d, _)| *d == db)
+            .map(|(_, g)| &**g)
+    }
+
+    /// Is `tag` guarded in any database?
+    #[inline]
+    pub fn tag_guarded(&self, tag: &[u8]) -> bool {
+        self.by_tag.contains_key(tag)
+    }
+
+    /// `key` of `db` guards its tag from now on (it has one; the caller
+    /// checked that no other key guards it). Returns whether it is new.
+    pub fn add(&mut self, db: i32, key: &[u8]) -> bool {
+        let Some(tag) = hash_tag(key) else {
+            return false;
+        };
+        let list = self.by_tag.entry(tag.into()).or_default();
+        if let Some(at) = list.iter().position(|(d, _)| *d == db) {
+            list[at].1 = key.into();
+            return false;
+        }
+        list.push((db, key.into()));
+        self.len += 1;
+        true
+    }
+
+    /// `key` of `db` guards no more (it went, or stopped guarding).
+    /// Returns whether it was a guard.
+    pub fn remove(&mut self, db: i32, key: &[u8]) -> bool {
+        let Some(tag) = hash_tag(key) else {
+            return false;
+        };
+        let Some(list) = self.by_tag.get_mut(tag) else {
+            return false;
+        };
+        let Some(at) = list.iter().position(|(d, g)| *d == db && **g == *key) else {
+            return false;
+        };
+        list.swap_remove(at);
+        if list.is_empty() {
+            self.by_tag.remove(tag);
+        }
+        self.len -= 1;
+        true
+    }
+
+    /// A database emptied (`None`: all of them).
+    pub fn flush(&mut self, db: Option<i32>) {
+        for list in self.by_tag.values_mut() {
+            list.retain(|(d, _)| db.is_some_and(|db| *d != db));
+        }
+        self.by_tag.retain(|_, list| !list.is_empty());
+        self.len = self.by_tag.values().map(Vec::len).sum();
+    }
+
+    /// `SWAPDB a b`.
+    pub fn swap(&mut self, a: i32, b: i32) {
+        for list in self.by_tag.values_mut() {
+            for (d, _) in list.iter_mut() {
+                if *d == a {
+                    *d = b;
+                } else if *d == b {
+                    *d = a;
+                }
+            }
+        }
+    }
+
+    /// Does any argument after the command name carry a guarded tag? The
+    /// cheap first check: a command without one is never refused.
+    #[inline]
+    pub fn touches(&self, args: &[&[u8]]) -> bool {
+        args.iter()
+            .skip(1)
+            .any(|a| hash_tag(a).is_some_and(|t| self.tag_guarded(t)))
+    }
+
+    /// The decision on one command whose written keys are `written`
+    /// (positions in `argv`), run in `db`, under the fence of `fencing`
+    /// (the guard key and database of the `LEASE.FENCE` running it, if
+    /// any).
+    pub fn check<'a>(
+        &'a self,
+        argv: &[&'a [u8]],
+        written: &[usize],
+        db: Db,
+        fencing: Option<(i32, &[u8])>,
+    ) -> Verdict<'a> {
+        let deletes = argv.first().is_some_and(|n| {
+            n.eq_ignore_ascii_case(b"del") || n.eq_ignore_ascii_case(b"unlink")
+        });
+        let mut ends = false;
+        for &at in written {
+            let Some(&key) = argv.get(at) else { continue };
+            let Some(tag) = hash_tag(key) else { continue };
+            let Some(list) = self.by_tag.get(tag) else {
+                continue;
+            };
+            for (gdb, guard) in list {
+                if let Db::Known(db) = db
+                    && db != *gdb
+                {
+                    continue;
+                }
+                if **guard == *key {
+                    // The guard key itself: DEL and UNLINK end the guard
+                    // (the administrator's way out); nothing else but the
+                    // lease commands writes it.
+                    if deletes {
+                        ends = true;
+                        continue;
+                    }
+                } else if fencing.is_some_and(|(fdb, f)| fdb == *gdb && f == &**guard) {
+                    continue;
+                }
+                return Verdict::Refuse { key, guard };
+            }
+        }
+        if ends { Verdict::EndsGuard } else { Verdict::Pass }
+    }
+}
+
+/// What becomes of a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict<'a> {
+    Pass,
+    /// It runs, and deletes a guard key (counted).
+    EndsGuard,
+    /// Refused: it writes `key`, which `guard` guards.
+    Refuse { key: &'a [u8], guard: &'a [u8] },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hash_tag_is_what_cluster_slots_read() {
+        assert_eq!(hash_tag(b"{user1}:data"), Some(&b"user1"[..]));
+        assert_eq!(hash_tag(b"a{b}c{d}"), Some(&b"b"[..]));
+        assert_eq!(hash_tag(b"a{}b{c}"), None, "an empty first tag: no tag");
+        assert_eq!(hash_tag(b"a{b"), None);
+        assert_eq!(hash_tag(b"}a{b}"), Some(&b"b"[..]));
+        assert_eq!(hash_tag(b"{{x}}"), Some(&b"{x"[..]));
+        assert_eq!(hash_tag(b"plain"), None);
+    }
+
+    fn guards() -> Guards {
+        let mut g = Guards::default();
+        assert!(g.add(0, b"{t}:lock"));
+        assert!(g.add(1, b"{t}:other"));
+        assert!(g.add(0, b"{u}:lock"));
+        g
+    }
+
+    #[test]
+    fn guards_are_kept_by_database_and_tag() {
+        let mut g = guards();
+        assert_eq!(g.len(), 3);
+        assert_eq!(g.guard_of(0, b"t"), Some(&b"{t}:lock"[..]));
+        assert_eq!(g.guard_of(1, b"t"), Some(&b"{t}:other"[..]));
+        assert_eq!(g.guard_of(2, b"t"), None);
+        assert!(!g.add(0, b"{t}:lock"), "twice is once");
+        assert!(!g.add(0, b"notag"));
+        assert!(!g.remove(0, b"{t}:other"), "not the guard of db 0");
+        assert!(g.remove(1, b"{t}:other"));
+        assert_eq!(g.len(), 2);
+        g.swap(0, 3);
+        assert_eq!(g.guard_of(3, b"u"), Some(&b"{u}:lock"[..]));
+        assert_eq!(g.guard_of(0, b"u"), None);
+        g.flush(Some(3));
+        assert!(g.is_empty());
+        let mut g = guards();
+        g.flush(None);
+        assert!(g.is_empty() && !g.tag_guarded(b"t"));
+    }
+
+    #[test]
+    fn only_arguments_with_a_guarded_tag_are_looked_at() {
+        let g = guards();
+        assert!(g.touches(&[b"SET", b"{t}:a", b"v"]));
+        assert!(!g.touches(&[b"SET", b"{x}:a", b"{y}"]));
+        assert!(!g.touches(&[b"{t}", b"x"]), "the command name is not an argument");
+    }
+
+    #[test]
+    fn a_write_to_a_guarded_key_is_refused_outside_its_guards_fence() {
+        let g = guards();
+        let argv: [&[u8]; 3] = [b"SET", b"{t}:a", b"v"];
+        let refused = Verdict::Refuse {
+            key: b"{t}:a",
+            guard: b"{t}:lock",
+        };
+        assert_eq!(g.check(&argv, &[1], Db::Known(0), None), refused);
+        assert_eq!(g.check(&argv, &[], Db::Known(0), None), Verdict::Pass, "a read");
+        assert_eq!(g.check(&argv, &[1], Db::Known(2), None), Verdict::Pass, "another database");
+        assert_eq!(
+            g.check(&argv, &[1], Db::Known(0), Some((0, b"{t}:lock"))),
+            Verdict::Pass
+        );
+        assert_eq!(
+            g.check(&argv, &[1], Db::Known(0), Some((0, b"{u}:lock"))),
+            refused,
+            "another guard's fence"
+        );
+        assert_eq!(
+            g.check(&argv, &[1], Db::Known(0), Some((1, b"{t}:lock"))),
+            refused,
+            "the fence of another database"
+        );
+        // Not knowing the database, a guard of any database covers it.
+        assert!(matches!(
+            g.check(&argv, &[1], Db::Any, Some((0, b"{t}:lock"))),
+            Verdict::Refuse { guard: b"{t}:other", .. }
+        ));
+    }
+
+    #[test]
+    fn the_guard_key_itself_is_written_only_by_del_and_unlink() {
+        let g = guards();
+        for name in [&b"DEL"[..], b"unlink"] {
+            assert_eq!(
+                g.check(&[name, b"{t}:lock"], &[1], Db::Known(0), None),
+                Verdict::EndsGuard
+            );
+            assert!(matches!(
+                g.check(&[name, b"{t}:lock", b"{t}:data"], &[1, 2], Db::Known(0), None),
+                Verdict::Refuse { key: b"{t}:data", .. }
+            ));
+        }
+        for argv in [
+            &[&b"SET"[..], b"{t}:lock", b"x"][..],
+            &[b"RENAME", b"{t}:lock", b"{t}:x"],
+            &[b"EXPIRE", b"{t}:lock", b"1"],
+        ] {
+            assert!(matches!(
+                g.check(argv, &[1], Db::Known(0), Some((0, b"{t}:lock"))),
+                Verdict::Refuse { key: b"{t}:lock", .. }
+            ));
+        }
+    }
+}

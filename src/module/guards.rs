@@ -1,0 +1,261 @@
+//! Guarded keys in the server (design.md S12): the guards standing, kept
+//! as guard keys come and go (`LEASE.GUARD`, `LEASE.UNGUARD`, loads,
+//! `COPY`, deletions, flushes, `SWAPDB`); the command filter's check of
+//! every command while one stands; and the fence's mark that lets its own
+//! command write its guard's keys. The decisions are `lease::guard`'s.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering::Relaxed};
+
+use crate::lease::guard::{Db, Guards, Verdict, hash_tag};
+use crate::lease::keyspec::{Keys, Table};
+use crate::lease::{LeaseError, RecordRef};
+
+use super::counters::STATS;
+use super::ffi::call;
+use super::ffi::ctx::Str;
+use super::ffi::server::{self, log_warning, mono_ms};
+use super::waiters;
+
+static GUARDS: Mutex<Option<Guards>> = Mutex::new(None);
+/// How many guards stand, readable without the lock: the filter's first
+/// test, and `INFO lease`'s `guards`.
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+/// This server is a replica: what it writes comes from its master (or a
+/// client of a writable replica, which its master will overwrite), and
+/// nothing is refused.
+static REPLICA: AtomicBool = AtomicBool::new(false);
+/// Which arguments each command writes, read from the server's `COMMAND`
+/// when the first guard comes (`None` until then).
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+/// The guard whose `LEASE.FENCE` runs its command right now (database and
+/// key): its keys may be written.
+static FENCING: Mutex<Option<(i32, Vec<u8>)>> = Mutex::new(None);
+
+fn with<R>(f: impl FnOnce(&mut Guards) -> R) -> R {
+    let mut guard = GUARDS.lock().unwrap_or_else(|e| e.into_inner());
+    let g = guard.get_or_insert_with(Guards::default);
+    let before = g.len();
+    let out = f(g);
+    let after = g.len();
+    COUNT.store(after, Relaxed);
+    drop(guard);
+    if (before == 0) != (after == 0) {
+        if after > 0 {
+            load_table();
+        }
+        refresh_filter();
+    }
+    out
+}
+
+/// The command filter runs while someone waits (`waiters.rs`) or a guard
+/// stands: it costs every command of the server.
+pub fn refresh_filter() {
+    server::set_command_filter(waiters::total() > 0 || count() > 0);
+}
+
+/// Guards standing now.
+pub fn count() -> usize {
+    COUNT.load(Relaxed)
+}
+
+/// The guard of `key`'s hash tag in `db`, if any.
+pub fn guard_of(db: i32, key: &[u8]) -> Option<Vec<u8>> {
+    let tag = hash_tag(key)?;
+    if count() == 0 {
+        return None;
+    }
+    with(|g| g.guard_of(db, tag).map(<[u8]>::to_vec))
+}
+
+/// `key` of `db` guards its tag from now on.
+pub fn added(db: i32, key: &[u8]) {
+    with(|g| g.add(db, key));
+}
+
+/// `key` of `db` guards no more.
+pub fn removed(db: i32, key: &[u8]) -> bool {
+    if count() == 0 {
+        return false;
+    }
+    with(|g| g.remove(db, key))
+}
+
+/// A key holding `record` left database `db`: a guard key ends its guard
+/// (counted unless the module removed it: `LEASE.UNGUARD` of a free
+/// guard).
+pub fn unlinked(db: i32, key: &[u8], record: RecordRef<'_>, quiet: bool) {
+    if let RecordRef::Exclusive(l) = record
+        && l.is_guard()
+        && removed(db, key)
+        && !quiet
+    {
+        STATS.guard_deleted.incr();
+    }
+}
+
+/// A guard record arrived under `key` of `db` (a load, `RESTORE`,
+/// `MIGRATE`, `COPY`): it guards from now on. `false` refuses it where its
+/// tag has another guard already (a `RESTORE` or `COPY`; a load takes the
+/// keys it is given).
+pub fn arrived(db: i32, key: &[u8], record: RecordRef<'_>, loading: bool) -> bool {
+    let RecordRef::Exclusive(l) = record else {
+        return true;
+    };
+    if !l.is_guard() {
+        return true;
+    }
+    if !loading && let Some(other) = guard_of(db, key).filter(|g| g != key) {
+        log_warning(&format!(
+            "refusing a guard record for '{}': its hash tag is guarded by '{}' already",
+            String::from_utf8_lossy(key),
+            String::from_utf8_lossy(&other)
+        ));
+        return false;
+    }
+    added(db, key);
+    true
+}
+
+pub fn flushed(db: Option<i32>) {
+    if count() > 0 {
+        with(|g| g.flush(db));
+    }
+}
+
+pub fn swapped(a: i32, b: i32) {
+    if count() > 0 {
+        with(|g| g.swap(a, b));
+    }
+}
+
+pub fn role_changed(now_master: bool) {
+    REPLICA.store(!now_master, Relaxed);
+}
+
+pub fn set_replica(replica: bool) {
+    REPLICA.store(replica, Relaxed);
+}
+
+/// Runs `f` (a `LEASE.FENCE`'s command) as the fence of the lease key
+/// `key` of `db`: the guards let it write the keys `key` guards.
+pub fn fencing<R>(db: i32, key: &[u8], f: impl FnOnce() -> R) -> R {
+    if count() == 0 {
+        return f();
+    }
+    let before = FENCING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .replace((db, key.to_vec()));
+    let out = f();
+    *FENCING.lock().unwrap_or_else(|e| e.into_inner()) = before;
+    out
+}
+
+fn load_table() {
+    let mut table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    if table.as_ref().is_some_and(|t| !t.is_empty()) {
+        return;
+    }
+    if let Some(reply) = server::detached().and_then(call::command_table) {
+        *table = Some(Table::from_command_info(&reply));
+    }
+}
+
+/// At most one refusal log line per this many milliseconds.
+const REFUSAL_LOG_EVERY_MS: i64 = 10_000;
+
+/// The filter's check of the command `args` (its name first), run in the
+/// database `db` says: `Some((key, guard))` refuses it.
+pub fn check(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec<u8>)> {
+    if count() == 0 || REPLICA.load(Relaxed) {
+        return None;
+    }
+    let name = args.first()?.bytes();
+    if name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease.") {
+        return None;
+    }
+    // The cheap test first: an argument with a guarded tag.
+    let guards = GUARDS.lock().unwrap_or_else(|e| e.into_inner());
+    let g = guards.as_ref()?;
+    if !args[1..]
+        .iter()
+        .any(|a| hash_tag(a.bytes()).is_some_and(|t| g.tag_guarded(t)))
+    {
+        return None;
+    }
+    let argv: Vec<&[u8]> = args.iter().map(|a| a.bytes()).collect();
+    let written = written(args, &argv);
+    let db = db().map_or(Db::Any, Db::Known);
+    let fencing = FENCING.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let refusal = match g.check(
+        &argv,
+        &written,
+        db,
+        fencing.as_ref().map(|(d, k)| (*d, k.as_slice())),
+    ) {
+        Verdict::Pass | Verdict::EndsGuard => return None,
+        Verdict::Refuse { key, guard } => (key.to_vec(), guard.to_vec()),
+    };
+    drop(guards);
+    STATS.guard_refused.incr();
+    log_refusal(name, &refusal.0, &refusal.1);
+    Some(refusal)
+}
+
+/// The positions of the keys `argv` writes: by the server's key specs, or
+/// its key function where they cannot say (a key whose flags it does not
+/// give counts as written).
+fn written(args: &[Str], argv: &[&[u8]]) -> Vec<usize> {
+    // MIGRATE moves keys away whole (a resharding moves a guard with its
+    // keys); RESTORE-ASKING is a MIGRATE arriving.
+    let name = argv[0];
+    if name.eq_ignore_ascii_case(b"migrate") || name.eq_ignore_ascii_case(b"restore-asking") {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let asks = {
+        let table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        match table.as_ref() {
+            Some(t) => t.written(argv, |i| out.push(i)) == Keys::Ask,
+            None => true,
+        }
+    };
+    if asks {
+        out.clear();
+        let Some(ctx) = server::detached() else {
+            return (1..argv.len()).collect();
+        };
+        for (at, flags) in call::command_keys(ctx, args) {
+            if flags & call::KEY_READ_ONLY == 0 || flags & call::KEY_WRITES != 0 {
+                out.push(at);
+            }
+        }
+    }
+    out
+}
+
+fn log_refusal(command: &[u8], key: &[u8], guard: &[u8]) {
+    static LAST: AtomicI64 = AtomicI64::new(i64::MIN);
+    let now = mono_ms();
+    if now.saturating_sub(LAST.load(Relaxed)) < REFUSAL_LOG_EVERY_MS {
+        return;
+    }
+    LAST.store(now, Relaxed);
+    log_warning(&format!(
+        "refused '{}' writing '{}': its hash tag is guarded by '{}' (write it through LEASE.FENCE); {} writes refused since the start (lease_guard_refused)",
+        String::from_utf8_lossy(command),
+        String::from_utf8_lossy(key),
+        String::from_utf8_lossy(guard),
+        STATS.guard_refused.get()
+    ));
+}
+
+/// `LEASE.FENCED key guard`: what a refused write became.
+pub fn refusal(key: &[u8], guard: &[u8]) -> LeaseError {
+    LeaseError::Fenced {
+        key: crate::lease::error::printable(key),
+        guard: crate::lease::error::printable(guard),
+    }
+}
