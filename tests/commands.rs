@@ -322,7 +322,8 @@ every_server! {
         let token = &t[1..t.len() - 2];
 
         let r2 = raw.call(&[b"LEASE.INFO", b"job"]);
-        assert!(r2.starts_with(b"*10\r\n"), "RESP2 INFO: {:?}", String::from_utf8_lossy(&r2));
+        assert!(r2.starts_with(b"*12\r\n"), "RESP2 INFO: {:?}", String::from_utf8_lossy(&r2));
+        assert!(contains(&r2, b"$5\r\nguard\r\n:0\r\n"), "not a guard {:?}", String::from_utf8_lossy(&r2));
         assert!(contains(&r2, b"$5\r\nlabel\r\n$-1\r\n"), "no label: null {:?}", String::from_utf8_lossy(&r2));
         assert!(!contains(&r2, owner), "RESP2 INFO reveals the owner");
         assert!(contains(&r2, b"$5\r\ntoken\r\n:"), "{:?}", String::from_utf8_lossy(&r2));
@@ -330,7 +331,7 @@ every_server! {
 
         raw.call(&[b"HELLO", b"3"]);
         let r3 = raw.call(&[b"LEASE.INFO", b"job"]);
-        assert!(r3.starts_with(b"%5\r\n"), "RESP3 INFO: {:?}", String::from_utf8_lossy(&r3));
+        assert!(r3.starts_with(b"%6\r\n"), "RESP3 INFO: {:?}", String::from_utf8_lossy(&r3));
         assert!(contains(&r3, b"$5\r\nlabel\r\n_\r\n"), "no label: null {:?}", String::from_utf8_lossy(&r3));
         assert!(!contains(&r3, owner), "RESP3 INFO reveals the owner");
         assert!(contains(&r3, b"$7\r\nwaiters\r\n:0\r\n"), "{:?}", String::from_utf8_lossy(&r3));

@@ -86,13 +86,13 @@ full_suite! {
         let t = shared(&mut c, "rd", "r1").unwrap();
         let mut raw = s.raw();
         let r2 = String::from_utf8(raw.call(&[b"LEASE.INFO", b"rd"])).unwrap();
-        let prefix = format!("*12\r\n$4\r\nmode\r\n$6\r\nshared\r\n$5\r\nlimit\r\n:0\r\n$5\r\ntoken\r\n:{t}\r\n$3\r\nttl\r\n:");
+        let prefix = format!("*14\r\n$4\r\nmode\r\n$6\r\nshared\r\n$5\r\nlimit\r\n:0\r\n$5\r\ntoken\r\n:{t}\r\n$3\r\nttl\r\n:");
         assert!(r2.starts_with(&prefix), "{r2:?}");
         assert!(r2.contains(&format!("$7\r\nwaiters\r\n:0\r\n$7\r\nholders\r\n*1\r\n*8\r\n$5\r\ntoken\r\n:{t}\r\n$3\r\nttl\r\n:")), "{r2:?}");
-        assert!(r2.ends_with("$5\r\nlabel\r\n$-1\r\n"), "{r2:?}");
+        assert!(r2.ends_with("$5\r\nlabel\r\n$-1\r\n$5\r\nguard\r\n:0\r\n"), "{r2:?}");
         raw.call(&[b"HELLO", b"3"]);
         let r3 = String::from_utf8(raw.call(&[b"LEASE.INFO", b"rd"])).unwrap();
-        assert!(r3.starts_with("%6\r\n$4\r\nmode\r\n$6\r\nshared\r\n"), "{r3:?}");
+        assert!(r3.starts_with("%7\r\n$4\r\nmode\r\n$6\r\nshared\r\n"), "{r3:?}");
         assert!(r3.contains(&format!("$7\r\nholders\r\n*1\r\n%4\r\n$5\r\ntoken\r\n:{t}\r\n")), "{r3:?}");
         assert!(r3.ends_with("$5\r\nlabel\r\n_\r\n"), "{r3:?}");
         // An exclusive lease's INFO: token, ttl and waiters first, then
@@ -549,9 +549,9 @@ every_server! {
         let e = err(&mut c, &["LEASE.ACQUIRE", "ex", "x", "30000", "SHARED"]);
         assert_eq!(e, "ERR this owner holds the key with an exclusive lease and asks for SHARED: release it first");
         assert_eq!(token_of(&mut c, "ex"), Some(tx));
-        // Exclusive INFO: exactly token, ttl, waiters, since, label.
+        // Exclusive INFO: exactly token, ttl, waiters, since, label, guard.
         let Value::Array(fields) = info(&mut c, "ex") else { panic!() };
-        assert_eq!(fields.len(), 10);
+        assert_eq!(fields.len(), 12);
         assert!(field(&Value::Array(fields), "mode").is_none());
         // Readers' retries keep their tokens; the last reader out deletes the key.
         assert_eq!(shared(&mut c, "rd", "r3"), Some(tokens[2]));

@@ -419,7 +419,7 @@ fn the_helpers_versions_follow_the_modules() {
 const BINDING_LAYERS: [&[&str]; 6] = [
     &["ffi"],
     &[
-        "version", "tokens", "counters", "settings", "timers", "early",
+        "version", "tokens", "counters", "settings", "timers", "early", "guards",
     ],
     &["commit"],
     &["grace", "compat", "waiters", "datatype", "fence", "info"],

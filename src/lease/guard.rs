@@ -25,6 +25,30 @@ pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
     (close > 0).then(|| &rest[..close])
 }
 
+/// Commands whose declared keys say nothing of what they write: scripts
+/// and functions (their specs assume the worst; the writes inside them are
+/// checked one by one as they run), and `MIGRATE` and `RESTORE-ASKING`,
+/// which move keys whole between servers (a resharding moves a guard with
+/// its keys).
+const NOT_CHECKED: [&[u8]; 8] = [
+    b"eval",
+    b"evalsha",
+    b"eval_ro",
+    b"evalsha_ro",
+    b"fcall",
+    b"fcall_ro",
+    b"migrate",
+    b"restore-asking",
+];
+
+/// Is the command `name` checked by its keys? Not the lease commands
+/// (design.md S12), nor `NOT_CHECKED`.
+#[inline]
+pub fn is_checked(name: &[u8]) -> bool {
+    !(name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease."))
+        && !NOT_CHECKED.iter().any(|n| n.eq_ignore_ascii_case(name))
+}
+
 /// The database a command runs in, as the binding knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Db {
@@ -210,6 +234,16 @@ mod tests {
         assert!(g.add(1, b"{t}:other"));
         assert!(g.add(0, b"{u}:lock"));
         g
+    }
+
+    #[test]
+    fn lease_commands_scripts_and_moves_are_not_checked_by_their_keys() {
+        for name in [&b"LEASE.ACQUIRE"[..], b"lease.fence", b"EVAL", b"fcall_ro", b"MIGRATE", b"restore-asking"] {
+            assert!(!is_checked(name), "{}", String::from_utf8_lossy(name));
+        }
+        for name in [&b"SET"[..], b"RESTORE", b"lease", b"EVALX", b"del"] {
+            assert!(is_checked(name), "{}", String::from_utf8_lossy(name));
+        }
     }
 
     #[test]

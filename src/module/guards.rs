@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering::Relaxed};
 
-use crate::lease::guard::{Db, Guards, Verdict, hash_tag};
+use crate::lease::guard::{Db, Guards, Verdict, hash_tag, is_checked};
 use crate::lease::keyspec::{Keys, Table};
 use crate::lease::{LeaseError, RecordRef};
 
@@ -15,7 +15,6 @@ use super::counters::STATS;
 use super::ffi::call;
 use super::ffi::ctx::Str;
 use super::ffi::server::{self, log_warning, mono_ms};
-use super::waiters;
 
 static GUARDS: Mutex<Option<Guards>> = Mutex::new(None);
 /// How many guards stand, readable without the lock: the filter's first
@@ -44,15 +43,9 @@ fn with<R>(f: impl FnOnce(&mut Guards) -> R) -> R {
         if after > 0 {
             load_table();
         }
-        refresh_filter();
+        server::need_command_filter(server::FilterUser::Guards, after > 0);
     }
     out
-}
-
-/// The command filter runs while someone waits (`waiters.rs`) or a guard
-/// stands: it costs every command of the server.
-pub fn refresh_filter() {
-    server::set_command_filter(waiters::total() > 0 || count() > 0);
 }
 
 /// Guards standing now.
@@ -173,7 +166,7 @@ pub fn check(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec
         return None;
     }
     let name = args.first()?.bytes();
-    if name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease.") {
+    if !is_checked(name) {
         return None;
     }
     // The cheap test first: an argument with a guarded tag.
@@ -208,12 +201,6 @@ pub fn check(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec
 /// its key function where they cannot say (a key whose flags it does not
 /// give counts as written).
 fn written(args: &[Str], argv: &[&[u8]]) -> Vec<usize> {
-    // MIGRATE moves keys away whole (a resharding moves a guard with its
-    // keys); RESTORE-ASKING is a MIGRATE arriving.
-    let name = argv[0];
-    if name.eq_ignore_ascii_case(b"migrate") || name.eq_ignore_ascii_case(b"restore-asking") {
-        return Vec::new();
-    }
     let mut out = Vec::new();
     let asks = {
         let table = TABLE.lock().unwrap_or_else(|e| e.into_inner());

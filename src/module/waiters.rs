@@ -32,7 +32,7 @@ use super::counters::{self, STATS};
 use super::ffi::blocked::{self, Handle};
 use super::ffi::ctx::{Ctx, Str};
 use super::ffi::reply::{self, Reply};
-use super::ffi::server::{TimerId, now_ms};
+use super::ffi::server::{self, TimerId, now_ms};
 use super::ffi::waker;
 use super::timers::{self, TimerJob};
 use super::{early, grace, tokens};
@@ -69,7 +69,7 @@ fn with<R>(f: impl FnOnce(&mut Waiters) -> R) -> R {
     // The command filter that sees expiry commands on waited-for keys runs
     // only while someone waits: it costs every command of the server.
     if (before == 0) != (after == 0) {
-        super::guards::refresh_filter();
+        server::need_command_filter(server::FilterUser::Waiters, after > 0);
     }
     out
 }

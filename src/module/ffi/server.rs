@@ -159,8 +159,31 @@ pub fn hooks() -> &'static Hooks {
 /// be `Sync`).
 static FILTER: Mutex<Option<usize>> = Mutex::new(None);
 
+/// Who needs the module's command filter: clients wait (`waiters.rs`:
+/// expiry commands on their keys), guards stand (`guards.rs`).
+#[derive(Clone, Copy)]
+pub enum FilterUser {
+    Waiters = 1,
+    Guards = 2,
+}
+
+/// The users that need the command filter now (`FilterUser` bits).
+static FILTER_USERS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// `user` needs the command filter (`on`) or not any more: it is
+/// registered while anyone needs it (it costs every command of the server).
+pub fn need_command_filter(user: FilterUser, on: bool) {
+    let bit = user as u8;
+    let users = if on {
+        FILTER_USERS.fetch_or(bit, Relaxed) | bit
+    } else {
+        FILTER_USERS.fetch_and(!bit, Relaxed) & !bit
+    };
+    set_command_filter(users != 0);
+}
+
 /// Registers (`on`) or unregisters the module's command filter.
-pub fn set_command_filter(on: bool) {
+fn set_command_filter(on: bool) {
     let Some(ctx) = detached() else { return };
     let mut filter = FILTER.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: function-pointer reads filled in by RedisModule_Init; the
