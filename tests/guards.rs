@@ -266,6 +266,18 @@ every_server! {
         assert_eq!(get(&mut c, DATA).as_deref(), Some("f"));
     }
 
+    fn another_modules_rm_call_is_guarded(kind) {
+        let caller = compiled_shim("caller");
+        let s = Server::start_with(kind, Opts::default().extra(&["--loadmodule", caller.to_str().unwrap()]));
+        let mut c = s.conn();
+        ok(&mut c, &["SET", DATA, "100"]);
+        ok(&mut c, &["LEASE.GUARD", GUARD]);
+        assert_fenced(&err(&mut c, &["CALLER.CALL", "SET", DATA, "module"]), DATA, GUARD);
+        assert_eq!(text(&ok(&mut c, &["CALLER.CALL", "GET", DATA])), "100", "reads pass");
+        assert_eq!(ok(&mut c, &["CALLER.CALL", "SET", "{other}:x", "module"]), Value::Okay);
+        assert_eq!(get(&mut c, DATA).as_deref(), Some("100"));
+    }
+
     fn lease_commands_pass_and_another_guards_fence_does_not(kind) {
         let (_s, mut c) = guarded(kind);
         ok(&mut c, &["LEASE.GUARD", "{b}:lock"]);
@@ -382,6 +394,151 @@ every_server! {
         if !kind.is_redis70() {
             // Redis 7.2+ and Valkey tell the filter the client's database.
             ok(&mut c, &["SET", DATA, "db 0 is not guarded now"]);
+        }
+    }
+}
+
+/// A representative of every family of write commands (design.md S12),
+/// with the keys of `{acct}` it writes. `{other}:src` is a string of
+/// another tag. Commands a server does not have are skipped there.
+const WRITES: &[&[&str]] = &[
+    // Strings.
+    &["SET", "{acct}:s", "x"],
+    &["SETNX", "{acct}:new", "x"],
+    &["APPEND", "{acct}:s", "x"],
+    &["INCR", "{acct}:n"],
+    &["INCRBYFLOAT", "{acct}:n", "1.5"],
+    &["SETRANGE", "{acct}:s", "1", "x"],
+    &["GETDEL", "{acct}:s"],
+    &["GETEX", "{acct}:s", "EX", "100"],
+    &["GETSET", "{acct}:s", "x"],
+    &["MSET", "{other}:a", "1", "{acct}:s", "x"],
+    &["PSETEX", "{acct}:s", "1000", "x"],
+    // Hashes (HSETEX, HGETDEL, HGETEX, HEXPIRE where the server has them).
+    &["HSET", "{acct}:h", "f", "x"],
+    &["HDEL", "{acct}:h", "f"],
+    &["HINCRBY", "{acct}:h", "n", "1"],
+    &["HSETEX", "{acct}:h", "EX", "100", "FIELDS", "1", "f", "x"],
+    &["HGETDEL", "{acct}:h", "FIELDS", "1", "f"],
+    &["HGETEX", "{acct}:h", "EX", "100", "FIELDS", "1", "f"],
+    &["HEXPIRE", "{acct}:h", "100", "FIELDS", "1", "f"],
+    // Lists.
+    &["LPUSH", "{acct}:l", "x"],
+    &["RPOP", "{acct}:l"],
+    &["LSET", "{acct}:l", "0", "x"],
+    &["LTRIM", "{acct}:l", "0", "0"],
+    &["LMOVE", "{other}:list", "{acct}:l", "LEFT", "LEFT"],
+    &["LMPOP", "1", "{acct}:l", "LEFT"],
+    // Sets.
+    &["SADD", "{acct}:set", "x"],
+    &["SREM", "{acct}:set", "a"],
+    &["SMOVE", "{acct}:set", "{other}:set", "a"],
+    &["SINTERSTORE", "{acct}:dest", "{other}:set"],
+    // Sorted sets.
+    &["ZADD", "{acct}:z", "1", "x"],
+    &["ZINCRBY", "{acct}:z", "1", "a"],
+    &["ZUNIONSTORE", "{acct}:dest", "1", "{other}:z"],
+    &["ZRANGESTORE", "{acct}:dest", "{other}:z", "0", "-1"],
+    &["ZMPOP", "1", "{acct}:z", "MIN"],
+    // Streams.
+    &["XADD", "{acct}:x", "*", "f", "v"],
+    &["XTRIM", "{acct}:x", "MAXLEN", "0"],
+    &["XGROUP", "CREATE", "{acct}:x", "g", "0"],
+    // Keys.
+    &["DEL", "{acct}:s"],
+    &["UNLINK", "{acct}:s"],
+    &["EXPIRE", "{acct}:s", "100"],
+    &["PEXPIREAT", "{acct}:s", "99999999999999"],
+    &["PERSIST", "{acct}:ttl"],
+    &["RENAME", "{acct}:s", "{other}:renamed"],
+    &["RENAME", "{other}:src", "{acct}:s"],
+    &["RENAMENX", "{other}:src", "{acct}:new"],
+    &["COPY", "{other}:src", "{acct}:new"],
+    &["MOVE", "{acct}:s", "1"],
+    &["SORT", "{other}:list", "STORE", "{acct}:dest"],
+    // Bits, geo, HyperLogLog.
+    &["SETBIT", "{acct}:s", "3", "1"],
+    &["BITOP", "OR", "{acct}:dest", "{other}:src"],
+    &["BITFIELD", "{acct}:s", "SET", "u8", "0", "1"],
+    &["GEOADD", "{acct}:geo", "13.36", "38.11", "x"],
+    &["GEOSEARCHSTORE", "{acct}:dest", "{other}:geo", "FROMLONLAT", "15", "37", "BYRADIUS", "500", "km"],
+    &["PFADD", "{acct}:hll", "x"],
+    &["PFMERGE", "{acct}:hll", "{other}:hll"],
+];
+
+/// The keys every case of `WRITES` reads or writes, set up before the
+/// guard.
+fn populate_families(c: &mut redis::Connection) {
+    for args in [
+        &["SET", "{acct}:s", "abc"][..],
+        &["SET", "{acct}:n", "5"],
+        &["SET", "{acct}:ttl", "t", "EX", "1000"],
+        &["HSET", "{acct}:h", "f", "1", "n", "1"],
+        &["RPUSH", "{acct}:l", "a", "b"],
+        &["SADD", "{acct}:set", "a", "b"],
+        &["ZADD", "{acct}:z", "1", "a", "2", "b"],
+        &["XADD", "{acct}:x", "1-1", "f", "v"],
+        &["PFADD", "{acct}:hll", "a"],
+        &["GEOADD", "{acct}:geo", "13.36", "38.11", "a"],
+        &["SET", "{other}:src", "s"],
+        &["RPUSH", "{other}:list", "3", "1"],
+        &["SADD", "{other}:set", "a"],
+        &["ZADD", "{other}:z", "1", "a"],
+        &["PFADD", "{other}:hll", "b"],
+        &["GEOADD", "{other}:geo", "15", "37", "b"],
+    ] {
+        ok(c, args);
+    }
+}
+
+/// Every key of the database and its DUMP, sorted.
+fn snapshot(c: &mut redis::Connection) -> Vec<(String, Option<Vec<u8>>, i64)> {
+    let mut keys = strings(&ok(c, &["KEYS", "*"]));
+    keys.sort();
+    keys.into_iter()
+        .filter(|k| k != GUARD)
+        .map(|k| {
+            let dump = match ok(c, &["DUMP", &k]) {
+                Value::BulkString(b) => Some(b),
+                _ => None,
+            };
+            let ttl = int(&ok(c, &["PTTL", &k])).signum();
+            (k, dump, ttl)
+        })
+        .collect()
+}
+
+every_server! {
+    fn every_family_of_writes_is_refused_outside_the_fence_and_runs_under_it(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        let mut skipped = Vec::new();
+        for args in WRITES {
+            let known = !matches!(&ok(&mut c, &["COMMAND", "INFO", args[0]]), Value::Array(a) if a.first() == Some(&Value::Nil));
+            if !known {
+                skipped.push(args[0]);
+                continue;
+            }
+            ok(&mut c, &["FLUSHALL"]);
+            populate_families(&mut c);
+            ok(&mut c, &["LEASE.GUARD", GUARD]);
+            let before = snapshot(&mut c);
+            let e = err(&mut c, args);
+            assert!(e.starts_with("FENCED write to '{acct}:"), "{args:?}: {e}");
+            assert_eq!(snapshot(&mut c), before, "{args:?} changed something");
+            let t = acquire(&mut c, GUARD, "me", "60000").to_string();
+            let mut fenced = vec!["LEASE.FENCE", GUARD, t.as_str()];
+            fenced.extend(args.iter());
+            if let Err(e) = call(&mut c, &fenced.iter().map(|a| a.as_bytes()).collect::<Vec<_>>()) {
+                let e = error_text(&e);
+                assert!(!e.starts_with("FENCED"), "{args:?} under the fence: {e}");
+            }
+        }
+        // Redis 7.0 and 7.2-era servers lack the newest hash commands.
+        let newest = ["HSETEX", "HGETDEL", "HGETEX", "HEXPIRE"];
+        assert!(skipped.iter().all(|s| newest.contains(s)), "skipped: {skipped:?}");
+        if matches!(kind, Kind::Redis80 | Kind::Redis82) {
+            assert!(skipped.is_empty(), "{skipped:?}");
         }
     }
 }

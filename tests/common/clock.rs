@@ -43,27 +43,33 @@ impl ClockShift {
 /// machine's C compiler into target/.
 pub(super) fn clock_shim() -> PathBuf {
     static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    SHIM.get_or_init(|| {
-        let src = manifest_dir().join("tests/shim/clockshift.c");
-        let out = manifest_dir().join("target/clockshift.so");
-        let fresh = |p: &Path| {
-            let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-            matches!((m(p), m(&src)), (Some(a), Some(b)) if a >= b)
-        };
-        if !fresh(&out) {
-            // Each test process compiles to its own file, then renames it in
-            // place: several may do this at once.
-            let tmp = out.with_extension(format!("{}.so", std::process::id()));
-            let status = Command::new("cc")
-                .args(["-shared", "-fPIC", "-O2", "-o"])
-                .arg(&tmp)
-                .arg(&src)
-                .status()
-                .expect("cc (the C compiler) to build the clock shim");
-            assert!(status.success(), "building the clock shim failed");
-            std::fs::rename(&tmp, &out).expect("the clock shim in target/");
-        }
-        out
-    })
-    .clone()
+    SHIM.get_or_init(|| compiled_shim("clockshift")).clone()
+}
+
+/// `tests/shim/<name>.c` compiled with the machine's C compiler into
+/// `target/<name>.so` (again only when the source is newer).
+pub fn compiled_shim(name: &str) -> PathBuf {
+    // One compile at a time in this process (tests run on threads).
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+    let src = manifest_dir().join(format!("tests/shim/{name}.c"));
+    let out = manifest_dir().join(format!("target/{name}.so"));
+    let fresh = |p: &Path| {
+        let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        matches!((m(p), m(&src)), (Some(a), Some(b)) if a >= b)
+    };
+    if !fresh(&out) {
+        // Each test process compiles to its own file, then renames it in
+        // place: several may do this at once.
+        let tmp = out.with_extension(format!("{}.so", std::process::id()));
+        let status = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O2", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .status()
+            .unwrap_or_else(|e| panic!("cc (the C compiler) to build tests/shim/{name}.c: {e}"));
+        assert!(status.success(), "building tests/shim/{name}.c failed");
+        std::fs::rename(&tmp, &out).unwrap_or_else(|e| panic!("target/{name}.so: {e}"));
+    }
+    out
 }
