@@ -53,8 +53,8 @@ fn dump(c: &mut redis::Connection, key: &str) -> Vec<u8> {
 }
 
 /// This build's versions (src/lease/versions.rs).
-const EFFECTS: i64 = 4;
-const RECORDS: i64 = 4;
+const EFFECTS: i64 = 5;
+const RECORDS: i64 = 5;
 
 fn resp(args: &[&[u8]]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
@@ -225,14 +225,15 @@ full_suite! {
 }
 
 every_server! {
-    fn an_older_build_refuses_labelled_records_loudly(kind) {
+    fn an_older_build_refuses_labelled_records_and_guards_loudly(kind) {
         let old = old_module();
         let new = Server::start(kind);
         let mut n = new.conn();
         let t = acquire(&mut n, "plain", "o", "60000");
         call(&mut n, &[b"LEASE.ACQUIRE", b"labelled", b"o", b"60000", b"LABEL", b"worker 7"]).unwrap();
         call(&mut n, &[b"LEASE.ACQUIRE", b"sem", b"o", b"60000", b"LIMIT", b"2", b"LABEL", b"w"]).unwrap();
-        let payloads: Vec<Vec<u8>> = ["plain", "labelled", "sem"].iter().map(|k| dump(&mut n, k)).collect();
+        ok(&mut n, &["LEASE.GUARD", "{g}:lock"]);
+        let payloads: Vec<Vec<u8>> = ["plain", "labelled", "sem", "{g}:lock"].iter().map(|k| dump(&mut n, k)).collect();
 
         let o = Server::start_with(kind, old_opts(&old));
         let mut oc = o.conn();
@@ -242,7 +243,8 @@ every_server! {
         assert_eq!(token_of(&mut oc, "plain"), Some(t));
         // A labelled one is refused (the server's own RESTORE error; the
         // module's log line says why) and leaves nothing.
-        for (key, payload, version) in [("labelled", &payloads[1], "3"), ("sem", &payloads[2], "4")] {
+        // A guard (design.md S12) likewise.
+        for (key, payload, version) in [("labelled", &payloads[1], "3"), ("sem", &payloads[2], "4"), ("{g}:lock", &payloads[3], "5")] {
             let e = call(&mut oc, &[b"RESTORE", key.as_bytes(), b"0", payload]).expect_err(key);
             assert!(error_text(&e).contains("Bad data format"), "{key}: {e:?}");
             let why = format!("encoding version {version}, newer than the 2 this module reads (module 0.3.0)");
@@ -258,18 +260,18 @@ every_server! {
         std::fs::copy(new.data_dir().join("dump.rdb"), dir.join("dump.rdb")).unwrap();
         match Server::try_start_in(kind, old_opts(&old), dir) {
             Ok(_) => panic!("the 0.3.0 module loaded an RDB with labelled records"),
-            Err(e) => assert!(e.log.contains("encoding version 3") || e.log.contains("encoding version 4"), "{}", e.log),
+            Err(e) => assert!(["3", "4", "5"].iter().any(|v| e.log.contains(&format!("encoding version {v}"))), "{}", e.log),
         }
 
         // A replica of the older build keeps no lease of a master that
-        // speaks effects 4 (it says so), here with no labelled record yet.
+        // speaks effects 5 (it says so), here with no labelled record yet.
         let m = Server::start(kind);
         let mut mc = m.conn();
         let r = Server::start_with(kind, old_opts(&old).extra(&["--replicaof", "127.0.0.1", &m.port.to_string()]));
         let mut rc = r.conn();
         acquire(&mut mc, "k", "o", "60000");
         wait_for("the older replica notices", &r, || {
-            info_field(&mut rc, "lease_incompatible_source").as_deref() == Some("effects 4 records 4")
+            info_field(&mut rc, "lease_incompatible_source").as_deref() == Some("effects 5 records 5")
         });
         assert!(r.log().contains("INCOMPATIBLE LEASE MODULE"), "{}", r.log_tail(10));
         assert_eq!(int(&ok(&mut rc, &["EXISTS", "k"])), 0, "no partial state");
