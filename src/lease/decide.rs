@@ -883,4 +883,21 @@ mod holders_tests {
         assert_eq!(Held::Exclusive(&l).next_end(None, NOW), Some(NOW + 10));
         assert_eq!(Held::Free.next_end(None, NOW), None);
     }
+
+    /// A guard's key takes only exclusive leases (design.md S12).
+    #[test]
+    fn limit_and_shared_cannot_take_a_guard_free_or_held() {
+        let free = Lease::free_guard(5);
+        let held = Held::of(Some(RecordRef::Exclusive(&free)), NOW);
+        assert!(matches!(held, Held::FreeGuard) && held.is_free());
+        for mode in [Mode::Limit(3), Mode::Shared] {
+            assert_eq!(acquire_mode(held, mode, b"a", false, NOW), Err(LeaseError::GuardHolders));
+        }
+        assert_eq!(acquire_mode(held, Mode::Exclusive, b"a", false, NOW), Ok(Decision::New));
+        let mut l = Lease::new(b"a", 9 << 10, NOW + 100, 9, None);
+        l.set_guard(true);
+        let held = Held::of(Some(RecordRef::Exclusive(&l)), NOW);
+        assert_eq!(acquire_mode(held, Mode::Shared, b"a", false, NOW), Err(LeaseError::GuardHolders));
+        assert_eq!(acquire_mode(held, Mode::Exclusive, b"b", false, NOW), Ok(Decision::Contended));
+    }
 }

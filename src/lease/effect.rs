@@ -795,6 +795,8 @@ mod tests {
                 token: 11,
             },
             Effect::Release { owner: b"y" },
+            Effect::Guard,
+            Effect::Unguard,
         ];
         for e in all {
             let mut digits = Digits::default();
@@ -1097,5 +1099,93 @@ mod tests {
                 assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
             }
         }
+    }
+
+    fn held_guard(token: u64) -> Box<Lease> {
+        let mut l = Lease::new(b"a", token, NOW + 100, since_of_token(token), None);
+        l.set_guard(true);
+        l
+    }
+
+    fn stored_lease(c: Change) -> Box<Lease> {
+        match c.store {
+            Some(Record::Exclusive(l)) => l,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A guard keeps guarding whatever its holdings do (design.md S12): a
+    /// new holding is guarded, a release leaves a free guard with the last
+    /// token, and the key never gets an expiry.
+    #[test]
+    fn a_guard_outlives_its_holdings_and_never_expires() {
+        // GUARD of nothing: a free guard; of a lease: the same holding.
+        let c = Effect::Guard.apply(Stored::Nothing);
+        assert!(c.persist && c.changed && c.expire_at.is_none());
+        let free = stored_lease(c);
+        assert!(free.is_guard() && free.is_free() && free.token == 0);
+        let mut l = Lease::plain(b"a", 7 << 10, NOW + 100);
+        let c = Effect::Guard.apply(Stored::Record(RecordMut::Exclusive(&mut l)));
+        assert!(c.persist && c.changed && c.store.is_none() && l.is_guard() && l.owner() == b"a");
+        // A new holding of a free guard is guarded, without an expiry.
+        let mut free = Lease::free_guard(5);
+        let apply = Effect::Apply {
+            owner: b"b",
+            token: 9 << 10,
+            deadline_ms: NOW + 50,
+            facts: Facts::plain(9 << 10),
+        };
+        let c = apply.apply(Stored::Record(RecordMut::Exclusive(&mut free)));
+        assert!(c.persist && c.expire_at.is_none(), "{c:?}");
+        let held = stored_lease(c);
+        assert!(held.is_guard() && held.is_held_by(b"b"));
+        // A renewal in place keeps it; no expiry either.
+        let mut l = held_guard(9 << 10);
+        let c = Effect::Apply {
+            owner: b"a",
+            token: 9 << 10,
+            deadline_ms: NOW + 500,
+            facts: Facts::plain(9 << 10),
+        }
+        .apply(Stored::Record(RecordMut::Exclusive(&mut l)));
+        assert!(c.store.is_none() && c.expire_at.is_none() && c.persist && l.is_guard());
+        assert_eq!(l.deadline_ms, NOW + 500);
+        // A release, a drop: a free guard with the token, not a delete.
+        for effect in [Effect::Release { owner: b"a" }, Effect::Drop { owner: b"a" }] {
+            let mut l = held_guard(9 << 10);
+            let c = effect.apply(Stored::Record(RecordMut::Exclusive(&mut l)));
+            assert!(!c.delete, "{effect:?}");
+            let free = stored_lease(c);
+            assert!(free.is_guard() && free.is_free() && free.token == 9 << 10, "{effect:?}");
+        }
+        // An expiry effect does not give it one.
+        let mut l = held_guard(9 << 10);
+        let c = Effect::ExpireAt { at_ms: NOW }.apply(Stored::Record(RecordMut::Exclusive(&mut l)));
+        assert!(c.expire_at.is_none() && c.persist);
+    }
+
+    #[test]
+    fn unguard_deletes_a_free_guard_and_gives_a_held_one_its_expiry_back() {
+        let mut free = Lease::free_guard(5);
+        let c = Effect::Unguard.apply(Stored::Record(RecordMut::Exclusive(&mut free)));
+        assert!(c.delete && c.changed);
+        let mut l = held_guard(9 << 10);
+        let c = Effect::Unguard.apply(Stored::Record(RecordMut::Exclusive(&mut l)));
+        assert!(!c.delete && c.changed && !l.is_guard());
+        assert_eq!(c.expire_at, Some(NOW + 100));
+        let mut plain = Lease::plain(b"a", 7 << 10, NOW + 100);
+        let c = Effect::Unguard.apply(Stored::Record(RecordMut::Exclusive(&mut plain)));
+        assert!(!c.changed, "not a guard: nothing");
+        assert!(!Effect::Unguard.apply(Stored::Nothing).changed);
+    }
+
+    /// The AOF rewrite writes a guard as the effects that rebuild it.
+    #[test]
+    fn a_guard_is_rewritten_as_its_holding_then_guard() {
+        let free = Lease::free_guard(5);
+        assert_eq!(Effect::of_record(RecordRef::Exclusive(&free), NOW), vec![Effect::Guard]);
+        let l = held_guard(9 << 10);
+        let effects = Effect::of_record(RecordRef::Exclusive(&l), NOW);
+        assert!(matches!(effects[..], [Effect::Apply { owner: b"a", .. }, Effect::Guard]), "{effects:?}");
     }
 }

@@ -605,4 +605,34 @@ mod tests {
             assert!(Lease::decode(&bytes[..n]).is_err(), "prefix of {n} bytes");
         }
     }
+
+    /// A guard is written as version 5, whole, held or free; a free
+    /// guard's impossible fields are refused.
+    #[test]
+    fn guards_are_version_5_and_read_back_whole() {
+        let now = 1_800_000_000_000i64;
+        let token = now as u64 * 1024 + 5;
+        let mut held = Lease::new(b"ab", token, now + 10, now, Some(b"w"));
+        held.set_guard(true);
+        let free = Lease::free_guard(token);
+        for l in [held, free, Lease::free_guard(0)] {
+            let bytes = l.encode();
+            assert_eq!(bytes[0], GUARD_VERSION);
+            let back = Lease::decode(&bytes).unwrap();
+            assert!(back.is_guard());
+            assert_eq!(back, l);
+        }
+        let mut plain = Lease::new(b"ab", token, now + 10, now, None);
+        assert_eq!(plain.encode()[0], LEASE_VERSION);
+        plain.set_guard(true);
+        plain.set_guard(false);
+        assert_eq!(plain.encode()[0], LEASE_VERSION, "unguarded: as before");
+        // A free guard with a deadline, or a label, is refused.
+        let mut bad = Lease::free_guard(token).encode();
+        bad[9..17].copy_from_slice(&5i64.to_le_bytes());
+        assert!(Lease::decode(&bad).is_err());
+        // An owner's length never reaches the guard bit.
+        let big = Lease::new(&[7; 256], token, now + 10, now, None);
+        assert!(!big.is_guard() && big.owner().len() == 256);
+    }
 }
