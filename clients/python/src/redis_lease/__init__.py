@@ -17,6 +17,10 @@
 - :class:`QuorumClient` (and ``redis_lease.quorum.AsyncQuorumClient``):
   one lease on a majority of independent masters with one fencing token
   (design.md S9).
+- ``client.guard(key)`` (design.md S12): the lease key ``key`` guards its
+  hash tag, whose other keys are then written only through a lease on
+  ``key`` (``lease.fence(...)``); any other write is refused with
+  :class:`Fenced`. ``client.unguard(key)`` ends it.
 - Every acquire sends a label (``LABEL``, design.md S11): by default
   ``<host> pid <pid> <program>``; ``label=`` on a client, a call or a lock
   sets another, ``label=None`` sends none. ``client.waiters(key)`` lists
@@ -32,6 +36,7 @@ from ._common import (
     DEFAULT_LABEL,
     FOREVER,
     AlreadyHeld,
+    Fenced,
     LeaseBusy,
     LeaseError,
     LeaseExpiring,
@@ -53,6 +58,7 @@ __all__ = [
     "DEFAULT_LABEL",
     "FOREVER",
     "AlreadyHeld",
+    "Fenced",
     "Lease",
     "LeaseBusy",
     "LeaseClient",

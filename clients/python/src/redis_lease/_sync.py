@@ -40,6 +40,8 @@ from ._common import (
     connection_kwargs,
     deadline_after,
     grace_of,
+    guard_args,
+    guarded,
     label_args,
     label_bytes,
     macquire_args,
@@ -50,6 +52,8 @@ from ._common import (
     parse_waiters,
     release_failed,
     still_held,
+    unguard_args,
+    unguarded,
     waiters_args,
 )
 
@@ -330,7 +334,9 @@ class Lease(LeaseCore):
         command...``): only while this lease's token is current, in the same
         atomic step. Returns the command's reply; raises :class:`StaleToken`
         (nothing run) when the token is not current. It is sent even after
-        the loss signal: the server decides.
+        the loss signal: the server decides. A command that writes a key
+        whose hash tag another key guards raises :class:`Fenced` (nothing
+        run): fence it through a lease on that guard.
 
         ``min_ttl_ms``: also refuse unless the lease has at least that many
         milliseconds left when the server decides (``MINTTL``):
@@ -466,6 +472,32 @@ class LeaseClient:
         client id, label, mode, time waited and time left. Empty when nobody
         waits. It reads the key's master (waiters live there)."""
         return parse_waiters(self._pool.call(key, waiters_args(key, count), self.io_timeout))
+
+    def guard(self, key: Any) -> None:
+        """``LEASE.GUARD key``, an admin call (design.md S12): from now on
+        ``key``, a lease key with a hash tag (``{acct:7}:lock``), guards
+        that tag. Every other key of its database with the tag
+        (``{acct:7}``, ``{acct:7}:log``) can then be written only through
+        ``LEASE.FENCE key token ...`` with the token of the lease held on
+        ``key``, which is what ``lease.fence(...)`` of a lease on ``key``
+        sends; any other write is refused with :class:`Fenced`, and
+        changes nothing. Reads pass. The key stays, free, when its lease
+        ends; it holds exclusive leases only (no ``shared``/``limit``).
+        Guarding a key that guards already does nothing.
+
+        The server's refusals raise its ``ResponseError``: a key with no
+        hash tag, a tag another key guards, a key held with ``LIMIT`` or
+        ``SHARED``, ``WRONGTYPE``. Sent once: it is idempotent, so call it
+        again after a lost reply. On a cluster it goes to the key's
+        master."""
+        guarded(self._pool.call(key, guard_args(key), self.io_timeout))
+
+    def unguard(self, key: Any) -> bool:
+        """``LEASE.UNGUARD key``: ``key`` stops guarding its hash tag, whose
+        keys can be written by anyone again. True when it guarded, False
+        when it did not (the call changes nothing then). Its lease, if one
+        is held, is not touched."""
+        return unguarded(self._pool.call(key, unguard_args(key), self.io_timeout))
 
     def _label_args(self, label: Label) -> Tuple[Any, ...]:
         """``LABEL text`` of one acquire (nothing when it has none): the

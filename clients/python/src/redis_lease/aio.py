@@ -48,6 +48,8 @@ from ._common import (
     connection_kwargs,
     deadline_after,
     grace_of,
+    guard_args,
+    guarded,
     label_args,
     label_bytes,
     macquire_args,
@@ -58,6 +60,8 @@ from ._common import (
     parse_waiters,
     release_failed,
     still_held,
+    unguard_args,
+    unguarded,
     waiters_args,
 )
 
@@ -484,6 +488,17 @@ class AsyncLeaseClient:
         for ``key``, oldest first, at most ``count``."""
         args = waiters_args(key, count)
         return parse_waiters(await self._pool.call(key, args, self.io_timeout, self.io_timeout))
+
+    async def guard(self, key: Any) -> None:
+        """As :meth:`redis_lease.LeaseClient.guard`: ``key`` guards its hash
+        tag (``LEASE.GUARD``); the tag's other keys are written only
+        through a lease on ``key`` from now on (else :class:`Fenced`)."""
+        guarded(await self._pool.call(key, guard_args(key), self.io_timeout, self.io_timeout))
+
+    async def unguard(self, key: Any) -> bool:
+        """As :meth:`redis_lease.LeaseClient.unguard`: ``key`` stops guarding
+        its hash tag (``LEASE.UNGUARD``); True when it guarded."""
+        return unguarded(await self._pool.call(key, unguard_args(key), self.io_timeout, self.io_timeout))
 
     def _label_args(self, label: Label) -> Tuple[Any, ...]:
         return label_args(label_bytes(self.label if label is DEFAULT_LABEL else label))

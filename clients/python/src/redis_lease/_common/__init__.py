@@ -3,8 +3,8 @@
 `lease` (the lease both hold), `label` (labels and waiters) and
 `quorum`. The I/O layers import it as one module."""
 
-from .errors import AlreadyHeld, FOREVER, LeaseBusy, LeaseError, LeaseExpiring, LeaseGrace, LeaseLost, Loss, SharedWrite, StaleToken, check_stale, grace_of, lost_during, lost_reply, still_held
-from .commands import _key_bytes, acquire_args, check_ttl, fence_args, checked_keys, macquire_args, many_keys, mode_args, mrelease_args, mrenew_args, new_owner, one_slot, with_block
+from .errors import AlreadyHeld, FOREVER, Fenced, LeaseBusy, LeaseError, LeaseExpiring, LeaseGrace, LeaseLost, Loss, SharedWrite, StaleToken, check_stale, grace_of, lost_during, lost_reply, still_held
+from .commands import _key_bytes, acquire_args, check_ttl, fence_args, checked_keys, guard_args, guarded, unguard_args, unguarded, macquire_args, many_keys, mode_args, mrelease_args, mrenew_args, new_owner, one_slot, with_block
 from .connection import POOL_IDLE, connection_kwargs
 from .release import ReleasePlan, SHORT_S, release_attempts, release_failed, release_plan
 from .acquire import Attempts, deadline_after, needs_fresh_renewal
@@ -16,6 +16,7 @@ from .quorum import Commit, Outlier, _is_int, fenced_reply, floor_refused
 __all__ = [
     "AlreadyHeld",
     "FOREVER",
+    "Fenced",
     "LeaseBusy",
     "LeaseError",
     "LeaseExpiring",
@@ -34,6 +35,10 @@ __all__ = [
     "check_ttl",
     "fence_args",
     "checked_keys",
+    "guard_args",
+    "guarded",
+    "unguard_args",
+    "unguarded",
     "macquire_args",
     "many_keys",
     "mode_args",

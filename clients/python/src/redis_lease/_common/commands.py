@@ -10,7 +10,7 @@ from typing import Any, Optional, Tuple
 
 from redis.crc import key_slot
 
-from .errors import FOREVER
+from .errors import FOREVER, LeaseError
 
 
 def new_owner() -> str:
@@ -159,3 +159,26 @@ def mrenew_args(keys: Tuple[Any, ...], owner: str, ttl_ms: int) -> Tuple[Any, ..
 def mrelease_args(keys: Tuple[Any, ...], owner: str) -> Tuple[Any, ...]:
     """``LEASE.MRELEASE numkeys key ... owner``."""
     return ("LEASE.MRELEASE", len(keys)) + keys + (owner,)
+
+
+def guard_args(key: Any) -> Tuple[Any, ...]:
+    """``LEASE.GUARD key``: ``key`` guards its hash tag (design.md S12)."""
+    return ("LEASE.GUARD", key)
+
+
+def guarded(reply: Any) -> None:
+    """What ``LEASE.GUARD`` answers when it guards: ``OK`` (the server's
+    refusals come as errors); :class:`LeaseError` for anything else."""
+    if reply not in (b"OK", "OK", True):
+        raise LeaseError(f"unexpected reply to LEASE.GUARD: {reply!r}")
+
+
+def unguard_args(key: Any) -> Tuple[Any, ...]:
+    """``LEASE.UNGUARD key``: ``key`` stops guarding its hash tag."""
+    return ("LEASE.UNGUARD", key)
+
+
+def unguarded(reply: Any) -> bool:
+    """What ``LEASE.UNGUARD`` answered: True when the key guarded its tag
+    (and now does not), False when it did not."""
+    return bool(reply == 1)

@@ -97,6 +97,58 @@ class SharedWrite(LeaseError, exceptions.ResponseError):
     to write."""
 
 
+class Fenced(LeaseError, exceptions.ResponseError):
+    """A write to a guarded key was refused: ``FENCED write to '<key>'
+    refused: its hash tag is guarded by '<guard>' ...`` (design.md S12).
+    ``guard``, a lease key, guards the hash tag of ``key``
+    (:meth:`redis_lease.LeaseClient.guard`): every other key of its
+    database with that tag can be written only through ``LEASE.FENCE guard
+    token ...`` with the token of the lease held on ``guard`` now, which is
+    what ``lease.fence(...)`` of a lease on ``guard`` sends. Nothing ran,
+    nothing changed. Reads are never refused.
+
+    The helpers raise it for their own calls (a fence through a lease on
+    another key of the tag, say); :meth:`Fenced.of` reads it out of the
+    ``ResponseError`` of a call of your own (a plain write, a pipeline, a
+    ``MULTI``). ``key`` and ``guard`` are the names as the server prints
+    them: printable ASCII (any other byte as ``?``), cut at 64 bytes with
+    ``...``."""
+
+    def __init__(self, message: str, key: str, guard: str) -> None:
+        super().__init__(message)
+        #: A key the refused command writes, whose hash tag is guarded.
+        self.key = key
+        #: The key that guards its hash tag: write through a lease on it.
+        self.guard = guard
+
+    @classmethod
+    def of(cls, e: BaseException) -> Optional["Fenced"]:
+        """``e`` as a :class:`Fenced` when it is (or carries, as the error of
+        a pipeline's command does) a ``FENCED`` refusal; None otherwise::
+
+            try:
+                r.hset("{acct:7}", "balance", 10)
+            except redis.ResponseError as e:
+                fenced = Fenced.of(e)  # .key "{acct:7}", .guard "{acct:7}:lock"
+        """
+        if isinstance(e, Fenced):
+            return e
+        if not isinstance(e, exceptions.ResponseError):
+            return None
+        m = _FENCED.search(str(e))
+        if m is None:
+            return None
+        return cls(str(e), m.group(1), m.group(2))
+
+
+# The refusal names the guard twice: the second time settles where the key
+# ends, should a key hold the words that follow it.
+_FENCED = re.compile(
+    r"FENCED write to '(.*)' refused: its hash tag is guarded by '(.*)'; write it through LEASE\.FENCE \2 <token>",
+    re.S,
+)
+
+
 class AlreadyHeld(LeaseError):
     """This client already holds a lease on this key (not released, not
     lost): a second acquire would wait on itself (with ``block_ms``) or be
@@ -139,7 +191,8 @@ def lost_reply(e: BaseException) -> bool:
 def check_stale(e: exceptions.ResponseError) -> BaseException:
     """``STALE ...`` as :class:`StaleToken`, ``EXPIRING ...`` as
     :class:`LeaseExpiring`, a reader's fenced write as :class:`SharedWrite`,
-    anything else unchanged."""
+    a write to a guarded key (``FENCED ...``) as :class:`Fenced`, anything
+    else unchanged."""
     if str(e).startswith("STALE"):
         return StaleToken(str(e))
     expiring = _EXPIRING.match(str(e))
@@ -147,4 +200,6 @@ def check_stale(e: exceptions.ResponseError) -> BaseException:
         return LeaseExpiring(str(e), int(expiring.group(1)), int(expiring.group(2)))
     if "a SHARED holder's token cannot fence a write command" in str(e):
         return SharedWrite(str(e))
+    if str(e).startswith("FENCED"):
+        return Fenced.of(e) or e
     return e
