@@ -206,9 +206,10 @@ class Lock:
         weakref.finalize(lease, client._schedule.gone.append, lease._watched)
 
     async def locked(self) -> bool:
-        """Is the lock held by anyone (a key of another type counts)?"""
+        """Is the lock held by anyone (a key of another type counts)? A
+        free guard is not held (as the sync one's)."""
         try:
-            return bool(await self._call(("LEASE.INFO", self.name)) is not None)
+            return _info_token(await self._call(("LEASE.INFO", self.name))) is not None
         except ResponseError as e:
             if wrong_type(e):
                 return True

@@ -329,9 +329,11 @@ class Lock:
         weakref.finalize(lease, client._schedule.gone.append, lease._watched)
 
     def locked(self) -> bool:
-        """Is the lock held by anyone (a key of another type counts)?"""
+        """Is the lock held by anyone (a key of another type counts)? A
+        guard nobody holds (design.md S12) is not held: its ``LEASE.INFO``
+        has no token."""
         try:
-            return bool(self._call(("LEASE.INFO", self.name)) is not None)
+            return _info_token(self._call(("LEASE.INFO", self.name))) is not None
         except ResponseError as e:
             if wrong_type(e):
                 return True
