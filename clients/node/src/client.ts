@@ -25,6 +25,8 @@ import {
   deadlineAfter,
   fenceArgs,
   graceOf,
+  guardArgs,
+  guarded,
   labelArgs,
   labelOf,
   lossReason,
@@ -41,6 +43,8 @@ import {
   releasePlan,
   renewEvery,
   SHORT_MS,
+  unguardArgs,
+  unguarded,
   Waiter,
   waitersArgs,
   withBlock,
@@ -205,7 +209,9 @@ export class Lease {
    * reply, or StaleToken (nothing ran). Options first:
    * `fence({ minTtlMs: 5000 }, ...command)` also refuses, with
    * LeaseExpiring (nothing ran, the lease still held), when the lease has
-   * less than 5 s left; with no command it only checks. */
+   * less than 5 s left; with no command it only checks. A command that
+   * writes a key whose hash tag another key guards rejects with Fenced
+   * (nothing ran): fence it through a lease on that guard. */
   async fence(...call: FenceCall): Promise<unknown> {
     return this.client._call(this.key, this.fenceArgs(...call));
   }
@@ -352,6 +358,31 @@ export class LeaseClient {
    * the key's master (waiters live there). */
   async waiters(key: string, options: { count?: number } = {}): Promise<Waiter[]> {
     return parseWaiters(await this._call(key, waitersArgs(key, options.count)));
+  }
+
+  /** `LEASE.GUARD key`, an admin call (design.md S12): from now on `key`, a
+   * lease key with a hash tag (`{acct:7}:lock`), guards that tag. Every
+   * other key of its database with the tag (`{acct:7}`, `{acct:7}:log`) can
+   * then be written only through `LEASE.FENCE key token ...` with the token
+   * of the lease held on `key`, which is what `lease.fence(...)` of a lease
+   * on `key` sends; any other write is refused with Fenced, and changes
+   * nothing. Reads pass. The key stays, free, when its lease ends; it holds
+   * exclusive leases only (no `shared`/`limit`). Guarding a key that guards
+   * already does nothing.
+   *
+   * The server's refusals reject with its error reply: a key with no hash
+   * tag, a tag another key guards, a key held with LIMIT or SHARED,
+   * WRONGTYPE. Sent once: it is idempotent, so call it again after a lost
+   * reply. On a cluster it goes to the key's master. */
+  async guard(key: string): Promise<void> {
+    guarded(await this._call(key, guardArgs(key)));
+  }
+
+  /** `LEASE.UNGUARD key`: `key` stops guarding its hash tag, whose keys can
+   * be written by anyone again. true when it guarded, false when it did not
+   * (nothing changes then). Its lease, if one is held, is not touched. */
+  async unguard(key: string): Promise<boolean> {
+    return unguarded(await this._call(key, unguardArgs(key)));
   }
 
   /** @internal */

@@ -96,6 +96,73 @@ export function fenceArgs(key: Arg, token: number, call: FenceCall): Arg[] {
 /** A SHARED holder's token fenced a write command: refused, nothing ran. */
 export class SharedWrite extends LeaseError {}
 
+/** A write to a guarded key was refused: `FENCED write to '<key>' refused:
+ * its hash tag is guarded by '<guard>' ...` (design.md S12). `guard`, a
+ * lease key, guards the hash tag of `key` (`LeaseClient.guard`): every
+ * other key of its database with that tag can be written only through
+ * `LEASE.FENCE guard token ...` with the token of the lease held on `guard`
+ * now, which is what `lease.fence(...)` of a lease on `guard` sends. Nothing
+ * ran, nothing changed; reads are never refused.
+ *
+ * The helpers throw it for their own calls (a fence through a lease on
+ * another key of the tag, say); `Fenced.of(e)` reads it out of the error of
+ * a call of your own (a plain write, a pipeline, a MULTI). `key` and `guard`
+ * are the names as the server prints them: printable ASCII (any other byte
+ * as `?`), cut at 64 bytes with `...`. */
+export class Fenced extends LeaseError {
+  constructor(
+    message: string,
+    /** A key the refused command writes, whose hash tag is guarded. */
+    public readonly key: string,
+    /** The key that guards its hash tag: write through a lease on it. */
+    public readonly guard: string,
+  ) {
+    super(message);
+  }
+
+  /** `e` as a Fenced when it is a FENCED refusal (an error of ioredis or
+   * node-redis, also one of a pipeline's or a MULTI's replies); null
+   * otherwise:
+   *
+   * ```ts
+   * await redis.hset("{acct:7}", "balance", 10).catch((e) => { throw Fenced.of(e) ?? e; });
+   * ```
+   */
+  static of(e: unknown): Fenced | null {
+    if (e instanceof Fenced) return e;
+    if (!(e instanceof Error)) return null;
+    const m = FENCED.exec(e.message);
+    return m ? new Fenced(e.message, m[1], m[2]) : null;
+  }
+}
+
+// The refusal names the guard twice: the second time settles where the key
+// ends, should a key hold the words that follow it.
+const FENCED = /FENCED write to '([^]*)' refused: its hash tag is guarded by '([^]*)'; write it through LEASE\.FENCE \2 <token>/;
+
+/** `LEASE.GUARD key`: `key` guards its hash tag (design.md S12). */
+export function guardArgs(key: string): Arg[] {
+  return ["LEASE.GUARD", key];
+}
+
+/** What `LEASE.GUARD` answers when it guards: `OK` (the server's refusals
+ * come as errors); a LeaseError for anything else. */
+export function guarded(reply: unknown): void {
+  const text = Buffer.isBuffer(reply) ? reply.toString() : reply;
+  if (text !== "OK") throw new LeaseError(`unexpected reply to LEASE.GUARD: ${String(reply)}`);
+}
+
+/** `LEASE.UNGUARD key`: `key` stops guarding its hash tag. */
+export function unguardArgs(key: string): Arg[] {
+  return ["LEASE.UNGUARD", key];
+}
+
+/** What `LEASE.UNGUARD` answered: true when the key guarded its tag (and now
+ * does not), false when it did not. */
+export function unguarded(reply: unknown): boolean {
+  return reply === 1;
+}
+
 /** This client already holds a lease on this key (not released, not lost):
  * raised at once, nothing sent. */
 export class AlreadyHeld extends LeaseError {
@@ -164,13 +231,15 @@ export function isRedirect(e: unknown): boolean {
 }
 
 /** `STALE ...` as StaleToken, `EXPIRING ...` as LeaseExpiring, a reader's
- * fenced write as SharedWrite, anything else unchanged. */
+ * fenced write as SharedWrite, a write to a guarded key (`FENCED ...`) as
+ * Fenced, anything else unchanged. */
 export function checkStale(e: unknown): unknown {
   if (isReplyError(e)) {
     if (e.message.startsWith("STALE")) return new StaleToken(e.message);
     const expiring = /^EXPIRING lease has (\d+) ms left, less than MINTTL (\d+)/.exec(e.message);
     if (expiring) return new LeaseExpiring(e.message, Number(expiring[1]), Number(expiring[2]));
     if (e.message.includes("a SHARED holder's token cannot fence a write command")) return new SharedWrite(e.message);
+    if (e.message.startsWith("FENCED")) return Fenced.of(e) ?? e;
   }
   return e;
 }

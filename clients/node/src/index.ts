@@ -8,6 +8,7 @@ export {
   StaleToken,
   LeaseExpiring,
   SharedWrite,
+  Fenced,
   AlreadyHeld,
   ReplyTimeout,
   keySlot,
