@@ -191,6 +191,11 @@ def test_every_fence_of_a_lease_on_the_guard_writes_guarded_data(server):
         replies = p.execute(raise_on_error=False)
         assert replies[0] == 97
         assert fenced(replies[1]).key == DATA
+        p = r.pipeline(transaction=False)
+        p.hset(DATA, "balance", 0)
+        with pytest.raises(ResponseError) as raised:  # redis-py names the command first
+            p.execute()
+        assert not str(raised.value).startswith("FENCED") and fenced(raised.value).key == DATA
         assert r.hget(DATA, "balance") == b"97"
 
         # The same write without the fence: refused, typed, nothing changed.
