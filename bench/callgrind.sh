@@ -13,7 +13,8 @@
 # TOP (functions listed per module command, 12), MODULE_ARGS (module load
 # arguments; default: "grace-ms 0" if the module takes it, else none), ONLY (a comma-separated list of measurements
 # to run besides the PING baseline: acquire, acquire_label, set_nx, renew, renew_lua,
-# set_ifeq, release, del, delifeq, fence, get), TSV (a file to append one line
+# set_ifeq, release, del, delifeq, fence, get; with guards standing (design.md S12):
+# del_guards, set_nx_tag, set_nx_tag_guards, fence_set, fence_set_guarded), TSV (a file to append one line
 # per measurement to: server, module, name, N, Ir/call, net, spread, in call()), KEEP=1
 # (keep the temp dir: the callgrind dumps of every run, the RESP files).
 set -euo pipefail
@@ -228,6 +229,27 @@ prep_strings() { # N SET NX PX locks held by $OWNER (30 s)
   pipe "$WORK/locks.resp"
   settle
 }
+GUARDS=10000 # guards standing in the *_guards measurements (design.md S12)
+guards_resp() { # $GUARDS LEASE.GUARD commands, on tags no measured call uses
+  awk -v n="$GUARDS" 'BEGIN { for (i = 0; i < n; i++) { k = sprintf("{g:%06d}:lock", i); printf "*2\r\n$11\r\nLEASE.GUARD\r\n$%d\r\n%s\r\n", length(k), k } }'
+}
+add_guards() {
+  local out
+  out=$(guards_resp | cli --pipe 2>&1)
+  grep -q "errors: 0, replies: $GUARDS\$" <<<"$out" || { echo "$CUR: guards prefill failed: $out" >&2; exit 1; }
+}
+prep_empty_guards() { background; add_guards; settle; }
+prep_strings_guards() { background; pipe "$WORK/locks.resp"; add_guards; settle; }
+# N leases on tagged keys {gk:i} (30 s), their tokens in $WORK/tokens; with
+# "guard", each key guards its tag first.
+prep_tag_leases() {
+  background
+  awk -v n="$N" -v o="$OWNER" -v g="${1:-}" 'BEGIN { for (i = 0; i < n; i++) { k = sprintf("{gk:%012d}", i); if (g != "") printf "LEASE.GUARD %s\n", k; printf "LEASE.ACQUIRE %s %s 30000\n", k, o } }' |
+    cli | grep -vx OK >"$WORK/tokens"
+  [ "$(grep -cE '^[0-9]+$' "$WORK/tokens")" = "$N" ] || { echo "$CUR: lease prefill failed: $(head -3 "$WORK/tokens")" >&2; exit 1; }
+  settle
+}
+prep_guard_leases() { prep_tag_leases guard; }
 prep_strings_lua() { prep_strings; [ "$(cli script load "$LUA_RENEW")" = "$SHA" ] || { echo "SCRIPT LOAD failed" >&2; exit 1; }; }
 LUA_RENEW="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0"
@@ -239,6 +261,8 @@ check_dbsize() {
 }
 check_created() { check_dbsize $((2 * N)); } # every call created its key
 check_deleted() { check_dbsize "$N"; }       # every call deleted its key
+check_created_guards() { check_dbsize $((2 * N + GUARDS)); }
+check_deleted_guards() { check_dbsize $((N + GUARDS)); }
 check_renewed() { # sampled keys have a ttl above the prefill's 30 s
   local i p
   for i in 0 $((N / 2)) $((N - 1)); do
@@ -278,7 +302,9 @@ in_call() {
 declare -A RUNS CALLS NET INCALL LABEL
 declare -A SHORT=([acquire]=LEASE.ACQUIRE [acquire_label]="LEASE.ACQUIRE LABEL" [set_nx]="SET NX PX" [renew]=LEASE.RENEW
   [renew_lua]="Lua compare-and-PEXPIRE" [set_ifeq]="SET IFEQ PX" [release]=LEASE.RELEASE
-  [del]=DEL [delifeq]=DELIFEQ [fence]=LEASE.FENCE [get]=GET)
+  [del]=DEL [delifeq]=DELIFEQ [fence]=LEASE.FENCE [get]=GET
+  [del_guards]="DEL, 10,000 guards" [set_nx_tag]="SET NX PX {t}" [set_nx_tag_guards]="SET NX PX {t}, 10,000 guards"
+  [fence_set]="LEASE.FENCE SET" [fence_set_guarded]="LEASE.FENCE SET, guarded")
 measure() { # NAME PREP CHECK ARGS REP
   local name=$1 prep=$2 check=$3 args=$4 rep=$5 ir cron id
   CUR=$name LAYOUT=$rep
@@ -443,6 +469,11 @@ bench_server() {
   specs+=(
     "fence|prep_leases|check_none|LEASE.FENCE k token (valid token)|LEASE.FENCE lk:%d %t"
     "get|prep_strings|check_none|GET k (held)|GET lk:%d"
+    "del_guards|prep_strings_guards|check_deleted_guards|DEL k (held; 10,000 guards)|DEL lk:%d"
+    "set_nx_tag|prep_empty|check_created|SET {t}:k v NX PX 60000 (fresh)|SET {lk:%d}:v $OWNER NX PX 60000"
+    "set_nx_tag_guards|prep_empty_guards|check_created_guards|SET {t}:k v NX PX (fresh; 10,000 guards)|SET {lk:%d}:v $OWNER NX PX 60000"
+    "fence_set|prep_tag_leases|check_none|LEASE.FENCE {t} token SET {t}:v x|LEASE.FENCE {gk:%d} %t SET {gk:%d}:v x"
+    "fence_set_guarded|prep_guard_leases|check_none|LEASE.FENCE {t} token SET {t}:v x (guarded)|LEASE.FENCE {gk:%d} %t SET {gk:%d}:v x"
   )
 
   if [ -n "${ONLY:-}" ]; then # PING (the baseline) and the named ones
@@ -504,6 +535,16 @@ bench_server() {
     printf '  %-40s %6s %10s\n' "${SHORT[$a]} / ${SHORT[$b]}" \
       "$(awk -v a="${NET[$a]}" -v b="${NET[$b]}" 'BEGIN { printf "%.2f", a / b }')" \
       "$(awk -v a="${INCALL[$a]}" -v b="${INCALL[$b]}" 'BEGIN { printf "%.2f", a / b }')"
+  done
+  # Guarded keys (design.md S12): the server time a write pays with guards
+  # standing, against the same write without them (total Ir per call).
+  echo
+  echo "guards / none (total Ir per call; design.md S12 allows at most +3%):"
+  for pair in del_guards:del set_nx_tag_guards:set_nx_tag fence_set_guarded:fence_set; do
+    a=${pair%%:*} b=${pair##*:}
+    if [ -z "${NET[$b]:-}" ] || [ -z "${NET[$a]:-}" ]; then continue; fi
+    printf '  %-40s %+7s\n' "${SHORT[$a]} / ${SHORT[$b]}" \
+      "$(awk -v a="${NET[$a]}" -v b="${NET[$b]}" -v p="$ping" 'BEGIN { printf "%.2f%%", 100 * ((a + p) / (b + p) - 1) }')"
   done
   split_report
   if [ "$TOP" -gt 0 ]; then

@@ -184,3 +184,37 @@ full_suite! {
         assert_eq!(int(&cluster.ok(rd, &["LEASE.RENEW", rd, "r", "60000"])), 1);
     }
 }
+
+full_suite! {
+    fn a_guard_moves_with_its_slot_and_guards_on_its_new_master(kind) {
+        let mut cluster = Cluster::start(kind, 3, 0);
+        let (guard, data) = ("{acct}:lock", "{acct}:balance");
+        cluster.ok(data, &["SET", data, "100"]);
+        assert_eq!(cluster.ok(guard, &["LEASE.GUARD", guard]), Value::Okay);
+        let t = int(&cluster.ok(guard, &["LEASE.ACQUIRE", guard, "me", "60000"]));
+        let e = cluster.call(data, &["SET", data, "0"]).expect_err("guarded");
+        assert!(error_text(&e).starts_with("FENCED"), "{e:?}");
+        // Move the slot, its keys in one MIGRATE, the guard first.
+        let slot = cluster.slot_of(guard);
+        let Master { id: src_id, port: src_port, .. } = cluster.master_of(slot);
+        let Master { id: dst_id, port: dst_port, .. } = cluster.masters().into_iter().find(|m| m.id != src_id).unwrap();
+        let mut src = cluster.node_by_port(src_port).conn();
+        let mut dst = cluster.node_by_port(dst_port).conn();
+        ok(&mut dst, &["CLUSTER", "SETSLOT", &slot.to_string(), "IMPORTING", &src_id]);
+        ok(&mut src, &["CLUSTER", "SETSLOT", &slot.to_string(), "MIGRATING", &dst_id]);
+        let migrate: Vec<String> = ["MIGRATE", "127.0.0.1", &dst_port.to_string(), "", "0", "5000", "KEYS", guard, data]
+            .iter().map(|s| s.to_string()).collect();
+        migrate_through(&mut cluster, src_port, &migrate);
+        for n in &cluster.nodes {
+            let mut c = n.conn();
+            let _ = call(&mut c, &[b"CLUSTER", b"SETSLOT", slot.to_string().as_bytes(), b"NODE", dst_id.as_bytes()]);
+        }
+        assert_eq!(cluster.master_of(slot).port, dst_port);
+        assert_eq!(info_int(&mut src, "lease_guards"), 0, "it left the source");
+        assert_eq!(info_int(&mut dst, "lease_guards"), 1);
+        assert_eq!(cluster.token(guard), Some(t));
+        let e = cluster.call(data, &["SET", data, "0"]).expect_err("guarded on the new master");
+        assert!(error_text(&e).starts_with("FENCED"), "{e:?}");
+        assert_eq!(cluster.ok(guard, &["LEASE.FENCE", guard, &t.to_string(), "INCRBY", data, "1"]), Value::Int(101));
+    }
+}

@@ -372,6 +372,12 @@ every_server! {
         assert_eq!(info_guard(&mut rc, GUARD), Some(1), "the release left a free guard");
         assert_eq!(int(&ok(&mut rc, &["EXISTS", "{b}:lock"])), 0);
         assert_eq!(info_int(&mut rc, "lease_guard_refused"), 0);
+        // A replica that syncs after the guard came takes it from the RDB.
+        let r2 = replica_of(kind, &m);
+        let mut r2c = r2.conn();
+        assert_eq!(info_int(&mut r2c, "lease_guards"), 1);
+        ok(&mut r2c, &["REPLICAOF", "NO", "ONE"]);
+        assert_fenced(&err(&mut r2c, &["SET", DATA, "1"]), DATA, GUARD);
         // Promoted, the replica guards.
         ok(&mut rc, &["REPLICAOF", "NO", "ONE"]);
         assert_fenced(&err(&mut rc, &["SET", DATA, "1"]), DATA, GUARD);
