@@ -61,8 +61,21 @@ fn workload(port: u16, tag: &'static str) -> Vec<(i64, String)> {
                     .unwrap();
                 let owner = format!("w{w}");
                 for round in 0..ROUNDS {
-                    assert!(started.elapsed() < Duration::from_secs(60), "the workload is bounded");
-                    let t = match ok(&mut c, &["LEASE.ACQUIRE", &lock, &owner, &TTL_MS.to_string(), "BLOCK", "10000"]) {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(60),
+                        "the workload is bounded"
+                    );
+                    let t = match ok(
+                        &mut c,
+                        &[
+                            "LEASE.ACQUIRE",
+                            &lock,
+                            &owner,
+                            &TTL_MS.to_string(),
+                            "BLOCK",
+                            "10000",
+                        ],
+                    ) {
                         Value::Int(t) => t,
                         other => panic!("{owner} got no lease in 10 s: {other:?}"),
                     };
@@ -73,11 +86,19 @@ fn workload(port: u16, tag: &'static str) -> Vec<(i64, String)> {
                     let entry = format!("{t}:{}", plan.name());
                     let ts = t.to_string();
                     let write: Vec<&str> = match plan {
-                        Plan::Fenced | Plan::LateFenced => vec!["LEASE.FENCE", &lock, &ts, "RPUSH", &log, &entry],
+                        Plan::Fenced | Plan::LateFenced => {
+                            vec!["LEASE.FENCE", &lock, &ts, "RPUSH", &log, &entry]
+                        }
                         Plan::Plain | Plan::LatePlain => vec!["RPUSH", &log, &entry],
                     };
-                    let _ = call(&mut c, &write.iter().map(|a| a.as_bytes()).collect::<Vec<_>>());
-                    let _ = call(&mut c, &[b"LEASE.RELEASE", lock.as_bytes(), owner.as_bytes()]);
+                    let _ = call(
+                        &mut c,
+                        &write.iter().map(|a| a.as_bytes()).collect::<Vec<_>>(),
+                    );
+                    let _ = call(
+                        &mut c,
+                        &[b"LEASE.RELEASE", lock.as_bytes(), owner.as_bytes()],
+                    );
                 }
             })
         })

@@ -31,7 +31,9 @@ fn get(c: &mut redis::Connection, key: &str) -> Option<String> {
 /// The error of a write refused by the guard of `key`.
 fn assert_fenced(e: &str, key: &str, guard: &str) {
     assert!(
-        e.starts_with("FENCED") && e.contains(&format!("'{key}'")) && e.contains(&format!("'{guard}'")),
+        e.starts_with("FENCED")
+            && e.contains(&format!("'{key}'"))
+            && e.contains(&format!("'{guard}'")),
         "expected FENCED naming {key} and {guard}: {e}"
     );
 }
@@ -467,7 +469,17 @@ const WRITES: &[&[&str]] = &[
     &["BITOP", "OR", "{acct}:dest", "{other}:src"],
     &["BITFIELD", "{acct}:s", "SET", "u8", "0", "1"],
     &["GEOADD", "{acct}:geo", "13.36", "38.11", "x"],
-    &["GEOSEARCHSTORE", "{acct}:dest", "{other}:geo", "FROMLONLAT", "15", "37", "BYRADIUS", "500", "km"],
+    &[
+        "GEOSEARCHSTORE",
+        "{acct}:dest",
+        "{other}:geo",
+        "FROMLONLAT",
+        "15",
+        "37",
+        "BYRADIUS",
+        "500",
+        "km",
+    ],
     &["PFADD", "{acct}:hll", "x"],
     &["PFMERGE", "{acct}:hll", "{other}:hll"],
 ];

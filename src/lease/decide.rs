@@ -891,13 +891,25 @@ mod holders_tests {
         let held = Held::of(Some(RecordRef::Exclusive(&free)), NOW);
         assert!(matches!(held, Held::FreeGuard) && held.is_free());
         for mode in [Mode::Limit(3), Mode::Shared] {
-            assert_eq!(acquire_mode(held, mode, b"a", false, NOW), Err(LeaseError::GuardHolders));
+            assert_eq!(
+                acquire_mode(held, mode, b"a", false, NOW),
+                Err(LeaseError::GuardHolders)
+            );
         }
-        assert_eq!(acquire_mode(held, Mode::Exclusive, b"a", false, NOW), Ok(Decision::New));
+        assert_eq!(
+            acquire_mode(held, Mode::Exclusive, b"a", false, NOW),
+            Ok(Decision::New)
+        );
         let mut l = Lease::new(b"a", 9 << 10, NOW + 100, 9, None);
         l.set_guard(true);
         let held = Held::of(Some(RecordRef::Exclusive(&l)), NOW);
-        assert_eq!(acquire_mode(held, Mode::Shared, b"a", false, NOW), Err(LeaseError::GuardHolders));
-        assert_eq!(acquire_mode(held, Mode::Exclusive, b"b", false, NOW), Ok(Decision::Contended));
+        assert_eq!(
+            acquire_mode(held, Mode::Shared, b"a", false, NOW),
+            Err(LeaseError::GuardHolders)
+        );
+        assert_eq!(
+            acquire_mode(held, Mode::Exclusive, b"b", false, NOW),
+            Ok(Decision::Contended)
+        );
     }
 }

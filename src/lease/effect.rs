@@ -1151,12 +1151,18 @@ mod tests {
         assert!(c.store.is_none() && c.expire_at.is_none() && c.persist && l.is_guard());
         assert_eq!(l.deadline_ms, NOW + 500);
         // A release, a drop: a free guard with the token, not a delete.
-        for effect in [Effect::Release { owner: b"a" }, Effect::Drop { owner: b"a" }] {
+        for effect in [
+            Effect::Release { owner: b"a" },
+            Effect::Drop { owner: b"a" },
+        ] {
             let mut l = held_guard(9 << 10);
             let c = effect.apply(Stored::Record(RecordMut::Exclusive(&mut l)));
             assert!(!c.delete, "{effect:?}");
             let free = stored_lease(c);
-            assert!(free.is_guard() && free.is_free() && free.token == 9 << 10, "{effect:?}");
+            assert!(
+                free.is_guard() && free.is_free() && free.token == 9 << 10,
+                "{effect:?}"
+            );
         }
         // An expiry effect does not give it one.
         let mut l = held_guard(9 << 10);
@@ -1183,9 +1189,18 @@ mod tests {
     #[test]
     fn a_guard_is_rewritten_as_its_holding_then_guard() {
         let free = Lease::free_guard(5);
-        assert_eq!(Effect::of_record(RecordRef::Exclusive(&free), NOW), vec![Effect::Guard]);
+        assert_eq!(
+            Effect::of_record(RecordRef::Exclusive(&free), NOW),
+            vec![Effect::Guard]
+        );
         let l = held_guard(9 << 10);
         let effects = Effect::of_record(RecordRef::Exclusive(&l), NOW);
-        assert!(matches!(effects[..], [Effect::Apply { owner: b"a", .. }, Effect::Guard]), "{effects:?}");
+        assert!(
+            matches!(
+                effects[..],
+                [Effect::Apply { owner: b"a", .. }, Effect::Guard]
+            ),
+            "{effects:?}"
+        );
     }
 }

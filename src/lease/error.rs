@@ -161,10 +161,9 @@ impl fmt::Display for LeaseError {
                 f,
                 "ERR a guard needs a key with a hash tag (a non-empty {{...}} part): it guards the keys of that tag"
             ),
-            LeaseError::AlreadyGuarded { tag, guard } => write!(
-                f,
-                "ERR hash tag {{{tag}}} is already guarded by '{guard}'"
-            ),
+            LeaseError::AlreadyGuarded { tag, guard } => {
+                write!(f, "ERR hash tag {{{tag}}} is already guarded by '{guard}'")
+            }
             LeaseError::Fenced { key, guard } => write!(
                 f,
                 "FENCED write to '{key}' refused: its hash tag is guarded by '{guard}'; write it through LEASE.FENCE {guard} <token> ..."

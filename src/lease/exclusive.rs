@@ -299,9 +299,7 @@ impl Lease {
         if version > NEWEST_VERSION {
             return Err(DecodeError::FutureVersion(version));
         }
-        if version != LEASE_VERSION
-            && version != LABELLED_LEASE_VERSION
-            && version != GUARD_VERSION
+        if version != LEASE_VERSION && version != LABELLED_LEASE_VERSION && version != GUARD_VERSION
         {
             return Err(DecodeError::Invalid("encoding version"));
         }

@@ -45,8 +45,8 @@ const NOT_CHECKED: [&[u8]; 8] = [
 /// (design.md S12), nor `NOT_CHECKED`.
 #[inline]
 pub fn is_checked(name: &[u8]) -> bool {
-    !(name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease."))
-        && !NOT_CHECKED.iter().any(|n| n.eq_ignore_ascii_case(name))
+    let lease = name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease.");
+    !lease && !NOT_CHECKED.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
 /// The database a command runs in, as the binding knows it.
@@ -61,9 +61,12 @@ pub enum Db {
 
 /// The guards standing: for each hash tag, the guard key of each database
 /// that has one.
+/// The guard keys of one tag: (database, key).
+type OfTag = Vec<(i32, Box<[u8]>)>;
+
 #[derive(Debug, Default, Clone)]
 pub struct Guards {
-    by_tag: Map<Box<[u8]>, Vec<(i32, Box<[u8]>)>>,
+    by_tag: Map<Box<[u8]>, OfTag>,
     len: usize,
 }
 
@@ -169,9 +172,9 @@ impl Guards {
         db: Db,
         fencing: Option<(i32, &[u8])>,
     ) -> Verdict<'a> {
-        let deletes = argv.first().is_some_and(|n| {
-            n.eq_ignore_ascii_case(b"del") || n.eq_ignore_ascii_case(b"unlink")
-        });
+        let deletes = argv
+            .first()
+            .is_some_and(|n| n.eq_ignore_ascii_case(b"del") || n.eq_ignore_ascii_case(b"unlink"));
         let mut ends = false;
         for &at in written {
             let Some(&key) = argv.get(at) else { continue };
@@ -199,7 +202,11 @@ impl Guards {
                 return Verdict::Refuse { key, guard };
             }
         }
-        if ends { Verdict::EndsGuard } else { Verdict::Pass }
+        if ends {
+            Verdict::EndsGuard
+        } else {
+            Verdict::Pass
+        }
     }
 }
 
@@ -210,7 +217,10 @@ pub enum Verdict<'a> {
     /// It runs, and deletes a guard key (counted).
     EndsGuard,
     /// Refused: it writes `key`, which `guard` guards.
-    Refuse { key: &'a [u8], guard: &'a [u8] },
+    Refuse {
+        key: &'a [u8],
+        guard: &'a [u8],
+    },
 }
 
 #[cfg(test)]
@@ -238,7 +248,14 @@ mod tests {
 
     #[test]
     fn lease_commands_scripts_and_moves_are_not_checked_by_their_keys() {
-        for name in [&b"LEASE.ACQUIRE"[..], b"lease.fence", b"EVAL", b"fcall_ro", b"MIGRATE", b"restore-asking"] {
+        for name in [
+            &b"LEASE.ACQUIRE"[..],
+            b"lease.fence",
+            b"EVAL",
+            b"fcall_ro",
+            b"MIGRATE",
+            b"restore-asking",
+        ] {
             assert!(!is_checked(name), "{}", String::from_utf8_lossy(name));
         }
         for name in [&b"SET"[..], b"RESTORE", b"lease", b"EVALX", b"del"] {
@@ -273,7 +290,10 @@ mod tests {
         let g = guards();
         assert!(g.touches(&[b"SET", b"{t}:a", b"v"]));
         assert!(!g.touches(&[b"SET", b"{x}:a", b"{y}"]));
-        assert!(!g.touches(&[b"{t}", b"x"]), "the command name is not an argument");
+        assert!(
+            !g.touches(&[b"{t}", b"x"]),
+            "the command name is not an argument"
+        );
     }
 
     #[test]
@@ -285,8 +305,16 @@ mod tests {
             guard: b"{t}:lock",
         };
         assert_eq!(g.check(&argv, &[1], Db::Known(0), None), refused);
-        assert_eq!(g.check(&argv, &[], Db::Known(0), None), Verdict::Pass, "a read");
-        assert_eq!(g.check(&argv, &[1], Db::Known(2), None), Verdict::Pass, "another database");
+        assert_eq!(
+            g.check(&argv, &[], Db::Known(0), None),
+            Verdict::Pass,
+            "a read"
+        );
+        assert_eq!(
+            g.check(&argv, &[1], Db::Known(2), None),
+            Verdict::Pass,
+            "another database"
+        );
         assert_eq!(
             g.check(&argv, &[1], Db::Known(0), Some((0, b"{t}:lock"))),
             Verdict::Pass
@@ -304,7 +332,10 @@ mod tests {
         // Not knowing the database, a guard of any database covers it.
         assert!(matches!(
             g.check(&argv, &[1], Db::Any, Some((0, b"{t}:lock"))),
-            Verdict::Refuse { guard: b"{t}:other", .. }
+            Verdict::Refuse {
+                guard: b"{t}:other",
+                ..
+            }
         ));
     }
 
@@ -317,8 +348,16 @@ mod tests {
                 Verdict::EndsGuard
             );
             assert!(matches!(
-                g.check(&[name, b"{t}:lock", b"{t}:data"], &[1, 2], Db::Known(0), None),
-                Verdict::Refuse { key: b"{t}:data", .. }
+                g.check(
+                    &[name, b"{t}:lock", b"{t}:data"],
+                    &[1, 2],
+                    Db::Known(0),
+                    None
+                ),
+                Verdict::Refuse {
+                    key: b"{t}:data",
+                    ..
+                }
             ));
         }
         for argv in [
@@ -328,7 +367,10 @@ mod tests {
         ] {
             assert!(matches!(
                 g.check(argv, &[1], Db::Known(0), Some((0, b"{t}:lock"))),
-                Verdict::Refuse { key: b"{t}:lock", .. }
+                Verdict::Refuse {
+                    key: b"{t}:lock",
+                    ..
+                }
             ));
         }
     }

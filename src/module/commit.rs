@@ -32,8 +32,8 @@ use super::ffi::ctx::{Ctx, Str};
 use super::ffi::key::{LeaseKey, Mode};
 use super::ffi::replicate::{self, OwnerArg};
 use super::ffi::server;
-use super::{guards, timers};
 use super::tokens;
+use super::{guards, timers};
 
 /// How soon the drain timer takes the next batch out.
 const DRAIN_EVERY_MS: i64 = 1;

@@ -237,8 +237,9 @@ pub fn report_key(ctx: Ctx, pos: usize, flags: c_int) {
 pub fn command_table(ctx: Ctx) -> Option<crate::lease::keyspec::Value> {
     // SAFETY: RM_Call with an empty format: no arguments; the reply is read
     // with the accessors and freed on drop.
-    let reply =
-        CallReply(unsafe { raw::RedisModule_Call.unwrap()(ctx.raw(), c"COMMAND".as_ptr(), c"".as_ptr()) });
+    let reply = CallReply(unsafe {
+        raw::RedisModule_Call.unwrap()(ctx.raw(), c"COMMAND".as_ptr(), c"".as_ptr())
+    });
     if reply.0.is_null() {
         return None;
     }

@@ -282,7 +282,13 @@ unsafe extern "C" fn unlink2<T: LeaseType>(ctx: *mut raw::RedisModuleKeyOptCtx, 
             }
             let db = raw::RedisModule_GetDbIdFromOptCtx.unwrap()(ctx);
             let (key, record) = (Str::new(key as *mut _), value::record_ref(v));
-            T::unlinked(db, key.bytes(), record, unlink_is_quiet(), unlink_is_replacement());
+            T::unlinked(
+                db,
+                key.bytes(),
+                record,
+                unlink_is_quiet(),
+                unlink_is_replacement(),
+            );
         }
     })
 }
