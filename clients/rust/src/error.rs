@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::Loss;
-use crate::protocol::expiring_of;
+use crate::protocol::{expiring_of, fenced_of};
 
 /// The errors of this crate.
 #[derive(Debug)]
@@ -40,6 +40,20 @@ pub enum Error {
     /// server, nothing run. Readers fence reads only; take the lease
     /// exclusively to write.
     SharedWrite,
+    /// A write to a key of a guarded hash tag (design.md S12) was refused:
+    /// `key`'s tag is guarded by the lease key `guard`, and its keys are
+    /// written only through `LEASE.FENCE guard <token> ...` with the token
+    /// of the lease held on `guard`. Nothing was run. What a plain write
+    /// gets, and a fenced one whose lease key is not the guard (another
+    /// lease key of the same tag). The names are as the server printed
+    /// them: printable ASCII (other bytes as `?`), cut at 64 bytes with
+    /// `...`.
+    Fenced {
+        /// The key the refused command writes.
+        key: String,
+        /// The lease key that guards its hash tag.
+        guard: String,
+    },
     /// This client (or a clone of it) already holds a lease on this key, not
     /// released and not lost: a second acquire would wait on itself (with
     /// `BLOCK`) or be refused. Use the lease you hold, or release it first.
@@ -89,6 +103,10 @@ impl fmt::Display for Error {
             Error::SharedWrite => {
                 f.write_str("a SHARED holder's token cannot fence a write command; nothing was run")
             }
+            Error::Fenced { key, guard } => write!(
+                f,
+                "FENCED: the write to {key:?} was refused, nothing was run: its hash tag is guarded by {guard:?}; write it through that lease's fence"
+            ),
             Error::AlreadyHeld(key) => write!(
                 f,
                 "{key:?} is already held by this client: use that lease or release it first"
@@ -122,6 +140,12 @@ impl From<redis::RedisError> for Error {
             .and_then(|_| expiring_of(e.detail()?))
         {
             Error::Expiring { left, min_ttl }
+        } else if let Some((key, guard)) = e
+            .code()
+            .filter(|&c| c == "FENCED")
+            .and_then(|_| fenced_of(e.detail()?))
+        {
+            Error::Fenced { key, guard }
         } else if e
             .detail()
             .is_some_and(|d| d.contains("a SHARED holder's token cannot fence a write command"))
@@ -160,5 +184,29 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_fenced_reply_is_fenced_with_the_key_and_its_guard() {
+        let e = redis::parse_redis_value(
+            b"-FENCED write to '{g}:data' refused: its hash tag is guarded by '{g}:lock'; write it through LEASE.FENCE {g}:lock <token> ...\r\n",
+        )
+        .unwrap()
+        .extract_error()
+        .unwrap_err();
+        match Error::from(e) {
+            Error::Fenced { key, guard } => {
+                assert_eq!((key.as_str(), guard.as_str()), ("{g}:data", "{g}:lock"))
+            }
+            other => panic!("{other:?}"),
+        }
+        // Another code with the same words is not a refusal of the guard.
+        let e = redis::parse_redis_value(
+            b"-ERR write to 'k' refused: its hash tag is guarded by 'g'; write it through LEASE.FENCE g <token> ...\r\n",
+        )
+        .unwrap()
+        .extract_error()
+        .unwrap_err();
+        assert!(matches!(Error::from(e), Error::Redis(_)));
     }
 }

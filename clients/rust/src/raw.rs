@@ -2,6 +2,23 @@
 //! for code that sends them itself: a fresh owner id ([`new_owner`]) and a
 //! command wrapped in `LEASE.FENCE` ([`fence_cmd`], and
 //! [`fence_cmd_min_ttl`] with `MINTTL`). The helpers use them too.
+//!
+//! What such code gets back is the redis crate's own error; `Error::from`
+//! types the refusals the helpers type (`STALE`, `EXPIRING`, a reader's
+//! write, and `FENCED`, a write to a guarded key outside its guard's
+//! fence), so that they are recognisable there too:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redis_lease_client::Error> {
+//! use redis_lease_client::Error;
+//!
+//! let mut con = redis::Client::open("redis://127.0.0.1:6379/")?.get_connection()?;
+//! match redis::cmd("SET").arg("{acct:7}").arg(90).query::<()>(&mut con).map_err(Error::from) {
+//!     Err(Error::Fenced { key, guard }) => println!("{key} is written through {guard}'s fence only"),
+//!     other => other?,
+//! }
+//! # Ok(()) }
+//! ```
 
 use std::time::Duration;
 

@@ -9,11 +9,13 @@
 //! plans), `held` (the held-keys registry), `schedule` (the watchdog),
 //! `connection` (pooled connections' checks), `replies` (what a reply
 //! means), `quorum` (quorum leases' decisions), `label` (labels and the
-//! waiters' records).
+//! waiters' records), `guard` (guarded keys: the admin commands and the
+//! `FENCED` refusal).
 
 mod acquire;
 mod commands;
 mod connection;
+mod guard;
 mod held;
 mod label;
 mod quorum;
@@ -26,6 +28,7 @@ mod tests;
 pub(crate) use self::acquire::*;
 pub(crate) use self::commands::*;
 pub(crate) use self::connection::*;
+pub(crate) use self::guard::*;
 pub(crate) use self::held::*;
 pub use self::label::{Waiter, default_label};
 pub(crate) use self::label::{parse_waiters, resolve, waiters_cmd};

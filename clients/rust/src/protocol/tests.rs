@@ -797,3 +797,61 @@ fn every_step_of_a_quorum_acquisition_sends_its_label() {
         ["LEASE.ACQUIRE", "k", "o", "1500", "FLOOR", "42"]
     );
 }
+
+#[test]
+fn guard_and_unguard_send_the_key_and_read_their_replies() {
+    assert_eq!(words(&guard_cmd("{g}:lock")), ["LEASE.GUARD", "{g}:lock"]);
+    assert_eq!(
+        words(&unguard_cmd("{g}:lock")),
+        ["LEASE.UNGUARD", "{g}:lock"]
+    );
+    assert!(guard_reply(&redis::Value::Okay).is_ok());
+    assert!(guard_reply(&redis::Value::SimpleString("OK".into())).is_ok());
+    assert!(matches!(
+        guard_reply(&redis::Value::Int(1)),
+        Err(Error::Redis(_))
+    ));
+    assert!(unguard_reply(&redis::Value::Int(1)).unwrap());
+    assert!(!unguard_reply(&redis::Value::Int(0)).unwrap());
+    assert!(matches!(
+        unguard_reply(&redis::Value::Okay),
+        Err(Error::Redis(_))
+    ));
+}
+
+#[test]
+fn a_fenced_refusal_names_the_key_and_the_guard_even_with_quotes_in_them() {
+    let text = |key: &str, guard: &str| {
+        format!(
+            "write to '{key}' refused: its hash tag is guarded by '{guard}'; write it through LEASE.FENCE {guard} <token> ..."
+        )
+    };
+    for (key, guard) in [
+        ("{g}:data", "{g}:lock"),
+        ("{g}:it's", "{g}:o'lock"),
+        // The middle words in a key's name: the guard named twice decides.
+        (
+            "{g}' refused: its hash tag is guarded by 'x",
+            "{g}' refused: its hash tag is guarded by 'y",
+        ),
+        (
+            "{g}:a?b",
+            "{g}:0123456789012345678901234567890123456789012345678901234567...",
+        ),
+        ("", ""),
+    ] {
+        assert_eq!(
+            fenced_of(&text(key, guard)),
+            Some((key.to_string(), guard.to_string())),
+            "{key:?} {guard:?}"
+        );
+    }
+    for other in [
+        "",
+        "write to 'k' refused",
+        "write to 'k' refused: its hash tag is guarded by 'g'; write it through LEASE.FENCE h <token> ...",
+        "write to 'k' refused: its hash tag is guarded by 'g'; write it through LEASE.FENCE g",
+    ] {
+        assert_eq!(fenced_of(other), None, "{other:?}");
+    }
+}
