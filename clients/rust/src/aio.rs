@@ -38,9 +38,9 @@ use tokio::sync::{Notify, watch};
 
 use crate::protocol::{
     Acquire, Backend, Fresh, Held, Keys, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule,
-    linger_left, lost_during, lost_reply, parse_waiters, refused, release_failed, release_opts,
-    release_plan, renew_every, renews_first, resolve, short, start, waiters_cmd, waits,
-    work_result,
+    guard_cmd, guard_reply, linger_left, lost_during, lost_reply, parse_waiters, refused,
+    release_failed, release_opts, release_plan, renew_every, renews_first, resolve, short, start,
+    unguard_cmd, unguard_reply, waiters_cmd, waits, work_result,
 };
 use crate::raw::fence_cmd_with;
 use crate::{Block, Error, Label, Loss, Mode, Options, Waiter, WatchdogStats, fence_cmd};
@@ -496,6 +496,35 @@ impl LeaseClient {
         parse_waiters(&reply)
     }
 
+    /// Makes `key` the guard of its hash tag (`LEASE.GUARD key`); as
+    /// [`crate::LeaseClient::guard`]: every other key of the tag is then
+    /// written only through the fence of the lease held on `key`, any
+    /// other write is [`Error::Fenced`].
+    pub async fn guard(&self, key: &str) -> Result<(), Error> {
+        let hub = &self.hub;
+        let reply: Value = hub
+            .call(&guard_cmd(key), None, hub.opts.io_timeout, &hub.opts, true)
+            .await?;
+        guard_reply(&reply)
+    }
+
+    /// Stops `key` guarding its hash tag (`LEASE.UNGUARD key`): `Ok(true)`
+    /// when it guarded, `Ok(false)` when it did not; as
+    /// [`crate::LeaseClient::unguard`].
+    pub async fn unguard(&self, key: &str) -> Result<bool, Error> {
+        let hub = &self.hub;
+        let reply: Value = hub
+            .call(
+                &unguard_cmd(key),
+                None,
+                hub.opts.io_timeout,
+                &hub.opts,
+                true,
+            )
+            .await?;
+        unguard_reply(&reply)
+    }
+
     /// Takes the lease on `key` for `ttl`, with a fresh random owner id; as
     /// [`crate::LeaseClient::acquire`] (the same retries of a lost reply
     /// with the same owner, the same read timeouts). Call it inside a tokio
@@ -850,7 +879,8 @@ impl LeaseHandle {
     }
 
     /// `cmd` run through the fence (`LEASE.FENCE key token <cmd>`); a
-    /// `STALE` refusal is [`Error::Stale`] and nothing was run. A
+    /// `STALE` refusal is [`Error::Stale`] and nothing was run; a write to a
+    /// key whose hash tag another lease key guards is [`Error::Fenced`]. A
     /// connection the server closed while idle is replaced first.
     pub async fn fence<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
         self.fence_on(self.key(), None, cmd).await

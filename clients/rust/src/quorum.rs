@@ -606,8 +606,9 @@ impl QuorumLease {
     /// `cmd` fenced with the token on every master that committed it
     /// (`LEASE.FENCE key T cmd`): the first reply of a master that ran it,
     /// which is the command's own error ([`Error::Redis`]) when it failed
-    /// there, or [`Error::Stale`] when the token was current on fewer than
-    /// a majority (docs/helpers.md).
+    /// there ([`Error::Fenced`] when the key is not the guard of a hash tag
+    /// the command writes), or [`Error::Stale`] when the token was current
+    /// on fewer than a majority (docs/helpers.md).
     pub fn fence<T: FromRedisValue + Send>(&self, cmd: &Cmd) -> Result<T, Error> {
         self.fence_with(None, cmd)
     }

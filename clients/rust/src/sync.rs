@@ -13,8 +13,9 @@ use redis::{Cmd, ConnectionLike, FromRedisValue, RedisResult, Value};
 
 use crate::protocol::{
     Acquire, Backend, Fresh, Held, Keys, Next, POOL_IDLE, ReleasePlan, Renewable, Reply, Schedule,
-    linger_left, lost_during, lost_reply, parse_waiters, refused, release_failed, release_opts,
-    release_plan, renew_every, renews_first, resolve, short, start, waiters_cmd, work_result,
+    guard_cmd, guard_reply, linger_left, lost_during, lost_reply, parse_waiters, refused,
+    release_failed, release_opts, release_plan, renew_every, renews_first, resolve, short, start,
+    unguard_cmd, unguard_reply, waiters_cmd, work_result,
 };
 use crate::raw::fence_cmd_with;
 use crate::{Block, Error, Label, Loss, Mode, Options, Waiter, WatchdogStats, fence_cmd};
@@ -454,6 +455,39 @@ impl LeaseClient {
             .hub
             .call(&cmd, None, Some(opts.io_timeout), opts, true)?;
         parse_waiters(&reply)
+    }
+
+    /// Makes `key` the guard of its hash tag (`LEASE.GUARD key`, design.md
+    /// S12; an admin call, idempotent): from now on every other key of that
+    /// tag, in this database, can be written only through the fence of the
+    /// lease held on `key` ([`Lease::fence`] and the other fences of a
+    /// lease on `key`); any other write is refused with
+    /// [`Error::Fenced`], and changes nothing. Reads pass. A free `key`
+    /// becomes a free guard (no lease held, no ttl); the guard stays when
+    /// its leases are released or expire, and its tokens keep increasing.
+    /// The lease on a guard key is exclusive only.
+    ///
+    /// The server refuses ([`Error::Redis`], its text says why) a key
+    /// without a hash tag (a non-empty `{...}` part), a tag another key
+    /// guards already, a key held with `LIMIT` or `SHARED`, and a key of
+    /// another type (`WRONGTYPE`). On a cluster it goes to `key`'s master.
+    pub fn guard(&self, key: &str) -> Result<(), Error> {
+        let opts = &self.hub.opts;
+        let reply: Value =
+            self.hub
+                .call(&guard_cmd(key), None, Some(opts.io_timeout), opts, true)?;
+        guard_reply(&reply)
+    }
+
+    /// Stops `key` guarding its hash tag (`LEASE.UNGUARD key`): `Ok(true)`
+    /// when it guarded (a free guard key is deleted; a lease held on it
+    /// stays, an ordinary lease from now on), `Ok(false)` when it did not.
+    pub fn unguard(&self, key: &str) -> Result<bool, Error> {
+        let opts = &self.hub.opts;
+        let reply: Value =
+            self.hub
+                .call(&unguard_cmd(key), None, Some(opts.io_timeout), opts, true)?;
+        unguard_reply(&reply)
     }
 
     /// Takes the lease on `key` for `ttl` (whole milliseconds), with a fresh
@@ -920,7 +954,9 @@ impl Lease {
 
     /// `cmd` run through the fence: `LEASE.FENCE key token <cmd>`. The
     /// server runs it only while this lease's token is current, in the same
-    /// step; else [`Error::Stale`] and nothing is run. It is sent even when
+    /// step; else [`Error::Stale`] and nothing is run. A write to a key
+    /// whose hash tag another lease key guards is [`Error::Fenced`] (nothing
+    /// run): only the guard's fence writes there. It is sent even when
     /// the loss signal is on: the server decides. A connection that the
     /// server closed while idle is replaced before the fence goes out
     /// (nothing sent on it can have run, so sending on a new one is safe).
