@@ -224,7 +224,9 @@ impl Keys {
 /// Does this `LEASE.ACQUIRE` (or `LEASE.MACQUIRE`) wait (`BLOCK`)? It then
 /// needs a connection of its own: a blocked connection carries nothing else
 /// meanwhile. `BLOCK ms` is always last, so a key named `BLOCK` does not
-/// count.
+/// count. (Only the async client asks: the sync one gives every call a
+/// connection of its own anyway.)
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 pub(crate) fn waits(cmd: &redis::Cmd) -> bool {
     let args: Vec<_> = cmd.args_iter().collect();
     args.len() >= 2 && matches!(args[args.len() - 2], redis::Arg::Simple(b) if b == b"BLOCK")
