@@ -2,9 +2,9 @@
 //! `guard` / `unguard` and the server's refusals; every fenced write path
 //! of a lease on the guard (one key, `MINTTL`, the fenced command on a
 //! connection of one's own, multi-key, quorum; sync and async) writes
-//! guarded data; a write outside the guard's fence (a plain one, or the
-//! fence of another lease key of the tag) is `Error::Fenced` and changes
-//! nothing; a stale token is `Error::Stale` there; tokens of a guard key
+//! guarded data; a write outside the guard's fence (a plain one, the
+//! fence of another lease key of the tag, or a fence writing another
+//! guard's tag) is `Error::Fenced` and changes nothing; a stale token is `Error::Stale` there; tokens of a guard key
 //! keep increasing; leases on unguarded keys work as before; on a cluster
 //! every call goes to the tag's master.
 
@@ -269,6 +269,12 @@ every_server! {
         assert_fenced(many.fence_min_ttl::<()>("{g}:third", MS(1000), &set(DATA, "many")), DATA, GUARD);
         refusals += 2;
         assert!(many.release().unwrap());
+        // The guard's own fence writing a key another guard guards.
+        lc.guard("{h}:lock").unwrap();
+        assert_fenced(lease.fence::<()>(&set("{h}:data", "cross")), "{h}:data", "{h}:lock");
+        assert_fenced(lease.fence_min_ttl::<()>(MS(1000), &set("{h}:data", "cross")), "{h}:data", "{h}:lock");
+        refusals += 2;
+        assert_eq!(get(&mut c, "{h}:data"), None);
         assert_eq!(get(&mut c, DATA).as_deref(), Some("before"), "nothing written");
         assert_eq!(info_int(&mut c, "lease_guard_refused") - before, refusals);
         // The guard's fence writes.
@@ -560,6 +566,11 @@ full_suite! {
             assert_fenced(many.fence::<()>(OTHER, &set(DATA, "many")).await, DATA, GUARD);
             assert_fenced(many.fence_min_ttl::<()>(OTHER, MS(1000), &set(DATA, "many")).await, DATA, GUARD);
             assert!(many.release().await.unwrap());
+            // The guard's fence writing a key another guard guards.
+            lc.guard("{h}:lock").await.unwrap();
+            let lease = lc.acquire(GUARD, Duration::from_secs(10), Block::NoWait).await.unwrap().expect("free");
+            assert_fenced(lease.fence::<()>(&set("{h}:data", "cross")).await, "{h}:data", "{h}:lock");
+            assert!(lease.release().await.unwrap());
             assert_eq!(get(&mut c, DATA).as_deref(), Some("before"));
             // An old token on the guard: stale on every path.
             let old = quiet.acquire(GUARD, MS(400), Block::NoWait).await.unwrap().expect("a free guard");
