@@ -141,6 +141,15 @@ every_server! {
         ok(&mut c, &["SET", DATA, "plain again"]);
         assert!(lease.release().unwrap());
         assert_eq!(info(&mut c, GUARD), None, "an ordinary lease: gone once released");
+        // The same over RESP3.
+        let lc3 = LeaseClient::open(&s.url(true)).unwrap();
+        lc3.guard(GUARD).unwrap();
+        assert_free_guard(&mut c, GUARD);
+        let mut other = lc3.acquire(OTHER, MS(5000), Block::NoWait).unwrap().expect("free");
+        assert_fenced(other.fence::<()>(&set(DATA, "resp3")), DATA, GUARD);
+        assert!(other.release().unwrap());
+        assert!(lc3.unguard(GUARD).unwrap());
+        assert!(!lc3.unguard(GUARD).unwrap());
     }
 
     fn every_fence_of_a_lease_on_the_guard_writes_guarded_data(kind) {
