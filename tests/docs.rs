@@ -13,7 +13,7 @@ use common::*;
 
 use std::path::PathBuf;
 
-const PUBLIC: [&str; 8] = [
+const PUBLIC: [&str; 10] = [
     "LEASE.ACQUIRE",
     "LEASE.RENEW",
     "LEASE.RELEASE",
@@ -22,8 +22,10 @@ const PUBLIC: [&str; 8] = [
     "LEASE.MACQUIRE",
     "LEASE.MRENEW",
     "LEASE.MRELEASE",
+    "LEASE.GUARD",
+    "LEASE.UNGUARD",
 ];
-const INTERNAL: [&str; 7] = [
+const INTERNAL: [&str; 8] = [
     "LEASE.APPLY",
     "LEASE.HOLD",
     "LEASE.DROP",
@@ -31,6 +33,7 @@ const INTERNAL: [&str; 7] = [
     "LEASE.VERSION",
     "LEASE.CLOCK",
     "LEASE.GATE",
+    "LEASE.FENCED",
 ];
 
 fn doc_page(rel: &str) -> String {
