@@ -19,10 +19,32 @@ type Map<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 /// first `{` and the first `}` after it, when there are some.
 #[inline]
 pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
-    let open = key.iter().position(|&b| b == b'{')?;
+    let open = find_byte(key, b'{')?;
     let rest = &key[open + 1..];
-    let close = rest.iter().position(|&b| b == b'}')?;
+    let close = find_byte(rest, b'}')?;
     (close > 0).then(|| &rest[..close])
+}
+
+/// The first `needle` in `hay`, eight bytes at a time (the filter scans
+/// every argument of every command while a guard stands).
+#[inline]
+fn find_byte(hay: &[u8], needle: u8) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let pattern = ONES * needle as u64;
+    let mut words = hay.chunks_exact(8);
+    let mut at = 0;
+    for word in &mut words {
+        let w = u64::from_le_bytes(word.try_into().expect("8 bytes")) ^ pattern;
+        // A byte of `w` is zero where `hay` has `needle`; the lowest set
+        // high bit marks the first of them.
+        let zero = w.wrapping_sub(ONES) & !w & HIGHS;
+        if zero != 0 {
+            return Some(at + (zero.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    words.remainder().iter().position(|&b| b == needle).map(|p| at + p)
 }
 
 /// Commands whose declared keys say nothing of what they write: scripts
@@ -152,6 +174,21 @@ impl Guards {
         }
     }
 
+    /// Must a command with the argument `arg` (of tag `tag`), run under
+    /// the fence of `fencing`, be checked? Not when the fence's guard is
+    /// the only guard of the tag (in any database) and `arg` is not the
+    /// guard key itself: whatever the command writes of that tag, the
+    /// fence lets it.
+    pub fn needs_check(&self, arg: &[u8], tag: &[u8], fencing: Option<(i32, &[u8])>) -> bool {
+        match (self.by_tag.get(tag), fencing) {
+            (None, _) => false,
+            (Some(list), Some((db, fence))) => {
+                !(list.len() == 1 && list[0].0 == db && *list[0].1 == *fence && arg != fence)
+            }
+            (Some(_), None) => true,
+        }
+    }
+
     /// Does any argument after the command name carry a guarded tag? The
     /// cheap first check: a command without one is never refused.
     #[inline]
@@ -228,6 +265,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn find_byte_finds_the_first_at_every_offset() {
+        for len in 0..40 {
+            for at in 0..=len {
+                let mut hay = vec![b'a'; len];
+                if at < len {
+                    hay[at] = b'{';
+                    if at + 3 < len {
+                        hay[at + 3] = b'{';
+                    }
+                }
+                let want = (at < len).then_some(at);
+                assert_eq!(find_byte(&hay, b'{'), want, "len {len}, at {at}");
+            }
+        }
+        assert_eq!(find_byte(&[0x7b ^ 0x80, 0x7b], b'{'), Some(1));
+        assert_eq!(find_byte(&[0xff; 9], b'{'), None);
+    }
+
+    #[test]
     fn the_hash_tag_is_what_cluster_slots_read() {
         assert_eq!(hash_tag(b"{user1}:data"), Some(&b"user1"[..]));
         assert_eq!(hash_tag(b"a{b}c{d}"), Some(&b"b"[..]));
@@ -283,6 +339,19 @@ mod tests {
         let mut g = guards();
         g.flush(None);
         assert!(g.is_empty() && !g.tag_guarded(b"t"));
+    }
+
+    #[test]
+    fn under_its_guards_fence_a_command_needs_no_check_but_for_the_guard_key() {
+        let g = guards();
+        let fence = Some((0, &b"{u}:lock"[..]));
+        assert!(!g.needs_check(b"{u}:data", b"u", fence));
+        assert!(g.needs_check(b"{u}:lock", b"u", fence), "the guard key itself");
+        assert!(g.needs_check(b"{u}:data", b"u", None), "no fence");
+        assert!(g.needs_check(b"{u}:data", b"u", Some((1, b"{u}:lock"))), "another database's fence");
+        assert!(!g.needs_check(b"{x}:data", b"x", None), "an unguarded tag");
+        // {t} has guards in two databases: a fence of one is checked.
+        assert!(g.needs_check(b"{t}:data", b"t", Some((0, b"{t}:lock"))));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering::Relaxed};
 
-use crate::lease::guard::{Db, Guards, Verdict, hash_tag, is_checked};
+use crate::lease::guard::{Db, Guards, Verdict, hash_tag};
 use crate::lease::keyspec::{Keys, Table};
 use crate::lease::{LeaseError, RecordRef};
 
@@ -30,6 +30,8 @@ static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 /// The guard whose `LEASE.FENCE` runs its command right now (database and
 /// key): its keys may be written.
 static FENCING: Mutex<Option<(i32, Vec<u8>)>> = Mutex::new(None);
+/// A fence runs its command (`FENCING` is set), readable without the lock.
+static FENCE_RUNS: AtomicBool = AtomicBool::new(false);
 
 fn with<R>(f: impl FnOnce(&mut Guards) -> R) -> R {
     let mut guard = GUARDS.lock().unwrap_or_else(|e| e.into_inner());
@@ -141,9 +143,32 @@ pub fn fencing<R>(db: i32, key: &[u8], f: impl FnOnce() -> R) -> R {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .replace((db, key.to_vec()));
+    FENCE_RUNS.store(true, Relaxed);
     let out = f();
+    FENCE_RUNS.store(before.is_some(), Relaxed);
     *FENCING.lock().unwrap_or_else(|e| e.into_inner()) = before;
     out
+}
+
+/// The filter's cheap test of one argument (after the command's name):
+/// must the guards look at the command? Not for an argument without a
+/// guarded hash tag, nor for a key of the guard whose fence runs the
+/// command now (unless it is the guard key itself, or another database's
+/// guard has its tag).
+#[inline]
+pub fn look_at(arg: &[u8]) -> bool {
+    let Some(tag) = hash_tag(arg) else {
+        return false;
+    };
+    let guards = GUARDS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(g) = guards.as_ref() else {
+        return false;
+    };
+    if !FENCE_RUNS.load(Relaxed) {
+        return g.tag_guarded(tag);
+    }
+    let fencing = FENCING.lock().unwrap_or_else(|e| e.into_inner());
+    g.needs_check(arg, tag, fencing.as_ref().map(|(d, k)| (*d, k.as_slice())))
 }
 
 fn load_table() {
@@ -166,18 +191,8 @@ pub fn check(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec
         return None;
     }
     let name = args.first()?.bytes();
-    if !is_checked(name) {
-        return None;
-    }
-    // The cheap test first: an argument with a guarded tag.
     let guards = GUARDS.lock().unwrap_or_else(|e| e.into_inner());
     let g = guards.as_ref()?;
-    if !args[1..]
-        .iter()
-        .any(|a| hash_tag(a.bytes()).is_some_and(|t| g.tag_guarded(t)))
-    {
-        return None;
-    }
     let argv: Vec<&[u8]> = args.iter().map(|a| a.bytes()).collect();
     let written = written(args, &argv);
     let db = db().map_or(Db::Any, Db::Known);

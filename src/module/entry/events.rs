@@ -80,8 +80,20 @@ impl Events for Lease {
         datatype::before_command(name, first_arg);
     }
 
+    fn clients_wait() -> bool {
+        waiters::total() > 0
+    }
+
     fn guards_stand() -> bool {
         guards::count() > 0
+    }
+
+    fn guards_look_at(arg: &[u8]) -> bool {
+        guards::look_at(arg)
+    }
+
+    fn guards_check(name: &[u8]) -> bool {
+        crate::lease::guard::is_checked(name)
     }
 
     fn guarded(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec<u8>)> {

@@ -488,8 +488,16 @@ pub trait Events {
     /// A command with at least one argument is about to run (the command
     /// filter, while it is registered).
     fn before_command(name: &[u8], first_arg: Option<&[u8]>);
+    /// Does any client wait (`before_command` has work)?
+    fn clients_wait() -> bool;
     /// Is the guards' check on (some guard stands)?
     fn guards_stand() -> bool;
+    /// Must the guards look at a command with this argument (after its
+    /// name)? The cheap test, for every argument of every command while a
+    /// guard stands.
+    fn guards_look_at(arg: &[u8]) -> bool;
+    /// Do the guards check the command `name` by its keys?
+    fn guards_check(name: &[u8]) -> bool;
     /// The guards' check of the command `args` (the command name first):
     /// `Some((key, guard))` refuses it; `db` tells the client's database
     /// where the server can.
@@ -659,21 +667,60 @@ unsafe extern "C" fn command_filter<E: Events>(fctx: *mut raw::RedisModuleComman
         // SAFETY: the filter context of the command about to run; its
         // arguments live while the filter runs and are only read here.
         unsafe {
-            if raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) < 2 {
+            let count = raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx);
+            if count < 2 {
                 return;
             }
             let arg = |i| {
                 let s = raw::RedisModule_CommandFilterArgGet.unwrap()(fctx, i);
                 (!s.is_null()).then(|| Str::new(s as *mut _).bytes())
             };
-            if let Some(name) = arg(0) {
+            if E::clients_wait()
+                && let Some(name) = arg(0)
+            {
                 E::before_command(name, arg(1));
             }
-            if E::guards_stand() {
+            // The cheap test first (it runs for every command while a
+            // guard stands): an argument after the name that the guards
+            // must look at.
+            if E::guards_stand() && guards_look_at::<E>(fctx, count) && arg(0).is_some_and(E::guards_check) {
                 check_guards::<E>(fctx);
             }
         }
     })
+}
+
+/// The guards' cheap test of every argument after the command's name (it
+/// runs for every command while a guard stands: the server's calls are
+/// looked up once).
+///
+/// # Safety
+/// `fctx` is the filter context of the command about to run, with `count`
+/// arguments.
+#[inline]
+unsafe fn guards_look_at<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx, count: c_int) -> bool {
+    // SAFETY: function pointers filled in by RedisModule_Init; the
+    // arguments live while the filter runs, and StringPtrLen gives a
+    // pointer valid for `len` bytes.
+    unsafe {
+        let (Some(get), Some(ptr_len)) =
+            (raw::RedisModule_CommandFilterArgGet, raw::RedisModule_StringPtrLen)
+        else {
+            return false;
+        };
+        for i in 1..count {
+            let s = get(fctx, i);
+            let mut len = 0usize;
+            let p = if s.is_null() { std::ptr::null() } else { ptr_len(s, &mut len) };
+            if p.is_null() {
+                return true;
+            }
+            if E::guards_look_at(std::slice::from_raw_parts(p as *const u8, len)) {
+                return true;
+            }
+        }
+        false
+    }
 }
 
 /// Most arguments a command's guard check reads without an allocation.
