@@ -402,6 +402,13 @@ every_server! {
         if !kind.is_redis70() {
             // Redis 7.2+ and Valkey tell the filter the client's database.
             ok(&mut c, &["SET", DATA, "db 0 is not guarded now"]);
+            // MOVE and COPY ... DB write a key of database 1: its guard
+            // judges (on Redis 7.0 every database's guards judge anyway).
+            ok(&mut c, &["SET", "{acct}:moving", "x"]);
+            assert_fenced(&err(&mut c, &["MOVE", "{acct}:moving", "1"]), "{acct}:moving", GUARD);
+            assert_fenced(&err(&mut c, &["COPY", "{acct}:moving", "{acct}:copy", "DB", "1"]), "{acct}:copy", GUARD);
+            assert_eq!(int(&ok(&mut c1, &["EXISTS", "{acct}:moving", "{acct}:copy"])), 0);
+            assert_eq!(int(&ok(&mut c, &["EXISTS", "{acct}:moving"])), 1);
         }
     }
 }

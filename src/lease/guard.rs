@@ -44,7 +44,11 @@ fn find_byte(hay: &[u8], needle: u8) -> Option<usize> {
         }
         at += 8;
     }
-    words.remainder().iter().position(|&b| b == needle).map(|p| at + p)
+    words
+        .remainder()
+        .iter()
+        .position(|&b| b == needle)
+        .map(|p| at + p)
 }
 
 /// Commands whose declared keys say nothing of what they write: scripts
@@ -213,7 +217,13 @@ impl Guards {
             .first()
             .is_some_and(|n| n.eq_ignore_ascii_case(b"del") || n.eq_ignore_ascii_case(b"unlink"));
         let mut ends = false;
-        for &at in written {
+        // MOVE and COPY ... DB write a key of another database too.
+        let elsewhere = other_database_write(argv);
+        let keys = written
+            .iter()
+            .map(|&at| (at, db))
+            .chain(elsewhere.map(|(at, other)| (at, db.and(other))));
+        for (at, db) in keys {
             let Some(&key) = argv.get(at) else { continue };
             let Some(tag) = hash_tag(key) else { continue };
             let Some(list) = self.by_tag.get(tag) else {
@@ -245,6 +255,37 @@ impl Guards {
             Verdict::Pass
         }
     }
+}
+
+impl Db {
+    /// The database `other`, where this one is known (where it is not,
+    /// the guards of every database cover the key anyway).
+    fn and(self, other: i32) -> Db {
+        match self {
+            Db::Known(_) => Db::Known(other),
+            Db::Any => Db::Any,
+        }
+    }
+}
+
+/// The key a command writes in another database than its client's:
+/// `MOVE key db` (the key arrives in `db`) and `COPY source destination DB
+/// db` (the destination is in `db`); (its position, that database).
+fn other_database_write(argv: &[&[u8]]) -> Option<(usize, i32)> {
+    let number = |a: &[u8]| std::str::from_utf8(a).ok()?.parse::<i32>().ok();
+    let name = argv.first()?;
+    if name.eq_ignore_ascii_case(b"move") {
+        return Some((1, number(argv.get(2)?)?));
+    }
+    if name.eq_ignore_ascii_case(b"copy") {
+        let at = argv
+            .iter()
+            .skip(3)
+            .position(|a| a.eq_ignore_ascii_case(b"db"))?
+            + 3;
+        return Some((2, number(argv.get(at + 1)?)?));
+    }
+    None
 }
 
 /// What becomes of a command.
@@ -346,9 +387,15 @@ mod tests {
         let g = guards();
         let fence = Some((0, &b"{u}:lock"[..]));
         assert!(!g.needs_check(b"{u}:data", b"u", fence));
-        assert!(g.needs_check(b"{u}:lock", b"u", fence), "the guard key itself");
+        assert!(
+            g.needs_check(b"{u}:lock", b"u", fence),
+            "the guard key itself"
+        );
         assert!(g.needs_check(b"{u}:data", b"u", None), "no fence");
-        assert!(g.needs_check(b"{u}:data", b"u", Some((1, b"{u}:lock"))), "another database's fence");
+        assert!(
+            g.needs_check(b"{u}:data", b"u", Some((1, b"{u}:lock"))),
+            "another database's fence"
+        );
         assert!(!g.needs_check(b"{x}:data", b"x", None), "an unguarded tag");
         // {t} has guards in two databases: a fence of one is checked.
         assert!(g.needs_check(b"{t}:data", b"t", Some((0, b"{t}:lock"))));
@@ -406,6 +453,35 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn move_and_copy_to_another_database_are_checked_there() {
+        let g = guards();
+        // {t}:other guards {t} in database 1.
+        let moved: [&[u8]; 3] = [b"MOVE", b"{t}:a", b"1"];
+        assert!(matches!(
+            g.check(&moved, &[1], Db::Known(2), None),
+            Verdict::Refuse {
+                guard: b"{t}:other",
+                ..
+            }
+        ));
+        let copied: [&[u8]; 5] = [b"COPY", b"{x}:src", b"{t}:a", b"db", b"1"];
+        assert!(matches!(
+            g.check(&copied, &[2], Db::Known(2), None),
+            Verdict::Refuse {
+                guard: b"{t}:other",
+                ..
+            }
+        ));
+        let copied: [&[u8]; 5] = [b"COPY", b"{x}:src", b"{t}:a", b"DB", b"3"];
+        assert_eq!(g.check(&copied, &[2], Db::Known(2), None), Verdict::Pass);
+        assert_eq!(
+            other_database_write(&[b"COPY", b"a", b"b", b"REPLACE"]),
+            None
+        );
+        assert_eq!(other_database_write(&[b"MOVE", b"a", b"x"]), None);
     }
 
     #[test]

@@ -112,6 +112,7 @@ pub fn specs() -> Vec<Spec> {
                 (c"0.2.0", c"Added the `LIMIT` and `SHARED` options."),
                 (c"0.3.0", c"Added the `FLOOR` option (quorum leases)."),
                 (V4, c"Added the `LABEL` option."),
+                (V5, c"`LIMIT` and `SHARED` are refused on a key that guards its hash tag."),
             ],
             args: vec![
                 arg(c"key", KEY),
@@ -205,12 +206,13 @@ pub fn specs() -> Vec<Spec> {
             arity: 2,
             keys: Keys::One,
             key_flags: RO | ACCESS,
-            summary: c"Token, remaining ttl, waiters, start and label of the lease held on key (and mode, limit and holders of a counting or shared lease); null when free",
+            summary: c"Token, remaining ttl, waiters, start and label of the lease held on key (and mode, limit and holders of a counting or shared lease), and whether key guards its hash tag; null when free and not a guard",
             complexity: c"O(1) for an exclusive lease; O(n) with n holders",
             since: V1,
             history: &[
                 (c"0.2.0", c"Added `mode`, `limit` and `holders` for counting and shared leases."),
                 (V4, c"Added `since` and `label`."),
+                (V5, c"Added `guard`; a guard nobody holds answers its fields with no holding."),
             ],
             args: vec![arg(c"key", KEY)],
         },

@@ -683,7 +683,10 @@ unsafe extern "C" fn command_filter<E: Events>(fctx: *mut raw::RedisModuleComman
             // The cheap test first (it runs for every command while a
             // guard stands): an argument after the name that the guards
             // must look at.
-            if E::guards_stand() && guards_look_at::<E>(fctx, count) && arg(0).is_some_and(E::guards_check) {
+            if E::guards_stand()
+                && guards_look_at::<E>(fctx, count)
+                && arg(0).is_some_and(E::guards_check)
+            {
                 check_guards::<E>(fctx);
             }
         }
@@ -698,20 +701,28 @@ unsafe extern "C" fn command_filter<E: Events>(fctx: *mut raw::RedisModuleComman
 /// `fctx` is the filter context of the command about to run, with `count`
 /// arguments.
 #[inline]
-unsafe fn guards_look_at<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx, count: c_int) -> bool {
+unsafe fn guards_look_at<E: Events>(
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+    count: c_int,
+) -> bool {
     // SAFETY: function pointers filled in by RedisModule_Init; the
     // arguments live while the filter runs, and StringPtrLen gives a
     // pointer valid for `len` bytes.
     unsafe {
-        let (Some(get), Some(ptr_len)) =
-            (raw::RedisModule_CommandFilterArgGet, raw::RedisModule_StringPtrLen)
-        else {
+        let (Some(get), Some(ptr_len)) = (
+            raw::RedisModule_CommandFilterArgGet,
+            raw::RedisModule_StringPtrLen,
+        ) else {
             return false;
         };
         for i in 1..count {
             let s = get(fctx, i);
             let mut len = 0usize;
-            let p = if s.is_null() { std::ptr::null() } else { ptr_len(s, &mut len) };
+            let p = if s.is_null() {
+                std::ptr::null()
+            } else {
+                ptr_len(s, &mut len)
+            };
             if p.is_null() {
                 return true;
             }
