@@ -94,12 +94,12 @@ full_suite! {
         let r3 = String::from_utf8(raw.call(&[b"LEASE.INFO", b"rd"])).unwrap();
         assert!(r3.starts_with("%7\r\n$4\r\nmode\r\n$6\r\nshared\r\n"), "{r3:?}");
         assert!(r3.contains(&format!("$7\r\nholders\r\n*1\r\n%4\r\n$5\r\ntoken\r\n:{t}\r\n")), "{r3:?}");
-        assert!(r3.ends_with("$5\r\nlabel\r\n_\r\n"), "{r3:?}");
+        assert!(r3.ends_with("$5\r\nlabel\r\n_\r\n$5\r\nguard\r\n:0\r\n"), "{r3:?}");
         // An exclusive lease's INFO: token, ttl and waiters first, then
         // since and label (design.md S11).
         let te = acquire(&mut c, "ex", "me", "30000");
         let r3 = String::from_utf8(raw.call(&[b"LEASE.INFO", b"ex"])).unwrap();
-        assert!(r3.starts_with(&format!("%5\r\n$5\r\ntoken\r\n:{te}\r\n$3\r\nttl\r\n:")), "{r3:?}");
+        assert!(r3.starts_with(&format!("%6\r\n$5\r\ntoken\r\n:{te}\r\n$3\r\nttl\r\n:")), "{r3:?}");
         assert!(r3.contains("$7\r\nwaiters\r\n:0\r\n$5\r\nsince\r\n:"), "{r3:?}");
     }
 
