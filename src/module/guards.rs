@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering::Relaxed};
 
 use crate::lease::guard::{Db, Guards, Verdict, hash_tag};
 use crate::lease::keyspec::{Keys, Table};
+use crate::lease::error::printable;
 use crate::lease::{LeaseError, RecordRef};
 
 use super::counters::STATS;
@@ -104,8 +105,8 @@ pub fn arrived(db: i32, key: &[u8], record: RecordRef<'_>, loading: bool) -> boo
     if !loading && let Some(other) = guard_of(db, key).filter(|g| g != key) {
         log_warning(&format!(
             "refusing a guard record for '{}': its hash tag is guarded by '{}' already",
-            String::from_utf8_lossy(key),
-            String::from_utf8_lossy(&other)
+            printable(key),
+            printable(&other)
         ));
         return false;
     }
@@ -247,9 +248,9 @@ fn log_refusal(command: &[u8], key: &[u8], guard: &[u8]) {
     LAST.store(now, Relaxed);
     log_warning(&format!(
         "refused '{}' writing '{}': its hash tag is guarded by '{}' (write it through LEASE.FENCE); {} writes refused since the start (lease_guard_refused)",
-        String::from_utf8_lossy(command),
-        String::from_utf8_lossy(key),
-        String::from_utf8_lossy(guard),
+        printable(command),
+        printable(key),
+        printable(guard),
         STATS.guard_refused.get()
     ));
 }
@@ -257,7 +258,7 @@ fn log_refusal(command: &[u8], key: &[u8], guard: &[u8]) {
 /// `LEASE.FENCED key guard`: what a refused write became.
 pub fn refusal(key: &[u8], guard: &[u8]) -> LeaseError {
     LeaseError::Fenced {
-        key: crate::lease::error::printable(key),
-        guard: crate::lease::error::printable(guard),
+        key: printable(key),
+        guard: printable(guard),
     }
 }
