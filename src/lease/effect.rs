@@ -405,6 +405,7 @@ impl<'a> Effect<'a> {
         change
     }
 
+    #[inline(always)]
     fn apply_unguarded(&self, stored: Stored<'_>) -> Change {
         let mut change = Change::default();
         match *self {

@@ -128,7 +128,7 @@ impl LeaseKey {
 
     /// Carries out what applying an effect left to do: delete, store a new
     /// record, set the expiry.
-    #[inline]
+    #[inline(always)]
     pub fn carry_out(&mut self, change: Change, released: bool) {
         if change.delete {
             if released {
