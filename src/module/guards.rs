@@ -56,6 +56,12 @@ pub fn count() -> usize {
     COUNT.load(Relaxed)
 }
 
+/// Does the filter check commands (guards stand, and this is no replica)?
+#[inline]
+pub fn checking() -> bool {
+    count() > 0 && !REPLICA.load(Relaxed)
+}
+
 /// The guard of `key`'s hash tag in `db`, if any.
 pub fn guard_of(db: i32, key: &[u8]) -> Option<Vec<u8>> {
     let tag = hash_tag(key)?;
@@ -188,7 +194,7 @@ const REFUSAL_LOG_EVERY_MS: i64 = 10_000;
 /// The filter's check of the command `args` (its name first), run in the
 /// database `db` says: `Some((key, guard))` refuses it.
 pub fn check(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec<u8>)> {
-    if count() == 0 || REPLICA.load(Relaxed) {
+    if !checking() {
         return None;
     }
     let name = args.first()?.bytes();

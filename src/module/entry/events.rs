@@ -85,7 +85,7 @@ impl Events for Lease {
     }
 
     fn guards_stand() -> bool {
-        guards::count() > 0
+        guards::checking()
     }
 
     fn guards_look_at(arg: &[u8]) -> bool {
