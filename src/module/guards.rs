@@ -7,9 +7,9 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering::Relaxed};
 
+use crate::lease::error::printable;
 use crate::lease::guard::{Db, Guards, Verdict, hash_tag};
 use crate::lease::keyspec::{Keys, Table};
-use crate::lease::error::printable;
 use crate::lease::{LeaseError, RecordRef};
 
 use super::counters::STATS;
