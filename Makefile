@@ -74,6 +74,8 @@ $(PYENV)/.installed: $(PYSRC) | deps-venv
 # The peers of part G of the bench (bench/quorum.sh): node-redlock and its
 # ioredis from the npm registry under .tools/bench-node, pottery in the pyenv.
 deps-bench: pyenv
+	@command -v valgrind >/dev/null 2>&1 || { echo "installing valgrind"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q valgrind; }
 	@command -v node >/dev/null 2>&1 || { echo "installing nodejs and npm"; \
 	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; }
 	@test -d $(TOOLS)/bench-node/node_modules/redlock || { mkdir -p $(TOOLS)/bench-node && cd $(TOOLS)/bench-node && \
@@ -257,6 +259,11 @@ bench: deps servers build pyenv deps-bench node-deps
 	BENCH_DIR=$(BENCH_DIR) bash bench/multikey.sh
 	$(PYENV)/bin/python bench/pylock.py --module $(MODULE) > $(BENCH_DIR)/PYLOCK.md && cat $(BENCH_DIR)/PYLOCK.md
 	BENCH_DIR=$(BENCH_DIR) bash bench/node.sh
+	# What guards cost (design.md S12), in server instructions per call.
+	for server in redis-server $(CURDIR)/$(VALKEY9); do \
+	  SERVER=$$server MODULE=$(MODULE) REPS=1 TOP=0 \
+	    ONLY=del,del_guards,set_nx_tag,set_nx_tag_guards,fence_set,fence_set_guarded bash bench/callgrind.sh; \
+	done > $(BENCH_DIR)/GUARDS.md && cat $(BENCH_DIR)/GUARDS.md
 
 clean:
 	$(CARGO) clean
