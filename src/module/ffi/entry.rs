@@ -147,6 +147,9 @@ pub trait LeaseType {
     /// itself removes it, `replaced` when the module stores another record
     /// in its place.
     fn unlinked(db: i32, key: &[u8], record: RecordRef<'_>, quiet: bool, replaced: bool);
+    /// Does `unlinked` have work for this record (the server's calls for
+    /// the key's name are skipped when not)?
+    fn notices_unlink(record: RecordRef<'_>, quiet: bool) -> bool;
     /// `COPY` makes a copy of `record` under `key` of database `db`;
     /// `false` refuses it.
     fn copied(db: i32, key: &[u8], record: RecordRef<'_>) -> bool;
@@ -276,19 +279,18 @@ unsafe extern "C" fn unlink2<T: LeaseType>(ctx: *mut raw::RedisModuleKeyOptCtx, 
         // being unlinked, alive during this call, and its database; its
         // value is one of our records (see above).
         unsafe {
+            let record = value::record_ref(v);
+            let quiet = unlink_is_quiet();
+            if !T::notices_unlink(record, quiet) {
+                return;
+            }
             let key = raw::RedisModule_GetKeyNameFromOptCtx.unwrap()(ctx);
             if key.is_null() {
                 return;
             }
             let db = raw::RedisModule_GetDbIdFromOptCtx.unwrap()(ctx);
-            let (key, record) = (Str::new(key as *mut _), value::record_ref(v));
-            T::unlinked(
-                db,
-                key.bytes(),
-                record,
-                unlink_is_quiet(),
-                unlink_is_replacement(),
-            );
+            let key = Str::new(key as *mut _);
+            T::unlinked(db, key.bytes(), record, quiet, unlink_is_replacement());
         }
     })
 }
