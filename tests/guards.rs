@@ -334,6 +334,11 @@ every_server! {
                 assert_eq!(call(&mut c, &[b"RESTORE", b"{r}:lock", b"0", &payload]).unwrap(), Value::Okay);
                 assert_eq!(info_guard(&mut c, "{r}:lock"), Some(1));
                 assert!(err(&mut c, &["SET", "{r}:x", "1"]).starts_with("FENCED"));
+                // A RESTORE the server does not keep (already expired)
+                // leaves no guard.
+                assert_eq!(call(&mut c, &[b"RESTORE", b"{gone}:lock", b"1", &payload, b"ABSTTL"]).unwrap(), Value::Okay);
+                assert_eq!(int(&ok(&mut c, &["EXISTS", "{gone}:lock"])), 0);
+                assert!(wait_until(Duration::from_secs(5), || call(&mut c, &[b"SET", b"{gone}:x", b"1"]).is_ok()));
                 assert_eq!(int(&ok(&mut c, &["COPY", GUARD, "{cp}:lock"])), 1);
                 assert!(err(&mut c, &["SET", "{cp}:x", "1"]).starts_with("FENCED"));
                 assert_eq!(info_int(&mut c, "lease_guards"), 5);

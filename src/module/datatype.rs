@@ -25,7 +25,7 @@ use super::counters::{self, STATS};
 use super::ffi::ctx::{Ctx, Str};
 use super::ffi::server::{log_warning, mono_ms, now_ms};
 use super::timers::{self, TimerJob};
-use super::{early, info, tokens, waiters};
+use super::{early, guards, info, tokens, waiters};
 
 /// Encoding version of the RDB value (the record carries its own version too).
 pub const ENCVER: i32 = 1;
@@ -210,9 +210,14 @@ pub fn on_align(ctx: Ctx, db: i32, key: &[u8]) {
     let needed = {
         let mut r = Reader::open(ctx, name.as_str());
         let expire = r.expire_at();
-        r.record()
-            .ok()
-            .and_then(|rec| ops::align(rec, expire, now))
+        let record = r.record().ok().flatten();
+        // A guard record the server loaded but did not keep (a RESTORE of
+        // an already expired key) guards nothing.
+        if !matches!(record, Some(RecordRef::Exclusive(l)) if l.is_guard()) {
+            guards::removed(db, key);
+        }
+        record
+            .and_then(|rec| ops::align(Some(rec), expire, now))
             .is_some()
     };
     if !needed {
