@@ -12,13 +12,14 @@
 -- (reason none, promoted, restart or no-data). The distributions come as
 -- their figures, lease_<name>_<count|p50|p99|p999|max> (held, waited,
 -- renew_margin; ms). Text fields (the version, the commit, the eviction
--- policy) are left out.
+-- policy) are left out: a field is numeric when its value is written in
+-- plain decimal digits (a commit such as 27e630641090 is not a number).
 local result = {}
 local info = redis.call("INFO", "lease")
 for line in string.gmatch(info, "[^\r\n]+") do
   local name, value = string.match(line, "^(lease_[%w_]+):(.*)$")
   if name ~= nil then
-    if tonumber(value) ~= nil then
+    if name ~= "lease_git_commit" and string.match(value, "^%-?%d+%.?%d*$") ~= nil then
       table.insert(result, name)
       table.insert(result, value)
     elseif name == "lease_grace_reason" then
