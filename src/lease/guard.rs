@@ -11,6 +11,8 @@
 
 use std::collections::HashMap;
 
+use super::args::parse_i64;
+
 /// A map looked up for every argument with a hash tag while a guard
 /// stands: a fast hasher (foldhash), not SipHash.
 type Map<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
@@ -193,15 +195,6 @@ impl Guards {
         }
     }
 
-    /// Does any argument after the command name carry a guarded tag? The
-    /// cheap first check: a command without one is never refused.
-    #[inline]
-    pub fn touches(&self, args: &[&[u8]]) -> bool {
-        args.iter()
-            .skip(1)
-            .any(|a| hash_tag(a).is_some_and(|t| self.tag_guarded(t)))
-    }
-
     /// The decision on one command whose written keys are `written`
     /// (positions in `argv`), run in `db`, under the fence of `fencing`
     /// (the guard key and database of the `LEASE.FENCE` running it, if
@@ -216,7 +209,6 @@ impl Guards {
         let deletes = argv
             .first()
             .is_some_and(|n| n.eq_ignore_ascii_case(b"del") || n.eq_ignore_ascii_case(b"unlink"));
-        let mut ends = false;
         // MOVE and COPY ... DB write a key of another database too.
         let elsewhere = other_database_write(argv);
         let keys = written
@@ -240,7 +232,6 @@ impl Guards {
                     // (the administrator's way out); nothing else but the
                     // lease commands writes it.
                     if deletes {
-                        ends = true;
                         continue;
                     }
                 } else if fencing.is_some_and(|(fdb, f)| fdb == *gdb && f == &**guard) {
@@ -249,11 +240,7 @@ impl Guards {
                 return Verdict::Refuse { key, guard };
             }
         }
-        if ends {
-            Verdict::EndsGuard
-        } else {
-            Verdict::Pass
-        }
+        Verdict::Pass
     }
 }
 
@@ -272,7 +259,7 @@ impl Db {
 /// `MOVE key db` (the key arrives in `db`) and `COPY source destination DB
 /// db` (the destination is in `db`); (its position, that database).
 fn other_database_write(argv: &[&[u8]]) -> Option<(usize, i32)> {
-    let number = |a: &[u8]| std::str::from_utf8(a).ok()?.parse::<i32>().ok();
+    let number = |a: &[u8]| parse_i64(a).and_then(|n| i32::try_from(n).ok());
     let name = argv.first()?;
     if name.eq_ignore_ascii_case(b"move") {
         return Some((1, number(argv.get(2)?)?));
@@ -291,14 +278,11 @@ fn other_database_write(argv: &[&[u8]]) -> Option<(usize, i32)> {
 /// What becomes of a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict<'a> {
+    /// It runs (a `DEL` or `UNLINK` of a guard key among them: the guard
+    /// ends, counted when the key goes).
     Pass,
-    /// It runs, and deletes a guard key (counted).
-    EndsGuard,
     /// Refused: it writes `key`, which `guard` guards.
-    Refuse {
-        key: &'a [u8],
-        guard: &'a [u8],
-    },
+    Refuse { key: &'a [u8], guard: &'a [u8] },
 }
 
 #[cfg(test)]
@@ -404,12 +388,9 @@ mod tests {
     #[test]
     fn only_arguments_with_a_guarded_tag_are_looked_at() {
         let g = guards();
-        assert!(g.touches(&[b"SET", b"{t}:a", b"v"]));
-        assert!(!g.touches(&[b"SET", b"{x}:a", b"{y}"]));
-        assert!(
-            !g.touches(&[b"{t}", b"x"]),
-            "the command name is not an argument"
-        );
+        let guarded = |arg: &[u8]| hash_tag(arg).is_some_and(|t| g.tag_guarded(t));
+        assert!(guarded(b"{t}:a"));
+        assert!(!guarded(b"{x}:a") && !guarded(b"{y}") && !guarded(b"v"));
     }
 
     #[test]
@@ -490,7 +471,7 @@ mod tests {
         for name in [&b"DEL"[..], b"unlink"] {
             assert_eq!(
                 g.check(&[name, b"{t}:lock"], &[1], Db::Known(0), None),
-                Verdict::EndsGuard
+                Verdict::Pass
             );
             assert!(matches!(
                 g.check(

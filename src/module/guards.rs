@@ -203,16 +203,17 @@ pub fn check(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec
     let argv: Vec<&[u8]> = args.iter().map(|a| a.bytes()).collect();
     let written = written(args, &argv);
     let db = db().map_or(Db::Any, Db::Known);
-    let fencing = FENCING.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let fencing = FENCING.lock().unwrap_or_else(|e| e.into_inner());
     let refusal = match g.check(
         &argv,
         &written,
         db,
         fencing.as_ref().map(|(d, k)| (*d, k.as_slice())),
     ) {
-        Verdict::Pass | Verdict::EndsGuard => return None,
+        Verdict::Pass => return None,
         Verdict::Refuse { key, guard } => (key.to_vec(), guard.to_vec()),
     };
+    drop(fencing);
     drop(guards);
     STATS.guard_refused.incr();
     log_refusal(name, &refusal.0, &refusal.1);

@@ -736,9 +736,6 @@ unsafe fn guards_look_at<E: Events>(
     }
 }
 
-/// Most arguments a command's guard check reads without an allocation.
-const ARGS_ON_STACK: usize = 16;
-
 /// The guards' check of the command about to run: a refused command is
 /// replaced by `LEASE.FENCED key guard`, which answers the refusal.
 ///
@@ -749,31 +746,16 @@ unsafe fn check_guards<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     // filter runs.
     unsafe {
         let count = raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx).max(0) as usize;
-        let get = |i: usize| {
+        let mut args = Vec::with_capacity(count);
+        for i in 0..count {
             let s = raw::RedisModule_CommandFilterArgGet.unwrap()(fctx, i as c_int);
-            (!s.is_null()).then(|| Str::new(s as *mut _))
-        };
-        let mut stack = [Str::new(std::ptr::null_mut()); ARGS_ON_STACK];
-        let mut heap = Vec::new();
-        let args: &[Str] = if count <= ARGS_ON_STACK {
-            for (i, slot) in stack.iter_mut().enumerate().take(count) {
-                match get(i) {
-                    Some(s) => *slot = s,
-                    None => return,
-                }
+            if s.is_null() {
+                return;
             }
-            &stack[..count]
-        } else {
-            for i in 0..count {
-                match get(i) {
-                    Some(s) => heap.push(s),
-                    None => return,
-                }
-            }
-            &heap
-        };
+            args.push(Str::new(s as *mut _));
+        }
         let db = || filter_client_db(fctx);
-        let Some((key, guard)) = E::guarded(args, &db) else {
+        let Some((key, guard)) = E::guarded(&args, &db) else {
             return;
         };
         for i in (0..count).rev() {
