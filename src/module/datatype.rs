@@ -15,7 +15,7 @@ use crate::lease::codec::DecodeError;
 use crate::lease::{Record, RecordRef};
 
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::lease::distribution::{self, Sample};
 use crate::lease::ops;
@@ -269,15 +269,24 @@ fn note_unlinked(name: &[u8], record: RecordRef<'_>) {
     last.at = Some(Instant::now());
 }
 
-/// If `name` was the lease key unlinked just now (within a millisecond),
-/// how many holders it had and its lease's deadline; `expired`: its
-/// holdings ended at their deadlines (recorded in `held`). Clears the mark.
+/// How long after an unlink its `expired` or `evicted` event may come. The
+/// server sends it right after the unlink, in the same call, but a loaded
+/// machine may deschedule the server in between (a 1 ms bound missed an
+/// eviction under a parallel test run). A longer bound only matters for a
+/// lease key deleted without an event (DEL, overwrite) whose name a plain
+/// key then takes and loses to expiry or eviction within it.
+const UNLINK_EVENT_WITHIN: Duration = Duration::from_millis(100);
+
+/// If `name` was the lease key unlinked just now (within
+/// `UNLINK_EVENT_WITHIN`), how many holders it had and its lease's deadline;
+/// `expired`: its holdings ended at their deadlines (recorded in `held`).
+/// Clears the mark.
 fn take_unlinked(name: &[u8], expired: bool) -> Option<(usize, i64)> {
     let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
     let recent = last
         .at
         .take()
-        .is_some_and(|at| at.elapsed().as_micros() < 1000);
+        .is_some_and(|at| at.elapsed() < UNLINK_EVENT_WITHIN);
     if !(recent && last.name.as_slice() == name) {
         return None;
     }
