@@ -414,7 +414,20 @@ every_server! {
             assert_fenced(&err(&mut c, &["COPY", "{acct}:moving", "{acct}:copy", "DB", "1"]), "{acct}:copy", GUARD);
             assert_eq!(int(&ok(&mut c1, &["EXISTS", "{acct}:moving", "{acct}:copy"])), 0);
             assert_eq!(int(&ok(&mut c, &["EXISTS", "{acct}:moving"])), 1);
+            // COPY takes its last DB option.
+            let e = err(&mut c, &["COPY", "{acct}:moving", "{acct}:copy", "DB", "0", "DB", "1"]);
+            assert_fenced(&e, "{acct}:copy", GUARD);
+            assert_eq!(int(&ok(&mut c1, &["EXISTS", "{acct}:copy"])), 0);
         }
+        // A transaction may SELECT another database before a write runs:
+        // its queued writes meet the guards of every database.
+        let mut raw = s.raw();
+        assert_eq!(raw.call(&[b"MULTI"]), b"+OK\r\n");
+        assert_eq!(raw.call(&[b"SELECT", b"1"]), b"+QUEUED\r\n");
+        assert_eq!(raw.call(&[b"SET", DATA.as_bytes(), b"0"]), b"+QUEUED\r\n");
+        let exec = String::from_utf8_lossy(&raw.call(&[b"EXEC"])).into_owned();
+        assert!(exec.starts_with("*2\r\n+OK\r\n-FENCED write to '{acct}:balance'"), "{exec}");
+        assert_eq!(get(&mut c1, DATA).as_deref(), Some("after flushall"));
     }
 }
 
@@ -464,6 +477,8 @@ const WRITES: &[&[&str]] = &[
     &["XADD", "{acct}:x", "*", "f", "v"],
     &["XTRIM", "{acct}:x", "MAXLEN", "0"],
     &["XGROUP", "CREATE", "{acct}:x", "g", "0"],
+    // Its key spec says read, but it moves the group's state.
+    &["XREADGROUP", "GROUP", "rg", "c", "STREAMS", "{acct}:x", ">"],
     // Keys.
     &["DEL", "{acct}:s"],
     &["UNLINK", "{acct}:s"],
@@ -474,6 +489,8 @@ const WRITES: &[&[&str]] = &[
     &["RENAME", "{other}:src", "{acct}:s"],
     &["RENAMENX", "{other}:src", "{acct}:new"],
     &["COPY", "{other}:src", "{acct}:new"],
+    // The last DB option counts (the client's database is 0).
+    &["COPY", "{other}:src", "{acct}:new", "DB", "1", "DB", "0"],
     &["MOVE", "{acct}:s", "1"],
     &["SORT", "{other}:list", "STORE", "{acct}:dest"],
     // Bits, geo, HyperLogLog.
@@ -481,6 +498,19 @@ const WRITES: &[&[&str]] = &[
     &["BITOP", "OR", "{acct}:dest", "{other}:src"],
     &["BITFIELD", "{acct}:s", "SET", "u8", "0", "1"],
     &["GEOADD", "{acct}:geo", "13.36", "38.11", "x"],
+    // STORE twice: the last counts.
+    &[
+        "GEORADIUS",
+        "{other}:geo",
+        "15",
+        "37",
+        "500",
+        "km",
+        "STORE",
+        "{other}:tmp",
+        "STORE",
+        "{acct}:dest",
+    ],
     &[
         "GEOSEARCHSTORE",
         "{acct}:dest",
@@ -508,6 +538,7 @@ fn populate_families(c: &mut redis::Connection) {
         &["SADD", "{acct}:set", "a", "b"],
         &["ZADD", "{acct}:z", "1", "a", "2", "b"],
         &["XADD", "{acct}:x", "1-1", "f", "v"],
+        &["XGROUP", "CREATE", "{acct}:x", "rg", "0"],
         &["PFADD", "{acct}:hll", "a"],
         &["GEOADD", "{acct}:geo", "13.36", "38.11", "a"],
         &["SET", "{other}:src", "s"],

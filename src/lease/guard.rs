@@ -265,12 +265,18 @@ fn other_database_write(argv: &[&[u8]]) -> Option<(usize, i32)> {
         return Some((1, number(argv.get(2)?)?));
     }
     if name.eq_ignore_ascii_case(b"copy") {
-        let at = argv
-            .iter()
-            .skip(3)
-            .position(|a| a.eq_ignore_ascii_case(b"db"))?
-            + 3;
-        return Some((2, number(argv.get(at + 1)?)?));
+        // The server's own reading: options from the fourth argument, the
+        // last `DB` winning.
+        let mut db = None;
+        let mut j = 3;
+        while j < argv.len() {
+            if argv[j].eq_ignore_ascii_case(b"db") && j + 1 < argv.len() {
+                db = Some(number(argv[j + 1])?);
+                j += 1;
+            }
+            j += 1;
+        }
+        return Some((2, db?));
     }
     None
 }
@@ -458,6 +464,19 @@ mod tests {
         ));
         let copied: [&[u8]; 5] = [b"COPY", b"{x}:src", b"{t}:a", b"DB", b"3"];
         assert_eq!(g.check(&copied, &[2], Db::Known(2), None), Verdict::Pass);
+        // DB twice: the server takes the last.
+        let twice: [&[u8]; 8] = [
+            b"COPY", b"{x}:src", b"{t}:a", b"DB", b"3", b"REPLACE", b"DB", b"1",
+        ];
+        assert!(matches!(
+            g.check(&twice, &[2], Db::Known(2), None),
+            Verdict::Refuse { .. }
+        ));
+        assert_eq!(other_database_write(&twice), Some((2, 1)));
+        assert_eq!(
+            other_database_write(&[b"COPY", b"a", b"b", b"DB", b"1", b"DB", b"3"]),
+            Some((2, 3))
+        );
         assert_eq!(
             other_database_write(&[b"COPY", b"a", b"b", b"REPLACE"]),
             None

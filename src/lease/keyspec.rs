@@ -127,6 +127,14 @@ pub struct Spec {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Command {
     pub specs: Vec<Spec>,
+    /// Flagged `readonly` and not `write`: it writes no key, whatever its
+    /// specs say (a module command registered without key specs gets a
+    /// read-write spec from the server: `JSON.GET`, `VCARD`).
+    pub reads_only: bool,
+    /// Flagged `write` with no spec that writes: every key it names counts
+    /// as written (`XREADGROUP`'s spec says `RO`, yet it moves the group's
+    /// last-delivered id and pending list).
+    pub writes_all: bool,
     /// Container commands (`XGROUP`, `OBJECT`): by lower-case subcommand.
     pub subcommands: Map<Command>,
 }
@@ -196,6 +204,9 @@ impl Command {
     /// command's specs, unless the answer is [`Keys::Ask`] (then some
     /// positions may have been given already).
     pub fn written(&self, argv: &[&[u8]], mut key: impl FnMut(usize)) -> Keys {
+        if self.reads_only {
+            return Keys::Given;
+        }
         for spec in &self.specs {
             if spec.not_key {
                 continue;
@@ -203,19 +214,33 @@ impl Command {
             if spec.unsure {
                 return Keys::Ask;
             }
-            match spec.positions(argv) {
-                Found::Keys(first, last, step) => {
-                    if spec.writes {
-                        (first..=last)
-                            .step_by(step)
-                            .filter(|&i| i < argv.len())
-                            .for_each(&mut key);
+            let writes = spec.writes || self.writes_all;
+            // A written keyword's every occurrence: the server's search
+            // stops at the first, but a command that takes an option twice
+            // (`GEORADIUS ... STORE a STORE b`) uses the last.
+            let mut after = 0;
+            loop {
+                match spec.positions(argv, after) {
+                    Found::Keys(first, last, step, hit) => {
+                        if writes {
+                            (first..=last)
+                                .step_by(step)
+                                .filter(|&i| i < argv.len())
+                                .for_each(&mut key);
+                        }
+                        match hit {
+                            Some(at) if writes => after = at,
+                            _ => break,
+                        }
                     }
+                    Found::None => break,
+                    // A syntax error: the command will refuse itself, but
+                    // ask the server rather than guess.
+                    Found::Invalid if after == 0 => return Keys::Ask,
+                    // A later occurrence that is no option (a value that
+                    // spells the keyword): the first was given.
+                    Found::Invalid => break,
                 }
-                Found::None => {}
-                // A syntax error: the command will refuse itself, but ask
-                // the server rather than guess.
-                Found::Invalid => return Keys::Ask,
             }
         }
         Keys::Given
@@ -223,14 +248,19 @@ impl Command {
 }
 
 enum Found {
-    Keys(usize, usize, usize),
+    /// First, last, step; and for a keyword search, where the keyword was
+    /// found (the next search starts past it).
+    Keys(usize, usize, usize, Option<usize>),
     None,
     Invalid,
 }
 
 impl Spec {
-    fn positions(&self, argv: &[&[u8]]) -> Found {
+    /// The keys of the first search hit past argument `after` (0: the
+    /// server's own search).
+    fn positions(&self, argv: &[&[u8]], after: usize) -> Found {
         let argc = argv.len() as i64;
+        let mut hit_at = None;
         let first = match &self.begin {
             Begin::Index(i) => *i as i64,
             Begin::Keyword { keyword, startfrom } => {
@@ -239,15 +269,19 @@ impl Spec {
                 } else {
                     argc + startfrom
                 };
+                let is_hit = |i: &i64| argv[*i as usize].eq_ignore_ascii_case(keyword);
                 let hit = if *startfrom > 0 {
-                    (from.max(1)..argc).find(|&i| argv[i as usize].eq_ignore_ascii_case(keyword))
+                    (from.max(1).max(after as i64 + 1)..argc).find(is_hit)
+                } else if after == 0 {
+                    (1..=from.min(argc - 1)).rev().find(is_hit)
                 } else {
-                    (1..=from.min(argc - 1))
-                        .rev()
-                        .find(|&i| argv[i as usize].eq_ignore_ascii_case(keyword))
+                    (1..after as i64).rev().find(is_hit)
                 };
                 match hit {
-                    Some(i) => i + 1,
+                    Some(i) => {
+                        hit_at = Some(i as usize);
+                        i + 1
+                    }
                     None => return Found::None,
                 }
             }
@@ -283,7 +317,7 @@ impl Spec {
                 else {
                     return Found::Invalid;
                 };
-                if n < 0 {
+                if n < 0 || n > argc {
                     return Found::Invalid;
                 }
                 let first = first + *firstkey as i64;
@@ -301,7 +335,7 @@ impl Spec {
             // No keys: a key count of 0 (LMPOP refuses it, ZUNION too).
             return Found::None;
         }
-        Found::Keys(first as usize, last as usize, step)
+        Found::Keys(first as usize, last as usize, step, hit_at)
     }
 }
 
@@ -312,6 +346,10 @@ fn parse_command(entry: &Value) -> Option<(Vec<u8>, Command)> {
         Some(Value::Array(specs)) => specs.iter().map(parse_spec).collect::<Option<Vec<_>>>()?,
         _ => Vec::new(),
     };
+    let flags: Vec<&[u8]> = a.get(2)?.array()?.iter().filter_map(Value::str).collect();
+    let flag = |f: &[u8]| flags.iter().any(|x| x.eq_ignore_ascii_case(f));
+    let reads_only = flag(b"readonly") && !flag(b"write");
+    let writes_all = flag(b"write") && !specs.iter().any(|s| s.writes && !s.not_key);
     let mut subcommands = Map::default();
     for sub in a.get(9).and_then(Value::array).unwrap_or_default() {
         let (full, command) = parse_command(sub)?;
@@ -322,7 +360,15 @@ fn parse_command(entry: &Value) -> Option<(Vec<u8>, Command)> {
         };
         subcommands.insert(short, command);
     }
-    Some((name, Command { specs, subcommands }))
+    Some((
+        name,
+        Command {
+            specs,
+            reads_only,
+            writes_all,
+            subcommands,
+        },
+    ))
 }
 
 fn parse_spec(v: &Value) -> Option<Spec> {
@@ -486,9 +532,18 @@ mod tests {
                 let Some(answer) = server_answer(answer) else {
                     continue; // a command this server does not have
                 };
+                // Where the command flags overrule the specs: XREADGROUP
+                // (`write`, its spec `RO`) writes its keys; PFCOUNT
+                // (`readonly`, its spec `RW` for the cached count it may
+                // update) writes none.
+                let name = String::from_utf8_lossy(argv[0]).to_ascii_lowercase();
                 let want: Vec<&[u8]> = answer
                     .iter()
-                    .filter(|(_, w)| *w)
+                    .filter(|(_, w)| match name.as_str() {
+                        "xreadgroup" => true,
+                        "pfcount" => false,
+                        _ => *w,
+                    })
                     .map(|(k, _)| k.as_bytes())
                     .collect();
                 let (keys, pos) = written(&t, &argv);
@@ -545,11 +600,59 @@ mod tests {
     }
 
     #[test]
+    fn the_command_flags_overrule_specs_that_say_less() {
+        for server in SERVERS {
+            let t = table(server);
+            let case = |line: &str| {
+                let argv = words(line);
+                let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                let (keys, pos) = written(&t, &argv);
+                (
+                    keys,
+                    pos.iter().map(|&i| argv[i].to_vec()).collect::<Vec<_>>(),
+                )
+            };
+            let given = |keys: &[&str]| {
+                (
+                    Keys::Given,
+                    keys.iter()
+                        .map(|k| k.as_bytes().to_vec())
+                        .collect::<Vec<_>>(),
+                )
+            };
+            // `write`, its spec `RO`: the group's state is written.
+            assert_eq!(
+                case("XREADGROUP GROUP g c STREAMS {t}x {t}y > >"),
+                given(&["{t}x", "{t}y"]),
+                "{server}"
+            );
+            // `readonly`, its spec `RW`: reads.
+            assert_eq!(case("PFCOUNT {t}h"), given(&[]), "{server}");
+            if server == "redis82" {
+                assert_eq!(case("VCARD {t}v"), given(&[]), "{server}");
+            }
+            // An option given twice: the server uses the last (Valkey 9.1
+            // marks these specs incomplete: its key function is asked).
+            for line in [
+                "GEORADIUS {x}g 0 0 1 km STORE {x}a STORE {t}d",
+                "GEORADIUSBYMEMBER {x}g m 1 km STOREDIST {x}a STOREDIST {t}d",
+            ] {
+                let got = case(line);
+                assert!(
+                    got == given(&["{x}a", "{t}d"]) || got.0 == Keys::Ask,
+                    "{server}: {line}: {got:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_key_count_that_is_not_a_number_or_runs_past_the_end_is_asked() {
         let t = table("valkey91");
         for line in [
             "ZUNIONSTORE {t}d x {t}z",
             "ZUNIONSTORE {t}d 5 {t}z",
+            "ZUNIONSTORE {t}d 9223372036854775807 {t}z",
             "LMPOP -1 {t}l LEFT",
         ] {
             let argv = words(line);

@@ -773,7 +773,9 @@ unsafe fn check_guards<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
 
 /// The database of the client whose command the filter sees, where the
 /// server says (Redis 7.2+ and Valkey know the client; a script's or a
-/// module's client is not listed).
+/// module's client is not listed). Unknown for a command queued in a
+/// transaction: a `SELECT` queued before it may change the database it
+/// runs in at `EXEC`.
 ///
 /// # Safety
 /// `fctx` is the filter context of the command about to run.
@@ -788,7 +790,8 @@ unsafe fn filter_client_db(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Optio
             (&mut info as *mut raw::RedisModuleClientInfo).cast(),
             id,
         );
-        (ok == raw::REDISMODULE_OK as c_int).then_some(info.db as i32)
+        let queued = info.flags & raw::REDISMODULE_CLIENTINFO_FLAG_MULTI as u64 != 0;
+        (ok == raw::REDISMODULE_OK as c_int && !queued).then_some(info.db as i32)
     }
 }
 
