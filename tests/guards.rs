@@ -64,9 +64,22 @@ every_server! {
         assert!(e.starts_with("STALE"), "{e}");
         // The holder writes through the fence.
         let t = acquire(&mut c, GUARD, "me", "60000");
+        let t_text = t.to_string();
         assert_eq!(ok(&mut c, &["LEASE.FENCE", GUARD, &t.to_string(), "INCRBY", DATA, "5"]), Value::Int(105));
         assert_eq!(ok(&mut c, &["LEASE.FENCE", GUARD, &t.to_string(), "MINTTL", "1000", "SET", DATA, "7"]), Value::Okay);
         assert_eq!(get(&mut c, DATA).as_deref(), Some("7"));
+        // A module data type's reads pass too (Redis 8's vector sets: a
+        // module command's key spec says read-write, its flags readonly).
+        if !matches!(&ok(&mut c, &["COMMAND", "INFO", "VCARD"]), Value::Array(a) if a.first() == Some(&Value::Nil)) {
+            let v = "{acct}:vectors";
+            let add = ["VADD", v, "VALUES", "2", "1", "2", "m"];
+            assert_fenced(&err(&mut c, &add), v, GUARD);
+            let mut fenced = vec!["LEASE.FENCE", GUARD, &t_text];
+            fenced.extend(add);
+            assert_eq!(int(&ok(&mut c, &fenced)), 1);
+            assert_eq!(int(&ok(&mut c, &["VCARD", v])), 1);
+            assert_eq!(int(&ok(&mut c, &["VDIM", v])), 2);
+        }
         // Its token does not let a plain write through, nor a stale one.
         assert_fenced(&err(&mut c, &["SET", DATA, "8"]), DATA, GUARD);
         assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", GUARD, "me"])), 1);
