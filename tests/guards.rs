@@ -355,6 +355,14 @@ every_server! {
                 assert_eq!(int(&ok(&mut c, &["COPY", GUARD, "{cp}:lock"])), 1);
                 assert!(err(&mut c, &["SET", "{cp}:x", "1"]).starts_with("FENCED"));
                 assert_eq!(info_int(&mut c, "lease_guards"), 5);
+                // A guard record under a name without a hash tag could
+                // guard nothing: refused.
+                let e = err(&mut c, &["COPY", GUARD, "notag"]);
+                assert!(e.contains("copy"), "{e}");
+                let e = error_text(&call(&mut c, &[b"RESTORE", b"e{}x", b"0", &payload]).unwrap_err());
+                assert!(e.contains("Bad data format"), "{e}");
+                assert_eq!(int(&ok(&mut c, &["EXISTS", "notag", "e{}x"])), 0);
+                assert!(s.log().contains("refusing a guard record for 'notag': its name has no hash tag"));
                 // A second guard for a guarded tag is refused.
                 let e = err(&mut c, &["LEASE.FENCE", "{r}:lock", "1", "RESTORE", "{r}:lock2", "0"]);
                 assert!(!e.is_empty());

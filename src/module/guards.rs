@@ -98,15 +98,22 @@ pub fn unlinked(db: i32, key: &[u8], record: RecordRef<'_>, quiet: bool) {
 }
 
 /// A guard record arrived under `key` of `db` (a load, `RESTORE`,
-/// `MIGRATE`, `COPY`): it guards from now on. `false` refuses it where its
-/// tag has another guard already (a `RESTORE` or `COPY`; a load takes the
-/// keys it is given).
+/// `MIGRATE`, `COPY`): it guards from now on. `false` refuses it where it
+/// could not guard: a name without a hash tag, or a tag another key guards
+/// already (a `RESTORE` or `COPY`; a load takes the keys it is given).
 pub fn arrived(db: i32, key: &[u8], record: RecordRef<'_>, loading: bool) -> bool {
     let RecordRef::Exclusive(l) = record else {
         return true;
     };
     if !l.is_guard() {
         return true;
+    }
+    if !loading && hash_tag(key).is_none() {
+        log_warning(&format!(
+            "refusing a guard record for '{}': its name has no hash tag to guard",
+            printable(key)
+        ));
+        return false;
     }
     if !loading && let Some(other) = guard_of(db, key).filter(|g| g != key) {
         log_warning(&format!(
