@@ -400,6 +400,17 @@ every_server! {
         assert_eq!(info_guard(&mut rc, GUARD), Some(1), "the release left a free guard");
         assert_eq!(int(&ok(&mut rc, &["EXISTS", "{b}:lock"])), 0);
         assert_eq!(info_int(&mut rc, "lease_guard_refused"), 0);
+        // A guard restored with a TTL loses it, here and on the replica.
+        let payload = dump_payload(&mut mc, GUARD);
+        assert_eq!(call(&mut mc, &[b"RESTORE", b"{ttl}:lock", b"60000", &payload]).unwrap(), Value::Okay);
+        assert!(
+            wait_until(Duration::from_secs(5), || int(&ok(&mut mc, &["PTTL", "{ttl}:lock"])) == -1),
+            "the restored guard kept its TTL"
+        );
+        ok(&mut mc, &["WAIT", "1", "5000"]);
+        assert_eq!(int(&ok(&mut rc, &["PTTL", "{ttl}:lock"])), -1);
+        assert_eq!(info_guard(&mut rc, "{ttl}:lock"), Some(1));
+        assert_eq!(int(&ok(&mut mc, &["LEASE.UNGUARD", "{ttl}:lock"])), 1);
         // A replica that syncs after the guard came takes it from the RDB.
         let r2 = replica_of(kind, &m);
         let mut r2c = r2.conn();

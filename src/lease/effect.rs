@@ -399,7 +399,9 @@ impl<'a> Effect<'a> {
             }
             if !change.delete {
                 change.expire_at = None;
-                change.persist = change.changed;
+                // A guard asked of a guard changes nothing but takes away
+                // an expiry it was restored with (`ops::align`).
+                change.persist = change.changed || matches!(self, Effect::Guard);
             }
         }
         change
@@ -1128,6 +1130,9 @@ mod tests {
         let mut l = Lease::plain(b"a", 7 << 10, NOW + 100);
         let c = Effect::Guard.apply(Stored::Record(RecordMut::Exclusive(&mut l)));
         assert!(c.persist && c.changed && c.store.is_none() && l.is_guard() && l.owner() == b"a");
+        // GUARD of a guard changes nothing but takes any expiry away.
+        let c = Effect::Guard.apply(Stored::Record(RecordMut::Exclusive(&mut l)));
+        assert!(c.persist && !c.changed && c.store.is_none() && !c.delete && l.is_guard());
         // A new holding of a free guard is guarded, without an expiry.
         let mut free = Lease::free_guard(5);
         let apply = Effect::Apply {

@@ -636,8 +636,14 @@ pub fn align<'a>(
     now_ms: i64,
 ) -> Option<Commit<'a>> {
     let (live, holders, to) = match record? {
-        // A guard's key has no expiry (design.md S12).
-        RecordRef::Exclusive(l) if l.is_guard() => return None,
+        // A guard's key has no expiry (design.md S12): one it was restored
+        // with is taken away.
+        RecordRef::Exclusive(l) if l.is_guard() => {
+            return key_expire.map(|_| Commit {
+                effect: Effect::Guard,
+                event: Event::Align,
+            });
+        }
         RecordRef::Exclusive(l) => (
             l.is_live(now_ms),
             1,
@@ -903,5 +909,20 @@ fn apply_step<H>(key: &mut impl Key, queue: &mut impl Queue<H>, step: Step<H>, n
             }
         }
         Step::Refused { waiter, error } => queue.answer(waiter, Err(error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A guard's key has no expiry: one it was restored with is taken away
+    /// by asking the guard again (which persists the key); none, nothing.
+    #[test]
+    fn align_takes_a_guards_expiry_away() {
+        let free = Lease::free_guard(5);
+        let c = align(Some(RecordRef::Exclusive(&free)), Some(1_000), 500).expect("a commit");
+        assert!(matches!(c.effect, Effect::Guard) && matches!(c.event, Event::Align));
+        assert!(align(Some(RecordRef::Exclusive(&free)), None, 500).is_none());
     }
 }
