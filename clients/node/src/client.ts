@@ -12,6 +12,7 @@ import {
   LeaseBusy,
   LeaseError,
   Label,
+  ReplyTimeout,
   LeaseGrace,
   LeaseLost,
   Loss,
@@ -229,12 +230,22 @@ export class Lease {
   }
 
   /** Renews now (for `ttlMs`, the lease's ttl unless given): true, or false
-   * when the lease is not ours (lost). */
+   * when the lease is not ours (lost): the renewal was refused, no reply
+   * came before the deadline, or the lease was lost before (nothing sent). */
   async renew(ttlMs: number = this.ttlMs): Promise<boolean> {
     if (this.lost) return false;
     const sent = now();
-    const timeout = Math.min(Math.max(this.deadline - sent, 1), this.client.ioTimeoutMs);
-    const reply = await this.client._call(this.key, this.renewArgs(ttlMs), timeout);
+    // Until just past the deadline (a timer may fire up to a millisecond
+    // early), so that a renewal that times out there finds the lease lost.
+    const timeout = Math.min(Math.max(Math.ceil(this.deadline - sent) + 1, 1), this.client.ioTimeoutMs);
+    let reply: unknown;
+    try {
+      reply = await this.client._call(this.key, this.renewArgs(ttlMs), timeout);
+    } catch (e) {
+      // No reply before the deadline: lost.
+      if (e instanceof ReplyTimeout && this.lost) return false;
+      throw e;
+    }
     if (reply === this.count) return this.lossSignal.extend(sent, ttlMs);
     this.lossSignal.lose("refused");
     return false;

@@ -237,6 +237,26 @@ for (const kind of KINDS) {
         await lease.release();
       });
 
+      it("a renewal with no reply before the deadline answers false, and once lost sends nothing", async () => {
+        const server = await Server.start(kind);
+        const conn = await lib.connect(server.port);
+        after(async () => {
+          await lib.close(conn);
+          await server.close();
+        });
+        const own = new LeaseClient(conn, { watchdog: false });
+        const lease = await own.acquire("{n}:lock", 500);
+        assert.ok(lease);
+        server.signal("SIGSTOP");
+        try {
+          assert.equal(await lease.renew(), false);
+        } finally {
+          server.signal("SIGCONT");
+        }
+        assert.equal(lease.loss, "expired");
+        assert.equal(await lease.renew(), false);
+      });
+
       it("a refusal during the grace period is LeaseGrace with the time left, not contention", async () => {
         const server = await Server.start(kind, { graceMs: 30000 });
         const conn = await lib.connect(server.port);

@@ -17,6 +17,7 @@ from conftest import (
     Frozen,
     LossyProxy,
     blocked_acquirer,
+    calls,
     competitor,
     info_int,
     lease_clients,
@@ -32,6 +33,34 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def aclient(server, **kw) -> AsyncLeaseClient:
     return AsyncLeaseClient(aredis.Redis(host="127.0.0.1", port=server.port), **kw)
+
+
+def test_a_renewal_after_the_loss_answers_false_and_sends_nothing(server):
+    # As the sync lease: lost, a renewal is not sent.
+    r = server.client()
+
+    async def main():
+        lease = await aclient(server, watchdog=False).acquire("job", 300)
+        assert await asyncio.wait_for(lease.lost.wait(), 5)
+        assert lease.lost.reason == Loss.EXPIRED
+        sent = calls(r, "lease.renew")
+        assert await lease.renew() is False
+        assert calls(r, "lease.renew") == sent
+
+    asyncio.run(main())
+
+
+def test_a_renewal_with_no_reply_before_the_deadline_answers_false(server):
+    async def main():
+        lease = await aclient(server, watchdog=False).acquire("job", 500)
+        frozen = Frozen(server)
+        try:
+            assert await lease.renew() is False
+            assert lease.lost.reason == Loss.EXPIRED
+        finally:
+            frozen.thaw()
+
+    asyncio.run(main())
 
 
 def test_watchdog_keeps_the_lease_over_several_ttls(server):

@@ -17,6 +17,7 @@ from conftest import (
     Frozen,
     LossyProxy,
     blocked_acquirer,
+    calls,
     competitor,
     info_int,
     lease_clients,
@@ -268,6 +269,27 @@ def test_without_the_watchdog_the_deadline_still_signals(server):
     assert lease.renew()
     assert lease.lost.wait(5) and lease.lost.reason == Loss.EXPIRED
     assert lease.renew() is False
+
+
+def test_a_renewal_after_the_loss_answers_false_and_sends_nothing(server):
+    # Lost, a renewal cannot succeed: it is not sent (it would only keep the
+    # key from others), so it cannot time out either.
+    r = server.client()
+    lease = LeaseClient(server.client(), watchdog=False).acquire("job", 300)
+    assert lease.lost.wait(5) and lease.lost.reason == Loss.EXPIRED
+    sent = calls(r, "lease.renew")
+    assert lease.renew() is False
+    assert calls(r, "lease.renew") == sent
+
+
+def test_a_renewal_with_no_reply_before_the_deadline_answers_false(server):
+    lease = LeaseClient(server.client(), watchdog=False).acquire("job", 500)
+    frozen = Frozen(server)
+    try:
+        assert lease.renew() is False
+        assert lease.lost.reason == Loss.EXPIRED
+    finally:
+        frozen.thaw()
 
 
 def test_the_readme_example_runs(server):

@@ -854,8 +854,13 @@ impl LeaseHandle {
     }
 
     /// Renews now, besides the watchdog: `Ok(true)` renewed, `Ok(false)` the
-    /// server says the lease is not ours (the loss signal turns on).
+    /// lease is not ours and the loss signal is on (as the sync `renew`:
+    /// refused, no reply before the deadline, or lost before and not sent).
     pub async fn renew(&self) -> Result<bool, Error> {
+        // As the sync `renew`: lost, nothing is sent.
+        if self.0.signal.is_lost() {
+            return Ok(false);
+        }
         let sent = Instant::now();
         let hub = &self.0.hub;
         let read = self
@@ -868,13 +873,16 @@ impl LeaseHandle {
         let cmd = keys.renew_cmd(&self.0.owner, self.0.ttl);
         match hub
             .call::<i64>(&cmd, keys.route(), read, &hub.opts, true)
-            .await?
+            .await
         {
-            n if n == keys.count() => Ok(self.0.signal.extend(sent, self.0.ttl)),
-            _ => {
+            Ok(n) if n == keys.count() => Ok(self.0.signal.extend(sent, self.0.ttl)),
+            Ok(_) => {
                 self.0.signal.lose(Loss::Refused);
                 Ok(false)
             }
+            // No reply before the deadline: lost.
+            Err(Error::Redis(e)) if e.is_timeout() && self.0.signal.is_lost() => Ok(false),
+            Err(e) => Err(e),
         }
     }
 

@@ -933,8 +933,15 @@ impl Lease {
 
     /// Renews now (`LEASE.RENEW key owner ttl`), besides the watchdog.
     /// `Ok(true)`: renewed, the deadline moves to `ttl` from now. `Ok(false)`:
-    /// the server says the lease is not ours; the loss signal turns on.
+    /// the lease is not ours and the loss signal is on: the server refused
+    /// the renewal, no reply came before the deadline, or the lease was
+    /// lost before (then nothing is sent).
     pub fn renew(&mut self) -> Result<bool, Error> {
+        // Lost, no renewal can succeed: none is sent (it would only keep
+        // the key from others).
+        if self.signal.is_lost() {
+            return Ok(false);
+        }
         let sent = Instant::now();
         let left = self.signal.deadline().saturating_duration_since(sent);
         let read = left.min(self.hub.opts.io_timeout);
@@ -942,13 +949,16 @@ impl Lease {
         let route = self.keys.route();
         match self
             .hub
-            .call::<i64>(&cmd, route, Some(read), &self.hub.opts, true)?
+            .call::<i64>(&cmd, route, Some(read), &self.hub.opts, true)
         {
-            n if n == self.keys.count() => Ok(self.signal.extend(sent, self.ttl)),
-            _ => {
+            Ok(n) if n == self.keys.count() => Ok(self.signal.extend(sent, self.ttl)),
+            Ok(_) => {
                 self.signal.lose(Loss::Refused);
                 Ok(false)
             }
+            // No reply before the deadline: lost.
+            Err(Error::Redis(e)) if e.is_timeout() && self.signal.is_lost() => Ok(false),
+            Err(e) => Err(e),
         }
     }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{Frozen, Server, info_int, info_value, ok, ok_text, token_of, wait_until, waiters};
 use redis_lease_client::aio::LeaseClient;
 use redis_lease_client::{Block, Error, Loss, Mode};
-use support::{LossyProxy, blocked_acquirer, competitor, try_acquire};
+use support::{LossyProxy, blocked_acquirer, calls, competitor, try_acquire};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
@@ -279,7 +279,10 @@ full_suite! {
             assert!(start.elapsed() < ttl);
             let r = lease.fence::<i64>(redis::cmd("HSET").arg("data").arg("v").arg(2)).await;
             assert!(matches!(r, Err(Error::Stale)), "{r:?}");
+            // Lost, a renewal is not sent.
+            let sent = calls(&mut c, "lease.renew");
             assert!(!lease.renew().await.unwrap());
+            assert_eq!(calls(&mut c, "lease.renew"), sent, "nothing sent");
         });
         assert_eq!(ok_text(&mut c, &["HGET", "data", "v"]), "1");
     }

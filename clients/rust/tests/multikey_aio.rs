@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{Server, info_int, ok, ok_text, token_of, wait_until, waiters};
 use redis_lease_client::aio::{LeaseClient, MultiLeaseHandle};
 use redis_lease_client::{Block, Error, Loss};
-use support::{LossyProxy, try_acquire};
+use support::{LossyProxy, calls, try_acquire};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 const KEYS: [&str; 3] = ["{acct}:1", "{acct}:2", "{acct}:3"];
@@ -26,15 +26,6 @@ fn rt() -> tokio::runtime::Runtime {
 
 fn client(s: &Server) -> LeaseClient {
     LeaseClient::open(&s.url(false)).unwrap()
-}
-
-fn calls(c: &mut redis::Connection, cmd: &str) -> i64 {
-    let text: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
-    let prefix = format!("cmdstat_{cmd}:calls=");
-    text.lines()
-        .find_map(|l| l.to_lowercase().strip_prefix(&prefix).map(str::to_string))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 fn tokens(c: &mut redis::Connection) -> Vec<Option<i64>> {

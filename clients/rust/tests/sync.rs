@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::{Frozen, Server, info_int, info_value, ok, ok_text, token_of, wait_until, waiters};
 use redis_lease_client::{Block, Error, LeaseClient, Loss, Mode, Options};
-use support::{LossyProxy, blocked_acquirer, competitor, try_acquire};
+use support::{LossyProxy, blocked_acquirer, calls, competitor, try_acquire};
 
 fn client(s: &Server) -> LeaseClient {
     LeaseClient::open(&s.url(false)).unwrap()
@@ -241,7 +241,24 @@ full_suite! {
             .acquire("job", MS(300), Block::NoWait).unwrap().unwrap();
         assert!(lease.renew().unwrap());
         assert_eq!(lease.wait_lost(Some(Duration::from_secs(3))), Some(Loss::Expired));
-        assert!(!lease.renew().unwrap(), "expired on the server too");
+        // Lost, a renewal cannot succeed: it is not sent (it would only keep
+        // the key from others), so it cannot time out either.
+        let mut c = s.conn();
+        let sent = calls(&mut c, "lease.renew");
+        assert!(!lease.renew().unwrap(), "expired");
+        assert_eq!(calls(&mut c, "lease.renew"), sent, "nothing sent");
+    }
+
+    fn a_renewal_with_no_reply_before_the_deadline_answers_false(kind) {
+        let s = Server::start(kind);
+        let opts = Options { watchdog: false, ..Options::default() };
+        let mut lease = client(&s).with_options(opts)
+            .acquire("job", MS(500), Block::NoWait).unwrap().unwrap();
+        let frozen = Frozen::stop(&s);
+        let renewed = lease.renew();
+        drop(frozen);
+        assert!(matches!(renewed, Ok(false)), "{renewed:?}");
+        assert_eq!(lease.loss(), Some(Loss::Expired));
     }
 
     fn a_fence_after_the_server_dropped_the_connection_is_sent_on_a_new_one(kind) {

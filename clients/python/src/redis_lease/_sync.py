@@ -348,9 +348,19 @@ class Lease(LeaseCore):
     def renew(self) -> bool:
         """Renews now (the watchdog does it anyway). True: renewed, the
         deadline moves to ttl from now. False: the lease is not ours (the
-        loss signal is set)."""
-        args, sent, timeout = self._renewal()
-        return self._renewed(self._call(args, timeout), sent)
+        loss signal is set): the renewal was refused, the lease was lost
+        before (nothing is sent), or its deadline passed before the reply."""
+        renewal = self._renewal()
+        if renewal is None:
+            return False
+        args, sent, timeout = renewal
+        try:
+            reply = self._call(args, timeout)
+        except exceptions.TimeoutError:
+            if self.lost.is_set():
+                return False
+            raise
+        return self._renewed(reply, sent)
 
     def release(self) -> bool:
         """Gives the lease back and stops its renewals. True: it was ours.

@@ -354,9 +354,19 @@ class AsyncLease(LeaseCore):
         return await self._call(self.fence_args(*command, min_ttl_ms=min_ttl_ms), self._client.io_timeout)
 
     async def renew(self) -> bool:
-        """Renews now. True: renewed. False: not ours (``lost`` is set)."""
-        args, sent, timeout = self._renewal()
-        return self._renewed(await self._call(args, timeout), sent)
+        """Renews now. True: renewed. False: not ours (``lost`` is set), as
+        the sync :meth:`Lease.renew`."""
+        renewal = self._renewal()
+        if renewal is None:
+            return False
+        args, sent, timeout = renewal
+        try:
+            reply = await self._call(args, timeout)
+        except exceptions.TimeoutError:
+            if self.lost.is_set():
+                return False
+            raise
+        return self._renewed(reply, sent)
 
     async def release(self) -> bool:
         """Gives the lease back and stops its renewals. True: it was ours. A

@@ -213,3 +213,14 @@ impl Silent {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 }
+
+/// `calls` of `cmdstat_<cmd>` (lowercase, e.g. `lease.mrenew`), 0 when it
+/// never ran.
+pub fn calls(c: &mut redis::Connection, cmd: &str) -> i64 {
+    let text: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+    let prefix = format!("cmdstat_{cmd}:calls=");
+    text.lines()
+        .find_map(|l| l.to_lowercase().strip_prefix(&prefix).map(str::to_string))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}

@@ -73,9 +73,13 @@ class LeaseCore:
         ``LEASE.RELEASE`` per key (none for a single lease)."""
         return []
 
-    def _renewal(self) -> Tuple[Tuple[Any, ...], float, float]:
+    def _renewal(self) -> Optional[Tuple[Tuple[Any, ...], float, float]]:
         """A renewal now: its command, when it is sent, and its read timeout
-        (until the deadline, at most the io timeout)."""
+        (until the deadline, at most the io timeout). None once the loss
+        signal is set: no renewal can succeed then, so none is sent (it
+        would only keep the key from others)."""
+        if self.lost.is_set():
+            return None
         sent = time.monotonic()
         timeout = min(max(self.lost.deadline - sent, 0.001), self._client.io_timeout)
         return self._renew_args(), sent, timeout
