@@ -290,6 +290,11 @@ pub fn ok_text(c: &mut redis::Connection, args: &[&str]) -> String {
     }
 }
 
+/// Does the server have the command `name` (COMMAND INFO answers it)?
+pub fn has_command(c: &mut redis::Connection, name: &str) -> bool {
+    !matches!(&ok(c, &["COMMAND", "INFO", name]), Value::Array(a) if a.first() == Some(&Value::Nil))
+}
+
 /// COMMAND INFO of one command (a name or `container|sub`), as its RESP2
 /// array.
 pub fn command_info(c: &mut redis::Connection, name: &str) -> Vec<Value> {
