@@ -40,7 +40,7 @@ fn max_floor(c: &mut redis::Connection) -> (String, i64) {
                 b"LEASE.ACQUIRE",
                 b"k",
                 b"a",
-                b"1000",
+                b"100",
                 b"FLOOR",
                 b"9007199254740991",
             ],
@@ -247,5 +247,24 @@ full_suite! {
         grace::wait_out_grace(&mut c, &[], Duration::from_secs(10));
         let after = int(&acquire_floor(&mut c, "k", "b", 1));
         assert!(after > max, "a token after the restart ({after}) is above the floor set before it ({max})");
+    }
+
+    fn a_restart_without_persistence_issues_tokens_above_a_floor_when_the_grace_is_under_a_second(kind) {
+        // A 300 ms grace: the FLOOR bound is still 1 s ahead (S9), so the
+        // start's token clock starts that far ahead.
+        let opts = || Opts::default().module_args(&["grace-ms", "300", "max-ttl-ms", "300"]);
+        let s = grace::start(kind, opts());
+        let mut c = s.conn();
+        grace::wait_out_grace(&mut c, &[], Duration::from_secs(10));
+        let (_, max) = max_floor(&mut c);
+        let floor = ["LEASE.ACQUIRE", "k", "a", "300", "FLOOR", &max.to_string()];
+        assert_eq!(int(&ok(&mut c, &floor)), max, "the bound itself is taken");
+        let s = grace::restart(s, opts());
+        let mut c = s.conn();
+        grace::wait_out_grace(&mut c, &[], Duration::from_secs(10));
+        let after = int(&ok(&mut c, &["LEASE.ACQUIRE", "k", "b", "300"]));
+        assert!(after > max, "a token after the restart ({after}) is above the floor set before it ({max})");
+        let next = int(&ok(&mut c, &["LEASE.ACQUIRE", "other", "b", "300"]));
+        assert!(next > after, "and the clock goes on from it");
     }
 }

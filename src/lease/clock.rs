@@ -23,9 +23,8 @@ pub fn max_acceptable(now_ms: i64) -> u64 {
 
 /// How far ahead of the wall clock a `FLOOR` token may be (design.md S9):
 /// the grace length, at least `MIN_FLOOR_AHEAD_MS`. A start without
-/// persistence runs a grace of that length before it grants, and its clock
-/// restarts at `now_ms * 1024`: every later token is above any token
-/// `FLOOR` could have set.
+/// persistence issues no token below `start_floor`: every later token is
+/// above any token `FLOOR` could have set.
 pub fn floor_ahead_ms(grace_ms: i64) -> i64 {
     grace_ms.max(MIN_FLOOR_AHEAD_MS)
 }
@@ -37,15 +36,33 @@ pub fn max_floor(now_ms: i64, grace_ms: i64) -> u64 {
     ahead.saturating_mul(TOKENS_PER_MS).min(MAX_TOKEN)
 }
 
-/// The last token this server issued or saw.
+/// The lowest token a start that may have lost a `FLOOR` (no data, or
+/// data older than what was acknowledged) issues: above any `FLOOR` the
+/// previous run could have accepted before `start_ms` under this grace
+/// length (design.md S9). Its grace period may be shorter than the bound
+/// (`grace-ms` below 1000, or 0): the token clock starts ahead instead, so
+/// no lease waits longer for it.
+pub fn start_floor(start_ms: i64, grace_ms: i64) -> u64 {
+    max_floor(start_ms, grace_ms)
+        .saturating_add(1)
+        .min(MAX_TOKEN)
+}
+
+/// The last token this server issued or saw, and the lowest it issues.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct TokenClock {
     last: u64,
+    lowest: u64,
 }
 
 impl TokenClock {
     pub const fn new() -> Self {
-        TokenClock { last: 0 }
+        TokenClock { last: 0, lowest: 0 }
+    }
+
+    /// A clock that issues no token below `lowest` (a `start_floor`).
+    pub const fn at_least(lowest: u64) -> Self {
+        TokenClock { last: 0, lowest }
     }
 
     /// The last token issued or observed.
@@ -58,7 +75,7 @@ impl TokenClock {
         let floor = u64::try_from(now_ms)
             .unwrap_or(0)
             .saturating_mul(TOKENS_PER_MS);
-        let token = self.last.saturating_add(1).max(floor);
+        let token = self.last.saturating_add(1).max(floor).max(self.lowest);
         (token <= MAX_TOKEN).then_some(token)
     }
 
@@ -107,6 +124,23 @@ mod tests {
         let d = c.issue(NOW - 60_000).unwrap();
         assert!(a < b && b < d);
         assert_eq!(d, b + 1);
+    }
+
+    #[test]
+    fn a_start_that_may_have_lost_a_floor_issues_above_any_floor_of_the_run_before() {
+        for grace in [0, 300, 999, 1000, 60_000] {
+            // The highest FLOOR the previous run accepted, 1 ms before the
+            // start: this start's first token is above it.
+            let floor = max_floor(NOW - 1, grace);
+            let mut c = TokenClock::at_least(start_floor(NOW, grace));
+            let first = c.issue(NOW).unwrap();
+            assert!(first > floor, "grace {grace}: {first} <= {floor}");
+            assert!(first >= ((NOW + grace.max(1000)) * 1024) as u64);
+            assert_eq!(c.last(), first);
+            // Once the wall clock passes it, tokens follow the clock again.
+            assert_eq!(c.issue(NOW + 70_000), Some((NOW as u64 + 70_000) * 1024));
+        }
+        assert_eq!(TokenClock::at_least(0).issue(NOW), Some(NOW as u64 * 1024));
     }
 
     #[test]

@@ -47,6 +47,7 @@ use super::ffi::ctx::Ctx;
 use super::ffi::server::{TimerId, log_notice, log_warning, mono_ms, now_ms};
 use super::settings::{self, MIN_REPLICAS_MAX_LAG, MIN_REPLICAS_TO_WRITE};
 use super::timers::{self, TimerJob};
+use super::tokens;
 
 /// How long this master keeps accepting writes once cut off from its
 /// replicas (0 without `min-replicas-to-write`).
@@ -363,7 +364,13 @@ pub fn at_load(ctx: Ctx) {
             "this server starts as a master on data it had as a replica: a grace period as after a promotion (a replica that shut down may have missed writes its master acknowledged)",
         );
     }
-    match grace::at_start(&startup) {
+    let at_start = grace::at_start(&startup);
+    if matches!(at_start, AtStart::Full(_) | AtStart::Resume { .. }) {
+        // The data may be older than what the previous run acknowledged, a
+        // FLOOR among it: no token below any it could have accepted.
+        tokens::issue_at_least(crate::lease::clock::start_floor(now_ms(), length_ms()));
+    }
+    match at_start {
         AtStart::NoneClean => {
             log_notice("no grace period: the previous run shut down cleanly and saved its data")
         }
