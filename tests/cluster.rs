@@ -216,5 +216,18 @@ full_suite! {
         let e = cluster.call(data, &["SET", data, "0"]).expect_err("guarded on the new master");
         assert!(error_text(&e).starts_with("FENCED"), "{e:?}");
         assert_eq!(cluster.ok(guard, &["LEASE.FENCE", guard, &t.to_string(), "INCRBY", data, "1"]), Value::Int(101));
+        // A resharding run again restores the guard over itself
+        // (MIGRATE ... REPLACE sends RESTORE-ASKING ... REPLACE): it still
+        // guards, and is counted once.
+        let payload = dump_payload(&mut dst, guard);
+        assert_eq!(call(&mut dst, &[b"RESTORE-ASKING", guard.as_bytes(), b"0", &payload, b"REPLACE"]).unwrap(), Value::Okay);
+        assert_eq!(info_int(&mut dst, "lease_guards"), 1);
+        assert_eq!(field(&ok(&mut dst, &["LEASE.INFO", guard]), "guard"), Some(Value::Int(1)));
+        let e = cluster.call(data, &["SET", data, "0"]).expect_err("still guarded");
+        assert!(error_text(&e).starts_with("FENCED"), "{e:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(info_int(&mut dst, "lease_guards"), 1, "after the restore's alignment");
+        let e = cluster.call(data, &["SET", data, "0"]).expect_err("still guarded");
+        assert!(error_text(&e).starts_with("FENCED"), "{e:?}");
     }
 }

@@ -55,10 +55,9 @@ fn find_byte(hay: &[u8], needle: u8) -> Option<usize> {
 
 /// Commands whose declared keys say nothing of what they write: scripts
 /// and functions (their specs assume the worst; the writes inside them are
-/// checked one by one as they run), and `MIGRATE` and `RESTORE-ASKING`,
-/// which move keys whole between servers (a resharding moves a guard with
-/// its keys).
-const NOT_CHECKED: [&[u8]; 8] = [
+/// checked one by one as they run), and `MIGRATE`, which moves keys whole
+/// between servers (a resharding moves a guard with its keys).
+const NOT_CHECKED: [&[u8]; 7] = [
     b"eval",
     b"evalsha",
     b"eval_ro",
@@ -66,15 +65,18 @@ const NOT_CHECKED: [&[u8]; 8] = [
     b"fcall",
     b"fcall_ro",
     b"migrate",
-    b"restore-asking",
 ];
 
 /// Is the command `name` checked by its keys? Not the lease commands
-/// (design.md S12), nor `NOT_CHECKED`.
+/// (design.md S12), nor `NOT_CHECKED`; nor, in a cluster, the
+/// `RESTORE-ASKING` of a resharding (on a server outside a cluster it is a
+/// `RESTORE` like any other).
 #[inline]
-pub fn is_checked(name: &[u8]) -> bool {
+pub fn is_checked(name: &[u8], cluster: bool) -> bool {
     let lease = name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease.");
-    !lease && !NOT_CHECKED.iter().any(|n| n.eq_ignore_ascii_case(name))
+    !lease
+        && !NOT_CHECKED.iter().any(|n| n.eq_ignore_ascii_case(name))
+        && !(cluster && name.eq_ignore_ascii_case(b"restore-asking"))
 }
 
 /// The database a command runs in, as the binding knows it.
@@ -158,6 +160,11 @@ impl Guards {
         true
     }
 
+    /// Every guard key: (database, key).
+    pub fn keys(&self) -> impl Iterator<Item = (i32, &[u8])> {
+        self.by_tag.values().flatten().map(|(d, k)| (*d, &**k))
+    }
+
     /// A database emptied (`None`: all of them).
     pub fn flush(&mut self, db: Option<i32>) {
         for list in self.by_tag.values_mut() {
@@ -209,12 +216,17 @@ impl Guards {
         let deletes = argv
             .first()
             .is_some_and(|n| n.eq_ignore_ascii_case(b"del") || n.eq_ignore_ascii_case(b"unlink"));
-        // MOVE and COPY ... DB write a key of another database too.
+        // MOVE and COPY ... DB write a key of another database: MOVE's key
+        // leaves this one too, COPY's destination is written only there.
         let elsewhere = other_database_write(argv);
+        let only_there = elsewhere.and_then(|(at, _, here)| (!here).then_some(at));
         let keys = written
             .iter()
+            .filter(|&&at| Some(at) != only_there)
             .map(|&at| (at, db))
-            .chain(elsewhere.map(|(at, other)| (at, db.and(other))));
+            // The database a MOVE or COPY ... DB names is known whatever the
+            // client's.
+            .chain(elsewhere.map(|(at, other, _)| (at, Db::Known(other))));
         for (at, db) in keys {
             let Some(&key) = argv.get(at) else { continue };
             let Some(tag) = hash_tag(key) else { continue };
@@ -244,25 +256,15 @@ impl Guards {
     }
 }
 
-impl Db {
-    /// The database `other`, where this one is known (where it is not,
-    /// the guards of every database cover the key anyway).
-    fn and(self, other: i32) -> Db {
-        match self {
-            Db::Known(_) => Db::Known(other),
-            Db::Any => Db::Any,
-        }
-    }
-}
-
 /// The key a command writes in another database than its client's:
-/// `MOVE key db` (the key arrives in `db`) and `COPY source destination DB
-/// db` (the destination is in `db`); (its position, that database).
-fn other_database_write(argv: &[&[u8]]) -> Option<(usize, i32)> {
+/// `MOVE key db` (the key arrives in `db`, and leaves the client's) and
+/// `COPY source destination DB db` (the destination is in `db` alone);
+/// (its position, that database, whether the client's is written too).
+fn other_database_write(argv: &[&[u8]]) -> Option<(usize, i32, bool)> {
     let number = |a: &[u8]| parse_i64(a).and_then(|n| i32::try_from(n).ok());
     let name = argv.first()?;
     if name.eq_ignore_ascii_case(b"move") {
-        return Some((1, number(argv.get(2)?)?));
+        return Some((1, number(argv.get(2)?)?, true));
     }
     if name.eq_ignore_ascii_case(b"copy") {
         // The server's own reading: options from the fourth argument, the
@@ -276,7 +278,7 @@ fn other_database_write(argv: &[&[u8]]) -> Option<(usize, i32)> {
             }
             j += 1;
         }
-        return Some((2, db?));
+        return Some((2, db?, false));
     }
     None
 }
@@ -334,20 +336,28 @@ mod tests {
     }
 
     #[test]
-    fn lease_commands_scripts_and_moves_are_not_checked_by_their_keys() {
+    fn lease_commands_scripts_and_a_clusters_moves_are_not_checked_by_their_keys() {
         for name in [
             &b"LEASE.ACQUIRE"[..],
             b"lease.fence",
             b"EVAL",
             b"fcall_ro",
             b"MIGRATE",
-            b"restore-asking",
         ] {
-            assert!(!is_checked(name), "{}", String::from_utf8_lossy(name));
+            assert!(
+                !is_checked(name, false),
+                "{}",
+                String::from_utf8_lossy(name)
+            );
+            assert!(!is_checked(name, true), "{}", String::from_utf8_lossy(name));
         }
         for name in [&b"SET"[..], b"RESTORE", b"lease", b"EVALX", b"del"] {
-            assert!(is_checked(name), "{}", String::from_utf8_lossy(name));
+            assert!(is_checked(name, false), "{}", String::from_utf8_lossy(name));
+            assert!(is_checked(name, true), "{}", String::from_utf8_lossy(name));
         }
+        // A resharding's RESTORE-ASKING exists only in a cluster.
+        assert!(!is_checked(b"restore-asking", true));
+        assert!(is_checked(b"RESTORE-ASKING", false));
     }
 
     #[test]
@@ -472,11 +482,25 @@ mod tests {
             g.check(&twice, &[2], Db::Known(2), None),
             Verdict::Refuse { .. }
         ));
-        assert_eq!(other_database_write(&twice), Some((2, 1)));
+        assert_eq!(other_database_write(&twice), Some((2, 1, false)));
         assert_eq!(
             other_database_write(&[b"COPY", b"a", b"b", b"DB", b"1", b"DB", b"3"]),
-            Some((2, 3))
+            Some((2, 3, false))
         );
+        assert_eq!(
+            other_database_write(&[b"MOVE", b"a", b"4"]),
+            Some((1, 4, true))
+        );
+        // COPY ... DB writes nothing in the client's database: database
+        // 1's guard of {t} does not stop a copy from it to database 3.
+        let elsewhere: [&[u8]; 5] = [b"COPY", b"{t}:src", b"{t}:a", b"DB", b"3"];
+        assert_eq!(g.check(&elsewhere, &[2], Db::Known(1), None), Verdict::Pass);
+        // MOVE takes the key out of the client's database: checked there.
+        let moved: [&[u8]; 3] = [b"MOVE", b"{t}:a", b"3"];
+        assert!(matches!(
+            g.check(&moved, &[1], Db::Known(1), None),
+            Verdict::Refuse { .. }
+        ));
         assert_eq!(
             other_database_write(&[b"COPY", b"a", b"b", b"REPLACE"]),
             None

@@ -126,6 +126,9 @@ pub struct Spec {
 /// A command's keys, as its specs give them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Command {
+    /// `COMMAND INFO`'s arity: the exact argument count (the name
+    /// included), or at least `-arity` where negative; 0 where not given.
+    pub arity: i64,
     pub specs: Vec<Spec>,
     /// Flagged `readonly` and not `write`: it writes no key, whatever its
     /// specs say (a module command registered without key specs gets a
@@ -204,7 +207,9 @@ impl Command {
     /// command's specs, unless the answer is [`Keys::Ask`] (then some
     /// positions may have been given already).
     pub fn written(&self, argv: &[&[u8]], mut key: impl FnMut(usize)) -> Keys {
-        if self.reads_only {
+        // The wrong number of arguments: the server refuses the command
+        // before it runs (an arity error, not the guard's).
+        if self.reads_only || !self.arity_fits(argv.len()) {
             return Keys::Given;
         }
         for spec in &self.specs {
@@ -244,6 +249,16 @@ impl Command {
             }
         }
         Keys::Given
+    }
+
+    /// Does `argc` arguments (the name included) fit the arity?
+    fn arity_fits(&self, argc: usize) -> bool {
+        let argc = argc as i64;
+        match self.arity {
+            0 => true,
+            a if a > 0 => argc == a,
+            a => argc >= -a,
+        }
     }
 }
 
@@ -320,8 +335,15 @@ impl Spec {
                 if n < 0 || n > argc {
                     return Found::Invalid;
                 }
+                // `n` keys, one every `keystep` arguments (MSETEX's
+                // key-value pairs: a step of 2).
                 let first = first + *firstkey as i64;
-                (first, first + n - 1, *keystep)
+                let step = i64::try_from(*keystep).unwrap_or(i64::MAX);
+                (
+                    first,
+                    first.saturating_add((n - 1).saturating_mul(step)),
+                    *keystep,
+                )
             }
             Find::Unknown => return Found::Invalid,
         };
@@ -346,6 +368,7 @@ fn parse_command(entry: &Value) -> Option<(Vec<u8>, Command)> {
         Some(Value::Array(specs)) => specs.iter().map(parse_spec).collect::<Option<Vec<_>>>()?,
         _ => Vec::new(),
     };
+    let arity = a.get(1).and_then(Value::int).unwrap_or(0);
     let flags: Vec<&[u8]> = a.get(2)?.array()?.iter().filter_map(Value::str).collect();
     let flag = |f: &[u8]| flags.iter().any(|x| x.eq_ignore_ascii_case(f));
     let reads_only = flag(b"readonly") && !flag(b"write");
@@ -363,6 +386,7 @@ fn parse_command(entry: &Value) -> Option<(Vec<u8>, Command)> {
     Some((
         name,
         Command {
+            arity,
             specs,
             reads_only,
             writes_all,
@@ -641,6 +665,28 @@ mod tests {
                 assert!(
                     got == given(&["{x}a", "{t}d"]) || got.0 == Keys::Ask,
                     "{server}: {line}: {got:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_command_with_the_wrong_number_of_arguments_writes_nothing() {
+        for server in SERVERS {
+            let t = table(server);
+            // The server refuses these for their arity before they run.
+            for line in [
+                "SET {t}a",
+                "HSET {t}h f",
+                "GETSET {t}a x y",
+                "XGROUP CREATE {t}x",
+            ] {
+                let argv = words(line);
+                let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                assert_eq!(
+                    written(&t, &argv),
+                    (Keys::Given, vec![]),
+                    "{server}: {line}"
                 );
             }
         }

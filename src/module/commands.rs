@@ -522,12 +522,14 @@ pub fn unguard(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
 }
 
 /// LEASE.FENCED key guard: a write the guard of its key refused (the
-/// command filter puts it in the place of the refused command).
+/// command filter puts it in the place of the refused command, and the
+/// server runs it only where it would have run that command: its client
+/// authenticated, its user allowed it), counted and logged here.
 pub fn fenced(_ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     if a.len() != 3 {
         return Err(LeaseError::Arity("lease.fenced"));
     }
-    Err(guards::refusal(a.bytes(1), a.bytes(2)))
+    Err(guards::refused(a.bytes(1), a.bytes(2)))
 }
 
 /// LEASE.WAITERS key [COUNT count]

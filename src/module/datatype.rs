@@ -12,6 +12,7 @@
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 use crate::lease::codec::DecodeError;
+use crate::lease::error::printable;
 use crate::lease::{Record, RecordRef};
 
 use std::sync::Mutex;
@@ -196,6 +197,35 @@ pub fn on_drain(ctx: Ctx, slot: crate::lease::waitq::Slot) {
     }
 }
 
+/// A load ended: a guard key it read but the server did not keep (its
+/// TTL had passed when the snapshot was read: the server drops such a key
+/// without an unlink) guards nothing.
+pub fn after_load(ctx: Ctx) {
+    let keys = guards::keys();
+    if keys.is_empty() {
+        return;
+    }
+    let before = ctx.selected_db();
+    for (db, key) in keys {
+        if !ctx.select_db(db) {
+            continue;
+        }
+        let name = ctx.string(&key);
+        let guards_now = matches!(
+            Reader::open(ctx, name.as_str()).record(),
+            Ok(Some(RecordRef::Exclusive(l))) if l.is_guard()
+        );
+        if !guards_now {
+            guards::removed(db, &key);
+            log_warning(&format!(
+                "'{}' of database {db} was loaded as a guard but is gone (its TTL had passed): it guards nothing",
+                printable(&key)
+            ));
+        }
+    }
+    ctx.select_db(before);
+}
+
 /// The alignment timer fired: sets the key's expiry back to its lease's
 /// deadline, or deletes it when the lease has already ended
 /// (`ops::align`). A write the module starts by itself, so it passes the
@@ -212,10 +242,13 @@ pub fn on_align(ctx: Ctx, db: i32, key: &[u8]) {
         let expire = r.expire_at();
         let record = r.record().ok().flatten();
         // A guard record the server loaded but did not keep (a RESTORE of
-        // an already expired key) guards nothing.
-        if !matches!(record, Some(RecordRef::Exclusive(l)) if l.is_guard()) {
-            guards::removed(db, key);
-        }
+        // an already expired key) guards nothing; one it kept guards,
+        // whatever the unlink of an old value under its name did.
+        guards::restore_done(
+            db,
+            key,
+            matches!(record, Some(RecordRef::Exclusive(l)) if l.is_guard()),
+        );
         record
             .and_then(|rec| ops::align(Some(rec), expire, now))
             .is_some()

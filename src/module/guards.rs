@@ -90,10 +90,47 @@ pub fn removed(db: i32, key: &[u8]) -> bool {
 pub fn unlinked(db: i32, key: &[u8], record: RecordRef<'_>, quiet: bool) {
     if let RecordRef::Exclusive(l) = record
         && l.is_guard()
+        && !replaced_by_restore(db, key)
         && removed(db, key)
         && !quiet
     {
         STATS.guard_deleted.incr();
+    }
+}
+
+/// A guard record restored over the guard key of the same name (`RESTORE
+/// ... REPLACE`, a resharding's `RESTORE-ASKING ... REPLACE`): the server
+/// loads the new value, then unlinks the old, whose guard goes on in the
+/// new one. Set by the load, taken by that unlink or by the restore's
+/// alignment right after the command.
+static REPLACING: Mutex<Option<(i32, Vec<u8>)>> = Mutex::new(None);
+
+/// Is this unlink of a guard key the old value of a restore over it?
+fn replaced_by_restore(db: i32, key: &[u8]) -> bool {
+    let mut replacing = REPLACING.lock().unwrap_or_else(|e| e.into_inner());
+    if replacing
+        .as_ref()
+        .is_some_and(|(d, k)| *d == db && k == key)
+    {
+        *replacing = None;
+        return true;
+    }
+    false
+}
+
+/// The restore of `key` of `db` is over (its alignment timer fired): a
+/// guard record there guards, whatever became of the old value.
+pub fn restore_done(db: i32, key: &[u8], guards_now: bool) {
+    REPLACING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take_if(|(d, k)| *d == db && k == key);
+    if guards_now {
+        if guard_of(db, key).as_deref() != Some(key) {
+            added(db, key);
+        }
+    } else {
+        removed(db, key);
     }
 }
 
@@ -115,16 +152,30 @@ pub fn arrived(db: i32, key: &[u8], record: RecordRef<'_>, loading: bool) -> boo
         ));
         return false;
     }
-    if !loading && let Some(other) = guard_of(db, key).filter(|g| g != key) {
-        log_warning(&format!(
-            "refusing a guard record for '{}': its hash tag is guarded by '{}' already",
-            printable(key),
-            printable(&other)
-        ));
-        return false;
+    if !loading && let Some(other) = guard_of(db, key) {
+        if other != key {
+            log_warning(&format!(
+                "refusing a guard record for '{}': its hash tag is guarded by '{}' already",
+                printable(key),
+                printable(&other)
+            ));
+            return false;
+        }
+        // Restored over itself: the unlink of the old value that follows
+        // leaves the guard standing.
+        *REPLACING.lock().unwrap_or_else(|e| e.into_inner()) = Some((db, key.to_vec()));
+        return true;
     }
     added(db, key);
     true
+}
+
+/// Every guard standing: (database, key).
+pub fn keys() -> Vec<(i32, Vec<u8>)> {
+    if count() == 0 {
+        return Vec::new();
+    }
+    with(|g| g.keys().map(|(d, k)| (d, k.to_vec())).collect())
 }
 
 pub fn flushed(db: Option<i32>) {
@@ -145,6 +196,18 @@ pub fn role_changed(now_master: bool) {
 
 pub fn set_replica(replica: bool) {
     REPLICA.store(replica, Relaxed);
+}
+
+/// This server runs in cluster mode (set at load: it cannot change).
+static CLUSTER: AtomicBool = AtomicBool::new(false);
+
+pub fn set_cluster(cluster: bool) {
+    CLUSTER.store(cluster, Relaxed);
+}
+
+#[inline]
+pub fn in_cluster() -> bool {
+    CLUSTER.load(Relaxed)
 }
 
 /// Runs `f` (a `LEASE.FENCE`'s command) as the fence of the lease key
@@ -204,27 +267,25 @@ pub fn check(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec
     if !checking() {
         return None;
     }
-    let name = args.first()?.bytes();
+    args.first()?;
     let guards = GUARDS.lock().unwrap_or_else(|e| e.into_inner());
     let g = guards.as_ref()?;
     let argv: Vec<&[u8]> = args.iter().map(|a| a.bytes()).collect();
     let written = written(args, &argv);
     let db = db().map_or(Db::Any, Db::Known);
     let fencing = FENCING.lock().unwrap_or_else(|e| e.into_inner());
-    let refusal = match g.check(
+    match g.check(
         &argv,
         &written,
         db,
         fencing.as_ref().map(|(d, k)| (*d, k.as_slice())),
     ) {
-        Verdict::Pass => return None,
-        Verdict::Refuse { key, guard } => (key.to_vec(), guard.to_vec()),
-    };
-    drop(fencing);
-    drop(guards);
-    STATS.guard_refused.incr();
-    log_refusal(name, &refusal.0, &refusal.1);
-    Some(refusal)
+        Verdict::Pass => None,
+        Verdict::Refuse { key, guard } => {
+            refusing(argv[0], key);
+            Some((key.to_vec(), guard.to_vec()))
+        }
+    }
 }
 
 /// The positions of the keys `argv` writes: by the server's key specs, or
@@ -269,8 +330,26 @@ fn log_refusal(command: &[u8], key: &[u8], guard: &[u8]) {
     ));
 }
 
-/// `LEASE.FENCED key guard`: what a refused write became.
-pub fn refusal(key: &[u8], guard: &[u8]) -> LeaseError {
+/// The command the filter last turned into `LEASE.FENCED`, and the key it
+/// was refused for: the log line names it.
+static REFUSING: Mutex<Option<(Vec<u8>, Vec<u8>)>> = Mutex::new(None);
+
+/// The filter turns `command` into `LEASE.FENCED` for a write to `key`.
+fn refusing(command: &[u8], key: &[u8]) {
+    *REFUSING.lock().unwrap_or_else(|e| e.into_inner()) = Some((command.to_vec(), key.to_vec()));
+}
+
+/// `LEASE.FENCED key guard`: the refusal of a write the server would have
+/// run (its client authenticated, its user allowed it), counted and logged.
+pub fn refused(key: &[u8], guard: &[u8]) -> LeaseError {
+    STATS.guard_refused.incr();
+    let command = REFUSING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .filter(|(_, k)| k == key)
+        .map_or_else(|| b"a write".to_vec(), |(c, _)| c);
+    log_refusal(&command, key, guard);
     LeaseError::Fenced {
         key: printable(key),
         guard: printable(guard),

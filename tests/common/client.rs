@@ -161,6 +161,13 @@ impl RawConn {
         self.reader.get_mut().write_all(&buf).expect("raw write");
     }
 
+    /// Writes `bytes` as they are, in one write (several commands: one
+    /// pipeline the server reads at once).
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.reader.get_mut().write_all(bytes).expect("raw write");
+    }
+
     /// Reads one complete reply (with nested elements), as raw bytes.
     pub fn reply(&mut self) -> Vec<u8> {
         let mut out = Vec::new();

@@ -50,6 +50,10 @@ impl Events for Lease {
         grace::on_role_change(now_master);
     }
 
+    fn loaded(ctx: Ctx) {
+        datatype::after_load(ctx);
+    }
+
     fn shutdown(ctx: Ctx) {
         grace::on_shutdown(ctx);
     }
@@ -93,7 +97,7 @@ impl Events for Lease {
     }
 
     fn guards_check(name: &[u8]) -> bool {
-        crate::lease::guard::is_checked(name)
+        crate::lease::guard::is_checked(name, guards::in_cluster())
     }
 
     fn guarded(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec<u8>)> {

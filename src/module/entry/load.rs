@@ -51,6 +51,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
 fn start(ctx: Ctx) {
     info::refresh_policy(ctx);
     guards::set_replica(ctx.is_replica());
+    guards::set_cluster(ctx.in_cluster());
     reply::prepare(ctx);
     grace::at_load(ctx);
     if let Some(warning) = info::eviction_warning() {

@@ -482,6 +482,8 @@ pub trait Events {
     fn replica_online();
     fn role_changed(now_master: bool);
     fn shutdown(ctx: Ctx);
+    /// A load (an RDB, the AOF, a replica's full sync) has ended.
+    fn loaded(ctx: Ctx);
     /// `CONFIG SET` changed settings; `changed` says whether one of the
     /// given names is among them.
     fn config_changed(ctx: Ctx, changed: &dyn Fn(&[&[u8]]) -> bool);
@@ -606,6 +608,20 @@ unsafe extern "C" fn role_changed<E: Events>(
 ) {
     guard("the role change event", (), || {
         E::role_changed(subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER)
+    })
+}
+
+unsafe extern "C" fn loading<E: Events>(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard("the loading event", (), || {
+        if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
+            // SAFETY: the event's context, live while it runs.
+            E::loaded(unsafe { Ctx::new(ctx) });
+        }
     })
 }
 
@@ -736,8 +752,11 @@ unsafe fn guards_look_at<E: Events>(
     }
 }
 
-/// The guards' check of the command about to run: a refused command is
-/// replaced by `LEASE.FENCED key guard`, which answers the refusal.
+/// The guards' check of the command about to run: a refused command
+/// becomes `LEASE.FENCED key guard`, which answers the refusal once the
+/// server has judged it as it would the command (authentication, a
+/// transaction's queue). A command its client's ACL user may not run is
+/// left to the server's NOPERM.
 ///
 /// # Safety
 /// `fctx` is the filter context of the command about to run.
@@ -758,6 +777,14 @@ unsafe fn check_guards<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
         let Some((key, guard)) = E::guarded(&args, &db) else {
             return;
         };
+        // A user who may not run the command gets the server's NOPERM, as
+        // without a guard.
+        if !filter_client_may_run(fctx, &args) {
+            return;
+        }
+        // Three arguments, whatever the command had: an argument vector
+        // grown by more than one crashed Valkey 9.1's scripts (redis.pcall
+        // of a two-argument write made into four).
         for i in (0..count).rev() {
             raw::RedisModule_CommandFilterArgDelete.unwrap()(fctx, i as c_int);
         }
@@ -768,6 +795,49 @@ unsafe fn check_guards<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
             let s = create(std::ptr::null_mut(), word.as_ptr().cast(), word.len());
             raw::RedisModule_CommandFilterArgInsert.unwrap()(fctx, i as c_int, s);
         }
+    }
+}
+
+/// May the ACL user of the client whose command the filter sees run
+/// `args` (its keys and channels included)? Where the server cannot say
+/// (Redis 7.0 does not name the filter's client; a client with no user),
+/// yes.
+///
+/// # Safety
+/// `fctx` is the filter context of the command about to run; `args` its
+/// live arguments.
+unsafe fn filter_client_may_run(fctx: *mut raw::RedisModuleCommandFilterCtx, args: &[Str]) -> bool {
+    // SAFETY: function-pointer reads filled in by RedisModule_Init; the
+    // user name is a new string of the detached context (no auto-memory)
+    // freed here,
+    // the module user freed after the check; argv holds live arguments.
+    unsafe {
+        let (Some(id_of), Some(name_of), Some(user_of), Some(check), Some(free_user)) = (
+            raw::RedisModule_CommandFilterGetClientId,
+            raw::RedisModule_GetClientUserNameById,
+            raw::RedisModule_GetModuleUserFromUserName,
+            raw::RedisModule_ACLCheckCommandPermissions,
+            raw::RedisModule_FreeModuleUser,
+        ) else {
+            return true;
+        };
+        let Some(ctx) = server::detached() else {
+            return true;
+        };
+        let name = name_of(ctx.raw(), id_of(fctx));
+        if name.is_null() {
+            return true;
+        }
+        let user = user_of(name);
+        let mut may = true;
+        if !user.is_null() {
+            let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|s| s.raw()).collect();
+            may =
+                check(user, argv.as_mut_ptr(), argv.len() as c_int) == raw::REDISMODULE_OK as c_int;
+            free_user(user);
+        }
+        raw::RedisModule_FreeString.unwrap()(ctx.raw(), name);
+        may
     }
 }
 
@@ -796,8 +866,9 @@ unsafe fn filter_client_db(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Optio
 }
 
 /// The server events to subscribe to, each with its shim.
-pub fn server_events<E: Events>() -> [(u64, raw::RedisModuleEventCallback); 7] {
+pub fn server_events<E: Events>() -> [(u64, raw::RedisModuleEventCallback); 8] {
     [
+        (raw::REDISMODULE_EVENT_LOADING, Some(loading::<E>)),
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(flushed::<E>)),
         (
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
