@@ -16,7 +16,7 @@
 # A shell script, not a Rust test: it needs only bash, apt and redis-cli,
 # so it runs on a fresh Debian that has the .deb and no Rust toolchain.
 #
-#   bash tests/deb/install.sh target/package/redis-lease_0.4.0_amd64.deb
+#   bash tests/deb/install.sh target/package/redis-lease_0.5.0_amd64.deb
 #   bash tests/deb/install.sh --may-run   # exit 0 if it would run, else say why not
 #
 # It changes the system, so it runs only as root, and only with CI=true or
