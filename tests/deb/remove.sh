@@ -8,9 +8,10 @@
 #     Debian's redis.conf with the module added by hand).
 # Each holds keys of every kind in two databases, lease keys of every
 # kind (exclusive, counting, shared, multi-key, a guard whose tag holds
-# data) and a snapshot saved while they existed. First the control: a copy
+# data) and a snapshot saved while they existed. First the controls: a copy
 # of its data directory, started without the module, does not serve (the
-# server exits, and its log says why). Then the page's steps, the lease
+# server exits, and its log says why), nor does a copy whose AOF was
+# rewritten without the pause of step 4. Then the page's steps, the lease
 # script taken from the page itself; the server, restarted from its file
 # without the module, serves every key that is not a lease (same value,
 # same expiry) and no lease key, the guarded key is writable again, and
@@ -33,9 +34,11 @@ page=${LEASE_OPERATIONS_MD:-docs/operations.md}
 say() { echo "remove-test: $*"; }
 fail() { echo "remove-test: FAILED: $*" >&2; exit 1; }
 
-# The page's script, as the page gives it (between LEASES=' and its quote).
-LEASES=$(sed -n "/^ *LEASES='/,/^ *return n'\$/p" "$page" | sed -e 's/^   //' -e "1s/^LEASES='//" -e "\$s/'\$//")
-case $LEASES in *'TYPE", "leasetype"'*'return n') ;; *) fail "no LEASES script in $page" ;; esac
+# (checked on its own by shellcheck)
+# shellcheck disable=SC1091
+. tests/deb/common.sh
+# shellcheck disable=SC2034 # used by the functions of common.sh
+LEASES=$(leases_script "$page")
 
 work=$(mktemp -d)
 pids=()
@@ -69,55 +72,6 @@ stop() { # stop PORT: SHUTDOWN (a clean one: final save and AOF flushed), waits 
   fail "the server on $1 did not stop"
 }
 
-# Every key that is not a lease, with its value (DUMP) and whether it
-# expires, sorted: what must survive.
-state() {
-  local port=$1 db key type ttl
-  for db in $(redis-cli -p "$port" INFO keyspace | sed -n 's/^db\([0-9]*\):.*/\1/p'); do
-    while IFS= read -r key; do
-      type=$(redis-cli -p "$port" -n "$db" TYPE "$key")
-      [ "$type" = leasetype ] && continue
-      ttl=$(redis-cli -p "$port" -n "$db" PTTL "$key")
-      [ "$ttl" -gt 0 ] && ttl=expires
-      printf '%s %s %s %s %s\n' "$db" "$key" "$type" "$ttl" "$(redis-cli -p "$port" -n "$db" --no-raw DUMP "$key")"
-    done < <(redis-cli -p "$port" -n "$db" --scan)
-  done | sort
-}
-leases() { # leases PORT: lease keys left, over every database
-  local port=$1 n=0 db
-  for db in $(redis-cli -p "$port" INFO keyspace | sed -n 's/^db\([0-9]*\):.*/\1/p'); do
-    n=$((n + $(redis-cli -p "$port" -n "$db" EVAL_RO "$LEASES" 0 count)))
-  done
-  echo "$n"
-}
-
-# The data: plain keys of every type, one with an expiry, in db 0 and 7;
-# a lease key of every kind; {acct:7} guarded by its lease key, written
-# before the guard.
-fill() {
-  local c=(redis-cli -p "$1")
-  "${c[@]}" SET plain v >/dev/null
-  "${c[@]}" SET session s PX 3600000 >/dev/null
-  "${c[@]}" HSET h a 1 b 2 >/dev/null
-  "${c[@]}" RPUSH l a b c >/dev/null
-  "${c[@]}" SADD s 1 2 3 >/dev/null
-  "${c[@]}" ZADD z 1 a 2 b >/dev/null
-  "${c[@]}" XADD st '*' f v >/dev/null
-  "${c[@]}" SET '{acct:7}balance' 100 >/dev/null
-  "${c[@]}" -n 7 SET other 7 >/dev/null
-  for cmd in "LEASE.ACQUIRE job:1 me 30000" "LEASE.ACQUIRE pool me 30000 LIMIT 3" \
-             "LEASE.ACQUIRE rw me 30000 SHARED" "LEASE.MACQUIRE 2 {m}a {m}b me 30000" \
-             "LEASE.ACQUIRE lock:{acct:7} me 30000" "LEASE.GUARD lock:{acct:7}"; do
-    # shellcheck disable=SC2086
-    out=$("${c[@]}" $cmd) || fail "$cmd: $out"
-    case $out in '' | ERR* | *rror*) fail "$cmd: '$out'" ;; esac
-  done
-  "${c[@]}" -n 7 LEASE.ACQUIRE job:7 me 30000 >/dev/null
-  case $("${c[@]}" SET '{acct:7}balance' 0) in FENCED*) ;; *) fail "the guard did not refuse a write" ;; esac
-  [ "$(leases "$1")" = 7 ] || fail "7 lease keys expected, $(leases "$1") found"
-  "${c[@]}" SAVE >/dev/null
-}
-
 # A copy of DIR started without the module (CONF without its loadmodule
 # line) must not serve: the server exits, and the log says why.
 control() {
@@ -133,8 +87,34 @@ control() {
     fail "control ($kind): no line in the log says why it did not start: $(tail -3 "$copy/log")"
 }
 
+# The same steps on a copy of DIR, but the rewrite without the pause: the
+# module writes its announcements into the new AOF, and the copy, started
+# without the module, does not serve. (Why step 4 pauses writes.)
+control_unpaused() {
+  local dir=$1 conf=$2 port copy
+  copy=$work/control-unpaused
+  cp -a "$dir" "$copy"
+  port=$(free_port 17600)
+  sed -e "s|^dir .*|dir $copy|" -e "s|^port .*|port $port|" "$conf" > "$copy/with-module.conf"
+  start "$copy/with-module.conf" "$copy/log"
+  up "$port" || fail "control (unpaused): the copy did not start with the module"
+  redis-cli -p "$port" CONFIG SET aof-use-rdb-preamble no >/dev/null
+  redis-cli -p "$port" BGREWRITEAOF >/dev/null
+  for _ in $(seq 600); do
+    redis-cli -p "$port" INFO persistence | grep -Eq '^aof_rewrite_(in_progress|scheduled):1' || break
+    sleep 0.1
+  done
+  sleep 0.5
+  stop "$port"
+  grep -v '^loadmodule ' "$copy/with-module.conf" > "$copy/server.conf"
+  start "$copy/server.conf" "$copy/log.after"
+  if up "$port"; then fail "control (unpaused): the copy started without the module"; fi
+  grep -E "Unknown command 'LEASE\." "$copy/log.after" | sed 's/^/    /' ||
+    fail "control (unpaused): no line says why it did not start: $(tail -3 "$copy/log.after")"
+}
+
 run() { # run file|rdb
-  local kind=$1 dir=$work/$1 port conf before after db n
+  local kind=$1 dir=$work/$1 port conf before n out
   port=$(free_port 17300)
   mkdir -p "$dir"
   conf=$dir/server.conf
@@ -161,11 +141,13 @@ run() { # run file|rdb
   up "$port" || fail "$kind: the server did not start again with the module"
 
   say "$kind: step 2, delete every lease key"
-  n=0
-  for db in $(redis-cli -p "$port" INFO keyspace | sed -n 's/^db\([0-9]*\):.*/\1/p'); do
-    n=$((n + $(redis-cli -p "$port" -n "$db" EVAL "$LEASES" 0 unlink)))
-  done
+  n=$(unlink_leases "$port")
   [ "$n" = 7 ] || fail "$kind: the script deleted $n lease keys, not 7"
+
+  if [ "$kind" = file ]; then
+    say "$kind: control: the next steps without the pause, on a copy"
+    control_unpaused "$dir" "$conf"
+  fi
 
   say "$kind: step 3, the module out of the server's file"
   if [ "$kind" = file ]; then
@@ -175,23 +157,9 @@ run() { # run file|rdb
   fi
 
   say "$kind: step 4, pause writes, check, rewrite the AOF as plain commands"
-  redis-cli -p "$port" CLIENT PAUSE 600000 WRITE >/dev/null
-  [ "$(leases "$port")" = 0 ] || fail "$kind: lease keys left"
-  redis-cli -p "$port" CONFIG SET aof-use-rdb-preamble no >/dev/null
-  if [ "$(redis-cli -p "$port" CONFIG GET appendonly | sed -n 2p)" = yes ]; then
-    [ "$kind" = file ] || fail "$kind: appendonly is already yes"
-    redis-cli -p "$port" BGREWRITEAOF
-  else
-    [ "$kind" = rdb ] || fail "$kind: appendonly is no"
-    redis-cli -p "$port" CONFIG SET appendonly yes
-  fi
-  for _ in $(seq 600); do
-    redis-cli -p "$port" INFO persistence | grep -Eq '^aof_rewrite_(in_progress|scheduled):1' || break
-    sleep 0.1
-  done
-  redis-cli -p "$port" INFO persistence | grep -q '^aof_last_bgrewrite_status:ok' || fail "$kind: the rewrite failed"
-  # Time for the module's announcement, had it not been held back.
-  sleep 0.5
+  out=$(rewrite_paused "$port")
+  echo "    $out"
+  case $kind:$out in file:BGREWRITEAOF* | rdb:"CONFIG SET appendonly yes"*) ;; *) fail "$kind: $out" ;; esac
 
   say "$kind: step 5, restart from the file, without the module"
   stop "$port"
@@ -199,12 +167,8 @@ run() { # run file|rdb
   up "$port" || fail "$kind: the server did not start without the module: $(tail -5 "$dir/log.after")"
   # (Redis 8 lists its built-in modules, vectorset among them.)
   ! redis-cli -p "$port" MODULE LIST | grep -qx lease || fail "$kind: the module lease is loaded"
-  after=$(state "$port")
-  [ "$after" = "$before" ] || fail "$kind: the keys differ: $(diff <(echo "$before") <(echo "$after"))"
-  [ "$(redis-cli -p "$port" --scan | grep -c -E '^(job:1|pool|rw|\{m\}a|\{m\}b|lock:\{acct:7\})$')" = 0 ] || fail "$kind: a lease key is left"
-  [ "$(redis-cli -p "$port" SET '{acct:7}balance' 0)" = OK ] || fail "$kind: the guarded key is not writable"
-  redis-cli -p "$port" SET '{acct:7}balance' 100 >/dev/null
-  say "$kind: serves all $(wc -l <<<"$after") keys that are not leases, no lease key, the guarded key writable"
+  after_removal "$port" "$before"
+  say "$kind: serves all $(wc -l <<<"$before") keys that are not leases, no lease key, the guarded key writable"
 
   say "$kind: step 6, SAVE, then start from the RDB file alone"
   redis-cli -p "$port" SAVE >/dev/null
@@ -215,8 +179,7 @@ run() { # run file|rdb
   start "$conf" "$dir/log.rdb"
   up "$port" || fail "$kind: the server did not start from its RDB file: $(tail -5 "$dir/log.rdb")"
   grep -q 'DB loaded from disk' "$dir/log.rdb" || fail "$kind: not loaded from the RDB file"
-  after=$(state "$port")
-  [ "$after" = "$before" ] || fail "$kind: from the RDB file, the keys differ: $(diff <(echo "$before") <(echo "$after"))"
+  after_removal "$port" "$before"
   stop "$port"
   say "$kind: PASSED"
 }
