@@ -83,7 +83,7 @@ while IFS= read -r -d '' page; do
     if [ -z "$path" ]; then file=$page; else file=$dir/$path; fi
     rel=${page#"$root"/}
     if [ ! -e "$file" ]; then
-      echo "links: $rel: $target: no such file in the package"
+      echo "links: $rel: $target: no such file"
       broken=$((broken + 1))
     elif [ -n "$anchor" ]; then
       if [ -d "$file" ] || [ "${file%.md}" = "$file" ]; then
