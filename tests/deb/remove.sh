@@ -83,7 +83,7 @@ control() {
   start "$copy/server.conf" "$copy/log"
   if up "$port"; then fail "control ($kind): the server started without the module on data saved with it"; fi
   wait "$pid" 2>/dev/null && fail "control ($kind): the server exited with status 0"
-  grep -E "AUX module data I can't load|Unknown command 'LEASE\.|no matching module" "$copy/log" | sed 's/^/    /' ||
+  grep -iE "AUX module data I can't load|Unknown command 'LEASE\.|no matching module" "$copy/log" | sed 's/^/    /' ||
     fail "control ($kind): no line in the log says why it did not start: $(tail -3 "$copy/log")"
 }
 
@@ -109,7 +109,7 @@ control_unpaused() {
   grep -v '^loadmodule ' "$copy/with-module.conf" > "$copy/server.conf"
   start "$copy/server.conf" "$copy/log.after"
   if up "$port"; then fail "control (unpaused): the copy started without the module"; fi
-  grep -E "Unknown command 'LEASE\." "$copy/log.after" | sed 's/^/    /' ||
+  grep -iE "unknown command 'LEASE\." "$copy/log.after" | sed 's/^/    /' ||
     fail "control (unpaused): no line says why it did not start: $(tail -3 "$copy/log.after")"
 }
 
