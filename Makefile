@@ -21,7 +21,7 @@ SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9
             REDIS80_SERVER=$(REDIS80)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration old-module client-test py-test py-lint node-test deps-node node-deps deb deps-deb deb-test deps deps-build deps-shellcheck deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration old-module client-test py-test py-lint node-test deps-node node-deps deb deps-deb deb-lint deb-test deps deps-build deps-shellcheck deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
 
 all: build
 
@@ -211,41 +211,56 @@ py-lint: pyenv
 	cd clients/python && $(abspath $(PYENV))/bin/python -m mypy --strict src tests
 	cd clients/python && $(abspath $(PYENV))/bin/python -m ruff check src tests
 
-# The helpers as packages, into target/package/: the Rust crate (cargo
-# package, which builds it from the packaged files) and the Python wheel and
-# sdist (python -m build in the test virtualenv); and the module as a Debian
-# package (deb, below).
+# Everything the project publishes, into target/package/: the Rust crate
+# (cargo package, which builds it from the packaged files: crates.io), the
+# Python wheel and sdist (python -m build in the test virtualenv: PyPI), the
+# Node.js tarball (npm pack after npm ci: npm), and the module as a Debian
+# package checked by lintian (deb and deb-lint, below). For a release of
+# all of it; a Debian packager runs make deb.
 package: pyenv
 	$(CARGO) package -p redis-lease-client --allow-dirty
-	$(MAKE) --no-print-directory deb
+	$(MAKE) --no-print-directory deb-lint
 	$(PYENV)/bin/python -m pip install -q --disable-pip-version-check build
 	$(PYENV)/bin/python -m build --outdir target/package/python clients/python
 	rm -rf clients/python/build clients/python/src/redis_lease.egg-info
 	$(MAKE) node-deps && mkdir -p target/package/node && cd $(NODE_DIR) && npm pack --silent --pack-destination $(CURDIR)/target/package/node
 
-# The module as a Debian package: target/package/redis-lease_<version>_<arch>.deb
-# (packaging/deb/build.sh: the release build staged at Debian's paths and
-# built with dpkg-deb), then checked by lintian. Installs dpkg-dev and
-# lintian with apt when missing.
+# The module as a Debian package, and nothing else: what a Debian packager
+# runs. target/package/redis-lease_<version>_<arch>.deb (packaging/deb/build.sh:
+# the release build staged at Debian's paths and built with dpkg-deb). Needs
+# the release build (cargo and the module's crates from crates.io, clang)
+# and dpkg-dev (apt installs it when missing); no PyPI, no npm, no lintian.
 DEB_VERSION = $(subst -,~,$(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -1))
 DEB = target/package/redis-lease_$(DEB_VERSION)_$(shell dpkg --print-architecture 2>/dev/null).deb
 
 deb: build deps-deb
 	bash packaging/deb/build.sh $(MODULE) target/package
-	lintian --fail-on error,warning $(DEB)
 
 deps-deb:
-	@command -v dpkg-shlibdeps >/dev/null 2>&1 && command -v lintian >/dev/null 2>&1 || { \
-	  echo "installing dpkg-dev and lintian"; \
-	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends dpkg-dev lintian; }
+	@command -v dpkg-shlibdeps >/dev/null 2>&1 || { echo "installing dpkg-dev"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends dpkg-dev; }
 
-# The README's install from the Debian package, on this machine's own
-# redis-server (tests/deb/install.sh): it installs the package, includes its
-# file from /etc/redis/redis.conf, restarts the server, runs the quick start,
-# then puts everything back. Only as root with CI=true or LEASE_DEB_TEST=1;
-# otherwise it says why it skipped.
-deb-test:
-	@if bash tests/deb/install.sh --may-run; then $(MAKE) --no-print-directory deb && bash tests/deb/install.sh $(DEB); fi
+# The .deb checked by lintian (errors and warnings fail). lintian pulls in
+# about 120 Debian packages, installed with apt when missing: make package
+# runs it, make deb does not.
+deb-lint: deb
+	@command -v lintian >/dev/null 2>&1 || { echo "installing lintian"; \
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends lintian; }
+	lintian --fail-on error,warning $(DEB)
+
+# The Debian package's tests (tests/deb/): every link of its docs leads to
+# a file of the package (links.sh); the module taken out again by
+# docs/operations.md's steps on servers run by hand, Redis 7.0 and 8.2
+# (remove.sh); and the README's install from the package on this machine's
+# own redis-server, then the same steps with the package, then everything
+# put back (install.sh: only as root with CI=true or LEASE_DEB_TEST=1;
+# otherwise it says why it skipped).
+deb-test: deb
+	bash tests/deb/links.sh $(DEB)
+	bash tests/deb/remove.sh $$(command -v redis-server) $(MODULE)
+	@if [ -x $(REDIS82) ]; then bash tests/deb/remove.sh $(REDIS82) $(MODULE); \
+	  else echo "remove.sh on Redis 8.2 skipped: no $(REDIS82) (make servers)"; fi
+	@if bash tests/deb/install.sh --may-run; then bash tests/deb/install.sh $(DEB); fi
 
 # Every server of the test matrix (Redis 7.0, Valkey 8.1, Valkey 9.1), one
 # after the other, each on its own fresh process: see bench/README.md. The

@@ -2,7 +2,10 @@
 -- -script option (docs/observability.md, "Prometheus"):
 --
 --   prometheus-redis-exporter -redis.addr redis://host:6379 \
---     -script /etc/redis-lease/lease.lua
+--     -script /usr/share/redis-lease/lease.lua
+--
+-- (where the Debian package installs this file; from a checkout,
+-- deploy/prometheus/lease.lua).
 --
 -- The exporter reads INFO ALL, which leaves module sections out, and runs
 -- this script on every scrape. Each field becomes

@@ -27,7 +27,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 root=$work/root
 doc=$root/usr/share/doc/$pkg
-install -d -m 755 "$root/DEBIAN" "$root/usr/lib/redis/modules" "$root/etc/redis" "$doc"
+share=$root/usr/share/$pkg
+install -d -m 755 "$root/DEBIAN" "$root/usr/lib/redis/modules" "$root/etc/redis" "$doc" "$share"
 
 # The module, stripped as dh_strip does. Executable: Redis 7 refuses to load
 # a module file without execute permission.
@@ -40,10 +41,21 @@ strip --strip-unneeded --remove-section=.comment --remove-section=.note \
 install -m 644 packaging/deb/redis-lease.conf "$root/etc/redis/redis-lease.conf"
 echo /etc/redis/redis-lease.conf > "$root/DEBIAN/conffiles"
 
+# The Prometheus exporter's script and the alert rules, where
+# docs/observability.md says: files the exporter and Prometheus read, of
+# the installed module's version (not conffiles: nothing to edit in them).
+install -m 644 deploy/prometheus/lease.lua deploy/prometheus/alerts.yml "$share/"
+
 # The docs, in the repository's layout so that their relative links work
-# (README.md -> docs/..., docs/... -> ../deploy/...).
-install -m 644 README.md "$doc/README.md"
+# (README.md -> docs/..., docs/... -> ../deploy/..., ../clients/*/README.md,
+# ../bench/*.md, ../redis.conf.example); tests/deb/links.sh checks that
+# every link of them leads to a file of the package. deploy/ holds the
+# sample files of docs/operations.md, "Setups", to copy and edit.
+install -m 644 README.md redis.conf.example "$doc/"
 cp -r docs deploy "$doc/"
+install -d -m 755 "$doc/bench" "$doc/clients/rust" "$doc/clients/python" "$doc/clients/node"
+install -m 644 bench/*.md "$doc/bench/"
+for client in rust python node; do install -m 644 "clients/$client/README.md" "$doc/clients/$client/"; done
 find "$doc" -type d -exec chmod 755 {} + && find "$doc" -type f -exec chmod 644 {} +
 
 # copyright, in Debian's machine-readable format. The module is statically
@@ -100,17 +112,9 @@ chmod 644 "$root/usr/share/lintian/overrides/$pkg"
 } | gzip -9n > "$doc/changelog.gz"
 chmod 644 "$doc/changelog.gz"
 
-# Before removal: warn (only) when redis.conf still includes our file.
-cat > "$root/DEBIAN/prerm" <<'SH'
-#!/bin/sh
-set -e
-if [ "$1" = remove ] && grep -qs '^[[:space:]]*include[[:space:]]\+/etc/redis/redis-lease\.conf' /etc/redis/redis.conf; then
-  echo "redis-lease: /etc/redis/redis.conf still includes /etc/redis/redis-lease.conf;" >&2
-  echo "redis-lease: take that line out, or redis-server will not start without the module." >&2
-fi
-exit 0
-SH
-chmod 755 "$root/DEBIAN/prerm"
+# Before removal: a loud warning (only) when redis-server would not start
+# again without the module (packaging/deb/prerm.sh).
+install -m 755 packaging/deb/prerm.sh "$root/DEBIAN/prerm"
 
 # Shared libraries the module links (libc6, libgcc-s1), as dpkg-shlibdeps
 # finds them; it reads debian/control, so it runs in a scratch directory.
@@ -140,6 +144,9 @@ Description: native lease commands for Redis (Redis module)
  /etc/redis/redis.conf and restart the server:
  .
    include /etc/redis/redis-lease.conf
+ .
+ Before removing it, take the module out of the server's data:
+ /usr/share/doc/redis-lease/docs/operations.md, "Taking the module out".
 CTRL
 
 # md5sums of every file but the conffile (dpkg keeps its sum itself).
