@@ -10,12 +10,16 @@
 # the Valkey 8.1 and 9.1 binaries under .tools/), MODULE (default
 # target/release/libredis_lease.so), N (calls per measurement, 20000), REPS
 # (runs of each measurement, each on a fresh server; the median counts, 3),
-# TOP (functions listed per module command, 12), MODULE_ARGS (module load
+# MODULE=none (the server without the module: what other commands cost
+# without it), USED_ONCE=1 (before each measurement, the module used once as
+# an application would: a lease taken, waited for and released, then
+# CONFIG RESETSTAT), TOP (functions listed per module command, 12), MODULE_ARGS (module load
 # arguments; default: "grace-ms 0" if the module takes it, else none), ONLY (a comma-separated list of measurements
 # to run besides the PING baseline: acquire, acquire_label, set_nx, renew, renew_lua,
-# set_ifeq, release, del, delifeq, fence, get; with guards standing (design.md S12):
+# set_ifeq, release, del, delifeq, fence, get; commands that are not the module's:
+# set, hset, incr, expire (with del and get); with guards standing (design.md S12):
 # del_guards, set_nx_tag, set_nx_tag_guards, fence_set, fence_set_guarded), TSV (a file to append one line
-# per measurement to: server, module, name, N, Ir/call, net, spread, in call()), KEEP=1
+# per measurement to: server, module, name, N, Ir/call, net, spread, in call(), hooks), KEEP=1
 # (keep the temp dir: the callgrind dumps of every run, the RESP files).
 set -euo pipefail
 
@@ -42,8 +46,10 @@ fi
 for tool in valgrind callgrind_control callgrind_annotate "$CLI" python3 awk cc; do
   command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
 done
-[ -f "$MODULE" ] || { echo "missing module $MODULE (cargo build --release)" >&2; exit 1; }
-MODULE=$(realpath "$MODULE")
+if [ "$MODULE" != none ]; then
+  [ -f "$MODULE" ] || { echo "missing module $MODULE (cargo build --release)" >&2; exit 1; }
+  MODULE=$(realpath "$MODULE")
+fi
 [[ $N =~ ^[1-9][0-9]*$ && $REPS =~ ^[1-9][0-9]*$ ]] || { echo "N and REPS must be positive integers" >&2; exit 1; }
 
 T0=$(date +%s)
@@ -130,9 +136,11 @@ C
 # a server that does not start is a return 1, not the end of the run.
 start_server() {
   PORT=$(free_port)
+  local load=()
+  # shellcheck disable=SC2206 # LOAD_ARGS is a list of words
+  [ "$MODULE" = none ] || load=(--loadmodule "$(modpath "$LAYOUT")" $LOAD_ARGS)
   rm -f "$WORK/server.log"
   # A fixed environment (see above).
-  # shellcheck disable=SC2086 # LOAD_ARGS is a list of words
   (cd "$WORK" && exec env -i PATH="$PATH" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
     JE_MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
     LD_PRELOAD="$WORK/seed.so" LEASE_CALLGRIND_SEED="$WORK/seed.bin" \
@@ -141,7 +149,7 @@ start_server() {
       "$BIN" --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
       --dir "$WORK" --logfile "$WORK/server.log" --enable-debug-command local \
       --activerehashing no --hz 1 --jemalloc-bg-thread no \
-      --loadmodule "$(modpath "$LAYOUT")" $LOAD_ARGS) &
+      "${load[@]}") &
   VG_PID=$!
   # Wait for the log line, not with PINGs: no client before the prep.
   local i
@@ -156,6 +164,23 @@ start_server() {
     echo "$BIN did not start" >&2
     exit 1
   fi
+}
+
+# With USED_ONCE=1: the module used once, as an application would, before a
+# measurement (a lease taken, a client waiting for it, its release, then
+# CONFIG RESETSTAT): what stays registered afterwards is what other
+# commands pay for.
+use_once() {
+  [ "${USED_ONCE:-0}" = 1 ] && [ "$MODULE" != none ] || return 0
+  cli lease.acquire used:once a 60000 >/dev/null
+  cli lease.acquire used:once b 60000 BLOCK 5000 >"$WORK/waited" &
+  local waiter=$! i
+  for i in $(seq 100); do [ "$(cli lease.waiters used:once | head -1)" != "" ] && break; sleep 0.05; done
+  cli lease.release used:once a >/dev/null
+  wait "$waiter"
+  grep -qE '^[0-9]+$' "$WORK/waited" || { echo "$CUR: the waiter was not served: $(cat "$WORK/waited")" >&2; exit 1; }
+  cli lease.release used:once b >/dev/null
+  cli config resetstat >/dev/null
 }
 
 # --- Calls and key states ------------------------------------------------------
@@ -299,16 +324,27 @@ in_call() {
     awk 'index($0, ":call [") { gsub(",", "", $1); s += $1 } END { print s + 0 }'
 }
 
-declare -A RUNS CALLS NET INCALL LABEL
+# hooks DUMP: the inclusive Ir of the server's hooks through which a module
+# sees commands that are not its own (command filters, keyspace
+# subscriptions, server events): with the module loaded, what it costs
+# such a command (its code, the module API it calls, the server's dispatch
+# to it); without it, what the hooks cost anyway.
+hooks() {
+  callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
+    awk '/:(moduleCallCommandFilters|moduleNotifyKeyspaceEvent|moduleFireServerEvent) \[/ { v = $1; gsub(",", "", v); s += v } END { print s + 0 }'
+}
+
+declare -A RUNS CALLS NET INCALL LABEL HOOKS
 declare -A SHORT=([acquire]=LEASE.ACQUIRE [acquire_label]="LEASE.ACQUIRE LABEL" [set_nx]="SET NX PX" [renew]=LEASE.RENEW
   [renew_lua]="Lua compare-and-PEXPIRE" [set_ifeq]="SET IFEQ PX" [release]=LEASE.RELEASE
-  [del]=DEL [delifeq]=DELIFEQ [fence]=LEASE.FENCE [get]=GET
+  [del]=DEL [delifeq]=DELIFEQ [fence]=LEASE.FENCE [get]=GET [set]=SET [hset]=HSET [incr]=INCR [expire]=EXPIRE
   [del_guards]="DEL, 10,000 guards" [set_nx_tag]="SET NX PX {t}" [set_nx_tag_guards]="SET NX PX {t}, 10,000 guards"
   [fence_set]="LEASE.FENCE SET" [fence_set_guarded]="LEASE.FENCE SET, guarded")
 measure() { # NAME PREP CHECK ARGS REP
   local name=$1 prep=$2 check=$3 args=$4 rep=$5 ir cron id
   CUR=$name LAYOUT=$rep
   start_server "$name.$rep"
+  use_once
   "$prep"
   # shellcheck disable=SC2086 # the arguments contain no spaces
   [[ $args != *%t* ]] || resp $args >"$WORK/$name.resp" # this server's tokens
@@ -325,6 +361,7 @@ measure() { # NAME PREP CHECK ARGS REP
   read -r ir cron < <(ir_of "$WORK/dump.$name.$rep")
   RUNS[$name]="${RUNS[$name]:-} $ir"
   CALLS[$name]="${CALLS[$name]:-} $(in_call "$WORK/dump.$name.$rep")"
+  HOOKS[$name]="${HOOKS[$name]:-} $(hooks "$WORK/dump.$name.$rep")"
   [ "$rep" = "$REPS" ] || [ "${KEEP:-0}" = 1 ] || rm -f "$WORK/dump.$name.$rep"
 }
 
@@ -333,6 +370,7 @@ measure() { # NAME PREP CHECK ARGS REP
 stats() {
   local runs=${RUNS[$1]}
   [ "${2:-}" != CALLS ] || runs=${CALLS[$1]}
+  [ "${2:-}" != HOOKS ] || runs=${HOOKS[$1]}
   tr ' ' '\n' <<<"$runs" | grep . | sort -n |
     awk -v n="$N" '{ v[NR] = $1 } END {
       m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
@@ -430,7 +468,10 @@ bench_server() {
   # period would refuse the acquires), else without it; MODULE_ARGS, when
   # set, are the load arguments instead.
   CUR=probe RUN_ID='' LAYOUT=1
-  if [ -n "$MODULE_ARGS" ]; then
+  if [ "$MODULE" = none ]; then
+    LOAD_ARGS=
+    start_server probe
+  elif [ -n "$MODULE_ARGS" ]; then
     LOAD_ARGS=$MODULE_ARGS
     start_server probe
   else
@@ -444,9 +485,11 @@ bench_server() {
   [ "$(cli command info delifeq 2>&1 | head -1)" = delifeq ] && has_delifeq=1
   SHA=$(cli script load "$LUA_RENEW" 2>&1)
   [[ $SHA =~ ^[0-9a-f]{40}$ ]] || SHA=
-  tok=$(cli lease.acquire lk:sample "$OWNER" 60000)
-  log "replies: LEASE.ACQUIRE $tok, LEASE.RENEW $(cli lease.renew lk:sample "$OWNER" 60000)," \
-    "LEASE.FENCE $(cli lease.fence lk:sample "$tok"), LEASE.RELEASE $(cli lease.release lk:sample "$OWNER")"
+  if [ "$MODULE" != none ]; then
+    tok=$(cli lease.acquire lk:sample "$OWNER" 60000)
+    log "replies: LEASE.ACQUIRE $tok, LEASE.RENEW $(cli lease.renew lk:sample "$OWNER" 60000)," \
+      "LEASE.FENCE $(cli lease.fence lk:sample "$tok"), LEASE.RELEASE $(cli lease.release lk:sample "$OWNER")"
+  fi
   RUN_ID=$(cli info server | tr -d '\r' | awk -F: '$1 == "run_id" { print $2 }')
   stop_server
   rm -f "$WORK"/cg.probe*
@@ -469,6 +512,10 @@ bench_server() {
   specs+=(
     "fence|prep_leases|check_none|LEASE.FENCE k token (valid token)|LEASE.FENCE lk:%d %t"
     "get|prep_strings|check_none|GET k (held)|GET lk:%d"
+    "set|prep_empty|check_created|SET k v (fresh keys)|SET lk:%d $OWNER"
+    "hset|prep_empty|check_created|HSET k f v (fresh keys)|HSET lk:%d f $OWNER"
+    "incr|prep_empty|check_created|INCR k (fresh keys)|INCR lk:%d"
+    "expire|prep_strings|check_none|EXPIRE k 100 (held)|EXPIRE lk:%d 100"
     "del_guards|prep_strings_guards|check_deleted_guards|DEL k (held; 10,000 guards)|DEL lk:%d"
     "set_nx_tag|prep_empty|check_created|SET {t}:k v NX PX 60000 (fresh)|SET {lk:%d}:v $OWNER NX PX 60000"
     "set_nx_tag_guards|prep_empty_guards|check_created_guards|SET {t}:k v NX PX (fresh; 10,000 guards)|SET {lk:%d}:v $OWNER NX PX 60000"
@@ -483,7 +530,7 @@ bench_server() {
     done
     specs=("${kept[@]}")
   fi
-  RUNS=() CALLS=() NET=() INCALL=() LABEL=()
+  RUNS=() CALLS=() NET=() INCALL=() LABEL=() HOOKS=()
   local rep name prep check label args
   # The calls, written before any server starts (a server idle for longer
   # before its measurement runs its cron more often, which moves its heap).
@@ -509,22 +556,31 @@ bench_server() {
   read -r ping_call _ < <(stats ping CALLS)
   echo
   echo "## $version ($BIN)"
-  echo "module $MODULE (md5 $(md5sum "$(modpath 1)" | cut -c1-12), copied at the start), load arguments: ${LOAD_ARGS:-none}"
+  if [ "$MODULE" = none ]; then
+    echo "without the module"
+  else
+    echo "module $MODULE (md5 $(md5sum "$(modpath 1)" | cut -c1-12), copied at the start), load arguments: ${LOAD_ARGS:-none}${USED_ONCE:+, used once before each measurement}"
+  fi
   echo "Ir/call: server instructions per call (serverCron left out), median of $REPS runs of N=$N calls,"
   echo "each on a fresh server with another memory layout; spread: (max - min) / median; net: Ir/call"
   echo "minus PING's; in call(): the inclusive Ir/call of the server's call() (the command's"
   echo "execution, what INFO commandstats times) minus PING's (median of the runs)."
   echo
-  printf '%-44s %10s %8s %10s %10s\n' "" Ir/call spread net "in call()"
+  echo "hooks: the Ir/call of the server's module hooks (command filters, keyspace subscriptions,"
+  echo "server events; the module's code reached through them included)."
+  echo
+  printf '%-44s %10s %8s %10s %10s %8s\n' "" Ir/call spread net "in call()" hooks
+  local hk
   for s in "${specs[@]}"; do
     IFS='|' read -r name _ <<<"$s"
     read -r pc spread < <(stats "$name")
     read -r cc _ < <(stats "$name" CALLS)
+    read -r hk _ < <(stats "$name" HOOKS)
     NET[$name]=$(awk -v a="$pc" -v b="$ping" 'BEGIN { printf "%.1f", a - b }')
     INCALL[$name]=$(awk -v a="$cc" -v b="$ping_call" 'BEGIN { printf "%.1f", a - b }')
-    printf '%-44s %10s %8s %10s %10s\n' "${LABEL[$name]}" "$pc" "$spread" "${NET[$name]}" "${INCALL[$name]}"
-    [ -z "$TSV" ] || printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$version" "$MODULE" "$name" "$N" "$pc" \
-      "${NET[$name]}" "$spread" "${INCALL[$name]}" >>"$TSV"
+    printf '%-44s %10s %8s %10s %10s %8s\n' "${LABEL[$name]}" "$pc" "$spread" "${NET[$name]}" "${INCALL[$name]}" "$hk"
+    [ -z "$TSV" ] || printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$version" "$MODULE" "$name" "$N" "$pc" \
+      "${NET[$name]}" "$spread" "${INCALL[$name]}" "$hk" >>"$TSV"
   done
   echo
   echo "module / native:                              net  in call()"
@@ -569,6 +625,8 @@ build_seed_shim
 # named lease<r - 1 times "-xxxxx">.so, whatever path MODULE has. Copied
 # now, so that a rebuild during the run changes nothing.
 modpath() { local p=lease i; for ((i = 1; i < $1; i++)); do p+=-xxxxx; done; echo "$WORK/$p.so"; }
-for ((r = 1; r <= REPS; r++)); do cp "$MODULE" "$(modpath "$r")"; done
+if [ "$MODULE" != none ]; then
+  for ((r = 1; r <= REPS; r++)); do cp "$MODULE" "$(modpath "$r")"; done
+fi
 for bin in "${SERVERS[@]}"; do bench_server "$bin"; done
 log "done"

@@ -93,6 +93,14 @@ every_server! {
         assert_eq!(info_int(&mut c, "lease_renewed"), renewed);
         assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "r", "o"])), 1);
         assert_eq!(dist(&mut c, "held")[0], 1);
+        // Noticed within a second without an INFO (no command filter: the
+        // module looks once a second): a holding that ends after that
+        // second counts.
+        ok(&mut c, &["CONFIG", "RESETSTAT"]);
+        sleep(Duration::from_millis(1500));
+        acquire(&mut c, "r2", "o", "60000");
+        assert_eq!(int(&ok(&mut c, &["LEASE.RELEASE", "r2", "o"])), 1);
+        assert_eq!(dist(&mut c, "held")[0], 1, "the reset was noticed before this holding ended");
     }
 
     fn a_replica_records_nothing_it_applies(kind) {

@@ -78,7 +78,9 @@ pub fn fields() -> Vec<Field> {
             .into_iter()
             .map(|(name, value)| Field::Unsigned(name, value)),
     );
-    // The distributions (design.md S11): `lease_<name>_<figure>`.
+    // The distributions (design.md S11): `lease_<name>_<figure>`, after a
+    // look for a `CONFIG RESETSTAT`.
+    counters::notice_resetstat_now();
     for (name, dist) in counters::DISTRIBUTIONS.all() {
         for (figure, v) in dist.summary() {
             out.push(Field::Figure(name, figure, v));

@@ -31,6 +31,8 @@ pub enum TimerJob {
     /// Take another batch of ended holders out of a counting or shared
     /// lease key.
     Drain(Slot),
+    /// A look for a `CONFIG RESETSTAT` (once a second).
+    ResetstatTick,
     /// The oldest waiter of a queue is a `LEASE.MACQUIRE` waiter (this id):
     /// serve it if all its keys are free and it is the oldest waiter of each.
     MultiKey(Slot, u64),

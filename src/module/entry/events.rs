@@ -8,7 +8,7 @@
 use super::super::ffi::ctx::{Ctx, Str};
 use super::super::ffi::entry::Events;
 use super::super::timers::{self, Announcement, TimerJob};
-use super::super::{counters, datatype, grace, guards, info, waiters};
+use super::super::{datatype, grace, guards, info, waiters};
 
 pub struct Lease;
 
@@ -102,9 +102,5 @@ impl Events for Lease {
 
     fn guarded(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec<u8>)> {
         guards::check(args, db)
-    }
-
-    fn stats_reset() {
-        counters::DISTRIBUTIONS.reset();
     }
 }

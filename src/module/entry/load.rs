@@ -10,7 +10,7 @@ use super::super::ffi::entry::hooks;
 use super::super::ffi::guard::install_panic_hook;
 use super::super::ffi::{register, reply, server};
 use super::super::version::{GIT_COMMIT, VERSION};
-use super::super::{grace, guards, info, settings};
+use super::super::{counters, grace, guards, info, settings};
 use super::type_methods::LEASE_TYPE;
 use super::{configs, events, table, timers};
 
@@ -41,7 +41,6 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     register::register_info::<configs::Lease>(ctx);
     register::subscribe_events::<events::Lease>(ctx);
-    register::register_resetstat_filter::<events::Lease>(ctx);
     start(lctx);
     Status::Ok
 }
@@ -54,6 +53,7 @@ fn start(ctx: Ctx) {
     guards::set_cluster(ctx.in_cluster());
     reply::prepare(ctx);
     grace::at_load(ctx);
+    counters::watch_resetstat(ctx);
     if let Some(warning) = info::eviction_warning() {
         server::log_warning(&warning);
     }

@@ -6,7 +6,7 @@ use super::super::ffi::ctx::Ctx;
 use super::super::ffi::entry::Waits;
 use super::super::timers::{self, Announcement, TimerJob};
 use super::super::waiters::{self, Unblocked};
-use super::super::{datatype, grace};
+use super::super::{counters, datatype, grace};
 use crate::lease::waitq::Slot;
 
 pub struct Lease;
@@ -32,6 +32,7 @@ impl Waits for Lease {
             TimerJob::Align((db, key)) => datatype::on_align(ctx, db, &key),
             TimerJob::Announce(what) => announce(ctx, what),
             TimerJob::GraceTick => grace::on_tick(ctx),
+            TimerJob::ResetstatTick => counters::on_resetstat_tick(ctx),
             TimerJob::RecheckAll => waiters::recheck_all(),
             TimerJob::Drain(slot) => datatype::on_drain(ctx, slot),
         }

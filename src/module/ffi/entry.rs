@@ -506,42 +506,6 @@ pub trait Events {
     /// `Some((key, guard))` refuses it; `db` tells the client's database
     /// where the server can.
     fn guarded(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec<u8>)>;
-    /// `CONFIG RESETSTAT` is about to run.
-    fn stats_reset();
-}
-
-/// The filter that sees `CONFIG RESETSTAT` (always registered): two
-/// arguments, `config` then `resetstat`, any case. Every other command
-/// costs it one argument count.
-unsafe extern "C" fn resetstat_filter<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    // Every command passes here: one argument count, outside the guard (it
-    // cannot panic: the function is checked at load).
-    // SAFETY: the filter context of the command about to run.
-    if let Some(count) = unsafe { raw::RedisModule_CommandFilterArgsCount }
-        && unsafe { count(fctx) } != 2
-    {
-        return;
-    }
-    guard("the RESETSTAT filter", (), || {
-        // SAFETY: the filter context of the command about to run; its
-        // arguments live while the filter runs and are only read here.
-        unsafe {
-            let arg = |i| {
-                let s = raw::RedisModule_CommandFilterArgGet.unwrap()(fctx, i);
-                (!s.is_null()).then(|| Str::new(s as *mut _).bytes())
-            };
-            if arg(0).is_some_and(|a| a.eq_ignore_ascii_case(b"config"))
-                && arg(1).is_some_and(|a| a.eq_ignore_ascii_case(b"resetstat"))
-            {
-                E::stats_reset();
-            }
-        }
-    })
-}
-
-/// The `CONFIG RESETSTAT` filter's shim.
-pub fn resetstat_filter_fn<E: Events>() -> raw::RedisModuleCommandFilterFunc {
-    Some(resetstat_filter::<E>)
 }
 
 unsafe extern "C" fn flushed<E: Events>(

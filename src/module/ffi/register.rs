@@ -345,18 +345,6 @@ pub fn set_module_options(ctx: &Context) {
     }
 }
 
-/// Registers the filter that sees `CONFIG RESETSTAT` (the distributions of
-/// `INFO lease` reset with the server's statistics).
-pub fn register_resetstat_filter<E: Events>(ctx: &Context) {
-    // SAFETY: called once from OnLoad with the load context; the filter
-    // stays registered for the module's lifetime.
-    unsafe {
-        if let Some(register) = raw::RedisModule_RegisterCommandFilter {
-            register(ctx.ctx, entry::resetstat_filter_fn::<E>(), 0);
-        }
-    }
-}
-
 /// The `INFO lease` section's callback.
 pub fn register_info<C: Configs>(ctx: &Context) {
     raw::register_info_function(ctx.ctx, Some(entry::info::<C>));
