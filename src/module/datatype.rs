@@ -15,16 +15,13 @@ use crate::lease::codec::DecodeError;
 use crate::lease::error::printable;
 use crate::lease::{Record, RecordRef};
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
-use crate::lease::distribution::{self, Sample};
+use crate::lease::distribution;
 use crate::lease::ops;
 
 use super::commit::{KeyWriter, Reader};
 use super::counters::{self, STATS};
-use super::ffi::ctx::{Ctx, Str};
-use super::ffi::server::{log_warning, mono_ms, now_ms};
+use super::ffi::ctx::Ctx;
+use super::ffi::server::{self, log_warning, mono_ms, now_ms};
 use super::timers::{self, TimerJob};
 use super::{early, guards, info, tokens, waiters};
 
@@ -98,13 +95,62 @@ fn warn_far_ahead(e: &DecodeError) {
     }
 }
 
-/// A lease key named `name`, with `record`, leaves the keyspace (DEL,
-/// expiry, overwrite): its waiters are re-checked right after, and an
-/// `expired` event that follows counts each holder and how long each
-/// holding lasted.
-pub fn unlinked(name: &[u8], record: RecordRef<'_>) {
-    note_unlinked(name, record);
+/// A lease key named `name` of `db`, with `record`, leaves the keyspace
+/// (DEL, expiry, eviction, overwrite; not the module's own deletions): its
+/// waiters are re-checked right after, and an expiry or an eviction is
+/// counted per holder. Told apart here, without a keyspace subscription
+/// (which every write of every key would pay for, design.md S11):
+/// - an expiry: the lease's deadline has come (the server expires a lease
+///   key at its deadline; a key that outlived it is expired by the lookup
+///   of any command that touches it). Its holdings count in `held`. When
+///   the server expired it within its deadline's millisecond (Redis 8.2's
+///   active expiry does, where every other server waits for the next one),
+///   the lease counts as held until that millisecond has passed, so that no
+///   one gets it while its holder may still hold it (`early::ended_early`);
+/// - an eviction: a live lease's key leaves while the server is over its
+///   `maxmemory`;
+/// - anything else (a DEL, an overwrite, a shorter `PEXPIRE` run out) is no
+///   lease ending by itself, and is not counted.
+///
+/// A replica, and a load, count nothing: they apply what their source
+/// decided.
+pub fn unlinked(db: i32, name: &[u8], record: RecordRef<'_>) {
     waiters::key_changed(name);
+    let Some(server) = server::detached() else {
+        return;
+    };
+    if server.is_replica() || server.is_loading() {
+        return;
+    }
+    let now = now_ms();
+    let deadline_ms = record.latest_deadline();
+    if deadline_ms <= now {
+        STATS.expired.add(record.holders() as u64);
+        distribution::ended(record, &mut counters::record);
+        if deadline_ms == now {
+            early::note(db, name, deadline_ms);
+        }
+    } else if server.out_of_memory() {
+        evicted(record.holders());
+    }
+}
+
+/// A lease key was evicted under `maxmemory-policy` (its holders lost
+/// their leases without knowing): counted per holder, and logged at most
+/// once every ten seconds.
+fn evicted(holders: usize) {
+    STATS.evicted.add(holders as u64);
+    static LAST_LOG: AtomicI64 = AtomicI64::new(i64::MIN);
+    let now = mono_ms();
+    let last = LAST_LOG.load(Relaxed);
+    if now.saturating_sub(last) >= EVICTION_LOG_EVERY_MS {
+        LAST_LOG.store(now, Relaxed);
+        log_warning(&format!(
+            "a lease key was evicted (maxmemory-policy {}): its holders lost their leases and another owner may take them; {} lease holders evicted since the start (lease_evicted). Use 'maxmemory-policy noeviction' for leases.",
+            info::maxmemory_policy(),
+            STATS.evicted.get()
+        ));
+    }
 }
 
 /// A value was loaded outside of a load (RESTORE, MIGRATE's RESTORE): the
@@ -112,45 +158,6 @@ pub fn unlinked(name: &[u8], record: RecordRef<'_>) {
 /// expiry is compared with the lease's deadline right after the command.
 pub fn restored(db: i32, name: &[u8]) {
     timers::start(0, TimerJob::Align((db, name.to_vec())));
-}
-
-/// An `expired` keyspace event: counts the expiry of a lease key (its type
-/// is gone by now; the unlink just before noted its name).
-/// When the server expired it within its lease's deadline millisecond
-/// (Redis 8.2's active expiry does, where every other server waits for the
-/// next one), the lease counts as held until that millisecond has passed,
-/// so that no one gets it while its holder may still hold it
-/// (`early::ended_early`). A key whose expiry was set earlier than its lease's
-/// deadline (`PEXPIRE`) ends when the server says.
-pub fn on_expired(ctx: Ctx, key: Str) {
-    let Some((holders, deadline_ms)) = take_unlinked(key.bytes(), true) else {
-        return;
-    };
-    STATS.expired.add(holders as u64);
-    if deadline_ms == now_ms() {
-        early::note(ctx.selected_db(), key.bytes(), deadline_ms);
-    }
-}
-
-/// An `evicted` keyspace event: a lease key was evicted under
-/// `maxmemory-policy` (its holders lost their leases without knowing):
-/// counted per holder, and logged at most once every ten seconds.
-pub fn on_evicted(key: Str) {
-    let Some((holders, _)) = take_unlinked(key.bytes(), false) else {
-        return;
-    };
-    STATS.evicted.add(holders as u64);
-    static LAST_LOG: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MIN);
-    let now = mono_ms();
-    let last = LAST_LOG.load(std::sync::atomic::Ordering::Relaxed);
-    if now.saturating_sub(last) >= EVICTION_LOG_EVERY_MS {
-        LAST_LOG.store(now, std::sync::atomic::Ordering::Relaxed);
-        log_warning(&format!(
-            "a lease key was evicted (maxmemory-policy {}): its holders lost their leases and another owner may take them; {} lease holders evicted since the start (lease_evicted). Use 'maxmemory-policy noeviction' for leases.",
-            info::maxmemory_policy(),
-            STATS.evicted.get()
-        ));
-    }
 }
 
 /// At most one eviction log line per this many milliseconds.
@@ -267,66 +274,4 @@ pub fn on_align(ctx: Ctx, db: i32, key: &[u8]) {
     if let Some(c) = owned {
         w.commit(&c.as_commit());
     }
-}
-
-/// The name of the lease key last unlinked, how many holders its record
-/// had and its lease's deadline, and when, so the `expired` (or `evicted`)
-/// event that follows an unlink at once can tell a lease key from any other
-/// (its type is gone by then) and count each holder. Reused, so no
-/// allocation per unlink once warm.
-static LAST_UNLINKED: Mutex<Unlinked> = Mutex::new(Unlinked {
-    name: Vec::new(),
-    holders: 0,
-    deadline_ms: 0,
-    held: Vec::new(),
-    at: None,
-});
-
-struct Unlinked {
-    name: Vec<u8>,
-    holders: usize,
-    deadline_ms: i64,
-    /// How long each holding lasted, had it ended at its deadline.
-    held: Vec<Sample>,
-    at: Option<Instant>,
-}
-
-fn note_unlinked(name: &[u8], record: RecordRef<'_>) {
-    let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
-    last.name.clear();
-    last.name.extend_from_slice(name);
-    last.holders = record.holders();
-    last.deadline_ms = record.latest_deadline();
-    last.held.clear();
-    distribution::ended(record, &mut |s| last.held.push(s));
-    last.at = Some(Instant::now());
-}
-
-/// How long after an unlink its `expired` or `evicted` event may come. The
-/// server sends it right after the unlink, in the same call, but a loaded
-/// machine may deschedule the server in between (a 1 ms bound missed an
-/// eviction under a parallel test run). A longer bound only matters for a
-/// lease key deleted without an event (DEL, overwrite) whose name a plain
-/// key then takes and loses to expiry or eviction within it.
-const UNLINK_EVENT_WITHIN: Duration = Duration::from_millis(100);
-
-/// If `name` was the lease key unlinked just now (within
-/// `UNLINK_EVENT_WITHIN`), how many holders it had and its lease's deadline;
-/// `expired`: its holdings ended at their deadlines (recorded in `held`).
-/// Clears the mark.
-fn take_unlinked(name: &[u8], expired: bool) -> Option<(usize, i64)> {
-    let mut last = LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner());
-    let recent = last
-        .at
-        .take()
-        .is_some_and(|at| at.elapsed() < UNLINK_EVENT_WITHIN);
-    if !(recent && last.name.as_slice() == name) {
-        return None;
-    }
-    if expired {
-        for &s in &last.held {
-            counters::record(s);
-        }
-    }
-    Some((last.holders, last.deadline_ms))
 }

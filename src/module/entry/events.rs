@@ -72,14 +72,6 @@ impl Events for Lease {
         }
     }
 
-    fn key_gone(ctx: Ctx, key: Str, evicted: bool) {
-        if evicted {
-            datatype::on_evicted(key);
-        } else {
-            datatype::on_expired(ctx, key);
-        }
-    }
-
     fn before_command(name: &[u8], first_arg: Option<&[u8]>) {
         datatype::before_command(name, first_arg);
     }

@@ -84,7 +84,7 @@ impl LeaseType for Methods {
             guards::unlinked(db, key, record, quiet);
         }
         if !quiet {
-            datatype::unlinked(key, record);
+            datatype::unlinked(db, key, record);
         }
     }
 

@@ -487,8 +487,6 @@ pub trait Events {
     /// `CONFIG SET` changed settings; `changed` says whether one of the
     /// given names is among them.
     fn config_changed(ctx: Ctx, changed: &dyn Fn(&[&[u8]]) -> bool);
-    /// A lease key expired, or was evicted.
-    fn key_gone(ctx: Ctx, key: Str, evicted: bool);
     /// A command with at least one argument is about to run (the command
     /// filter, while it is registered).
     fn before_command(name: &[u8], first_arg: Option<&[u8]>);
@@ -628,22 +626,6 @@ unsafe extern "C" fn config_changed<E: Events>(
 }
 
 /// The `expired` and `evicted` keyspace events.
-unsafe extern "C" fn key_gone<E: Events>(
-    ctx: *mut raw::RedisModuleCtx,
-    class: c_int,
-    _event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    guard("the expired event", raw::REDISMODULE_OK as c_int, || {
-        if !key.is_null() {
-            let evicted = class & raw::REDISMODULE_NOTIFY_EVICTED as c_int != 0;
-            // SAFETY: the notification's context and key, live while it runs.
-            unsafe { E::key_gone(Ctx::new(ctx), Str::new(key), evicted) };
-        }
-        raw::REDISMODULE_OK as c_int
-    })
-}
-
 unsafe extern "C" fn command_filter<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     guard("the command filter", (), || {
         // SAFETY: the filter context of the command about to run; its
@@ -847,11 +829,6 @@ pub fn server_events<E: Events>() -> [(u64, raw::RedisModuleEventCallback); 8] {
             Some(replica_changed::<E>),
         ),
     ]
-}
-
-/// The keyspace events' shim.
-pub fn keyspace_event<E: Events>() -> raw::RedisModuleNotificationFunc {
-    Some(key_gone::<E>)
 }
 
 // --- Configs and INFO ------------------------------------------------------

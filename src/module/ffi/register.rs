@@ -366,12 +366,5 @@ pub fn subscribe_events<E: Events>(ctx: &Context) {
                 subscribe(ctx.ctx, raw::RedisModuleEvent { id, dataver: 1 }, callback);
             }
         }
-        if let Some(subscribe) = raw::RedisModule_SubscribeToKeyspaceEvents {
-            subscribe(
-                ctx.ctx,
-                (raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED) as c_int,
-                entry::keyspace_event::<E>(),
-            );
-        }
     }
 }
