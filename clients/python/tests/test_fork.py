@@ -119,6 +119,22 @@ def _check(reports: List[Dict[str, Any]], what: str) -> None:
     assert max(r["max_wait"] for r in reports) < STALL_S, f"{what}: a wait stalled: {reports}"
 
 
+def _touch(held: Any) -> None:
+    """One call through a held lock on the connections it finds idle: a
+    fenced ``PING`` (redis-py's Lock, which has no fence: ``owned()``)."""
+    if hasattr(held, "fence"):
+        held.fence("PING")
+    else:
+        assert held.owned()
+
+
+async def _touch_async(held: Any) -> None:
+    if hasattr(held, "fence"):
+        await held.fence("PING")
+    else:
+        assert await held.owned()
+
+
 # -- contention: no two forked workers inside at once ------------------------
 
 SYNC_KINDS = ["redis-py", "lease-lock", "lease-client", "quorum"]
@@ -147,7 +163,7 @@ def test_forked_workers_sharing_a_used_client_never_hold_at_once(servers: List[S
     with make(f"fork:{kind}:warm", False):  # the client is used in the parent
         pass
     parent = make(f"fork:{kind}:parent", True)
-    parent.__enter__()  # and holds a lock (watchdog-renewed) across the fork
+    held = parent.__enter__()  # and holds a lock (watchdog-renewed) across the fork
     port = servers[0].port
 
     def worker(queue: Any, i: int) -> None:
@@ -178,7 +194,11 @@ def test_forked_workers_sharing_a_used_client_never_hold_at_once(servers: List[S
 
     try:
         reports = _run_children(worker, WORKERS)
-        # The parent's client still works, promptly: the children left it alone.
+        # The parent's client still works, promptly: the children left it
+        # alone (its idle connections first: a call through its lock).
+        t0 = time.monotonic()
+        _touch(held)
+        assert time.monotonic() - t0 < STALL_S, f"{kind}: the parent's client stalled after the fork"
         for _ in range(3):
             t0 = time.monotonic()
             with make(name, False):
@@ -255,12 +275,14 @@ def test_forked_asyncio_workers_sharing_a_used_client_never_hold_at_once(servers
     async def parent() -> List[Dict[str, Any]]:
         async with make(f"fork:{kind}:warm"):
             pass
-        async with make(f"fork:{kind}:parent"):
+        async with make(f"fork:{kind}:parent") as held:
             for c in clients:
                 await c.aclose()
             reports = await _run_children_from_loop(worker, WORKERS)
             # The parent's client still works, promptly: the children left
-            # its connections alone (and its event loop's registrations).
+            # its connections alone, and its event loop's registrations
+            # (its idle connections first: a call through its lock).
+            await asyncio.wait_for(_touch_async(held), STALL_S)
             for _ in range(3):
                 await asyncio.wait_for(once(), STALL_S)
             return reports
