@@ -299,8 +299,10 @@ def test_forked_asyncio_workers_sharing_a_used_client_never_hold_at_once(servers
 RENEW_KINDS = ["lease-lock", "lease-client", "quorum", "lease-lock-asyncio", "lease-client-asyncio", "quorum-asyncio"]
 
 
-def _held_past_max_ttl(token: Optional[int], lost: bool, info_tokens: List[Optional[int]]) -> Dict[str, Any]:
-    return {"token": token, "lost": lost, "server": info_tokens}
+def _held_past_max_ttl(
+    busy: bool, token: Optional[int], lost: bool, info_tokens: List[Optional[int]]
+) -> Dict[str, Any]:
+    return {"parent_busy": busy, "token": token, "lost": lost, "server": info_tokens}
 
 
 @pytest.mark.parametrize("kind", RENEW_KINDS)
@@ -324,6 +326,9 @@ def test_a_child_forked_while_the_parent_holds_a_renewed_lock_gets_its_own_renew
             parent_lock = r.lock(theirs, timeout=None)
             assert parent_lock.acquire()
 
+            def busy() -> bool:
+                return not r.lock(theirs, timeout=None).acquire(blocking=False)
+
             def take() -> Any:
                 lock = r.lock(mine, timeout=None)
                 assert lock.acquire(blocking_timeout=2)
@@ -338,6 +343,9 @@ def test_a_child_forked_while_the_parent_holds_a_renewed_lock_gets_its_own_renew
             client: Any = LeaseClient(_plain(servers[0])) if kind == "lease-client" else QuorumClient(plain)
             parent_lease = client.acquire(theirs, MAX_TTL_MS, block_ms=2000)
 
+            def busy() -> bool:
+                return client.acquire(theirs, MAX_TTL_MS) is None
+
             def take() -> Any:
                 return client.acquire(mine, MAX_TTL_MS, block_ms=2000)
 
@@ -349,10 +357,11 @@ def test_a_child_forked_while_the_parent_holds_a_renewed_lock_gets_its_own_renew
 
         def child(queue: Any, i: int) -> None:
             try:
+                parent_busy = busy()  # the parent's, held by another owner
                 held = take()
                 time.sleep(HOLD_S)
                 token, lost = state(held)
-                queue.put(_held_past_max_ttl(token, lost, on_server(mine)))
+                queue.put(_held_past_max_ttl(parent_busy, token, lost, on_server(mine)))
                 give(held)
             except BaseException as e:  # noqa: B036 - reported, the child ends
                 queue.put({"error": repr(e)})
@@ -372,6 +381,9 @@ def test_a_child_forked_while_the_parent_holds_a_renewed_lock_gets_its_own_renew
         if kind == "lease-lock-asyncio":
             ar = use_lease_locks(ared(servers[0]))
 
+            async def abusy() -> bool:
+                return not await ar.lock(theirs, timeout=None).acquire(blocking=False)
+
             async def atake() -> Any:
                 lock = ar.lock(mine, timeout=None)
                 assert await lock.acquire(blocking_timeout=2)
@@ -388,6 +400,9 @@ def test_a_child_forked_while_the_parent_holds_a_renewed_lock_gets_its_own_renew
                 else AsyncQuorumClient([ared(s) for s in servers])
             )
 
+            async def abusy() -> bool:
+                return await aclient.acquire(theirs, MAX_TTL_MS) is None
+
             async def atake() -> Any:
                 return await aclient.acquire(mine, MAX_TTL_MS, block_ms=2000)
 
@@ -396,9 +411,10 @@ def test_a_child_forked_while_the_parent_holds_a_renewed_lock_gets_its_own_renew
 
         def achild(queue: Any, i: int) -> None:
             async def hold() -> Dict[str, Any]:
+                parent_busy = await abusy()  # the parent's, held by another owner
                 held = await atake()
                 await asyncio.sleep(HOLD_S)
-                out = _held_past_max_ttl(held.token, held.lost.is_set(), on_server(mine))
+                out = _held_past_max_ttl(parent_busy, held.token, held.lost.is_set(), on_server(mine))
                 await held.release()
                 return out
 
@@ -419,6 +435,7 @@ def test_a_child_forked_while_the_parent_holds_a_renewed_lock_gets_its_own_renew
     (report,) = reports
     assert not report.get("stalled"), f"{kind}: the child hung"
     assert "error" not in report, f"{kind}: {report['error']}"
+    assert report["parent_busy"], f"{kind}: the parent's lock was not busy for the child: {report}"
     assert report["token"] is not None and not report["lost"], f"{kind}: the child's lock was lost: {report}"
     holding = sum(1 for t in report["server"] if t == report["token"])
     assert holding >= len(masters) // 2 + 1, f"{kind}: not held on the server: {report}"
