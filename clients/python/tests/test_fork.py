@@ -357,10 +357,10 @@ def test_a_child_forked_while_the_parent_holds_a_renewed_lock_gets_its_own_renew
 
         def child(queue: Any, i: int) -> None:
             try:
-                parent_busy = busy()  # the parent's, held by another owner
                 held = take()
                 time.sleep(HOLD_S)
                 token, lost = state(held)
+                parent_busy = busy()  # the parent's, held by another owner
                 queue.put(_held_past_max_ttl(parent_busy, token, lost, on_server(mine)))
                 give(held)
             except BaseException as e:  # noqa: B036 - reported, the child ends
@@ -411,10 +411,11 @@ def test_a_child_forked_while_the_parent_holds_a_renewed_lock_gets_its_own_renew
 
         def achild(queue: Any, i: int) -> None:
             async def hold() -> Dict[str, Any]:
-                parent_busy = await abusy()  # the parent's, held by another owner
                 held = await atake()
                 await asyncio.sleep(HOLD_S)
-                out = _held_past_max_ttl(parent_busy, held.token, held.lost.is_set(), on_server(mine))
+                lost = held.lost.is_set()
+                parent_busy = await abusy()  # the parent's, held by another owner
+                out = _held_past_max_ttl(parent_busy, held.token, lost, on_server(mine))
                 await held.release()
                 return out
 
