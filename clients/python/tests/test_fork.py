@@ -366,6 +366,7 @@ def test_a_child_forked_while_the_parent_holds_a_renewed_lock_gets_its_own_renew
             except BaseException as e:  # noqa: B036 - reported, the child ends
                 queue.put({"error": repr(e)})
 
+        time.sleep(0.5)  # the parent's watchdog runs, its threads wait for work
         reports = _run_children(child, 1)
         if kind == "lease-lock":
             assert parent_lock.token is not None and not parent_lock.lost.is_set()
