@@ -4,6 +4,7 @@ decided in ``_common.py``; this file only does the blocking I/O."""
 
 from __future__ import annotations
 
+import os
 import select
 import threading
 import time
@@ -39,6 +40,7 @@ from ._common import (
     checked_keys,
     connection_kwargs,
     deadline_after,
+    fresh_after_fork,
     grace_of,
     guard_args,
     guarded,
@@ -150,6 +152,17 @@ class _Pool:
         self._target = target
         self._idle: Dict[Any, List[Conn]] = {}
         self._lock = threading.Lock()
+        fresh_after_fork(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: none of the parent's idle connections (their
+        copies here are closed; redis-py sends no shutdown from another
+        process, so the parent's stay open), a new lock."""
+        self._lock = threading.Lock()
+        idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                _close(conn)
 
     def take(self, key: Any, timeout: Optional[float] = None) -> Tuple[Any, Conn]:
         """``(node, connection)`` for a call on ``key``: an idle one still
@@ -230,6 +243,30 @@ class _Shared:
         #: The server's ``lease.max-ttl-ms`` once an acquire over it was
         #: refused (the lowest of the nodes'): the locks' lease length.
         self.max_ttl_ms: Optional[int] = None
+        #: The running watchdog's own connections, per node.
+        self.watchdog_conns: Dict[Any, Conn] = {}
+        fresh_after_fork(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: no lease to renew (the parent's watchdog
+        renews the parent's), no watchdog thread (the next lease starts
+        one), none of the parent's connections. The pool resets itself."""
+        self.schedule.forget_all()
+        self.wake = threading.Condition()
+        self.running = False
+        conns, self.watchdog_conns = self.watchdog_conns, {}
+        for conn in conns.values():
+            _close(conn)
+
+
+def _new_shared_lock() -> None:
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    # Another thread of the parent may have held it at the fork.
+    os.register_at_fork(after_in_child=_new_shared_lock)
 
 
 def _shared(client: Any, io_timeout: float) -> _Shared:
@@ -462,6 +499,15 @@ class LeaseClient:
         #: :data:`DEFAULT_LABEL` (``<host> pid <pid> <program>``, computed
         #: once per process), a text, or None for none.
         self.label: Label = label
+        fresh_after_fork(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child (after its shared state, made before it):
+        no lease held, new locks. A lease copied from the parent is the
+        parent's: nothing renews it here."""
+        self._wake = self._shared.wake
+        self._held = weakref.WeakValueDictionary()
+        self._held_lock = threading.Lock()
 
     def close(self) -> None:
         """Closes the idle connections (leases still held keep working: their
@@ -553,6 +599,7 @@ class LeaseClient:
         """Sends each batch the schedule makes, one pipeline per node, and
         hands the replies back, until no lease is left."""
         conns: Dict[Any, Conn] = {}
+        self._shared.watchdog_conns = conns
         idle_since: Optional[float] = None
         try:
             while True:

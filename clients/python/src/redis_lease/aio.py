@@ -47,6 +47,7 @@ from ._common import (
     checked_keys,
     connection_kwargs,
     deadline_after,
+    fresh_after_fork,
     grace_of,
     guard_args,
     guarded,
@@ -194,6 +195,29 @@ async def _pipeline(conn: Conn, commands: List[Tuple[Any, ...]], timeout: float)
         raise exceptions.TimeoutError("no reply in time") from None
 
 
+#: What a forked child keeps of its parent's asyncio objects (idle
+#: connections, with the child's copy of their socket closed, and the
+#: watchdog task): never collected in the child, since collecting them would
+#: run their cleanup through the parent's event loop, whose epoll instance
+#: the child shares with the parent.
+_inherited: List[Any] = []
+
+
+def _orphan(conn: Conn) -> None:
+    """In a forked child: closes the child's copy of a parent's connection
+    (its socket only, no shutdown, nothing through the event loop), and
+    keeps the object."""
+    try:
+        writer = getattr(conn, "_writer", None)
+        sock = None if writer is None else writer.get_extra_info("socket")
+        sock = getattr(sock, "_sock", sock)  # asyncio's TransportSocket wraps it
+        if sock is not None:
+            sock.close()
+    except Exception:
+        pass
+    _inherited.append(conn)
+
+
 class _Pool:
     """The idle connections of one client, per node, as the sync one: every
     lease's calls take one and give it back, so a thousand leases need as
@@ -202,6 +226,14 @@ class _Pool:
     def __init__(self, target: _Target) -> None:
         self._target = target
         self._idle: Dict[Any, List[Conn]] = {}
+        fresh_after_fork(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: none of the parent's idle connections."""
+        idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                _orphan(conn)
 
     async def take(self, key: Any, timeout: float) -> Tuple[Any, Conn]:
         """``(node, connection)`` for a call on ``key``: an idle one still
@@ -266,6 +298,21 @@ class _Shared:
         self.wake = asyncio.Event()
         self.task: Optional["asyncio.Task[None]"] = None
         self.max_ttl_ms: Optional[int] = None
+        #: The running watchdog's own connections, per node.
+        self.watchdog_conns: Dict[Any, Conn] = {}
+        fresh_after_fork(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: no lease to renew, no watchdog task (the
+        next lease starts one on the child's loop), none of the parent's
+        connections. The pool resets itself."""
+        self.schedule.forget_all()
+        if self.task is not None:
+            _inherited.append(self.task)
+            self.task = None
+        conns, self.watchdog_conns = self.watchdog_conns, {}
+        for conn in conns.values():
+            _orphan(conn)
 
 
 def _shared(client: Any, io_timeout: float) -> _Shared:
@@ -484,6 +531,12 @@ class AsyncLeaseClient:
         label_bytes(label)  # TypeError now, not at the first acquire
         #: As :attr:`redis_lease.LeaseClient.label`.
         self.label: Label = label
+        fresh_after_fork(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: no lease held (the parent's are the
+        parent's)."""
+        self._held = weakref.WeakValueDictionary()
 
     async def close(self) -> None:
         """Closes the idle connections (leases still held keep working)."""
@@ -551,6 +604,7 @@ class AsyncLeaseClient:
         conns: Dict[Any, Conn] = {}
         idle_since: Optional[float] = None
         shared = self._shared
+        shared.watchdog_conns = conns
         try:
             while True:
                 now = time.monotonic()

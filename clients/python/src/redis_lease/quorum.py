@@ -47,6 +47,7 @@ from ._common import (
     check_ttl,
     fence_args,
     fenced_reply,
+    fresh_after_fork,
     label_args,
     label_bytes,
     lost_during,
@@ -161,8 +162,7 @@ class QuorumClient:
     ) -> None:
         self._pools = [_sync._Pool(_sync._Target(c, io_timeout)) for c in clients]
         self._addrs = [_addr(c) for c in clients]
-        # Room for a step's connects while a renewal's slow calls finish.
-        self._executor = ThreadPoolExecutor(max_workers=2 * len(self._pools), thread_name_prefix="quorum")
+        self._executor = self._new_executor()
         self.io_timeout = io_timeout
         self.watchdog = watchdog
         self.on_outlier = on_outlier
@@ -170,6 +170,18 @@ class QuorumClient:
         self.label: Label = label
         self.quorum = _quorum(len(self._pools))
         self._commit = True
+        fresh_after_fork(self)
+
+    def _new_executor(self) -> ThreadPoolExecutor:
+        # Room for a step's connects while a renewal's slow calls finish.
+        return ThreadPoolExecutor(max_workers=2 * len(self._pools), thread_name_prefix="quorum")
+
+    def _after_fork(self) -> None:
+        """In a forked child (the pools reset themselves): an executor of
+        its own, since the parent's threads do not exist here (the parent's
+        executor would count them as idle and run nothing). A lease copied
+        from the parent is the parent's: its watchdog thread is not here."""
+        self._executor = self._new_executor()
 
     def _each(self, on: Sequence[int], args: Callable[[int], Tuple[Any, ...]], timeout: float) -> List[Any]:
         """``args(i)`` on every master ``i`` of ``on`` at once: each reply, or
@@ -446,6 +458,13 @@ class AsyncQuorumClient:
         label_bytes(label)  # TypeError now, not at the first acquire
         self.label: Label = label
         self.quorum = _quorum(len(self._pools))
+        fresh_after_fork(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child (the pools reset themselves): none of the
+        parent's tasks, which stay referenced, as its connections do."""
+        aio._inherited.extend(self._stragglers)
+        self._stragglers = set()
 
     async def _each(self, on: Sequence[int], args: Callable[[int], Tuple[Any, ...]], timeout: float) -> List[Any]:
         return await self._each_until(on, args, timeout, lambda _: False)

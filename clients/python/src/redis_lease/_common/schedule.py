@@ -110,6 +110,15 @@ class Schedule:
         wake-up."""
         self._looks_at = when
 
+    def forget_all(self) -> None:
+        """A forked child starts with no lease to renew (its parent's are
+        its parent's). Ids go on from where they were: a lease copied from
+        the parent, collected in the child, names an id no new lease has."""
+        self._leases.clear()
+        self.gone.clear()
+        self._looks_at = None
+        self.renewals = self.round_trips = 0
+
     def remove(self, lease_id: int) -> None:
         self._leases.pop(lease_id, None)
 
