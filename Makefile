@@ -274,6 +274,8 @@ bench: deps servers build pyenv deps-bench node-deps
 	BENCH_DIR=$(BENCH_DIR) bash bench/multikey.sh
 	$(PYENV)/bin/python bench/pylock.py --module $(MODULE) > $(BENCH_DIR)/PYLOCK.md && cat $(BENCH_DIR)/PYLOCK.md
 	BENCH_DIR=$(BENCH_DIR) bash bench/node.sh
+	# What the module costs commands that are not its own (design.md S11).
+	bash bench/others.sh > $(BENCH_DIR)/OTHERS.md && cat $(BENCH_DIR)/OTHERS.md
 	# What guards cost (design.md S12), in server instructions per call.
 	for server in redis-server $(CURDIR)/$(VALKEY9); do \
 	  SERVER=$$server MODULE=$(MODULE) REPS=1 TOP=0 \
