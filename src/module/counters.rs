@@ -60,8 +60,11 @@ pub fn watch_resetstat(ctx: Ctx) {
     timers::start(RESETSTAT_LOOK_EVERY_MS, TimerJob::ResetstatTick);
 }
 
+/// The module's once-a-second timer: a look for a `CONFIG RESETSTAT`, and
+/// the server events nobody needs any more let go.
 pub fn on_resetstat_tick(ctx: Ctx) {
     notice_resetstat(ctx);
+    server::settle_keyspace_moves();
     timers::start(RESETSTAT_LOOK_EVERY_MS, TimerJob::ResetstatTick);
 }
 
@@ -71,14 +74,13 @@ pub fn on_resetstat_tick(ctx: Ctx) {
 /// many commands and connections as the server had seen before it goes
 /// unnoticed.
 pub fn notice_resetstat(ctx: Ctx) {
-    let stat = |name| {
-        ctx.server_info(c"stats", name)
-            .and_then(|v| v.trim().parse::<u64>().ok())
-    };
-    let (Some(commands), Some(connections)) = (
-        stat(c"total_commands_processed"),
-        stat(c"total_connections_received"),
-    ) else {
+    let [commands, connections] = ctx
+        .server_info_fields(
+            c"stats",
+            [c"total_commands_processed", c"total_connections_received"],
+        )
+        .map(|v| v.and_then(|v| v.trim().parse::<u64>().ok()));
+    let (Some(commands), Some(connections)) = (commands, connections) else {
         return;
     };
     let fewer_commands = commands < SEEN_COMMANDS.swap(commands, Relaxed);

@@ -204,10 +204,12 @@ pub fn on_drain(ctx: Ctx, slot: crate::lease::waitq::Slot) {
     }
 }
 
-/// A load ended: a guard key it read but the server did not keep (its
+/// A load that read guard records ended: a guard key it read but the
+/// server did not keep (its
 /// TTL had passed when the snapshot was read: the server drops such a key
 /// without an unlink) guards nothing.
 pub fn after_load(ctx: Ctx) {
+    guards::load_looked_at();
     let keys = guards::keys();
     if keys.is_empty() {
         return;

@@ -365,10 +365,17 @@ pub fn at_load(ctx: Ctx) {
         );
     }
     let at_start = grace::at_start(&startup);
-    if matches!(at_start, AtStart::Full(_) | AtStart::Resume { .. }) {
+    let length = length_ms();
+    if matches!(at_start, AtStart::Full(_) | AtStart::Resume { .. })
+        && length > 0
+        && length < crate::lease::limits::MIN_FLOOR_AHEAD_MS
+    {
         // The data may be older than what the previous run acknowledged, a
-        // FLOOR among it: no token below any it could have accepted.
-        tokens::issue_at_least(crate::lease::clock::start_floor(now_ms(), length_ms()));
+        // FLOOR among it, and the grace is shorter than the FLOOR bound: no
+        // token below any FLOOR the previous run could have accepted. (A
+        // grace at least that long covers it: no token is issued before it
+        // ends. With grace-ms 0 a start promises nothing of what was lost.)
+        tokens::issue_at_least(crate::lease::clock::start_floor(now_ms(), length));
     }
     match at_start {
         AtStart::NoneClean => {

@@ -145,6 +145,9 @@ pub fn arrived(db: i32, key: &[u8], record: RecordRef<'_>, loading: bool) -> boo
     if !l.is_guard() {
         return true;
     }
+    if loading {
+        after_load_once();
+    }
     if !loading && hash_tag(key).is_none() {
         log_warning(&format!(
             "refusing a guard record for '{}': its name has no hash tag to guard",
@@ -176,6 +179,23 @@ pub fn keys() -> Vec<(i32, Vec<u8>)> {
         return Vec::new();
     }
     with(|g| g.keys().map(|(d, k)| (d, k.to_vec())).collect())
+}
+
+/// A load read guard records, and the look after it is pending.
+static LOAD_LOOK_PENDING: AtomicBool = AtomicBool::new(false);
+
+/// A guard record was loaded: once the load is over (a timer does not fire
+/// while the server loads), the guards whose key the server did not keep go
+/// (`datatype::after_load`). One timer per load.
+fn after_load_once() {
+    if !LOAD_LOOK_PENDING.swap(true, Relaxed) {
+        super::timers::start(0, super::timers::TimerJob::GuardsLoaded);
+    }
+}
+
+/// The look after a load is under way: the next load starts another.
+pub fn load_looked_at() {
+    LOAD_LOOK_PENDING.store(false, Relaxed);
 }
 
 pub fn flushed(db: Option<i32>) {

@@ -33,6 +33,9 @@ pub enum TimerJob {
     Drain(Slot),
     /// A look for a `CONFIG RESETSTAT` (once a second).
     ResetstatTick,
+    /// A load that read guard records is over: drop the guards whose key
+    /// the server did not keep.
+    GuardsLoaded,
     /// The oldest waiter of a queue is a `LEASE.MACQUIRE` waiter (this id):
     /// serve it if all its keys are free and it is the oldest waiter of each.
     MultiKey(Slot, u64),

@@ -50,10 +50,6 @@ impl Events for Lease {
         grace::on_role_change(now_master);
     }
 
-    fn loaded(ctx: Ctx) {
-        datatype::after_load(ctx);
-    }
-
     fn shutdown(ctx: Ctx) {
         grace::on_shutdown(ctx);
     }

@@ -33,6 +33,7 @@ impl Waits for Lease {
             TimerJob::Announce(what) => announce(ctx, what),
             TimerJob::GraceTick => grace::on_tick(ctx),
             TimerJob::ResetstatTick => counters::on_resetstat_tick(ctx),
+            TimerJob::GuardsLoaded => datatype::after_load(ctx),
             TimerJob::RecheckAll => waiters::recheck_all(),
             TimerJob::Drain(slot) => datatype::on_drain(ctx, slot),
         }

@@ -103,23 +103,38 @@ impl Ctx {
     /// One field of a section of the server's INFO, read without running a
     /// command (nothing shows in SLOWLOG or commandstats).
     pub fn server_info(self, section: &std::ffi::CStr, name: &std::ffi::CStr) -> Option<String> {
-        // SAFETY: GetServerInfo on a live context; the field is copied out
-        // and the info data is freed before returning.
+        let [value] = self.server_info_fields(section, [name]);
+        value
+    }
+
+    /// Fields of one section of the server's INFO, read at once (the
+    /// server builds the whole section for each read).
+    pub fn server_info_fields<const N: usize>(
+        self,
+        section: &std::ffi::CStr,
+        names: [&std::ffi::CStr; N],
+    ) -> [Option<String>; N] {
+        // SAFETY: GetServerInfo on a live context; the fields are copied
+        // out and the info data is freed before returning.
         unsafe {
-            let (get, field, free) = (
-                raw::RedisModule_GetServerInfo?,
-                raw::RedisModule_ServerInfoGetFieldC?,
-                raw::RedisModule_FreeServerInfo?,
-            );
+            let (Some(get), Some(field), Some(free)) = (
+                raw::RedisModule_GetServerInfo,
+                raw::RedisModule_ServerInfoGetFieldC,
+                raw::RedisModule_FreeServerInfo,
+            ) else {
+                return [const { None }; N];
+            };
             let data = get(self.0, section.as_ptr());
             if data.is_null() {
-                return None;
+                return [const { None }; N];
             }
-            let value = field(data, name.as_ptr());
-            let out = (!value.is_null()).then(|| {
-                std::ffi::CStr::from_ptr(value)
-                    .to_string_lossy()
-                    .into_owned()
+            let out = names.map(|name| {
+                let value = field(data, name.as_ptr());
+                (!value.is_null()).then(|| {
+                    std::ffi::CStr::from_ptr(value)
+                        .to_string_lossy()
+                        .into_owned()
+                })
             });
             free(self.0, data);
             out

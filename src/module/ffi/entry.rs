@@ -464,6 +464,10 @@ pub fn hooks<W: Waits, E: Events>() -> Hooks {
         free_privdata: Some(free_privdata::<W>),
         disconnect: Some(disconnect::<W>),
         command_filter: Some(command_filter::<E>),
+        keyspace_moves: [
+            (raw::REDISMODULE_EVENT_FLUSHDB, Some(flushed::<E>)),
+            (raw::REDISMODULE_EVENT_SWAPDB, Some(swapped::<E>)),
+        ],
         wake: Some(wake::<W>),
         scan: Some(scan),
     }
@@ -482,8 +486,6 @@ pub trait Events {
     fn replica_online();
     fn role_changed(now_master: bool);
     fn shutdown(ctx: Ctx);
-    /// A load (an RDB, the AOF, a replica's full sync) has ended.
-    fn loaded(ctx: Ctx);
     /// `CONFIG SET` changed settings; `changed` says whether one of the
     /// given names is among them.
     fn config_changed(ctx: Ctx, changed: &dyn Fn(&[&[u8]]) -> bool);
@@ -570,20 +572,6 @@ unsafe extern "C" fn role_changed<E: Events>(
 ) {
     guard("the role change event", (), || {
         E::role_changed(subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER)
-    })
-}
-
-unsafe extern "C" fn loading<E: Events>(
-    ctx: *mut raw::RedisModuleCtx,
-    _eid: raw::RedisModuleEvent,
-    subevent: u64,
-    _data: *mut c_void,
-) {
-    guard("the loading event", (), || {
-        if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
-            // SAFETY: the event's context, live while it runs.
-            E::loaded(unsafe { Ctx::new(ctx) });
-        }
     })
 }
 
@@ -812,16 +800,13 @@ unsafe fn filter_client_db(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Optio
 }
 
 /// The server events to subscribe to, each with its shim.
-pub fn server_events<E: Events>() -> [(u64, raw::RedisModuleEventCallback); 8] {
+pub fn server_events<E: Events>() -> [(u64, raw::RedisModuleEventCallback); 5] {
     [
-        (raw::REDISMODULE_EVENT_LOADING, Some(loading::<E>)),
-        (raw::REDISMODULE_EVENT_FLUSHDB, Some(flushed::<E>)),
         (
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
             Some(role_changed::<E>),
         ),
         (raw::REDISMODULE_EVENT_SHUTDOWN, Some(shutdown::<E>)),
-        (raw::REDISMODULE_EVENT_SWAPDB, Some(swapped::<E>)),
         (raw::REDISMODULE_EVENT_FORK_CHILD, Some(forked::<E>)),
         (raw::REDISMODULE_EVENT_CONFIG, Some(config_changed::<E>)),
         (

@@ -6,7 +6,7 @@
 
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
 use redis_module::raw;
@@ -139,6 +139,9 @@ pub struct Hooks {
     pub free_privdata: Option<unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void)>,
     pub disconnect: raw::RedisModuleDisconnectFunc,
     pub command_filter: raw::RedisModuleCommandFilterFunc,
+    /// The server events that matter only while guards stand or clients
+    /// wait (`FLUSHDB`/`FLUSHALL` and `SWAPDB`), with their shims.
+    pub keyspace_moves: [(u64, raw::RedisModuleEventCallback); 2],
     /// The one-shot call the waker thread posts to the main thread.
     pub wake: raw::RedisModuleEventLoopOneShotFunc,
     /// A keyspace scan's callback (`key::lease_key_names`).
@@ -171,7 +174,11 @@ pub enum FilterUser {
 static FILTER_USERS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
 /// `user` needs the command filter (`on`) or not any more: it is
-/// registered while anyone needs it (it costs every command of the server).
+/// registered while anyone needs it (it costs every command of the server),
+/// and the flush and `SWAPDB` events are listened to from then on, until
+/// `settle_keyspace_moves` finds nobody needs them (every server event the
+/// module listens to costs every deletion of any key on Redis 7.2+ and
+/// Valkey, whose key event the server offers to each listener).
 pub fn need_command_filter(user: FilterUser, on: bool) {
     let bit = user as u8;
     let users = if on {
@@ -196,6 +203,9 @@ fn set_command_filter(on: bool) {
                     let f = register(ctx.raw(), hooks().command_filter, 0);
                     *filter = (!f.is_null()).then_some(f as usize);
                 }
+                if !MOVES_SUBSCRIBED.swap(true, Relaxed) {
+                    subscribe_keyspace_moves(ctx, true);
+                }
             }
             (false, Some(f)) => {
                 if let Some(unregister) = raw::RedisModule_UnregisterCommandFilter {
@@ -204,6 +214,45 @@ fn set_command_filter(on: bool) {
                 *filter = None;
             }
             _ => {}
+        }
+    }
+}
+
+/// Whether the module listens to the flush and `SWAPDB` events.
+static MOVES_SUBSCRIBED: AtomicBool = AtomicBool::new(false);
+
+/// Stops listening to the flush and `SWAPDB` events once nobody needs them
+/// (from the module's once-a-second timer: never from inside an event,
+/// whose listener list the server is walking).
+pub fn settle_keyspace_moves() {
+    if FILTER_USERS.load(Relaxed) != 0 || !MOVES_SUBSCRIBED.load(Relaxed) {
+        return;
+    }
+    let Some(ctx) = detached() else { return };
+    MOVES_SUBSCRIBED.store(false, Relaxed);
+    // SAFETY: on the main thread (a timer), with the detached context.
+    unsafe { subscribe_keyspace_moves(ctx, false) };
+}
+
+/// Subscribes to the flush and `SWAPDB` events (`on`), or unsubscribes (a
+/// null callback).
+///
+/// # Safety
+/// On the main thread, with the module's detached context.
+unsafe fn subscribe_keyspace_moves(ctx: Ctx, on: bool) {
+    // SAFETY: a function-pointer read filled in by RedisModule_Init; each
+    // event struct is the one the API defines, its shim of the right
+    // signature.
+    unsafe {
+        if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
+            for (id, callback) in hooks().keyspace_moves {
+                let callback = if on { callback } else { None };
+                subscribe(
+                    ctx.raw(),
+                    raw::RedisModuleEvent { id, dataver: 1 },
+                    callback,
+                );
+            }
         }
     }
 }
