@@ -30,8 +30,13 @@ esac
 "$dir/venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
   -d "$dir/download" redis=="$version"
 mkdir -p "$dir/sdist"
-tar -xzf "$dir/download/redis-$version.tar.gz" -C "$dir/sdist" --strip-components=1 \
-  "redis-$version/tests" $(tar -tzf "$dir/download/redis-$version.tar.gz" | grep -x "redis-$version/pyproject.toml" || true)
+sdist=$dir/download/redis-$version.tar.gz
+# tests/, and the pytest settings of the releases that have them (6.x on).
+members=("redis-$version/tests")
+if tar -tzf "$sdist" | grep -qx "redis-$version/pyproject.toml"; then
+  members+=("redis-$version/pyproject.toml")
+fi
+tar -xzf "$sdist" -C "$dir/sdist" --strip-components=1 "${members[@]}"
 # The installed redis-py is the one tested: the sdist's own package is not
 # unpacked, so `import redis` in its tests finds the venv's.
 "$dir/venv/bin/python" -c "import redis, sys; sys.exit(redis.__version__ != '$version')"

@@ -122,7 +122,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     module = os.path.abspath(a.module)
     if a.no_deselect:
         os.environ["REDISPY_DESELECT"] = "0"
-    failed = False
+    failed, passed, bad_total = False, 0, 0
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
         runs = [pool.submit(version, os.path.abspath(a.envs), v, module, a.server, not a.no_control, a.logs)
                 for v in a.versions]
@@ -132,8 +132,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                 bad = c.get("failed", 0) + c.get("error", 0)
                 print(f"{label} {c.get('passed', 0):6} {c.get('deselected', 0):10} {bad:6}"
                       + (f"  skipped {c['skipped']}" if c.get("skipped") else ""))
-                if "lease" in label and (bad or not c.get("passed")):
-                    failed = True
+                if "lease" in label:
+                    passed, bad_total = passed + c.get("passed", 0), bad_total + bad
+                    failed = failed or bool(bad) or not c.get("passed")
+    print(f"redispy: {passed} passed, {bad_total} failed")
     return 1 if failed else 0
 
 
