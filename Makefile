@@ -165,7 +165,8 @@ py-test: pyenv
 # has one), and the same tests with redis-py's Lock as the control, on the
 # same server: clients/python/redispy/ (the deselected tests and why are in
 # its plugin.py). One virtualenv per version under .tools/redispy, made once
-# (three at a time), the package installed into each with --no-deps.
+# (three at a time), the package installed into each with --no-deps. Then
+# the package's own Lock tests under the oldest redis-py, on Redis 7.0.
 REDISPY_VERSIONS := 4.6.0 5.0.0 5.3.1 6.0.0 6.4.0 7.0.0 7.4.1 8.0.0 8.2.0
 REDISPY := $(TOOLS)/redispy
 REDISPY_ENV := clients/python/redispy/env.sh
@@ -187,6 +188,8 @@ py-redispy: deps $(REDISPY)/.installed
 	$(CARGO) build
 	python3 clients/python/redispy/matrix.py --module $${LEASE_MODULE:-$(DEBUG_SO)} --envs $(REDISPY) \
 	  --logs target/redispy $(REDISPY_VERSIONS)
+	LEASE_PY_SERVERS=redis $(REDISPY)/$(firstword $(REDISPY_VERSIONS))/venv/bin/python -m pytest -q -p no:cacheprovider \
+	  clients/python/tests/test_lock.py clients/python/tests/test_compat.py
 
 # The Node.js client (clients/node): node and npm from Debian when missing,
 # its dev dependencies from package-lock.json (npm ci), built with tsc, and
