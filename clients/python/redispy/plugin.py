@@ -6,6 +6,8 @@ drop-ins, with only the import changed: the test modules' ``Lock`` (from
 
 ``REDISPY_LOCK=redis-py`` keeps redis-py's Lock (the control run on the same
 server); the same tests are deselected in both runs, so the counts compare.
+``REDISPY_DESELECT=0`` runs the deselected tests too (``matrix.py
+--no-deselect``).
 
 The deselected tests (``DESELECT``, each with why) look at how redis-py's
 Lock stores its key (a string holding the owner token, read with ``GET``;
@@ -106,6 +108,13 @@ def pytest_collection_modifyitems(config: Any, items: List[Any]) -> None:
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if lease:
+        import redis_lease
+        import redis_lease.aio
+
+        for module in {item.module for item in keep}:
+            if getattr(module, "Lock", None) not in (redis_lease.Lock, redis_lease.aio.Lock):
+                raise pytest.UsageError(f"{module.__name__} has no Lock of redis-py's to swap: the drop-in is not tested")
 
 
 @pytest.hookimpl(trylast=True)
