@@ -41,7 +41,7 @@ DESELECT: Dict[str, str] = {
     # GET of the key inside the with block. Here: test_lock.py
     # test_context_manager (locked inside, free after).
     "TestLock::test_context_manager": "GET of the key: redis-py's string",
-    # redis-py 8.1+: the extend/reacquire edge cases below are checked as
+    # redis-py 8.2: the extend/reacquire edge cases below are checked as
     # redis-py does (the error or True), then GET of the key == token and
     # PTTL -1: the string. Here: test_compat.py
     # test_extend_and_reacquire_edge_cases_as_redis_py_8 (sync and asyncio:

@@ -53,7 +53,7 @@ def test_default_token_is_a_uuid4(server: Server) -> None:
 
 
 def test_extend_and_reacquire_edge_cases_as_redis_py_8(server: Server) -> None:
-    """redis-py 8.1+: a lock with no expiry (timeout 0) cannot be extended
+    """redis-py 8.2: a lock with no expiry (timeout 0) cannot be extended
     (LockNotOwnedError) and is still held; its reacquire is True; an extend
     to a time left <= 0 is True and leaves the expiry as it is."""
     r = server.client()
@@ -219,7 +219,7 @@ def test_a_blocking_acquire_outlasts_the_client_socket_timeout(server: Server) -
 
 def test_errors_name_the_lock_and_asyncio_acquire_takes_sleep(server: Server) -> None:
     """``lock_name`` on LockError/LockNotOwnedError (redis-py 5.0+ takes it;
-    on 4.6 it is set on the error), and redis-py 8's asyncio
+    on 4.6 it is set on the error), and redis-py 8.2's asyncio
     ``acquire(blocking, blocking_timeout, token, *, sleep=)``."""
     r = server.client()
     r.set("foo", "a redis-py lock's string")  # held by someone else

@@ -129,7 +129,7 @@ class Lock:
         sleep: Optional[Number] = None,
     ) -> bool:
         """As :meth:`redis_lease.Lock.acquire` (``sleep`` keyword-only, as in
-        redis-py 8's asyncio Lock; before 8, redis-py's took none)."""
+        redis-py 8.2's asyncio Lock; before 8.2, redis-py's took none)."""
         if sleep is None:
             sleep = self.sleep
         if blocking is None:

@@ -434,7 +434,7 @@ class Lock:
             # One server lease: what it has left, as redis-py adds to PTTL.
             left = _info_ttl(self._info_or_none()) + extend_ms(additional_time)
         if left <= 0:
-            return True  # redis-py 8: a time left <= 0 leaves the expiry as it is
+            return True  # redis-py 8.2: a time left <= 0 leaves the expiry as it is
         return self._move_end(owner, now + left / 1000, "extend", left)
 
     def reacquire(self) -> bool:
@@ -543,7 +543,7 @@ class Lock:
 def _forget(local: Any, owner: bytes) -> None:
     """Clears ``local.token`` after a release, unless another acquirer
     stored its own meanwhile (``thread_local=False`` shares it), as
-    redis-py 8's Lock."""
+    redis-py 8.2's Lock."""
     if local.token == owner:
         local.token = None
 

@@ -1,4 +1,5 @@
-"""The one-line switch of a client's ``r.lock(...)`` call sites."""
+"""The switch of a client's ``r.lock(...)`` call sites: an import and the
+client wrapped where it is made (``r = use_lease_locks(redis.Redis(...))``)."""
 
 from __future__ import annotations
 
