@@ -15,13 +15,13 @@ REDIS74  := $(TOOLS)/redis74/redis-server
 SERVER_CACHE ?= $(HOME)/.cache/redis-lease
 REDIS80  := $(SERVER_CACHE)/redis80/redis-server
 PYENV    := $(TOOLS)/pyenv
-PYSRC    := $(wildcard clients/python/pyproject.toml clients/python/src/redis_lease/*)
+PYSRC    := $(wildcard clients/python/pyproject.toml clients/python/src/redis_lease/*.py clients/python/src/redis_lease/_common/*.py)
 SERVERS  := VALKEY_SERVER=$(CURDIR)/$(VALKEY) VALKEY9_SERVER=$(CURDIR)/$(VALKEY9) \
             REDIS82_SERVER=$(CURDIR)/$(REDIS82) REDIS74_SERVER=$(CURDIR)/$(REDIS74) \
             REDIS80_SERVER=$(REDIS80)
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build run test unit integration old-module client-test py-test py-lint node-test deps-node node-deps deb deps-deb deb-lint deb-test deps deps-build deps-shellcheck deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
+.PHONY: all build run test unit integration old-module client-test py-test py-redispy py-lint node-test deps-node node-deps deb deps-deb deb-lint deb-test deps deps-build deps-shellcheck deps-bench deps-exporter deps-pip deps-venv pyenv valkey servers fmt lint package bench clean fuzz valgrind soak
 
 all: build
 
@@ -115,7 +115,7 @@ run: deps build
 # Unit tests of the pure core, then integration tests against real
 # redis-server and valkey-server processes, then the client helpers' tests
 # (Rust crate clients/rust, Python package clients/python) against them too.
-test: deps deps-exporter servers unit integration client-test py-test node-test deb-test
+test: deps deps-exporter servers unit integration client-test py-test py-redispy node-test deb-test
 
 unit:
 	$(CARGO) test --lib
@@ -157,6 +157,39 @@ py-test: pyenv
 	$(SERVERS) $(PYENV)/bin/python -m pytest -q $(PY_TESTS_B); b=$$?; \
 	wait $$a; ra=$$?; echo "--- $(PY_TESTS_A):"; cat target/py-test-a.log; \
 	test $$ra -eq 0 && test $$b -eq 0
+
+# redis-py's own Lock tests (tests/test_lock.py and
+# tests/test_asyncio/test_lock.py of its sdist, downloaded from PyPI) against
+# the Python drop-ins, with only their Lock import changed, over the oldest
+# and the newest release of each redis-py major the package supports (4.6
+# has one), and the same tests with redis-py's Lock as the control, on the
+# same server: clients/python/redispy/ (the deselected tests and why are in
+# its plugin.py). One virtualenv per version under .tools/redispy, made once
+# (three at a time), the package installed into each with --no-deps. Then
+# the package's own Lock tests under the oldest redis-py, on Redis 7.0.
+REDISPY_VERSIONS := 4.6.0 5.0.0 5.3.1 6.0.0 6.4.0 7.0.0 7.4.1 8.0.0 8.2.0
+REDISPY := $(TOOLS)/redispy
+REDISPY_ENV := clients/python/redispy/env.sh
+$(REDISPY)/.envs: $(REDISPY_ENV) | deps-venv
+	@mkdir -p $(REDISPY)
+	printf '%s\n' $(REDISPY_VERSIONS) | xargs -P 3 -I{} sh -c \
+	  'test $(REDISPY)/{}/.env -nt $(REDISPY_ENV) || bash $(REDISPY_ENV) {} $(REDISPY)/{} >$(REDISPY)/{}.log 2>&1 || { cat $(REDISPY)/{}.log; exit 1; }'
+	touch $@
+
+$(REDISPY)/.installed: $(PYSRC) $(REDISPY)/.envs | pyenv
+	rm -rf $(REDISPY)/wheel
+	$(PYENV)/bin/python -m pip wheel -q --disable-pip-version-check --no-deps -w $(REDISPY)/wheel ./clients/python
+	rm -rf clients/python/build clients/python/src/redis_lease.egg-info
+	for v in $(REDISPY_VERSIONS); do \
+	  $(REDISPY)/$$v/venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --force-reinstall $(REDISPY)/wheel/*.whl || exit 1; done
+	touch $@
+
+py-redispy: deps $(REDISPY)/.installed
+	$(CARGO) build
+	python3 clients/python/redispy/matrix.py --module $${LEASE_MODULE:-$(DEBUG_SO)} --envs $(REDISPY) \
+	  --logs target/redispy $(REDISPY_VERSIONS)
+	LEASE_PY_SERVERS=redis $(REDISPY)/$(firstword $(REDISPY_VERSIONS))/venv/bin/python -m pytest -q -p no:cacheprovider \
+	  clients/python/tests/test_lock.py clients/python/tests/test_compat.py
 
 # The Node.js client (clients/node): node and npm from Debian when missing,
 # its dev dependencies from package-lock.json (npm ci), built with tsc, and
@@ -208,8 +241,8 @@ deps-shellcheck:
 
 py-lint: pyenv
 	$(PYENV)/bin/python -m pip install -q --disable-pip-version-check $(PY_LINTERS)
-	cd clients/python && $(abspath $(PYENV))/bin/python -m mypy --strict src tests
-	cd clients/python && $(abspath $(PYENV))/bin/python -m ruff check src tests
+	cd clients/python && $(abspath $(PYENV))/bin/python -m mypy --strict src tests redispy
+	cd clients/python && $(abspath $(PYENV))/bin/python -m ruff check src tests redispy
 
 # Everything the project publishes, into target/package/: the Rust crate
 # (cargo package, which builds it from the packaged files: crates.io), the

@@ -251,6 +251,13 @@ def lease_info(r: redis.Redis, key: str) -> Optional[Dict[str, Any]]:
     return {(k.decode() if isinstance(k, bytes) else k): v for k, v in info.items()}
 
 
+async def aclose(client: Any) -> None:
+    """Closes a redis.asyncio client: ``aclose()`` from redis-py 5.0.1,
+    ``close()`` before (the package's tests run under redis-py 4.6 too)."""
+    close = getattr(client, "aclose", None) or client.close
+    await close()
+
+
 def token_of(r: redis.Redis, key: str) -> Optional[int]:
     info = lease_info(r, key)
     return None if info is None else int(info["token"])

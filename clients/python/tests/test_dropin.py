@@ -25,7 +25,7 @@ from redis.exceptions import LockError, LockNotOwnedError
 from redis.lock import Lock as RedisLock
 
 import redis_lease
-from conftest import ClusterNodes, Server, lease_info, wait_until
+from conftest import ClusterNodes, Server, aclose, lease_info, wait_until
 from redis_lease import LeaseClient, Lock, use_lease_locks
 from redis_lease.aio import AsyncLeaseClient
 from redis_lease.aio import Lock as AsyncLock
@@ -124,7 +124,7 @@ def test_async_lock_behaves_as_redis_py_asyncio_lock(server: Server) -> None:
         with pytest.raises(LockError):
             await forever.reacquire()
         await forever.release()
-        await ar.aclose()
+        await aclose(ar)
 
     asyncio.run(main())
 
@@ -144,7 +144,7 @@ def test_async_lock_waits_on_the_server_and_hands_over_at_release(server: Server
         assert time.monotonic() - t0 < 0.5, "handed over at the release, not by polling"
         assert waiter.token is not None and await waiter.fence("SET", "out", "1")
         await waiter.release()
-        await ar.aclose()
+        await aclose(ar)
 
     asyncio.run(main())
 
@@ -212,7 +212,7 @@ def test_use_lease_locks_switches_r_lock_call_sites(server: Server) -> None:
         async with ar.lock("foo", timeout=10) as held:
             assert await held.owned()
         assert isinstance(ar.lock("foo", lock_class=AsyncRedisLock), AsyncRedisLock)
-        await ar.aclose()
+        await aclose(ar)
 
     asyncio.run(main())
 
@@ -272,7 +272,7 @@ def test_a_name_held_by_redis_py_lock_is_held_by_someone_else(server: Server) ->
         anew.local.token = b"not-ours"
         with pytest.raises(LockNotOwnedError):
             await anew.release()
-        await ar.aclose()
+        await aclose(ar)
 
     asyncio.run(main())
 
@@ -359,7 +359,7 @@ def test_an_async_long_timeout_is_held_past_the_max_ttl_and_freed_when_the_holde
         assert await lock.extend(120, replace_ttl=True)
         await lock.release()
         assert not await lock.locked()
-        await ar.aclose()
+        await aclose(ar)
 
     asyncio.run(main())
     _killed_holder_frees_within_the_short_lease(short, AHOLDER, "along")
@@ -401,7 +401,7 @@ def test_locks_and_clients_of_one_redis_client_share_one_pool(server: Server) ->
                 pass
         assert connections(admin) - before == 0
         assert aclient._pool is alock._client._pool
-        await ar.aclose()
+        await aclose(ar)
 
     asyncio.run(main())
 
@@ -431,7 +431,7 @@ def test_the_drop_ins_on_a_cluster(cluster: ClusterNodes) -> None:
                 assert not await AsyncLock(arc, name, blocking=False).acquire()
                 assert await lock.extend(5)
             assert not await lock.locked()
-        await arc.aclose()
+        await aclose(arc)
 
     asyncio.run(main())
 

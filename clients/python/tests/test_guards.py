@@ -19,7 +19,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.exceptions import LockError, ResponseError
 
-from conftest import KINDS, ClusterNodes, Server, lease_info, wait_until
+from conftest import KINDS, ClusterNodes, Server, aclose, lease_info, wait_until
 from redis_lease import (
     Fenced,
     LeaseClient,
@@ -162,7 +162,7 @@ def test_the_asyncio_client_guards_and_unguards_in_the_same_way(server):
         assert await client.unguard(GUARD) is True
         assert await client.unguard(GUARD) is False
         await ar.set(DATA, "after")
-        await ar.aclose()
+        await aclose(ar)
 
     asyncio.run(main())
     assert server.client().get(DATA) == b"after"
@@ -318,7 +318,7 @@ def test_the_asyncio_fences_write_guarded_data_and_a_stale_token_is_refused(serv
         with pytest.raises(StaleToken):
             await many.fence("{bank}:lock", "HINCRBY", "{bank}:7", "balance", 1)
         assert free_guard(_fields(await ar.execute_command("LEASE.INFO", "{bank}:lock")))
-        await ar.aclose()
+        await aclose(ar)
 
     asyncio.run(main())
     r = server.client()
@@ -475,7 +475,7 @@ def test_guards_on_a_cluster_go_to_the_master_of_the_keys_slot(cluster: ClusterN
             assert fenced(refused.value).key == data
             assert await aclient.unguard(guard) is True
             await arc.set(data, "unguarded")
-        await arc.aclose()
+        await aclose(arc)
 
     asyncio.run(main())
     for tag in tags:

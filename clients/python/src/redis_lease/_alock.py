@@ -14,18 +14,23 @@ from typing import Any, Awaitable, Dict, Optional, Tuple, Type, Union
 
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
-from ._common import DEFAULT_LABEL, Label, LeaseGrace, Loss, acquire_args, label_args, label_bytes, new_owner, renew_every
+from ._common import DEFAULT_LABEL, Label, LeaseGrace, Loss, acquire_args, label_args, label_bytes, renew_every
+from ._compat import lock_error
 from .aio import AsyncLease, AsyncLeaseClient, AsyncLossSignal
 from .lock import (
     Number,
     _Hold,
     _info_token,
     _info_ttl,
+    _forget,
     _Local,
     block_ms_of,
+    default_token,
     encode_token,
+    extend_ms,
     lease_ms,
     max_ttl_of,
+    stop_of,
     wrong_type,
 )
 
@@ -100,7 +105,7 @@ class Lock:
     async def __aenter__(self) -> "Lock":
         if await self.acquire():
             return self
-        raise LockError("Unable to acquire lock within the time specified", lock_name=self.name)
+        raise lock_error(LockError, "Unable to acquire lock within the time specified", self.name)
 
     async def __aexit__(
         self,
@@ -120,17 +125,19 @@ class Lock:
         blocking: Optional[bool] = None,
         blocking_timeout: Optional[Number] = None,
         token: Optional[Union[str, bytes]] = None,
+        *,
+        sleep: Optional[Number] = None,
     ) -> bool:
-        """As :meth:`redis_lease.Lock.acquire` (redis-py's asyncio
-        ``acquire`` takes no ``sleep``: ``self.sleep`` paces the polling of a
-        name held by a key of another type)."""
-        sleep = self.sleep
+        """As :meth:`redis_lease.Lock.acquire` (``sleep`` keyword-only, as in
+        redis-py 8.2's asyncio Lock; before 8.2, redis-py's took none)."""
+        if sleep is None:
+            sleep = self.sleep
         if blocking is None:
             blocking = self.blocking
         if blocking_timeout is None:
             blocking_timeout = self.blocking_timeout
-        owner = new_owner().encode() if token is None else encode_token(self.redis, token)
-        stop = None if blocking_timeout is None else time.monotonic() + blocking_timeout
+        owner = default_token() if token is None else encode_token(self.redis, token)
+        stop = stop_of(blocking_timeout)
         for _ in range(1_000_000):
             if await self.do_acquire(owner, block_ms_of(blocking, stop)):
                 self.local.token = owner
@@ -172,7 +179,7 @@ class Lock:
                 return False
             self._held(token, lease, ttl, length)
             return True
-        raise LockError("the server refused every lease length", lock_name=self.name)
+        raise lock_error(LockError, "the server refused every lease length", self.name)
 
     async def _once(self, owner: bytes, ttl: int, block_ms: Optional[int]) -> Optional[AsyncLease]:
         client, key = self._client, self.name
@@ -234,9 +241,13 @@ class Lock:
         ``LockNotOwnedError`` when it was lost meanwhile."""
         owner = self.local.token
         if owner is None:
-            raise LockError("Cannot release a lock that's not owned or is already unlocked.", lock_name=self.name)
-        self.local.token = None
-        await self.do_release(owner)
+            raise lock_error(LockError, "Cannot release a lock that's not owned or is already unlocked.", self.name)
+        try:
+            await self.do_release(owner)
+        except LockNotOwnedError:
+            _forget(self.local, owner)
+            raise
+        _forget(self.local, owner)
 
     async def do_release(self, expected_token: Any) -> None:
         owner = encode_token(self.redis, expected_token)
@@ -251,40 +262,47 @@ class Lock:
                 raise
             ok = False
         if not ok:
-            raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
+            raise lock_error(LockNotOwnedError, "Cannot release a lock that's no longer owned", self.name)
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> Awaitable[bool]:
         """As :meth:`redis_lease.Lock.extend` (awaitable)."""
         if self.local.token is None:
-            raise LockError("Cannot extend an unlocked lock", lock_name=self.name)
+            raise lock_error(LockError, "Cannot extend an unlocked lock", self.name)
         if self.timeout is None:
-            raise LockError("Cannot extend a lock with no timeout", lock_name=self.name)
+            raise lock_error(LockError, "Cannot extend a lock with no timeout", self.name)
         return self.do_extend(additional_time, replace_ttl)
 
     async def do_extend(self, additional_time: Number, replace_ttl: bool) -> bool:
         owner = self.local.token
+        hold = self._holds.get(owner)
+        if hold is not None and hold.until is None:
+            raise lock_error(LockNotOwnedError, "Cannot extend a lock with no expiry", self.name)
         now = time.monotonic()
         if replace_ttl:
-            until = now + additional_time
+            left = extend_ms(additional_time)
+        elif hold is not None and hold.lease._watched is not None:
+            left = math.floor((max(hold.until or now, now) - now) * 1000) + extend_ms(additional_time)
         else:
-            hold = self._holds.get(owner)
-            if hold is not None and hold.until is not None:
-                end = hold.until
-            else:
-                end = now + _info_ttl(await self._info_or_none()) / 1000
-            until = max(end, now) + additional_time
-        return await self._move_end(owner, until, "extend")
+            left = _info_ttl(await self._info_or_none()) + extend_ms(additional_time)
+        if left <= 0:
+            return True
+        return await self._move_end(owner, now + left / 1000, "extend", left)
 
     def reacquire(self) -> Awaitable[bool]:
         """Resets the time left to ``timeout`` (awaitable)."""
         if self.local.token is None:
-            raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
+            raise lock_error(LockError, "Cannot reacquire an unlocked lock", self.name)
         if self.timeout is None:
-            raise LockError("Cannot reacquire a lock with no timeout", lock_name=self.name)
+            raise lock_error(LockError, "Cannot reacquire a lock with no timeout", self.name)
         return self.do_reacquire()
 
     async def do_reacquire(self) -> bool:
-        return await self._move_end(self.local.token, time.monotonic() + float(self.timeout or 0), "reacquire")
+        owner = self.local.token
+        hold = self._holds.get(owner)
+        left = extend_ms(self.timeout or 0)
+        if left <= 0 or (hold is not None and hold.until is None):
+            return True
+        return await self._move_end(owner, time.monotonic() + left / 1000, "reacquire", left)
 
     @property
     def token(self) -> Optional[int]:
@@ -300,7 +318,7 @@ class Lock:
     async def fence(self, *command: Any, min_ttl_ms: Optional[int] = None) -> Any:
         lease = self._lease
         if lease is None:
-            raise LockError("Cannot fence with an unlocked lock", lock_name=self.name)
+            raise lock_error(LockError, "Cannot fence with an unlocked lock", self.name)
         return await lease.fence(*command, min_ttl_ms=min_ttl_ms)
 
     @property
@@ -321,7 +339,7 @@ class Lock:
                 return None
             raise
 
-    async def _move_end(self, owner: Any, until: float, what: str) -> bool:
+    async def _move_end(self, owner: Any, until: float, what: str, left_ms: Optional[int] = None) -> bool:
         hold = self._holds.get(owner)
         lease: Optional[AsyncLease] = None if hold is None else hold.lease
         shared = self._client._shared
@@ -330,7 +348,7 @@ class Lock:
         left = ttl = 1
         for _ in range(3):
             now = time.monotonic()
-            left = max(math.ceil((until - now) * 1000), 1)
+            left = left_ms if left_ms is not None else max(math.ceil((until - now) * 1000), 1)
             length = shared.max_ttl_ms
             ttl = left if length is None else min(left, length)
             try:
@@ -347,7 +365,7 @@ class Lock:
         if reply != 1:
             if lease is not None:
                 lease.lost._lose(Loss.REFUSED)
-            raise LockNotOwnedError(f"Cannot {what} a lock that's no longer owned", lock_name=self.name)
+            raise lock_error(LockNotOwnedError, f"Cannot {what} a lock that's no longer owned", self.name)
         if lease is not None and hold is not None:
             lease.lost._deadline = now + ttl / 1000
             hold.until = until

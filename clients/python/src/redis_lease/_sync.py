@@ -58,6 +58,7 @@ from ._common import (
     unguarded,
     waiters_args,
 )
+from ._compat import read_response
 
 Conn = Any  # a redis.connection.Connection (or a subclass: SSL, unix socket)
 
@@ -107,7 +108,7 @@ def _call(conn: Conn, args: Tuple[Any, ...], timeout: Optional[float]) -> Any:
     if timeout is not None and timeout == conn.socket_timeout:
         # The socket's own timeout: nothing to set (and set back) per read.
         return conn.read_response()
-    return conn.read_response(timeout=None if timeout is None else max(timeout, 0.001))
+    return read_response(conn, None if timeout is None else max(timeout, 0.001))
 
 
 def _pipeline(conn: Conn, commands: List[Tuple[Any, ...]], timeout: float) -> List[Any]:
@@ -118,7 +119,7 @@ def _pipeline(conn: Conn, commands: List[Tuple[Any, ...]], timeout: float) -> Li
     replies: List[Any] = []
     for _ in commands:
         try:
-            replies.append(conn.read_response(timeout=max(end - time.monotonic(), 0.001)))
+            replies.append(read_response(conn, max(end - time.monotonic(), 0.001)))
         except exceptions.ResponseError as e:
             replies.append(e)
     return replies

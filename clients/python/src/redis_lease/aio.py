@@ -167,9 +167,12 @@ async def _close(conn: Optional[Conn]) -> None:
 
 
 async def _usable(conn: Conn) -> bool:
-    """Is an idle connection of ours still open (nothing readable on it)?"""
+    """Is an idle connection of ours still open (nothing readable on it)?
+    (``can_read`` from redis-py 8.0; before, ``can_read_destructive``: what
+    it reads would be garbage anyway, and the connection is closed.)"""
     try:
-        return not await conn.can_read()
+        can_read = getattr(conn, "can_read", None) or conn.can_read_destructive
+        return not await can_read()
     except Exception:
         return False
 

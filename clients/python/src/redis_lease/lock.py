@@ -43,13 +43,15 @@ import math
 import re
 import threading
 import time
+import uuid
 import weakref
 from types import SimpleNamespace, TracebackType
 from typing import Any, Dict, Optional, Tuple, Type, Union
 
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
-from ._common import DEFAULT_LABEL, FOREVER, Label, LeaseGrace, Loss, acquire_args, label_args, label_bytes, new_owner, renew_every
+from ._common import DEFAULT_LABEL, FOREVER, Label, LeaseGrace, Loss, acquire_args, label_args, label_bytes, renew_every
+from ._compat import lock_error
 from ._sync import Lease, LeaseClient, LossSignal
 
 Number = Union[int, float]
@@ -96,16 +98,37 @@ def encode_token(redis: Any, token: Union[str, bytes, Any]) -> bytes:
     return str(token).encode()
 
 
+def stop_of(blocking_timeout: Optional[Number]) -> Optional[float]:
+    """When an acquire stops waiting (monotonic; None: never): as redis-py's
+    Lock, never past ``blocking_timeout``, so the wait on the server ends a
+    margin before it for its reply to be back by then (a tenth of it, at
+    least 10 ms and at most 50 ms)."""
+    if blocking_timeout is None:
+        return None
+    margin = min(max(blocking_timeout * 0.1, 0.01), 0.05)
+    return time.monotonic() + blocking_timeout - margin
+
+
 def block_ms_of(blocking: bool, stop: Optional[float]) -> Optional[int]:
     """The ``BLOCK`` of one acquire: none without blocking or with nothing
-    left of ``blocking_timeout`` (``stop``), for ever without a stop, else
-    what is left, rounded up."""
+    left before ``stop``, for ever without a stop, else what is left."""
     if not blocking:
         return None
     if stop is None:
         return FOREVER
-    left = math.ceil((stop - time.monotonic()) * 1000)
+    left = math.floor((stop - time.monotonic()) * 1000)
     return left if left > 0 else None
+
+
+def default_token() -> bytes:
+    """A new owner id where the caller gives none: a random UUID (version
+    4) as 32 hex digits, as redis-py's Lock makes its token."""
+    return uuid.uuid4().hex.encode()
+
+
+def extend_ms(additional_time: Number) -> int:
+    """``extend``'s time in ms, truncated as redis-py does."""
+    return int(additional_time * 1000)
 
 
 def lease_ms(timeout: Optional[Number], cap: Optional[int]) -> Tuple[int, Optional[int]]:
@@ -205,7 +228,7 @@ class Lock:
     def __enter__(self) -> "Lock":
         if self.acquire():
             return self
-        raise LockError("Unable to acquire lock within the time specified", lock_name=self.name)
+        raise lock_error(LockError, "Unable to acquire lock within the time specified", self.name)
 
     def __exit__(
         self,
@@ -239,8 +262,8 @@ class Lock:
             blocking = self.blocking
         if blocking_timeout is None:
             blocking_timeout = self.blocking_timeout
-        owner = new_owner().encode() if token is None else encode_token(self.redis, token)
-        stop = None if blocking_timeout is None else time.monotonic() + blocking_timeout
+        owner = default_token() if token is None else encode_token(self.redis, token)
+        stop = stop_of(blocking_timeout)
         # Bounded: each round waits (the server's BLOCK, a sleep or a grace).
         for _ in range(1_000_000):
             block_ms = block_ms_of(blocking, stop)
@@ -289,7 +312,7 @@ class Lock:
                 return False
             self._held(token, lease, ttl, length)
             return True
-        raise LockError("the server refused every lease length", lock_name=self.name)
+        raise lock_error(LockError, "the server refused every lease length", self.name)
 
     def _once(self, owner: bytes, ttl: int, block_ms: Optional[int]) -> Optional[Lease]:
         """One acquire, through the client's loop (a lost reply retried with
@@ -361,9 +384,13 @@ class Lock:
         Lock; ``LockNotOwnedError`` when it was lost meanwhile."""
         owner = self.local.token
         if owner is None:
-            raise LockError("Cannot release a lock that's not owned or is already unlocked.", lock_name=self.name)
-        self.local.token = None
-        self.do_release(owner)
+            raise lock_error(LockError, "Cannot release a lock that's not owned or is already unlocked.", self.name)
+        try:
+            self.do_release(owner)
+        except LockNotOwnedError:
+            _forget(self.local, owner)
+            raise
+        _forget(self.local, owner)
 
     def do_release(self, expected_token: Any) -> None:
         owner = encode_token(self.redis, expected_token)
@@ -379,42 +406,52 @@ class Lock:
                 raise
             ok = False
         if not ok:
-            raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
+            raise lock_error(LockNotOwnedError, "Cannot release a lock that's no longer owned", self.name)
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
         """Adds ``additional_time`` seconds to the time left (or, with
         ``replace_ttl``, makes it the time left): any length, renewed past
         the server's ``lease.max-ttl-ms``."""
         if self.local.token is None:
-            raise LockError("Cannot extend an unlocked lock", lock_name=self.name)
+            raise lock_error(LockError, "Cannot extend an unlocked lock", self.name)
         if self.timeout is None:
-            raise LockError("Cannot extend a lock with no timeout", lock_name=self.name)
+            raise lock_error(LockError, "Cannot extend a lock with no timeout", self.name)
         return self.do_extend(additional_time, replace_ttl)
 
     def do_extend(self, additional_time: Number, replace_ttl: bool) -> bool:
         owner = self.local.token
+        hold = self._holds.get(owner)
+        if hold is not None and hold.until is None:
+            # As redis-py's on a lock with no expiry (timeout 0).
+            raise lock_error(LockNotOwnedError, "Cannot extend a lock with no expiry", self.name)
         now = time.monotonic()
         if replace_ttl:
-            until = now + additional_time
+            left = extend_ms(additional_time)
+        elif hold is not None and hold.lease._watched is not None:
+            # Past one server lease: the lock's end is the client's.
+            left = math.floor((max(hold.until or now, now) - now) * 1000) + extend_ms(additional_time)
         else:
-            hold = self._holds.get(owner)
-            if hold is not None and hold.until is not None:
-                end = hold.until
-            else:
-                end = now + _info_ttl(self._info_or_none()) / 1000
-            until = max(end, now) + additional_time
-        return self._move_end(owner, until, "extend")
+            # One server lease: what it has left, as redis-py adds to PTTL.
+            left = _info_ttl(self._info_or_none()) + extend_ms(additional_time)
+        if left <= 0:
+            return True  # redis-py 8.2: a time left <= 0 leaves the expiry as it is
+        return self._move_end(owner, now + left / 1000, "extend", left)
 
     def reacquire(self) -> bool:
         """Resets the time left to ``timeout``."""
         if self.local.token is None:
-            raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
+            raise lock_error(LockError, "Cannot reacquire an unlocked lock", self.name)
         if self.timeout is None:
-            raise LockError("Cannot reacquire a lock with no timeout", lock_name=self.name)
+            raise lock_error(LockError, "Cannot reacquire a lock with no timeout", self.name)
         return self.do_reacquire()
 
     def do_reacquire(self) -> bool:
-        return self._move_end(self.local.token, time.monotonic() + float(self.timeout or 0), "reacquire")
+        owner = self.local.token
+        hold = self._holds.get(owner)
+        left = extend_ms(self.timeout or 0)
+        if left <= 0 or (hold is not None and hold.until is None):
+            return True  # no expiry to reset (timeout 0), as redis-py's
+        return self._move_end(owner, time.monotonic() + left / 1000, "reacquire", left)
 
     # -- the gains -------------------------------------------------------------
 
@@ -438,7 +475,7 @@ class Lock:
         has less than that many milliseconds left."""
         lease = self._lease
         if lease is None:
-            raise LockError("Cannot fence with an unlocked lock", lock_name=self.name)
+            raise lock_error(LockError, "Cannot fence with an unlocked lock", self.name)
         return lease.fence(*command, min_ttl_ms=min_ttl_ms)
 
     # -- helpers ---------------------------------------------------------------
@@ -461,16 +498,17 @@ class Lock:
                 return None
             raise
 
-    def _move_end(self, owner: Any, until: float, what: str) -> bool:
-        """Renews the lease so that the lock ends at ``until``: a lease of
-        the time left, at most the acquisition's lease length (or the
-        server's), renewed by the watchdog until then."""
+    def _move_end(self, owner: Any, until: float, what: str, left_ms: Optional[int] = None) -> bool:
+        """Renews the lease so that the lock ends at ``until`` (``left_ms``
+        from now, when given): a lease of the time left, at most the
+        acquisition's lease length (or the server's), renewed by the
+        watchdog until then."""
         hold = self._holds.get(owner)
         lease: Optional[Lease] = None if hold is None else hold.lease
         shared = self._client._shared
         for _ in range(3):
             now = time.monotonic()
-            left = max(math.ceil((until - now) * 1000), 1)
+            left = left_ms if left_ms is not None else max(math.ceil((until - now) * 1000), 1)
             length = shared.max_ttl_ms
             ttl = left if length is None else min(left, length)
             try:
@@ -489,7 +527,7 @@ class Lock:
         if reply != 1:
             if lease is not None:
                 lease.lost._lose(Loss.REFUSED)
-            raise LockNotOwnedError(f"Cannot {what} a lock that's no longer owned", lock_name=self.name)
+            raise lock_error(LockNotOwnedError, f"Cannot {what} a lock that's no longer owned", self.name)
         if lease is not None and hold is not None:
             with lease.lost._lock:
                 lease.lost._deadline = now + ttl / 1000
@@ -500,6 +538,14 @@ class Lock:
             elif left > ttl:
                 self._watch(lease, until, ttl)
         return True
+
+
+def _forget(local: Any, owner: bytes) -> None:
+    """Clears ``local.token`` after a release, unless another acquirer
+    stored its own meanwhile (``thread_local=False`` shares it), as
+    redis-py 8.2's Lock."""
+    if local.token == owner:
+        local.token = None
 
 
 def _fields(info: Any) -> Dict[str, Any]:

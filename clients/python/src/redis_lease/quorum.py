@@ -36,6 +36,7 @@ import redis
 import redis.asyncio as aredis
 
 from . import _sync, aio
+from ._compat import read_response
 from ._common import (
     DEFAULT_LABEL,
     Commit,
@@ -215,7 +216,7 @@ class QuorumClient:
                 replies.append(conn)
                 continue
             try:
-                reply = conn.read_response(timeout=max(end - time.monotonic(), 0.001))
+                reply = read_response(conn, max(end - time.monotonic(), 0.001))
             except redis.ResponseError as e:
                 self._pools[i].give(node, conn)
                 replies.append(e)

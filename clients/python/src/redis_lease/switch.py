@@ -1,10 +1,15 @@
-"""The one-line switch of a client's ``r.lock(...)`` call sites."""
+"""The switch of a client's ``r.lock(...)`` call sites: an import and the
+client wrapped where it is made (``r = use_lease_locks(redis.Redis(...))``)."""
 
 from __future__ import annotations
 
 from typing import Any, Optional, TypeVar
 
 C = TypeVar("C")
+
+#: ``raise_on_release_error`` not given: not passed on (an explicit
+#: ``lock_class`` of redis-py before 6.0 does not take it).
+_UNSET: Any = object()
 
 
 def use_lease_locks(client: C) -> C:
@@ -37,9 +42,11 @@ def use_lease_locks(client: C) -> C:
         blocking_timeout: Optional[float] = None,
         lock_class: Any = None,
         thread_local: bool = True,
-        raise_on_release_error: bool = True,
+        raise_on_release_error: bool = _UNSET,
         **lease: Any,
     ) -> Any:
+        if raise_on_release_error is not _UNSET:
+            lease["raise_on_release_error"] = raise_on_release_error
         return (lock_class or default)(
             client,
             name,
@@ -48,7 +55,6 @@ def use_lease_locks(client: C) -> C:
             blocking=blocking,
             blocking_timeout=blocking_timeout,
             thread_local=thread_local,
-            raise_on_release_error=raise_on_release_error,
             **lease,
         )
 
