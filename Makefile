@@ -219,7 +219,7 @@ fmt:
 	$(CARGO) fmt --all
 
 # Every shell script of the project (bench, scripts, CI), for shellcheck.
-SHELL_SCRIPTS := $(wildcard scripts/*.sh bench/*.sh tests/*/*.sh packaging/*/*.sh) .ci/run
+SHELL_SCRIPTS := $(wildcard scripts/*.sh bench/*.sh tests/*/*.sh packaging/*/*.sh clients/python/redispy/*.sh) .ci/run
 
 # What CI checks before the tests (.ci/run): formatting, and clippy with
 # warnings denied on every crate of the workspace and every target, and on
