@@ -230,6 +230,16 @@ every_server! {
         }
     }
 
+    fn a_guard_deleted_after_its_lease_ended_counts_no_expiry(kind) {
+        let (_s, mut c) = guarded(kind);
+        acquire(&mut c, GUARD, "me", "100");
+        std::thread::sleep(Duration::from_millis(250));
+        let expired = info_int(&mut c, "lease_expired");
+        assert_eq!(int(&ok(&mut c, &["DEL", GUARD])), 1);
+        assert_eq!(info_int(&mut c, "lease_expired"), expired, "a guard key has no expiry");
+        assert_eq!(info_int(&mut c, "lease_guard_deleted"), 1);
+    }
+
     fn pipelines_transactions_scripts_and_functions_are_guarded(kind) {
         let (_s, mut c) = guarded(kind);
         let t = acquire(&mut c, GUARD, "me", "60000").to_string();

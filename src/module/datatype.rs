@@ -124,7 +124,9 @@ pub fn unlinked(db: i32, name: &[u8], record: RecordRef<'_>) {
     }
     let now = now_ms();
     let deadline_ms = record.latest_deadline();
-    if deadline_ms <= now {
+    // A guard key has no expiry (its lease ends without it going).
+    let guard = matches!(record, RecordRef::Exclusive(l) if l.is_guard());
+    if deadline_ms <= now && !guard {
         STATS.expired.add(record.holders() as u64);
         distribution::ended(record, &mut counters::record);
         if deadline_ms == now {
