@@ -49,8 +49,8 @@ import {
   Waiter,
   waitersArgs,
   withBlock,
-} from "./core";
-import { Dedicated, RedisClient, Target, targetOf } from "./adapter";
+} from "./core.js";
+import { Dedicated, RedisClient, Target, targetOf } from "./adapter.js";
 
 export interface ClientOptions {
   /** How long any one reply may take, ms (5000). */

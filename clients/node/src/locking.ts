@@ -9,10 +9,10 @@
 // long (learnt from its refusal of a longer ttl), renewed by the watchdog
 // until the lock's end; a holder that dies frees the lock within one lease.
 
-import { Label, LeaseError, isReplyError, now } from "./core";
-import { RedisClient } from "./adapter";
-import { Lease, LeaseClient } from "./client";
-import { QuorumClient, QuorumLease } from "./quorum";
+import { Arg, FenceCall, Label, LeaseError, fenceArgs, isReplyError, now } from "./core.js";
+import { RedisClient, Target } from "./adapter.js";
+import { Lease, LeaseClient } from "./client.js";
+import { QuorumClient, QuorumLease } from "./quorum.js";
 
 export type Client = RedisClient;
 
@@ -239,6 +239,58 @@ export class Locker {
     return against;
   }
 
+  private targets(): Target[] {
+    return this.one ? [this.one.target] : this.quorum!.targets;
+  }
+
+  /** `args(resource)` for every resource on every client: each client's
+   * vote against when a reply is not `want` (none: it was everywhere). */
+  private async byName(lock: ByName, args: (resource: string) => Arg[], want: number): Promise<Map<Client, Against>> {
+    const against = new Map<Client, Against>();
+    const io = (this.one ?? this.quorum)!.ioTimeoutMs;
+    await Promise.all(
+      this.targets().map(async (t, i) => {
+        for (const r of lock.resources) {
+          try {
+            if ((await t.call(r, args(r), io)) !== want) against.set(this.clients[i], { kind: "locked" });
+          } catch (e) {
+            against.set(this.clients[i], againstOf(e));
+            return;
+          }
+        }
+      }),
+    );
+    return against;
+  }
+
+  /** Releases the resources held with `value` (a lock known by its
+   * resources and value only, or whose resources were changed): each
+   * client's vote against. */
+  releaseByName(lock: ByName): Promise<Map<Client, Against>> {
+    return this.byName(lock, (r) => ["LEASE.RELEASE", r, lock.value], 1);
+  }
+
+  /** Renews the resources held with `value` for `duration` ms (at most a
+   * server lease: nothing renews it after). */
+  extendByName(lock: ByName, duration: number): Promise<Map<Client, Against>> {
+    return this.byName(lock, (r) => ["LEASE.RENEW", r, lock.value, this.ttlFor(duration)], 1);
+  }
+
+  /** The fencing token of each resource of `resources` held by `h`. */
+  tokens(h: Held, resources: string[]): number[] {
+    return h.kind === "one" ? resources.map(() => h.lease.token) : h.leases.map((l) => l.token);
+  }
+
+  /** `LEASE.FENCE` on `resource`, one of the lock's (`resources`): its
+   * reply, or StaleToken (nothing ran). Several masters: on the majority
+   * that committed the token. */
+  async fence(h: Held, resources: string[], resource: string, call: FenceCall): Promise<unknown> {
+    const at = resources.indexOf(resource);
+    if (at < 0) throw new RangeError(`${resource} is not one of the lock's resources; nothing was sent`);
+    if (h.kind === "quorum") return h.leases[at].fence(...call);
+    return this.one!._call(resource, fenceArgs(resource, h.lease.token, call));
+  }
+
   /** Extends the lock to `duration` ms from now (`forever`: `using`'s,
    * renewed until released): each client's vote against (none: extended
    * there); a majority against: not extended. */
@@ -264,6 +316,12 @@ export class Locker {
     if (against.size === 0) this.watch(h, forever ? null : sent + duration, duration);
     return against;
   }
+}
+
+export interface ByName {
+  readonly resources: string[];
+  /** The lock's value: the owner id of its leases. */
+  readonly value: string;
 }
 
 /** Every vote of `t` against is "locked" (held by another lock), and there

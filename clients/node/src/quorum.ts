@@ -28,9 +28,9 @@ import {
   renewEvery,
   renewOutcome,
   retryPause,
-} from "./core";
-import { RedisClient, Target, targetOf } from "./adapter";
-import { held } from "./client";
+} from "./core.js";
+import { RedisClient, Target, targetOf } from "./adapter.js";
+import { held } from "./client.js";
 
 export interface QuorumOptions {
   /** How long one master may take to answer one step, ms (5000; at most a

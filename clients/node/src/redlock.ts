@@ -7,10 +7,10 @@
 
 import { EventEmitter } from "node:events";
 
-import { FenceCall, Label, LeaseError, LeaseLost, Loss, fenceArgs } from "./core";
-import { RedisClient } from "./adapter";
-import { LeaseClient } from "./client";
-import { Against, Held, Locker } from "./locking";
+import { FenceCall, Label, LeaseError, LeaseLost, Loss } from "./core.js";
+import { RedisClient } from "./adapter.js";
+import { LeaseClient } from "./client.js";
+import { Against, Held, Locker } from "./locking.js";
 
 type Client = RedisClient;
 
@@ -93,8 +93,7 @@ export class Lock {
 
   /** The fencing token of each resource, in the order of `resources`. */
   get tokens(): number[] {
-    if (this.held.kind === "one") return this.resources.map(() => (this.held as { lease: { token: number } }).lease.token);
-    return this.held.leases.map((l) => l.token);
+    return this.redlock._locker.tokens(this.held, this.resources);
   }
 
   /** Runs `command` on the first resource's server only if the token is
@@ -108,11 +107,7 @@ export class Lock {
   /** `fence` on one of the lock's resources (options, `{ minTtlMs }`,
    * after the resource). */
   async fenceOn(resource: string, ...call: FenceCall): Promise<unknown> {
-    const at = this.resources.indexOf(resource);
-    if (at < 0) throw new RangeError(`${resource} is not one of the lock's resources; nothing was sent`);
-    if (this.held.kind === "quorum") return this.held.leases[at].fence(...call);
-    const lease = this.held.lease;
-    return this.redlock._one!._call(resource, fenceArgs(resource, lease.token, call));
+    return this.redlock._locker.fence(this.held, this.resources, resource, call);
   }
 
   async release(): Promise<ExecutionResult> {
