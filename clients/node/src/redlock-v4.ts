@@ -10,6 +10,8 @@
 
 import { EventEmitter } from "node:events";
 
+// CommonJS by design (`export =`, as v4): bluebird's `export =` types too.
+// eslint-disable-next-line @typescript-eslint/no-require-imports
 import Bluebird = require("bluebird");
 
 import { FenceCall } from "./core.js";

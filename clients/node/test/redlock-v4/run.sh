@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2317 # cleanup runs from the trap
 # node-redlock v4.2.0's own tests (test.js, shipped in its npm package,
 # downloaded at test time, never copied into the project), run twice on one
 # Redis server with the module: against node-redlock itself (the control)
