@@ -9,7 +9,7 @@
 // long (learnt from its refusal of a longer ttl), renewed by the watchdog
 // until the lock's end; a holder that dies frees the lock within one lease.
 
-import { Arg, FenceCall, Label, LeaseError, fenceArgs, isReplyError, now } from "./core.js";
+import { Arg, FenceCall, Label, LeaseError, drift, fenceArgs, isReplyError, now } from "./core.js";
 import { RedisClient, Target } from "./adapter.js";
 import { Lease, LeaseClient } from "./client.js";
 import { QuorumClient, QuorumLease } from "./quorum.js";
@@ -43,7 +43,8 @@ export interface Acquired {
   readonly tries: Try[];
   /** The ms spent waiting on the server. */
   readonly waitedMs: number;
-  /** Date.now() when the acquire started. */
+  /** Date.now() when the lock was granted (its server lease counts from
+   * there); when the acquire started, if it failed. */
   readonly start: number;
 }
 
@@ -124,15 +125,14 @@ export class Locker {
    * every `retryDelay` as node-redlock. A failed try (an error, a key of
    * another type) is tried again every `retryDelay`, `retryCount` times. */
   async acquire(resources: string[], duration: number, forever: boolean, retry: Retry, label: Label | undefined): Promise<Acquired> {
-    const start = Date.now();
     const t0 = now();
     const window = retry.retryCount === -1 ? Infinity : retry.retryCount * retry.retryDelay;
     const maxTries = retry.retryCount === -1 ? Infinity : retry.retryCount + 1;
     const tries: Try[] = [];
     let waitedMs = 0;
     let held: Held | null = null;
+    let start = Date.now();
     for (let n = 1; n < 1e9; n++) {
-      const sent = now();
       let [h, t] = await this.tryOnce(resources, duration, undefined, label);
       tries.push(t);
       if (!h && this.one && window > 0 && allLocked(t)) {
@@ -147,7 +147,11 @@ export class Locker {
       }
       if (h) {
         held = h;
-        this.watch(h, forever ? null : sent + duration, duration);
+        // The lock counts from its grant (after a wait on the server: the
+        // renewal that followed it), as node-redlock's from its last try.
+        const granted = grantedAt(h);
+        start = Date.now() - (now() - granted);
+        this.watch(h, forever ? null : granted + duration, duration);
         break;
       }
       if (n >= maxTries) break;
@@ -322,6 +326,14 @@ export interface ByName {
   readonly resources: string[];
   /** The lock's value: the owner id of its leases. */
   readonly value: string;
+}
+
+/** When the server leases of `h` started to count (performance.now() ms):
+ * the acquire's send, or the renewal after a wait; the earliest of a
+ * quorum lock's. */
+function grantedAt(h: Held): number {
+  if (h.kind === "one") return h.lease.deadline - h.lease.ttlMs;
+  return Math.min(...h.leases.map((l) => l.deadline - l.ttlMs + drift(l.ttlMs)));
 }
 
 /** Every vote of `t` against is "locked" (held by another lock), and there
