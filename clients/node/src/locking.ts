@@ -80,6 +80,10 @@ export class Locker {
   readonly quorum: QuorumClient | null;
   /** The smallest `lease.max-ttl-ms` the servers told (null: none yet). */
   private maxTtlMs: number | null = null;
+  /** The locks renewed until an end, kept until then (or their release):
+   * a node-redlock lock holds its key until it expires even when the Lock
+   * object is dropped, and a lease nobody references stops being renewed. */
+  private readonly kept = new Map<Held, ReturnType<typeof setTimeout> | null>();
 
   constructor(clients: Client[], label: Label | undefined, onOutlier: (message: string) => void) {
     this.clients = clients;
@@ -165,6 +169,20 @@ export class Locker {
   private watch(h: Held, until: number | null, duration: number): void {
     if (h.kind === "one") h.lease._renewUntil(until, this.ttlFor(duration));
     else for (const l of h.leases) l._renewUntil(until);
+    this.unkeep(h);
+    if (until !== null && duration > this.ttlFor(duration)) {
+      // Past 2^31 - 1 ms a timer fires at once: kept until released then.
+      const left = until - now();
+      const timer = left < 2 ** 31 - 1 ? setTimeout(() => this.kept.delete(h), left) : null;
+      timer?.unref?.();
+      this.kept.set(h, timer);
+    }
+  }
+
+  private unkeep(h: Held): void {
+    if (!this.kept.has(h)) return;
+    clearTimeout(this.kept.get(h) ?? undefined);
+    this.kept.delete(h);
   }
 
   private async tryOnce(resources: string[], duration: number, blockMs: number | undefined, label: Label | undefined): Promise<[Held | null, Try]> {
@@ -222,6 +240,7 @@ export class Locker {
 
   /** Releases the lock: each client's vote against (none: released there). */
   async release(h: Held): Promise<Map<Client, Against>> {
+    this.unkeep(h);
     const against = new Map<Client, Against>();
     if (h.kind === "one") {
       try {

@@ -111,7 +111,17 @@ export class QuorumClient {
   /** Takes the lease on `key` on a majority, with one token: the lease, or
    * null when no majority came within `blockMs` (undefined: one try; 0:
    * until one does), retrying after a random back-off with the same owner. */
-  async acquire(key: string, ttlMs: number, options: { blockMs?: number; watchdog?: boolean; label?: Label; _replies?: (replies: unknown[]) => void } = {}): Promise<QuorumLease | null> {
+  async acquire(
+    key: string,
+    ttlMs: number,
+    options: {
+      blockMs?: number;
+      watchdog?: boolean;
+      label?: Label;
+      /** @internal Each attempt's first-round replies, one per master. */
+      _replies?: (replies: unknown[]) => void;
+    } = {},
+  ): Promise<QuorumLease | null> {
     checkTtl(ttlMs, options.blockMs);
     const label = labelArgs(labelOf(options.label, this.label));
     const owner = newOwner();
