@@ -122,8 +122,8 @@ export class Locker {
     await (this.one ?? this.quorum)!.close();
   }
 
-  /** Locks `resources` for `duration` ms (`null`: until released, renewed
-   * in the background; for `using`). One master: a try, then a wait on the
+  /** Locks `resources` for `duration` ms (`forever`: until released,
+   * renewed in the background; for `using`). One master: a try, then a wait on the
    * server (in arrival order) for the rest of the retry window
    * (`retryCount x retryDelay`) when the resources are held; several: a try
    * every `retryDelay` as node-redlock. A failed try (an error, a key of
