@@ -210,10 +210,14 @@ node-deps: deps-node
 export NODE_TEST_FLAGS := const [a, b] = process.versions.node.split(".").map(Number); \
   if (a > 20 || (a === 20 && b >= 11)) console.log("--test-concurrency=2 --test-timeout=300000")
 
+# Then node-redlock v4.2.0's own test.js (from its npm package, with its
+# test dependencies, cached under .tools/redlock-v4) against node-redlock
+# and against the v4 drop-in (test/redlock-v4/run.sh; about 45 s).
 node-test: node-deps
 	$(CARGO) build
 	cd $(NODE_DIR) && npm run --silent build
 	cd $(NODE_DIR) && $(SERVERS) node --test $$(node -e "$$NODE_TEST_FLAGS") dist/test/
+	LEASE_V4_DIR=$(CURDIR)/$(TOOLS)/redlock-v4 sh $(NODE_DIR)/test/redlock-v4/run.sh
 
 fmt:
 	$(CARGO) fmt --all

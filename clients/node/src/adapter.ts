@@ -7,7 +7,7 @@
 // so it runs on a connection of its own (a duplicate of the user's client,
 // kept in a small idle pool).
 
-import { Arg, ReplyTimeout, isRedirect, keySlot } from "./core";
+import { Arg, ReplyTimeout, isRedirect, keySlot } from "./core.js";
 
 /** An ioredis `Redis` or `Cluster`, or a node-redis client or cluster
  * (connected). Told apart at run time; neither library is a dependency. */
@@ -66,12 +66,19 @@ export interface Target {
 
 const str = (a: Arg): string | Buffer => (Buffer.isBuffer(a) ? a : String(a));
 
+/** ioredis 5 (`isCluster` on both classes) or 4 (a Redis has none, but a
+ * `status`; a Cluster has `isCluster`). */
 function isIoredis(c: Any): boolean {
-  return typeof c.call === "function" && typeof c.pipeline === "function" && typeof c.isCluster === "boolean";
+  return typeof c.call === "function" && typeof c.pipeline === "function" && (typeof c.isCluster === "boolean" || (typeof c.status === "string" && typeof c.duplicate === "function"));
 }
 
 function isNodeRedis(c: Any): boolean {
   return typeof c.sendCommand === "function" && typeof c.duplicate === "function" && "isOpen" in c;
+}
+
+/** node_redis v3 (`redis@3`, callbacks: what node-redlock v4 users have). */
+function isNodeRedis3(c: Any): boolean {
+  return typeof c.send_command === "function" && typeof c.duplicate === "function" && "connected" in c && !("isOpen" in c);
 }
 
 /** The Target for `client`; TypeError when it is neither library's. */
@@ -79,13 +86,16 @@ export function targetOf(client: RedisClient): Target {
   const c = client as Any;
   if (isIoredis(c)) return c.isCluster ? new IoCluster(c) : new IoRedis(c);
   if (isNodeRedis(c)) return typeof c.getSlotMaster === "function" ? new NodeCluster(c) : new NodeRedis(c);
-  throw new TypeError("pass an ioredis Redis or Cluster, or a node-redis client or cluster");
+  if (isNodeRedis3(c)) return new NodeRedis3(c);
+  throw new TypeError("pass an ioredis Redis or Cluster, or a node-redis client or cluster (v4/v5, or v3 without a cluster)");
 }
 
 /** Whether an idle connection keeps the process alive: it does not (an
  * ioredis socket, or a node-redis client's ref/unref). */
 function keepAlive(c: Any, alive: boolean): void {
-  const s = typeof c.unref === "function" ? c : c.stream;
+  // node-redis 4/5: the client's ref/unref; ioredis and node_redis v3 (no
+  // ref of its own): its socket's.
+  const s = typeof c.unref === "function" && typeof c.ref === "function" ? c : c.stream;
   try {
     if (alive) s?.ref?.();
     else s?.unref?.();
@@ -338,5 +348,63 @@ class NodeCluster implements Target {
   }
   async close(): Promise<void> {
     this.pool.closeAll();
+  }
+}
+
+/** One command on a node_redis v3 client (callbacks). */
+function send3(conn: Any, args: Arg[]): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    conn.send_command(String(args[0]), args.slice(1).map(str), (e: Error | null, r: unknown) => (e ? reject(e) : resolve(r)));
+  });
+}
+
+/** A node_redis v3 connection of the helper's own: integers as numbers
+ * (`string_numbers` off), a broken one dropped, never reconnected. */
+function duplicate3(c: Any): Any {
+  const conn = c.duplicate({ string_numbers: false, retry_strategy: () => undefined });
+  conn.on("error", () => undefined);
+  return conn;
+}
+
+/** node_redis v3 (one server): its commands on the user's client, unless
+ * that one reads integers as strings (`string_numbers`), then on one
+ * connection of the helper's own. */
+class NodeRedis3 implements Target {
+  readonly cluster = false;
+  private pool = new Idle<Any>((c) => c.end(false));
+  private own: Any = null;
+  constructor(private readonly c: Any) {}
+  private conn(): Any {
+    if (!this.c.options?.string_numbers) return this.c;
+    if (!this.own || this.own.closing) {
+      this.own = duplicate3(this.c);
+      keepAlive(this.own, false);
+    }
+    return this.own;
+  }
+  addr(): string {
+    const o = this.c.options ?? {};
+    return o.path ?? `${o.host ?? "127.0.0.1"}:${o.port ?? 6379}`;
+  }
+  call(_key: string, args: Arg[], ms: number): Promise<unknown> {
+    return within(send3(this.conn(), args), ms);
+  }
+  async batch(_keys: string[], cmds: Arg[][], ms: number): Promise<[unknown[], number]> {
+    // node_redis writes the commands of one tick together: a pipeline.
+    const got = await Promise.allSettled(cmds.map((a) => this.call("", a, ms)));
+    return [got.map((r) => (r.status === "fulfilled" ? r.value : r.reason)), 1];
+  }
+  async blocking(): Promise<Dedicated> {
+    const conn = this.pool.take("") ?? duplicate3(this.c);
+    return {
+      call: (args, ms) => within(send3(conn, args), ms),
+      done: (reusable) => (reusable && conn.connected ? this.pool.give("", conn) : conn.end(false)),
+    };
+  }
+  async refresh(): Promise<void> {}
+  async close(): Promise<void> {
+    this.pool.closeAll();
+    this.own?.end(false);
+    this.own = null;
   }
 }

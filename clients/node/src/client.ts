@@ -49,8 +49,8 @@ import {
   Waiter,
   waitersArgs,
   withBlock,
-} from "./core";
-import { Dedicated, RedisClient, Target, targetOf } from "./adapter";
+} from "./core.js";
+import { Dedicated, RedisClient, Target, targetOf } from "./adapter.js";
 
 export interface ClientOptions {
   /** How long any one reply may take, ms (5000). */
@@ -78,6 +78,9 @@ export interface AcquireOptions extends ModeOptions {
   /** This acquire's label (undefined: the client's; null: none). Sent
    * unchanged on every retry. */
   label?: Label;
+  /** @internal Wait even on a key this client holds (the Redlock drop-ins:
+   * node-redlock's locks of one instance are independent of each other). */
+  _selfWait?: boolean;
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(ms, 0)));
@@ -146,6 +149,7 @@ export class Lease {
   readonly token: number;
   protected released = false;
   protected watched: number | null = null;
+  private watchedTtl: number;
   protected readonly count: number = 1;
   /** @internal */
   readonly lossSignal: LossSignal;
@@ -163,6 +167,7 @@ export class Lease {
   ) {
     this.token = token;
     this.count = keys ? keys.length : 1;
+    this.watchedTtl = ttlMs;
     this.lossSignal = new LossSignal(deadline);
     if (watchdog) {
       const first = deadline - ttlMs + renewEvery(ttlMs);
@@ -173,6 +178,20 @@ export class Lease {
   /** @internal The owner id (the holder's credential: never logged). */
   get _owner(): string {
     return this.owner;
+  }
+
+  /** @internal Renewed by the watchdog (its ttl each time) until `until`
+   * (performance.now() ms; null: for as long as it is held), the last
+   * renewal asking only for the time left: a lock longer than the server's
+   * `lease.max-ttl-ms`. Just renewed (or acquired): the next renewal is a
+   * third of the ttl from now. */
+  _renewUntil(until: number | null, ttlMs: number = this.ttlMs): void {
+    if (this.released || this.lost) return;
+    if (this.watched !== null) this.client._setUntil(this.watched, until, now() + renewEvery(this.watchedTtl));
+    else if (until === null || until > this.deadline) {
+      this.watchedTtl = ttlMs;
+      this.watched = this.client._watch(this.key, this.owner, ttlMs, now() + renewEvery(ttlMs), this.lossSignal, this instanceof MultiLease ? this.keys : undefined, this, until);
+    }
   }
 
   /** Aborted the moment the lease is lost or released; `signal.reason` is a
@@ -405,6 +424,11 @@ export class LeaseClient {
     }
   }
 
+  /** @internal Moves the end of a lease watched until an end. */
+  _setUntil(id: number, until: number | null, next: number): void {
+    if (this.schedule.setUntil(id, until, next) && this.running && this.wake) this.wake();
+  }
+
   /** @internal */
   _forget(id: number, lease: Lease): void {
     this.schedule.remove(id);
@@ -418,8 +442,8 @@ export class LeaseClient {
   }
 
   /** @internal */
-  _watch(key: string, owner: string, ttlMs: number, first: number, signal: Signal, keys: string[] | undefined, lease: Lease): number {
-    const [id, wake] = this.schedule.add(key, owner, ttlMs, first, signal, keys);
+  _watch(key: string, owner: string, ttlMs: number, first: number, signal: Signal, keys: string[] | undefined, lease: Lease, until: number | null = null): number {
+    const [id, wake] = this.schedule.add(key, owner, ttlMs, first, signal, keys, until);
     // A lease dropped without release() is collected: its renewals end.
     this.gone.register(lease, id, lease);
     if (!this.running) void this.runWatchdog();
@@ -466,7 +490,7 @@ export class LeaseClient {
   async acquire(key: string, ttlMs: number, options: AcquireOptions = {}): Promise<Lease | null> {
     checkTtl(ttlMs, options.blockMs);
     const mode = modeArgs(options);
-    this.checkHeld([key]);
+    if (!options._selfWait) this.checkHeld([key]);
     const owner = newOwner();
     const base = acquireArgs(key, owner, ttlMs, mode, labelArgs(labelOf(options.label, this.label)));
     const watchdog = options.watchdog ?? this.watchdog;
@@ -484,7 +508,7 @@ export class LeaseClient {
     const ks = checkedKeys(keys, this.target.cluster);
     checkTtl(ttlMs, options.blockMs);
     const label = labelArgs(labelOf(options.label, this.label));
-    this.checkHeld(ks);
+    if (!options._selfWait) this.checkHeld(ks);
     const owner = newOwner();
     const watchdog = options.watchdog ?? this.watchdog;
     const lease = await this.acquireWith(ks[0], ks, macquireArgs(ks, owner, ttlMs, label), options.blockMs, async (token, sent) => {

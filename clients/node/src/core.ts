@@ -557,6 +557,9 @@ interface Entry {
   args: Arg[];
   signal: Signal;
   count: number;
+  /** Renewals stop here (performance.now() ms; null: no end): the last one
+   * asks only for the time left, so the lease ends there. */
+  until: number | null;
 }
 
 /** The renewals of one watchdog round, sent as one pipeline per node. */
@@ -564,6 +567,9 @@ export class Batch {
   readonly ids: number[] = [];
   readonly keys: string[] = [];
   readonly args: Arg[][] = [];
+  /** The ttl each renewal asks for (shorter than the lease's for the last
+   * renewal of a lease watched until an end). */
+  readonly ttls: number[] = [];
   /** How long to wait for the replies: until the latest deadline of the
    * batch, at most the io timeout (ms). */
   timeout = 1;
@@ -580,12 +586,25 @@ export class Schedule {
   roundTrips = 0;
 
   /** Watches a lease from `first` on: its id, and whether the watchdog must
-   * be woken (it would look too late). With `keys`, one `LEASE.MRENEW`. */
-  add(key: string, owner: string, ttlMs: number, first: number, signal: Signal, keys?: string[]): [number, boolean] {
+   * be woken (it would look too late). With `keys`, one `LEASE.MRENEW`.
+   * With `until` (performance.now() ms), renewals stop there: the last one
+   * asks only for the time left, so the lease ends at `until` (a lock
+   * longer than the server's `lease.max-ttl-ms`). */
+  add(key: string, owner: string, ttlMs: number, first: number, signal: Signal, keys?: string[], until: number | null = null): [number, boolean] {
     this.nextId += 1;
     const args = keys ? mrenewArgs(keys, owner, ttlMs) : ["LEASE.RENEW", key, owner, ttlMs];
-    this.leases.set(this.nextId, { key, ttlMs, next: first, args, signal, count: keys ? keys.length : 1 });
+    this.leases.set(this.nextId, { key, ttlMs, next: first, args, signal, count: keys ? keys.length : 1, until });
     return [this.nextId, this.looksAt === null || first < this.looksAt];
+  }
+
+  /** Moves the end of a watched lease (null: no end), just renewed: its
+   * next renewal is at `next`. true: the watchdog must be woken. */
+  setUntil(id: number, until: number | null, next: number): boolean {
+    const e = this.leases.get(id);
+    if (!e) return false;
+    e.until = until;
+    e.next = next;
+    return this.looksAt === null || next < this.looksAt;
   }
 
   remove(id: number): void {
@@ -610,14 +629,28 @@ export class Schedule {
     this.looksAt = Math.max(first, t);
     if (first > t) return first;
     const batch = new Batch(t);
+    const ended: number[] = [];
     for (const [id, e] of this.leases) {
       if (e.next <= t + renewWindow(e.ttlMs)) {
+        let ttl = e.ttlMs;
+        let args = e.args;
+        if (e.until !== null) {
+          ttl = Math.min(e.ttlMs, Math.ceil(e.until - t));
+          if (ttl < 1) {
+            ended.push(id); // ends at `until` by itself
+            continue;
+          }
+          args = [...args.slice(0, -1), ttl];
+        }
         batch.ids.push(id);
         batch.keys.push(e.key);
-        batch.args.push(e.args);
+        batch.args.push(args);
+        batch.ttls.push(ttl);
         batch.timeout = Math.max(batch.timeout, Math.min(e.signal.deadline - t, ioTimeoutMs));
       }
     }
+    for (const id of ended) this.leases.delete(id);
+    if (batch.ids.length === 0) return this.next(t, ioTimeoutMs);
     return batch;
   }
 
@@ -630,9 +663,13 @@ export class Schedule {
       const e = this.leases.get(id);
       if (!e) return;
       const reply = replies[n];
+      const ttl = batch.ttls[n] ?? e.ttlMs;
       if (typeof reply === "number" && reply === e.count) {
-        if (e.signal.extend(batch.sent, e.ttlMs)) e.next = batch.sent + renewEvery(e.ttlMs);
-        else this.leases.delete(id);
+        if (!e.signal.extend(batch.sent, ttl)) this.leases.delete(id);
+        // The last renewal of a lease watched until an end: it ends there
+        // unless setUntil moves the end meanwhile.
+        else if (ttl < e.ttlMs && e.until !== null) e.next = e.until;
+        else e.next = batch.sent + renewEvery(e.ttlMs);
       } else if (typeof reply === "number") {
         e.signal.lose("refused");
         this.leases.delete(id);

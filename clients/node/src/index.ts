@@ -14,12 +14,12 @@ export {
   keySlot,
   drift,
   defaultLabel,
-} from "./core";
-export type { Arg, FenceCall, FenceOptions, Label, Loss, ModeOptions, Outlier, Waiter } from "./core";
-export type { RedisClient } from "./adapter";
-export { LeaseClient, Lease, MultiLease } from "./client";
-export type { ClientOptions, AcquireOptions } from "./client";
-export { QuorumClient, QuorumLease } from "./quorum";
-export type { QuorumOptions } from "./quorum";
-export { default as Redlock, Lock, ExecutionError, ResourceLockedError } from "./redlock";
-export type { Settings, ExecutionStats, ExecutionResult, RedlockAbortSignal } from "./redlock";
+} from "./core.js";
+export type { Arg, FenceCall, FenceOptions, Label, Loss, ModeOptions, Outlier, Waiter } from "./core.js";
+export type { RedisClient } from "./adapter.js";
+export { LeaseClient, Lease, MultiLease } from "./client.js";
+export type { ClientOptions, AcquireOptions } from "./client.js";
+export { QuorumClient, QuorumLease } from "./quorum.js";
+export type { QuorumOptions } from "./quorum.js";
+export { default as Redlock, Lock, ExecutionError, ResourceLockedError } from "./redlock.js";
+export type { Settings, ExecutionStats, ExecutionResult, RedlockAbortSignal } from "./redlock.js";

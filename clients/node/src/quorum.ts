@@ -28,9 +28,9 @@ import {
   renewEvery,
   renewOutcome,
   retryPause,
-} from "./core";
-import { RedisClient, Target, targetOf } from "./adapter";
-import { held } from "./client";
+} from "./core.js";
+import { RedisClient, Target, targetOf } from "./adapter.js";
+import { held } from "./client.js";
 
 export interface QuorumOptions {
   /** How long one master may take to answer one step, ms (5000; at most a
@@ -111,13 +111,23 @@ export class QuorumClient {
   /** Takes the lease on `key` on a majority, with one token: the lease, or
    * null when no majority came within `blockMs` (undefined: one try; 0:
    * until one does), retrying after a random back-off with the same owner. */
-  async acquire(key: string, ttlMs: number, options: { blockMs?: number; watchdog?: boolean; label?: Label } = {}): Promise<QuorumLease | null> {
+  async acquire(
+    key: string,
+    ttlMs: number,
+    options: {
+      blockMs?: number;
+      watchdog?: boolean;
+      label?: Label;
+      /** @internal Each attempt's first-round replies, one per master. */
+      _replies?: (replies: unknown[]) => void;
+    } = {},
+  ): Promise<QuorumLease | null> {
     checkTtl(ttlMs, options.blockMs);
     const label = labelArgs(labelOf(options.label, this.label));
     const owner = newOwner();
     const until = options.blockMs === 0 ? null : now() + (options.blockMs ?? 0);
     for (let n = 0; ; n++) {
-      const lease = await this.attempt(key, owner, ttlMs, options.watchdog ?? this.watchdog, label);
+      const lease = await this.attempt(key, owner, ttlMs, options.watchdog ?? this.watchdog, label, options._replies);
       if (lease) return lease;
       await this._releaseEverywhere(key, owner, nodeTimeout(this.ioTimeoutMs, ttlMs));
       const pause = backoff(ttlMs);
@@ -126,11 +136,14 @@ export class QuorumClient {
     }
   }
 
-  private async attempt(key: string, owner: string, ttlMs: number, watchdog: boolean, label: Arg[]): Promise<QuorumLease | null> {
+  private async attempt(key: string, owner: string, ttlMs: number, watchdog: boolean, label: Arg[], onReplies?: (replies: unknown[]) => void): Promise<QuorumLease | null> {
     const timeout = nodeTimeout(this.ioTimeoutMs, ttlMs);
     const t0 = now();
     const validUntil = t0 + ttlMs - drift(ttlMs);
-    let commit = Commit.first(await this._each(this.all(), key, () => ["LEASE.ACQUIRE", key, owner, ttlMs, ...label], timeout), this.quorum);
+    const first = await this._each(this.all(), key, () => ["LEASE.ACQUIRE", key, owner, ttlMs, ...label], timeout);
+    // The first round's replies, one per master (the Redlock drop-ins' votes).
+    onReplies?.(first);
+    let commit = Commit.first(first, this.quorum);
     if (!commit) return null;
     let committed: number[] | null = null;
     // At most one round per master: each leaves one out.
@@ -182,6 +195,9 @@ export class QuorumLease {
   private validUntil: number;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private released = false;
+  private watched: boolean;
+  private until: number | null = null;
+  private round: ReturnType<typeof setTimeout> | undefined;
 
   /** @internal */
   constructor(
@@ -197,7 +213,20 @@ export class QuorumLease {
     this.signal = this.controller.signal;
     this.validUntil = validUntil;
     this.armExpiry();
+    this.watched = watchdog;
     if (watchdog) this.schedule(validUntil + drift(ttlMs) - ttlMs + renewEvery(ttlMs) - now());
+  }
+
+  /** @internal Renewed in the background (its ttl each time) until `until`
+   * (performance.now() ms; null: for as long as it is held), the last
+   * renewal asking only for the time left: a lock longer than the masters'
+   * `lease.max-ttl-ms`. Just renewed (or acquired). */
+  _renewUntil(until: number | null): void {
+    if (this.released || this.lost) return;
+    this.until = until;
+    if (until !== null && until <= this.validUntil + drift(this.ttlMs) && !this.watched) return;
+    this.watched = true;
+    this.schedule(renewEvery(this.ttlMs));
   }
 
   private armExpiry(): void {
@@ -218,14 +247,19 @@ export class QuorumLease {
   }
 
   private schedule(ms: number): void {
-    const t = setTimeout(() => void this.watchdogRound(), Math.max(ms, 1));
-    t.unref?.();
+    clearTimeout(this.round);
+    this.round = setTimeout(() => void this.watchdogRound(), Math.max(ms, 1));
+    this.round.unref?.();
   }
 
   private async watchdogRound(): Promise<void> {
     if (this.lost) return;
-    const outcome = await this.renewRound();
+    const ttl = this.until === null ? this.ttlMs : Math.min(this.ttlMs, Math.ceil(this.until - now()));
+    if (ttl < 1) return; // ends at `until` by itself
+    const outcome = await this.renewRound(ttl);
     if (outcome === false || this.lost) return;
+    // The last renewal of a lease watched until an end: none after it.
+    if (outcome && ttl < this.ttlMs) return;
     this.schedule(outcome ? renewEvery(this.ttlMs) : retryPause(this.ttlMs));
   }
 
@@ -284,11 +318,19 @@ export class QuorumLease {
 
   /** Gives the lease back on every master: true when a majority released. */
   async release(): Promise<boolean> {
-    if (this.released) return false;
+    const replies = await this._release();
+    return replies !== null && replies.filter((r) => r === 1).length >= this.client.quorum;
+  }
+
+  /** @internal The release on every master: each reply or Error (null:
+   * released before, nothing sent). */
+  async _release(): Promise<unknown[] | null> {
+    if (this.released) return null;
     this.released = true;
+    clearTimeout(this.round);
     this.lose("released");
     const c = this.client;
-    return (await c._releaseEverywhere(this.key, this.owner, nodeTimeout(c.ioTimeoutMs, this.ttlMs))) >= c.quorum;
+    return c._each(c.targets.map((_, i) => i), this.key, () => ["LEASE.RELEASE", this.key, this.owner], nodeTimeout(c.ioTimeoutMs, this.ttlMs));
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -7,10 +7,10 @@
 
 import { EventEmitter } from "node:events";
 
-import { AlreadyHeld, FOREVER, FenceCall, Label, LeaseError, LeaseLost, Loss, checkStale, fenceArgs } from "./core";
-import { RedisClient } from "./adapter";
-import { Lease, LeaseClient } from "./client";
-import { QuorumClient, QuorumLease } from "./quorum";
+import { FenceCall, Label, LeaseError, LeaseLost, Loss } from "./core.js";
+import { RedisClient } from "./adapter.js";
+import { LeaseClient } from "./client.js";
+import { Against, Held, Locker } from "./locking.js";
 
 type Client = RedisClient;
 
@@ -68,8 +68,6 @@ export class ExecutionError extends Error {
 
 export type RedlockAbortSignal = AbortSignal & { error?: Error };
 
-type Held = { kind: "one"; lease: Lease } | { kind: "quorum"; leases: QuorumLease[] };
-
 /** A held lock: node-redlock's Lock plus `token`, `tokens` and `fence()`. */
 export class Lock {
   /** @internal */
@@ -95,8 +93,7 @@ export class Lock {
 
   /** The fencing token of each resource, in the order of `resources`. */
   get tokens(): number[] {
-    if (this.held.kind === "one") return this.resources.map(() => (this.held as { lease: Lease }).lease.token);
-    return this.held.leases.map((l) => l.token);
+    return this.redlock._locker.tokens(this.held, this.resources);
   }
 
   /** Runs `command` on the first resource's server only if the token is
@@ -110,11 +107,7 @@ export class Lock {
   /** `fence` on one of the lock's resources (options, `{ minTtlMs }`,
    * after the resource). */
   async fenceOn(resource: string, ...call: FenceCall): Promise<unknown> {
-    const at = this.resources.indexOf(resource);
-    if (at < 0) throw new RangeError(`${resource} is not one of the lock's resources; nothing was sent`);
-    if (this.held.kind === "quorum") return this.held.leases[at].fence(...call);
-    const lease = this.held.lease;
-    return this.redlock._one!._call(resource, fenceArgs(resource, lease.token, call));
+    return this.redlock._locker.fence(this.held, this.resources, resource, call);
   }
 
   async release(): Promise<ExecutionResult> {
@@ -130,7 +123,7 @@ function checkDuration(duration: number): void {
   if (Math.floor(duration) !== duration) throw new Error("Duration must be an integer value in milliseconds.");
 }
 
-const sortedUnique = (xs: string[]): string[] => [...new Set(xs)].sort();
+const QUORUM_FAILED = "The operation was unable to achieve a quorum during its retry window.";
 
 /**
  * node-redlock's Redlock on the lease module. `new Redlock([client])` with
@@ -141,9 +134,7 @@ export default class Redlock extends EventEmitter {
   public readonly clients: Set<Client>;
   public readonly settings: Settings;
   /** @internal */
-  readonly _one: LeaseClient | null;
-  /** @internal */
-  readonly _quorum: QuorumClient | null;
+  readonly _locker: Locker;
 
   public constructor(clients: Iterable<Client>, settings: Partial<Settings> = {}, _scripts: unknown = {}) {
     super();
@@ -160,19 +151,18 @@ export default class Redlock extends EventEmitter {
       automaticExtensionThreshold: pick("automaticExtensionThreshold"),
       ...(settings.label !== undefined ? { label: settings.label } : {}),
     };
-    if (this.clients.size === 1) {
-      this._one = new LeaseClient([...this.clients][0], { watchdog: false, label: settings.label });
-      this._quorum = null;
-    } else {
-      this._one = null;
-      this._quorum = new QuorumClient(this.clients, { watchdog: false, label: settings.label, onOutlier: (o) => this.emit("error", new LeaseError(`quorum master ${o.addr} left out: its clock is ${o.aheadMs} ms ahead`)) });
-    }
+    this._locker = new Locker([...this.clients], settings.label, (m) => this.emit("error", new LeaseError(m)));
+  }
+
+  /** @internal */
+  get _one(): LeaseClient | null {
+    return this._locker.one;
   }
 
   /** Runs `.quit()` on every client (as node-redlock), after closing the
    * helper's own connections. */
   public async quit(): Promise<void> {
-    await (this._one ?? this._quorum)!.close();
+    await this._locker.close();
     await Promise.all([...this.clients].map((c) => (c as { quit(): Promise<unknown> }).quit()));
   }
 
@@ -180,21 +170,24 @@ export default class Redlock extends EventEmitter {
     return settings ? { ...this.settings, ...settings } : this.settings;
   }
 
-  /** The server-side wait that replaces node-redlock's retry loop: as long as
-   * its retries would have lasted (retryCount x retryDelay; -1: forever). */
-  private blockMs(s: Settings): number | undefined {
-    if (s.retryCount === -1) return FOREVER;
-    const ms = Math.round(s.retryCount * s.retryDelay);
-    return ms > 0 ? ms : undefined;
-  }
-
-  private stats(votesFor: Client[], against: Array<[Client, Error]>): Promise<ExecutionStats> {
+  /** One attempt's votes as node-redlock reports them: a resource held by
+   * another lock (or a key of another type) is a ResourceLockedError; a
+   * failed client its error (an unreachable server: "Connection is
+   * closed."; an error reply: the library's). Each vote against is also an
+   * "error" event. */
+  private stats(against: Map<Client, Against>, resources: string[]): Promise<ExecutionStats> {
     const membershipSize = this.clients.size;
+    const votesAgainst = new Map<Client, Error>();
+    for (const [c, a] of against) {
+      const e = a.kind === "error" ? a.error : this.lockedError(resources);
+      votesAgainst.set(c, e);
+      this.emit("error", e);
+    }
     return Promise.resolve({
       membershipSize,
-      quorumSize: Math.floor(membershipSize / 2) + 1,
-      votesFor: new Set(votesFor),
-      votesAgainst: new Map(against),
+      quorumSize: this._locker.quorumSize,
+      votesFor: new Set([...this.clients].filter((c) => !against.has(c))),
+      votesAgainst,
     });
   }
 
@@ -206,109 +199,52 @@ export default class Redlock extends EventEmitter {
     return start + duration - (Math.round(s.driftFactor * duration) + 2);
   }
 
-  /** Locks `resources` for `duration` ms: several resources all at once or
-   * none. Waits on the server (in arrival order) for as long as the retries
-   * would have lasted; ExecutionError when it could not. */
-  public async acquire(resources: string[], duration: number, settings?: Partial<Settings>, watchdog = false): Promise<Lock> {
+  /** Locks `resources` for `duration` ms (any length: the server lease is
+   * renewed until then), several resources all at once or none. One master:
+   * a try, then a wait on the server (in arrival order) for as long as the
+   * retries would have lasted; several: a try every `retryDelay`. A client
+   * that fails is tried again every `retryDelay`, `retryCount` times.
+   * ExecutionError when it could not, its `attempts` each try's votes. */
+  public async acquire(resources: string[], duration: number, settings?: Partial<Settings>): Promise<Lock> {
+    return this.acquireFor(resources, duration, this.merged(settings), false);
+  }
+
+  private async acquireFor(resources: string[], duration: number, s: Settings, forever: boolean): Promise<Lock> {
     checkDuration(duration);
-    const s = this.merged(settings);
-    const start = Date.now();
-    const blockMs = this.blockMs(s);
-    const clients = [...this.clients];
-    let failure: Error;
-    try {
-      if (this._one) {
-        const lease =
-          resources.length === 1
-            ? await this._one.acquire(resources[0], duration, { blockMs, watchdog, label: s.label })
-            : await this._one.acquireMany(resources, duration, { blockMs, watchdog, label: s.label });
-        if (lease) {
-          const attempts = [this.stats(clients, [])];
-          return new Lock(this, resources, lease._owner, attempts, this.expirationOf(start, duration, s), { kind: "one", lease });
-        }
-        failure = this.lockedError(resources);
-      } else {
-        const leases = await this.quorumAcquire(sortedUnique(resources), duration, blockMs, watchdog, s.label);
-        if (leases) {
-          const byResource = resources.map((r) => leases.find((l) => l.key === r)!);
-          const committed = new Set(byResource[0].committed);
-          const attempts = [this.stats(clients.filter((_, i) => committed.has(i)), [])];
-          return new Lock(this, resources, byResource[0]._owner, attempts, this.expirationOf(start, duration, s), { kind: "quorum", leases: byResource });
-        }
-        failure = this.lockedError(resources);
-      }
-    } catch (e) {
-      if (!(e instanceof LeaseError)) throw e;
-      // A resource this Redlock holds already: contention with itself,
-      // refused at once instead of waiting on itself.
-      failure = e instanceof AlreadyHeld ? new ResourceLockedError(e.message) : e;
-    }
-    this.emit("error", failure);
-    throw new ExecutionError("The operation was unable to achieve a quorum during its retry window.", [this.stats([], clients.map((c) => [c, failure]))]);
+    const got = await this._locker.acquire(resources, duration, forever, s, s.label);
+    const attempts = got.tries.map((t) => this.stats(t.against, resources));
+    if (!got.held) throw new ExecutionError(QUORUM_FAILED, attempts);
+    const value = got.held.kind === "one" ? got.held.lease._owner : got.held.leases[0]._owner;
+    return new Lock(this, resources, value, attempts, this.expirationOf(got.start, duration, s), got.held);
   }
 
-  /** One quorum lease per resource, in sorted order, all or none (the ones
-   * taken are released when one is not): no deadlock. */
-  private async quorumAcquire(resources: string[], duration: number, blockMs: number | undefined, watchdog: boolean, label: Label): Promise<QuorumLease[] | null> {
-    const until = blockMs ? performance.now() + blockMs : null;
-    const leases: QuorumLease[] = [];
-    for (const r of resources) {
-      const left = until === null ? blockMs : Math.max(Math.round(until - performance.now()), 1);
-      const lease = await this._quorum!.acquire(r, duration, { blockMs: left, watchdog, label });
-      if (!lease) {
-        await Promise.all(leases.map((l) => l.release().catch(() => false)));
-        return null;
-      }
-      leases.push(lease);
-    }
-    return leases;
-  }
-
-  /** Unlocks the lock (ExecutionError when it was not held any more: expired
-   * or taken; a lost reply is retried, a refusal is final). */
+  /** Unlocks the lock: ExecutionError when a quorum could not release it
+   * (not held any more: expired or taken; or the clients failed). A lost
+   * reply is retried, a refusal is final. */
   public async release(lock: Lock, _settings?: Partial<Settings>): Promise<ExecutionResult> {
     lock.expiration = 0;
     const start = Date.now();
-    const clients = [...this.clients];
-    let ok: boolean;
-    try {
-      if (lock.held.kind === "one") ok = await lock.held.lease.release();
-      else ok = (await Promise.all(lock.held.leases.map((l) => l.release()))).every(Boolean);
-    } catch (e) {
-      this.emit("error", e);
-      throw new ExecutionError("The operation was unable to achieve a quorum during its retry window.", [this.stats([], clients.map((c) => [c, e as Error]))]);
-    }
-    if (!ok) {
-      const err = this.lockedError(lock.resources);
-      this.emit("error", err);
-      throw new ExecutionError("The operation was unable to achieve a quorum during its retry window.", [this.stats([], clients.map((c) => [c, err]))]);
-    }
-    return { attempts: [this.stats(clients, [])], start };
+    const against = await this._locker.release(lock.held);
+    const attempts = [this.stats(against, lock.resources)];
+    if (this.clients.size - against.size < this._locker.quorumSize) throw new ExecutionError(QUORUM_FAILED, attempts);
+    return { attempts, start };
   }
 
-  /** Extends a held lock to `duration` ms from now: a new Lock (the old one
-   * is invalidated, as in node-redlock). */
+  /** Extends a held lock to `duration` ms from now (any length): a new Lock
+   * (the old one is invalidated, as in node-redlock). */
   public async extend(existing: Lock, duration: number, settings?: Partial<Settings>): Promise<Lock> {
     checkDuration(duration);
     if (existing.expiration < Date.now()) throw new ExecutionError("Cannot extend an already-expired lock.", []);
-    const s = this.merged(settings);
+    return this.extendFor(existing, duration, this.merged(settings), false);
+  }
+
+  private async extendFor(existing: Lock, duration: number, s: Settings, forever: boolean): Promise<Lock> {
     const start = Date.now();
-    const clients = [...this.clients];
-    let ok: boolean;
-    try {
-      if (existing.held.kind === "one") ok = await existing.held.lease.renew(duration);
-      else ok = (await Promise.all(existing.held.leases.map((l) => l.renew(duration)))).every(Boolean);
-    } catch (e) {
-      ok = false;
-      this.emit("error", checkStale(e));
-    }
-    if (!ok) {
-      const err = this.lockedError(existing.resources);
-      this.emit("error", err);
-      throw new ExecutionError("The operation was unable to achieve a quorum during its retry window.", [this.stats([], clients.map((c) => [c, err]))]);
-    }
+    const against = await this._locker.extend(existing.held, duration, forever);
+    const attempts = [this.stats(against, existing.resources)];
+    if (against.size > 0) throw new ExecutionError(QUORUM_FAILED, attempts);
     existing.expiration = 0;
-    return new Lock(this, existing.resources, existing.value, [this.stats(clients, [])], this.expirationOf(start, duration, s), existing.held);
+    return new Lock(this, existing.resources, existing.value, attempts, this.expirationOf(start, duration, s), existing.held);
   }
 
   public async using<T>(resources: string[], duration: number, settings: Partial<Settings>, routine?: (signal: RedlockAbortSignal) => Promise<T>): Promise<T>;
@@ -330,7 +266,7 @@ export default class Redlock extends EventEmitter {
     if (typeof routine !== "function") throw new Error("INVARIANT: routine is not a function.");
     if (settings.automaticExtensionThreshold > duration - 100)
       throw new Error("A lock `duration` must be at least 100ms greater than the `automaticExtensionThreshold` setting.");
-    const lock = await this.acquire(resources, duration, settings, true);
+    const lock = await this.acquireFor(resources, duration, settings, true);
     const controller = new AbortController();
     const signal = controller.signal as RedlockAbortSignal;
     const inner = lock.held.kind === "one" ? [lock.held.lease.signal] : lock.held.leases.map((l) => l.signal);

@@ -215,6 +215,6 @@ describe(`labels of quorum leases on ${KINDS[0]}`, () => {
     const lock = await redlock.acquire(["job"], 5000);
     for (const r of rs) assert.equal(await labelOf(r, "job"), "redlock quorum");
     await lock.release();
-    await redlock._quorum!.close();
+    await redlock._locker.close();
   });
 });
