@@ -223,7 +223,7 @@ fmt:
 	$(CARGO) fmt --all
 
 # Every shell script of the project (bench, scripts, CI), for shellcheck.
-SHELL_SCRIPTS := $(wildcard scripts/*.sh bench/*.sh tests/*/*.sh packaging/*/*.sh clients/python/redispy/*.sh) .ci/run
+SHELL_SCRIPTS := $(wildcard scripts/*.sh bench/*.sh tests/*/*.sh packaging/*/*.sh clients/python/redispy/*.sh clients/node/test/*/*.sh) .ci/run
 
 # What CI checks before the tests (.ci/run): formatting, and clippy with
 # warnings denied on every crate of the workspace and every target, and on
@@ -237,7 +237,7 @@ lint: deps-build deps-shellcheck py-lint node-deps
 	$(CARGO) clippy --all-targets --workspace --all-features -- -D warnings
 	cd fuzz && $(CARGO) fmt -- --check && $(CARGO) clippy --all-targets -- -D warnings
 	shellcheck $(SHELL_SCRIPTS)
-	cd $(NODE_DIR) && npx tsc -p tsconfig.json --noEmit && npx eslint src test
+	cd $(NODE_DIR) && npx tsc -p tsconfig.json --noEmit && npx eslint src test scripts
 
 deps-shellcheck:
 	@command -v shellcheck >/dev/null 2>&1 || { echo "installing shellcheck"; \
