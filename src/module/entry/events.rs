@@ -6,7 +6,7 @@
 //! commands while someone waits.
 
 use super::super::ffi::ctx::{Ctx, Str};
-use super::super::ffi::entry::Events;
+use super::super::ffi::entry::{Events, SlotMigration};
 use super::super::timers::{self, Announcement, TimerJob};
 use super::super::{counters, datatype, grace, guards, info, waiters};
 
@@ -106,5 +106,22 @@ impl Events for Lease {
 
     fn stats_reset() {
         counters::DISTRIBUTIONS.reset();
+    }
+
+    /// The guards let the slot import link write the keys of the slots
+    /// this node imports (guards.rs). The rest needs nothing: the lease
+    /// keys arrive as their effects, the import's keys are deleted by the
+    /// server when it fails (each unlinked as any key), and waiters on the
+    /// source's keys are redirected once the slot is gone (waiters.rs).
+    fn slot_migration(step: SlotMigration, slots: &[(u16, u16)]) {
+        match step {
+            SlotMigration::ImportStarted => guards::importing_slots(slots, true),
+            SlotMigration::ImportAborted | SlotMigration::ImportCompleted => {
+                guards::importing_slots(slots, false)
+            }
+            SlotMigration::ExportStarted
+            | SlotMigration::ExportAborted
+            | SlotMigration::ExportCompleted => {}
+        }
     }
 }
