@@ -8,7 +8,7 @@
 use super::super::ffi::ctx::{Ctx, Str};
 use super::super::ffi::entry::{Events, SlotMigration};
 use super::super::timers::{self, Announcement, TimerJob};
-use super::super::{counters, datatype, grace, guards, info, waiters};
+use super::super::{counters, datatype, grace, guards, info, tokens, waiters};
 
 pub struct Lease;
 
@@ -109,7 +109,9 @@ impl Events for Lease {
     }
 
     /// The guards let the slot import link write the keys of the slots
-    /// this node imports (guards.rs). The rest needs nothing: the lease
+    /// this node imports (guards.rs); a snapshot forked while this node
+    /// exports starts with its token clock (tokens.rs). The rest needs
+    /// nothing: the lease
     /// keys arrive as their effects, the import's keys are deleted by the
     /// server when it fails (each unlinked as any key), and waiters on the
     /// source's keys are redirected once the slot is gone (waiters.rs).
@@ -119,9 +121,10 @@ impl Events for Lease {
             SlotMigration::ImportAborted | SlotMigration::ImportCompleted => {
                 guards::importing_slots(slots, false)
             }
-            SlotMigration::ExportStarted
-            | SlotMigration::ExportAborted
-            | SlotMigration::ExportCompleted => {}
+            SlotMigration::ExportStarted => tokens::exporting(true),
+            SlotMigration::ExportAborted | SlotMigration::ExportCompleted => {
+                tokens::exporting(false)
+            }
         }
     }
 }
