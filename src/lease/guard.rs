@@ -74,9 +74,10 @@ const NOT_CHECKED: [&[u8]; 7] = [
 #[inline]
 pub fn is_checked(name: &[u8], cluster: bool) -> bool {
     let lease = name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease.");
-    !lease
-        && !NOT_CHECKED.iter().any(|n| n.eq_ignore_ascii_case(name))
-        && !(cluster && name.eq_ignore_ascii_case(b"restore-asking"))
+    if lease || (cluster && name.eq_ignore_ascii_case(b"restore-asking")) {
+        return false;
+    }
+    !NOT_CHECKED.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
 /// The database a command runs in, as the binding knows it.
