@@ -475,13 +475,18 @@ full_suite! {
         ok(&mut a, &["LEASE.ACQUIRE", "{b}wp", "p2", "50000", "LIMIT", "2"]);
         let waiter = spawn_waiter(&p.src, "{b}w", "y", "50000", "15000");
         let pool_waiter = spawn_waiter_with(&p.src, "{b}wp", "p3", "50000", &["LIMIT", "2", "BLOCK", "15000"]);
+        let multi_waiter = spawn_blocked(
+            &p.src,
+            &["LEASE.MACQUIRE", "2", "{b}w", "{b}w2", "mk", "50000", "BLOCK", "15000"],
+            "mk",
+        );
         let acquired = info_int(&mut a, "lease_acquired");
         let started = Instant::now();
         migrate(&p.src, &p.dst_id);
         let (state, message) = wait_migration(&p.src, &["success", "failed", "cancelled"]);
         assert_eq!(state, "success", "{message}");
         let moved = format!("MOVED {SLOT} 127.0.0.1:{}", p.dst.port);
-        for h in [waiter, pool_waiter] {
+        for h in [waiter, pool_waiter, multi_waiter] {
             let (reply, at) = h.join().unwrap();
             match reply {
                 Err(e) => assert_eq!(error_text(&e), moved),
@@ -499,6 +504,7 @@ full_suite! {
         thread::sleep(Duration::from_millis(300));
         assert_eq!(token_of(&mut b, "{b}w"), None);
         assert_eq!(token_of(&mut b, "{b}wp"), None);
+        assert_eq!(token_of(&mut b, "{b}w2"), None);
         assert_eq!(info_int(&mut a, "lease_acquired"), acquired, "the source granted after the move");
     }
 
@@ -512,12 +518,14 @@ full_suite! {
         let p = pair(kind);
         let mut a = p.src.conn();
         let guard_token = fill(&mut a).to_string();
+        acquire(&mut a, "{b}held", "x", "50000");
+        let waiter = spawn_waiter(&p.src, "{b}held", "y", "50000", "20000");
         hold_streaming(&p.src, true);
         migrate(&p.src, &p.dst_id);
         wait_migration(&p.src, &["waiting-to-pause"]);
         wait_migration(&p.dst, &["waiting-for-paused"]);
         // The target holds the snapshot, not yet served.
-        assert_eq!(keys_in_slot(&p.dst), KEYS.len() as i64);
+        assert_eq!(keys_in_slot(&p.dst), KEYS.len() as i64 + 1);
         assert_eq!(guards(&p.dst), 1);
         let before = dumps(&mut a, &KEYS);
         let mut c = p.src.conn();
@@ -532,6 +540,11 @@ full_suite! {
             guards(&p.dst)
         );
         serves_as_before(&p, &before, &guard_token);
+        // The waiter still waits there, and is served there.
+        assert_eq!(waiters(&mut a, "{b}held"), 1);
+        let held = token_of(&mut a, "{b}held").unwrap();
+        assert_eq!(int(&ok(&mut a, &["LEASE.RELEASE", "{b}held", "x"])), 1);
+        assert!(got_token(waiter) > held);
 
         let now = dumps(&mut a, &KEYS);
         migrate(&p.src, &p.dst_id);
