@@ -80,6 +80,34 @@ fn pair(kind: Kind) -> Pair {
     }
 }
 
+/// A replica of the target, joined to the cluster, once it has synced.
+fn replica_of(p: &Pair, kind: Kind) -> Server {
+    let r = node(kind, 2);
+    let mut c = r.conn();
+    ok(
+        &mut c,
+        &["CLUSTER", "MEET", "127.0.0.1", &p.dst.port.to_string()],
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || ok_text(
+            &mut c,
+            &["CLUSTER", "NODES"]
+        )
+        .contains(&p.dst_id)),
+        "the replica never met the target"
+    );
+    ok(&mut c, &["CLUSTER", "REPLICATE", &p.dst_id]);
+    assert!(
+        wait_until(Duration::from_secs(20), || ok_text(
+            &mut c,
+            &["INFO", "replication"]
+        )
+        .contains("master_link_status:up")),
+        "the replica never synced"
+    );
+    r
+}
+
 /// Atomic slot migration is Valkey 9's: `false` (and a message) elsewhere.
 fn runs_here(kind: Kind, test: &str) -> bool {
     if kind != Kind::Valkey9 {
@@ -351,12 +379,14 @@ full_suite! {
     /// Effects the source writes while the slot streams reach the target:
     /// an acknowledged renewal, acquires and releases of each kind, a
     /// hand-off at expiry to a blocked waiter and a prune of an ended
-    /// holder (both written by the module's timers), a fenced write.
+    /// holder (both written by the module's timers), a fenced write; and
+    /// they reach the target's replica as well.
     fn effects_written_while_the_slot_moves_reach_the_target(kind) {
         if !runs_here(kind, "effects_written_while_the_slot_moves_reach_the_target") {
             return;
         }
         let p = pair(kind);
+        let replica = replica_of(&p, kind);
         let mut a = p.src.conn();
         let guard_token = fill(&mut a).to_string();
         // A hand-off at expiry is due while the slot streams.
@@ -402,6 +432,16 @@ full_suite! {
         assert_eq!(text(&field(&ok(&mut b, &["LEASE.INFO", "{b}readers"]), "mode").unwrap()), "shared");
         assert_eq!(ok_text(&mut b, &["GET", "{b}balance"]), "107");
         assert_eq!((guards(&p.src), guards(&p.dst)), (0, 1));
+        // The target's replica has it all too, once, as the target has it
+        // after the renewals above.
+        let after = dumps(&mut b, &keys);
+        let mut r = replica.conn();
+        ok(&mut r, &["READONLY"]);
+        assert!(
+            wait_until(Duration::from_secs(5), || dumps(&mut r, &keys) == after),
+            "the target's replica differs"
+        );
+        assert_eq!(guards(&replica), 1);
     }
 
     /// Under load: a bounded loop of acquires, renewals and releases on
