@@ -201,6 +201,19 @@ fn hold_streaming(s: &Server, on: bool) {
     );
 }
 
+/// Closes the slot import link on the target `s` (`CLIENT LIST` flags it
+/// `i`): the migration fails on both nodes.
+fn cut_import_link(s: &Server) {
+    let mut c = s.conn();
+    let list = ok_text(&mut c, &["CLIENT", "LIST"]);
+    let import = list
+        .lines()
+        .find(|l| l.split(' ').any(|f| f == "flags=i"))
+        .unwrap_or_else(|| panic!("no import link in {list}"));
+    let id = import.split(' ').next().unwrap().trim_start_matches("id=");
+    ok(&mut c, &["CLIENT", "KILL", "ID", id]);
+}
+
 /// `DUMP key`: the whole stored value (owner, token, deadline, label,
 /// holders), `None` when the key does not exist.
 fn dump(c: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
@@ -445,7 +458,8 @@ full_suite! {
     }
 
     /// Under load: a bounded loop of acquires, renewals and releases on
-    /// keys of the slot while it moves to the target and back, following
+    /// keys of the slot while it moves to the target, then back (a
+    /// migration cancelled, one failed, then one that succeeds), following
     /// the redirections. Every reply is what a model of the leases
     /// predicts (nothing lost, nothing granted twice), tokens of a key
     /// only increase, and the state left matches the model, renewals
@@ -466,6 +480,30 @@ full_suite! {
         assert_eq!(state, "success", "there: {message}");
         wait_owner(&p.dst, &p.src);
         thread::sleep(Duration::from_millis(300));
+        // Back, cancelled while it streams, then failed (its link cut on
+        // the source, the target now), then for good.
+        hold_streaming(&p.dst, true);
+        migrate(&p.dst, &p.src_id);
+        wait_migration(&p.dst, &["waiting-to-pause"]);
+        thread::sleep(Duration::from_millis(300));
+        ok(&mut p.dst.conn(), &["CLUSTER", "CANCELSLOTMIGRATIONS"]);
+        assert_eq!(wait_migration(&p.dst, &["cancelled", "failed", "success"]).0, "cancelled");
+        assert_eq!(wait_migration(&p.src, &["failed", "cancelled", "success"]).0, "failed");
+        assert!(
+            wait_until(Duration::from_secs(5), || keys_in_slot(&p.src) == 0),
+            "the cancelled import left keys"
+        );
+        migrate(&p.dst, &p.src_id);
+        wait_migration(&p.src, &["waiting-for-paused"]);
+        thread::sleep(Duration::from_millis(300));
+        cut_import_link(&p.src);
+        assert_eq!(wait_migration(&p.src, &["failed", "cancelled", "success"]).0, "failed");
+        assert_eq!(wait_migration(&p.dst, &["failed", "cancelled", "success"]).0, "failed");
+        assert!(
+            wait_until(Duration::from_secs(5), || keys_in_slot(&p.src) == 0),
+            "the failed import left keys"
+        );
+        hold_streaming(&p.dst, false);
         migrate(&p.dst, &p.src_id);
         let (state, message) = wait_migration(&p.dst, &["success", "failed", "cancelled"]);
         assert_eq!(state, "success", "back: {message}");
@@ -474,7 +512,7 @@ full_suite! {
         stop.store(true, Ordering::Relaxed);
         let model = worker.join().expect("the load");
         eprintln!(
-            "load: {} calls on the source, {} on the target, {} redirections followed",
+            "load: {} calls answered by the first node, {} by the second, {} redirections followed",
             model.ops_on[0], model.ops_on[1], model.moved
         );
         assert!(model.moved >= 2, "the load never followed the slot: {} redirections", model.moved);
@@ -614,14 +652,7 @@ full_suite! {
         wait_migration(&p.src, &["waiting-to-pause"]);
         wait_migration(&p.dst, &["waiting-for-paused"]);
         assert_eq!(guards(&p.dst), 1);
-        let mut b = p.dst.conn();
-        let list = ok_text(&mut b, &["CLIENT", "LIST"]);
-        let import = list
-            .lines()
-            .find(|l| l.split(' ').any(|f| f == "flags=i"))
-            .unwrap_or_else(|| panic!("no import link in {list}"));
-        let id = import.split(' ').next().unwrap().trim_start_matches("id=");
-        ok(&mut b, &["CLIENT", "KILL", "ID", id]);
+        cut_import_link(&p.dst);
         assert_eq!(wait_migration(&p.dst, &["failed", "cancelled", "success"]).0, "failed");
         assert_eq!(wait_migration(&p.src, &["failed", "cancelled", "success"]).0, "failed");
         assert!(
@@ -690,11 +721,11 @@ struct Model {
     pool: HashMap<String, (i64, i64)>,
     /// Redirections followed.
     moved: usize,
-    /// Calls answered by the source and by the target.
+    /// Calls answered by the slot's first node (`src`) and by the second.
     ops_on: [usize; 2],
 }
 
-/// The load: until `stop` (and at most 30 s or 60,000 calls), acquires,
+/// The load: until `stop` (and at most 30 s or 200,000 calls), acquires,
 /// renewals and releases on `EXCLUSIVE` and on `POOL` (LIMIT 3, five
 /// owners), each reply checked against the model; a `MOVED` sends the same
 /// call to the node named. TTLs are long: nothing expires while it runs.
@@ -718,7 +749,7 @@ fn load(p: &Pair, stop: &AtomicBool) -> Model {
     };
     let began = Instant::now();
     let mut after_stop = 0;
-    for _ in 0..60_000 {
+    for _ in 0..200_000 {
         if began.elapsed() > Duration::from_secs(30) {
             break;
         }
