@@ -13,8 +13,8 @@ mod common;
 use common::*;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -463,7 +463,8 @@ full_suite! {
     /// the redirections. Every reply is what a model of the leases
     /// predicts (nothing lost, nothing granted twice), tokens of a key
     /// only increase, and the state left matches the model, renewals
-    /// included.
+    /// included. Beside it, two clients take turns on one key with BLOCK:
+    /// never both at once, tokens only increasing.
     fn leases_under_load_while_the_slot_moves_there_and_back(kind) {
         if !runs_here(kind, "leases_under_load_while_the_slot_moves_there_and_back") {
             return;
@@ -474,6 +475,15 @@ full_suite! {
             let (p, stop) = (p.clone(), stop.clone());
             thread::spawn(move || load(&p, &stop))
         };
+        // Beside it, two clients take turns on one key with BLOCK.
+        let turns = Arc::new(Mutex::new(Turns::default()));
+        let contenders: Vec<_> = ["c1", "c2"]
+            .into_iter()
+            .map(|name| {
+                let (p, stop, turns) = (p.clone(), stop.clone(), turns.clone());
+                thread::spawn(move || contend(&p, &stop, name, &turns))
+            })
+            .collect();
         thread::sleep(Duration::from_millis(300));
         migrate(&p.src, &p.dst_id);
         let (state, message) = wait_migration(&p.src, &["success", "failed", "cancelled"]);
@@ -511,6 +521,9 @@ full_suite! {
         thread::sleep(Duration::from_millis(300));
         stop.store(true, Ordering::Relaxed);
         let model = worker.join().expect("the load");
+        let grants: Vec<usize> = contenders.into_iter().map(|h| h.join().expect("a contender")).collect();
+        eprintln!("turns: {grants:?} grants by BLOCK");
+        assert!(grants.iter().all(|&n| n > 5), "turns taken: {grants:?}");
         eprintln!(
             "load: {} calls answered by the first node, {} by the second, {} redirections followed",
             model.ops_on[0], model.ops_on[1], model.moved
@@ -707,6 +720,92 @@ fn serves_as_before(p: &Pair, before: &[Option<Vec<u8>>], guard_token: &str) {
         "100"
     );
     assert_eq!(guards(&p.src), 1);
+}
+
+/// The key the contenders take turns on, who holds it now by their own
+/// account, and its last token.
+const TURN: &str = "{b}turn";
+
+#[derive(Default)]
+struct Turns {
+    holder: Option<&'static str>,
+    last_token: i64,
+}
+
+/// `args` on the node owning slot 3300, following `MOVED` (`at` is the
+/// index in `ports` of the node asked first, and of the one that answered).
+fn call_following(
+    conns: &mut [redis::Connection; 2],
+    ports: [u16; 2],
+    at: &mut usize,
+    args: &[&str],
+) -> redis::RedisResult<Value> {
+    let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    for _ in 0..100 {
+        match call(&mut conns[*at], &bytes) {
+            Err(e) if error_text(&e).starts_with("MOVED") => {
+                let t = error_text(&e);
+                let port: u16 = t.rsplit(':').next().unwrap().trim().parse().unwrap();
+                *at = ports.iter().position(|&q| q == port).expect("a known node");
+            }
+            other => return other,
+        }
+    }
+    panic!("{args:?}: redirected back and forth")
+}
+
+/// One contender: until `stop` (at most 30 s or 2,000 turns), waits for
+/// `TURN` with BLOCK on the node owning it (a waiter the source redirects
+/// asks the target), holds it 5 ms and releases it. No two contenders hold
+/// it at once, and each grant's token is above every earlier one. The
+/// number of grants it got.
+fn contend(p: &Pair, stop: &AtomicBool, name: &'static str, turns: &Mutex<Turns>) -> usize {
+    let ports = [p.src.port, p.dst.port];
+    let mut conns = [p.src.conn(), p.dst.conn()];
+    let mut at = 0usize;
+    let mut grants = 0;
+    let began = Instant::now();
+    for _ in 0..2_000 {
+        if stop.load(Ordering::Relaxed) || began.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+        let reply = call_following(
+            &mut conns,
+            ports,
+            &mut at,
+            &["LEASE.ACQUIRE", TURN, name, "10000", "BLOCK", "500"],
+        );
+        let token = match reply {
+            Ok(Value::Nil) => continue,
+            Ok(v) => int(&v),
+            Err(e) => panic!("{name}: {e}"),
+        };
+        {
+            let mut t = turns.lock().unwrap();
+            assert_eq!(
+                t.holder, None,
+                "{name} was granted {TURN} while {:?} held it",
+                t.holder
+            );
+            assert!(
+                token > t.last_token,
+                "{name}: token {token} not above {}",
+                t.last_token
+            );
+            t.holder = Some(name);
+            t.last_token = token;
+        }
+        grants += 1;
+        thread::sleep(Duration::from_millis(5));
+        turns.lock().unwrap().holder = None;
+        let released = call_following(&mut conns, ports, &mut at, &["LEASE.RELEASE", TURN, name]);
+        assert_eq!(
+            released.map(|v| int(&v)).ok(),
+            Some(1),
+            "{name}: its release"
+        );
+    }
+    grants
 }
 
 const POOL: &str = "{b}lpool";
