@@ -111,10 +111,10 @@ impl Events for Lease {
     /// The guards let the slot import link write the keys of the slots
     /// this node imports (guards.rs); a snapshot forked while this node
     /// exports starts with its token clock (tokens.rs). The rest needs
-    /// nothing: the lease
-    /// keys arrive as their effects, the import's keys are deleted by the
-    /// server when it fails (each unlinked as any key), and waiters on the
-    /// source's keys are redirected once the slot is gone (waiters.rs).
+    /// nothing: the lease keys arrive as their effects, the import's keys
+    /// are deleted by the server when it fails (each unlinked as any key),
+    /// and waiters on the source's keys are redirected once the slot is
+    /// gone (waiters.rs).
     fn slot_migration(step: SlotMigration, slots: &[(u16, u16)]) {
         match step {
             SlotMigration::ImportStarted => guards::importing_slots(slots, true),

@@ -332,7 +332,7 @@ pub fn register_configs<C: Configs>(ctx: &Context, values: &[i64]) -> Result<(),
 /// in valkeymodule.h, Valkey 9.0+; the Redis bindings do not have it): the
 /// module handles `CLUSTER MIGRATESLOTS`, which the server refuses while a
 /// loaded module does not say so. Redis gives no meaning to that bit (Redis
-/// 8.4's own atomic slot migration needs no option).
+/// 8.4's own atomic slot migration has no such option).
 const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: u32 = 1 << 5;
 
 /// Is the server a Valkey that knows atomic slot migration: it calls itself

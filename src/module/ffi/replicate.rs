@@ -267,7 +267,7 @@ pub fn emit_aof(io: AofIo, cmd: &CStr, key: Str, args: &[&[u8]]) {
     }
 }
 
-/// Writes `cmd args...` (no key; numbers, as buffers) into the AOF being
+/// Writes `cmd arg` (no key; a number, as a buffer) into the AOF being
 /// rewritten.
 pub fn emit_aof_keyless(io: AofIo, cmd: &CStr, arg: &[u8]) {
     // SAFETY: as in `emit_aof`; "b" matches one buffer, which lives until
