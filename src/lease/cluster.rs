@@ -1,8 +1,7 @@
 //! Redis Cluster: where a slot that this node no longer serves has gone, so
 //! a waiter whose key left the node is redirected as the server redirects
 //! clients blocked on keys (`-ASK` while the slot migrates, `-MOVED` once it
-//! has moved). Reads the text of `CLUSTER NODES`. And the slot of a key,
-//! as the server computes it.
+//! has moved). Reads the text of `CLUSTER NODES`.
 
 /// One line of `CLUSTER NODES`.
 struct Node<'a> {
@@ -71,55 +70,9 @@ pub fn redirect(nodes: &str, slot: u16) -> Option<String> {
     addr_of(owner.id).map(|a| format!("MOVED {slot} {a}"))
 }
 
-/// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the bytes
-/// between the first `{` and the first `}` after it, when there are some)
-/// or of the whole key, modulo 16384.
-pub fn key_slot(key: &[u8]) -> u16 {
-    let hashed = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            let close = rest.iter().position(|&b| b == b'}')?;
-            (close > 0).then(|| &rest[..close])
-        })
-        .unwrap_or(key);
-    crc16(hashed) % 16384
-}
-
-fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in bytes {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn key_slots_are_the_servers() {
-        // As CLUSTER KEYSLOT answers (Valkey 9.1).
-        assert_eq!(key_slot(b"a"), 15495);
-        assert_eq!(key_slot(b"b"), 3300);
-        assert_eq!(key_slot(b"h"), 11694);
-        assert_eq!(key_slot(b"{b}x"), 3300);
-        assert_eq!(key_slot(b"g{b}"), 3300);
-        // An empty tag hashes the whole key; only the first tag counts.
-        assert_eq!(key_slot(b"{}b"), 6680);
-        assert_eq!(key_slot(b"x{b}{a}"), 3300);
-        // CRC16-XMODEM("123456789") is 0x31C3, below 16384.
-        assert_eq!(key_slot(b"123456789"), 0x31C3);
-    }
 
     const NODES: &str = "\
 a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 [93->-b2]

@@ -7,8 +7,8 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering::Relaxed};
 
-use crate::lease::cluster::key_slot;
 use crate::lease::error::printable;
+use crate::lease::fence::key_slot;
 use crate::lease::guard::{Db, Guards, Verdict, hash_tag};
 use crate::lease::keyspec::{Keys, Table};
 use crate::lease::{LeaseError, RecordRef};
