@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering::Relaxed};
 
 use crate::lease::error::printable;
+use crate::lease::fence::key_slot;
 use crate::lease::guard::{Db, Guards, Verdict, hash_tag};
 use crate::lease::keyspec::{Keys, Table};
 use crate::lease::{LeaseError, RecordRef};
@@ -230,6 +231,33 @@ pub fn in_cluster() -> bool {
     CLUSTER.load(Relaxed)
 }
 
+/// The slot ranges (inclusive) this node imports by Valkey's atomic slot
+/// migration now, one entry per migration: between the import's start and
+/// its end (completed or aborted).
+static IMPORTING: Mutex<Vec<(u16, u16)>> = Mutex::new(Vec::new());
+
+/// An atomic slot migration into this node started (`started`) or ended.
+pub fn importing_slots(slots: &[(u16, u16)], started: bool) {
+    let mut importing = IMPORTING.lock().unwrap_or_else(|e| e.into_inner());
+    for range in slots {
+        if started {
+            importing.push(*range);
+        } else if let Some(at) = importing.iter().position(|r| r == range) {
+            importing.swap_remove(at);
+        }
+    }
+}
+
+/// Is `key` of a slot this node imports now?
+fn importing(key: &[u8]) -> bool {
+    let importing = IMPORTING.lock().unwrap_or_else(|e| e.into_inner());
+    if importing.is_empty() {
+        return false;
+    }
+    let slot = key_slot(key);
+    importing.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+}
+
 /// Runs `f` (a `LEASE.FENCE`'s command) as the fence of the lease key
 /// `key` of `db`: the guards let it write the keys `key` guards.
 pub fn fencing<R>(db: i32, key: &[u8], f: impl FnOnce() -> R) -> R {
@@ -301,6 +329,11 @@ pub fn check(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec
         fencing.as_ref().map(|(d, k)| (*d, k.as_slice())),
     ) {
         Verdict::Pass => None,
+        // The slot import link of a Valkey atomic slot migration writes
+        // what the source wrote (its snapshot, then its stream): the
+        // source judged it. Nobody else writes a key of a slot this node
+        // imports (the server redirects every other client).
+        Verdict::Refuse { key, .. } if importing(key) => None,
         Verdict::Refuse { key, guard } => {
             refusing(argv[0], key);
             Some((key.to_vec(), guard.to_vec()))

@@ -1,7 +1,7 @@
 //! The server's token clock (design.md S2): the last token issued or seen, on
 //! any key in any database.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use crate::lease::clock::TokenClock;
 
@@ -33,4 +33,31 @@ pub fn last() -> u64 {
 /// Raises the clock to at least `token`.
 pub fn observe(token: u64) {
     with_clock(|c| c.observe(token));
+}
+
+/// Valkey atomic slot migrations this node exports now (between their
+/// start and their end).
+static EXPORTS: AtomicUsize = AtomicUsize::new(0);
+/// The clock was written into the snapshot this process writes (set in the
+/// snapshot's child only: the parent never rewrites).
+static CLOCK_IN_SNAPSHOT: AtomicBool = AtomicBool::new(false);
+
+/// An atomic slot migration out of this node started (`started`) or ended.
+pub fn exporting(started: bool) {
+    if started {
+        EXPORTS.fetch_add(1, Relaxed);
+    } else {
+        let _ = EXPORTS.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+    }
+}
+
+/// The clock to write ahead of the first lease key of a slot migration's
+/// snapshot (forked while an export runs), once per snapshot: the target
+/// then issues no token below one the source issued on a key of the slot
+/// that was released before the move. `None` otherwise (an AOF rewrite
+/// gets its clock from the fork's announcement, `LEASE.CLOCK` through the
+/// replication stream, which the migration's stream leaves out: it carries
+/// only commands with a key of the slot).
+pub fn clock_for_snapshot() -> Option<u64> {
+    (EXPORTS.load(Relaxed) > 0 && !CLOCK_IN_SNAPSHOT.swap(true, Relaxed)).then(last)
 }

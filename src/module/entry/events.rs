@@ -1,14 +1,14 @@
-//! Server and keyspace events: flushes and SWAPDB (keys freed or moved
-//! without unlinking), forks (the token clock is written to a rewritten
-//! AOF), replicas coming online and role changes, shutdown and config
-//! changes (the grace period), the `expired` and `evicted` keyspace
-//! events (their counters), and the command filter that sees expiry
-//! commands while someone waits.
+//! Server events: flushes and SWAPDB (keys freed or moved without
+//! unlinking; while guards stand or clients wait), forks (the token clock
+//! is written to a rewritten AOF), replicas coming online and role
+//! changes, shutdown and config changes (the grace period), Valkey's atomic
+//! slot migration, and the command filter that sees expiry commands while
+//! someone waits.
 
 use super::super::ffi::ctx::{Ctx, Str};
-use super::super::ffi::entry::Events;
+use super::super::ffi::entry::{Events, SlotMigration};
 use super::super::timers::{self, Announcement, TimerJob};
-use super::super::{datatype, grace, guards, info, waiters};
+use super::super::{datatype, grace, guards, info, tokens, waiters};
 
 pub struct Lease;
 
@@ -90,5 +90,25 @@ impl Events for Lease {
 
     fn guarded(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec<u8>)> {
         guards::check(args, db)
+    }
+
+    /// The guards let the slot import link write the keys of the slots
+    /// this node imports (guards.rs); a snapshot forked while this node
+    /// exports starts with its token clock (tokens.rs). The rest needs
+    /// nothing: the lease keys arrive as their effects, the import's keys
+    /// are deleted by the server when it fails (each unlinked as any key),
+    /// and waiters on the source's keys are redirected once the slot is
+    /// gone (waiters.rs).
+    fn slot_migration(step: SlotMigration, slots: &[(u16, u16)]) {
+        match step {
+            SlotMigration::ImportStarted => guards::importing_slots(slots, true),
+            SlotMigration::ImportAborted | SlotMigration::ImportCompleted => {
+                guards::importing_slots(slots, false)
+            }
+            SlotMigration::ExportStarted => tokens::exporting(true),
+            SlotMigration::ExportAborted | SlotMigration::ExportCompleted => {
+                tokens::exporting(false)
+            }
+        }
     }
 }

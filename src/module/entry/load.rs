@@ -30,7 +30,8 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         }
     };
     settings::init(loaded);
-    register::set_module_options(ctx);
+    let slot_migration = register::valkey_atomic_slot_migration(ctx);
+    register::set_module_options(ctx, slot_migration);
     if let Err(why) = register::register_configs::<configs::Lease>(ctx, &loaded.values) {
         ctx.log_warning(&format!("refusing to load: {why}"));
         return Status::Err;
@@ -40,7 +41,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     register::register_info::<configs::Lease>(ctx);
-    register::subscribe_events::<events::Lease>(ctx);
+    register::subscribe_events::<events::Lease>(ctx, slot_migration);
     start(lctx);
     Status::Ok
 }

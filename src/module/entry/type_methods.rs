@@ -5,7 +5,7 @@ use std::os::raw::c_int;
 
 use redis_module::native_types::RedisType;
 
-use crate::lease::effect::{Digits, Effect};
+use crate::lease::effect::{self, Digits, Effect};
 use crate::lease::{Record, RecordRef};
 
 use super::super::datatype::{self, AUX_ENCVER, ENCVER, Source, TYPE_NAME};
@@ -42,8 +42,12 @@ impl LeaseType for Methods {
     }
 
     /// The effects that rebuild the record: one LEASE.APPLY, or one
-    /// LEASE.HOLD per live holder.
+    /// LEASE.HOLD per live holder. A Valkey slot migration's snapshot (an
+    /// AOF-formatted rewrite of the slot) starts with the token clock.
     fn aof_rewrite(io: AofIo, key: Str, record: RecordRef<'_>) {
+        if let Some(last) = tokens::clock_for_snapshot() {
+            replicate::emit_aof_keyless(io, effect::CLOCK, last.to_string().as_bytes());
+        }
         for effect in Effect::of_record(record, now_ms()) {
             let mut digits = Digits::default();
             replicate::emit_aof(

@@ -506,6 +506,84 @@ pub trait Events {
     /// `Some((key, guard))` refuses it; `db` tells the client's database
     /// where the server can.
     fn guarded(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec<u8>)>;
+    /// A step of a Valkey atomic slot migration (`CLUSTER MIGRATESLOTS`)
+    /// of the slot ranges `slots` (inclusive), on either end.
+    fn slot_migration(step: SlotMigration, slots: &[(u16, u16)]);
+}
+
+/// The steps of a Valkey atomic slot migration, as its server event names
+/// them (`VALKEYMODULE_SUBEVENT_ATOMIC_SLOT_MIGRATION_*`, 0 to 5): this node
+/// imports (the target) or exports (the source).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotMigration {
+    ImportStarted,
+    ExportStarted,
+    ImportAborted,
+    ExportAborted,
+    ImportCompleted,
+    ExportCompleted,
+}
+
+/// Valkey's `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` (Valkey 9.0+; the
+/// same id is another event on Redis).
+const VALKEY_EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+
+/// `ValkeyModuleSlotRange`.
+#[repr(C)]
+struct ValkeySlotRange {
+    start: c_int,
+    end: c_int,
+}
+
+/// `ValkeyModuleAtomicSlotMigrationInfo` (version 1), the event's data.
+#[repr(C)]
+struct ValkeySlotMigrationInfo {
+    version: u64,
+    job_name: [c_char; 41],
+    slot_ranges: *const ValkeySlotRange,
+    num_slot_ranges: u32,
+}
+
+unsafe extern "C" fn slot_migration<E: Events>(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    guard("the slot migration event", (), || {
+        let step = match subevent {
+            0 => SlotMigration::ImportStarted,
+            1 => SlotMigration::ExportStarted,
+            2 => SlotMigration::ImportAborted,
+            3 => SlotMigration::ExportAborted,
+            4 => SlotMigration::ImportCompleted,
+            5 => SlotMigration::ExportCompleted,
+            _ => return,
+        };
+        // SAFETY: the event's data is a ValkeyModuleAtomicSlotMigrationInfo
+        // (version 1 was asked for) whose ranges live while the event runs.
+        let slots: Vec<(u16, u16)> = unsafe {
+            match (data as *const ValkeySlotMigrationInfo).as_ref() {
+                Some(info) if !info.slot_ranges.is_null() => {
+                    std::slice::from_raw_parts(info.slot_ranges, info.num_slot_ranges as usize)
+                        .iter()
+                        .map(|r| (r.start.clamp(0, 16383) as u16, r.end.clamp(0, 16383) as u16))
+                        .collect()
+                }
+                _ => Vec::new(),
+            }
+        };
+        E::slot_migration(step, &slots);
+    })
+}
+
+/// The atomic slot migration event's id and shim (subscribed on Valkey 9+
+/// only: register.rs).
+pub fn slot_migration_event<E: Events>() -> (u64, raw::RedisModuleEventCallback) {
+    (
+        VALKEY_EVENT_ATOMIC_SLOT_MIGRATION,
+        Some(slot_migration::<E>),
+    )
 }
 
 unsafe extern "C" fn flushed<E: Events>(

@@ -10,6 +10,7 @@ use redis_module::{Context, raw};
 
 use crate::lease::config::SETTINGS;
 
+use super::ctx::Ctx;
 use super::entry::{self, CommandEntry, Configs, Events};
 
 pub use raw::{
@@ -327,20 +328,48 @@ pub fn register_configs<C: Configs>(ctx: &Context, values: &[i64]) -> Result<(),
     Ok(())
 }
 
+/// Valkey's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (`1 << 5`
+/// in valkeymodule.h, Valkey 9.0+; the Redis bindings do not have it): the
+/// module handles `CLUSTER MIGRATESLOTS`, which the server refuses while a
+/// loaded module does not say so. Redis gives no meaning to that bit (Redis
+/// 8.4's own atomic slot migration has no such option).
+const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: u32 = 1 << 5;
+
+/// Is the server a Valkey that knows atomic slot migration: it calls itself
+/// `valkey` (`INFO server`'s `server_name`, Valkey 8+) and has the option's
+/// bit among the options it knows (`GetModuleOptionsAll`, Valkey 9.0+)?
+/// Redis and older Valkey answer no, and the module loads there as before.
+pub fn valkey_atomic_slot_migration(ctx: &Context) -> bool {
+    // SAFETY: a function-pointer read filled in by RedisModule_Init, then a
+    // call that takes no arguments.
+    let known = match unsafe { raw::RedisModule_GetModuleOptionsAll } {
+        Some(all) => (unsafe { all() }) as u32,
+        None => return false,
+    };
+    known & VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION != 0
+        && Ctx::of_load(ctx)
+            .server_info(c"server", c"server_name")
+            .as_deref()
+            == Some("valkey")
+}
+
 /// Module options: a short read (diskless replica, truncated RESTORE
 /// payload) reaches rdb_load as an error instead of killing the server; a
 /// key opened for writing is signalled as modified only when the module says
-/// so (commit.rs), so calls that change nothing leave WATCH alone.
-pub fn set_module_options(ctx: &Context) {
+/// so (commit.rs), so calls that change nothing leave WATCH alone; on
+/// Valkey 9+ (`slot_migration`), the module handles atomic slot migration
+/// (docs/operations.md).
+pub fn set_module_options(ctx: &Context, slot_migration: bool) {
+    let mut options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+        | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED;
+    if slot_migration {
+        options |= VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION;
+    }
     // SAFETY: called once from OnLoad on the main thread with the load
     // context.
     unsafe {
         if let Some(set_options) = raw::RedisModule_SetModuleOptions {
-            set_options(
-                ctx.ctx,
-                (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
-                    | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as i32,
-            );
+            set_options(ctx.ctx, options as i32);
         }
     }
 }
@@ -350,19 +379,29 @@ pub fn register_info<C: Configs>(ctx: &Context) {
     raw::register_info_function(ctx.ctx, Some(entry::info::<C>));
 }
 
-/// Subscribes to the server events and keyspace events the module follows:
-/// FLUSHDB and SWAPDB (keys freed or moved without unlinking), forks (the
-/// token clock is written to a rewritten AOF), config changes
-/// (maxmemory-policy, min-replicas-*), role changes and shutdown (the grace
-/// period), and `expired` and `evicted` keyspace events (their counters). The command filter that
-/// sees expiry commands is registered only while someone waits (waiters.rs).
-pub fn subscribe_events<E: Events>(ctx: &Context) {
+/// Subscribes to the server events the module always follows: forks (the
+/// token clock is written to a rewritten AOF), replicas coming online,
+/// config changes (maxmemory-policy, min-replicas-*), role changes and
+/// shutdown (the grace period). No keyspace events: every write of every
+/// key would pay for them (expiries and evictions are told apart when a
+/// lease key leaves, datatype.rs). FLUSHDB and SWAPDB (keys freed or moved
+/// without unlinking), and the command filter, only while guards stand or
+/// clients wait (server.rs).
+///
+/// With `slot_migration` (Valkey 9+), also Valkey's atomic slot migration
+/// event: its id means another event on Redis (8.4's slot trim), so it is
+/// subscribed only there.
+pub fn subscribe_events<E: Events>(ctx: &Context, slot_migration: bool) {
     let events = entry::server_events::<E>();
     // SAFETY: called during OnLoad; each event struct is the one the API
     // defines for that event, with its callback of the right signature.
     unsafe {
         if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
             for (id, callback) in events {
+                subscribe(ctx.ctx, raw::RedisModuleEvent { id, dataver: 1 }, callback);
+            }
+            if slot_migration {
+                let (id, callback) = entry::slot_migration_event::<E>();
                 subscribe(ctx.ctx, raw::RedisModuleEvent { id, dataver: 1 }, callback);
             }
         }

@@ -267,6 +267,22 @@ pub fn emit_aof(io: AofIo, cmd: &CStr, key: Str, args: &[&[u8]]) {
     }
 }
 
+/// Writes `cmd arg` (no key; a number, as a buffer) into the AOF being
+/// rewritten.
+pub fn emit_aof_keyless(io: AofIo, cmd: &CStr, arg: &[u8]) {
+    // SAFETY: as in `emit_aof`; "b" matches one buffer, which lives until
+    // the call returns (the server copies it).
+    unsafe {
+        raw::RedisModule_EmitAOF.unwrap()(
+            io.0,
+            cmd.as_ptr(),
+            c"b".as_ptr(),
+            arg.as_ptr(),
+            arg.len(),
+        );
+    }
+}
+
 /// Sends `event` for `key` to keyspace-notification subscribers (class `d`,
 /// module events).
 pub fn notify(ctx: Ctx, event: &CStr, key: Str) {
