@@ -812,8 +812,7 @@ unsafe fn check_guards<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
 
 /// May the ACL user of the client whose command the filter sees run
 /// `args` (its keys and channels included)? Where the server cannot say
-/// (Redis 7.0 does not name the filter's client; a client with no user),
-/// yes.
+/// (a client with no user, one the server does not name), yes.
 ///
 /// # Safety
 /// `fctx` is the filter context of the command about to run; `args` its
