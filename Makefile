@@ -142,7 +142,7 @@ integration: old-module
 	$(SERVERS) $(CARGO) test --test upgrades --test setups -- --test-threads=2 \
 	  sentinel_setup_fails_over old_master_restarted_as_master documented_upgrade_without_sentinel
 
-client-test: deps-build
+client-test: deps
 	$(CARGO) build
 	$(SERVERS) $(CARGO) test -p redis-lease-client --all-features -- --test-threads=4
 
@@ -151,7 +151,7 @@ client-test: deps-build
 PY_TESTS_A := $(addprefix clients/python/tests/,test_sync.py test_cluster.py test_quorum.py test_protocol.py)
 PY_TESTS_B := $(filter-out $(PY_TESTS_A),$(wildcard clients/python/tests/test_*.py))
 
-py-test: deps-build pyenv
+py-test: deps pyenv
 	$(CARGO) build
 	@$(SERVERS) $(PYENV)/bin/python -m pytest -q $(PY_TESTS_A) > target/py-test-a.log 2>&1 & a=$$!; \
 	$(SERVERS) $(PYENV)/bin/python -m pytest -q $(PY_TESTS_B); b=$$?; \
@@ -213,7 +213,7 @@ export NODE_TEST_FLAGS := const [a, b] = process.versions.node.split(".").map(Nu
 # Then node-redlock v4.2.0's own test.js (from its npm package, with its
 # test dependencies, cached under .tools/redlock-v4) against node-redlock
 # and against the v4 drop-in (test/redlock-v4/run.sh; about 45 s).
-node-test: deps-build node-deps
+node-test: deps node-deps
 	$(CARGO) build
 	cd $(NODE_DIR) && npm run --silent build
 	cd $(NODE_DIR) && $(SERVERS) node --test $$(node -e "$$NODE_TEST_FLAGS") dist/test/
