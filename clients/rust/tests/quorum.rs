@@ -8,9 +8,16 @@
 //! tokens of successive holdings strictly increase, do no two validity
 //! windows overlap, and did the resource, which accepts only tokens at
 //! least as high as the highest it saw, ever accept one out of order?
-//! Two controls show that the checker can fail: without the commit step
-//! (one master's clock ahead makes tokens go backwards), and without the
-//! grace on restart (two holders at once).
+//! Three controls show that the checker can fail: without the commit step
+//! (one master's clock ahead makes tokens go backwards), holding in one
+//! round trip on a majority of different tokens instead of exactly the
+//! proposal (a client whose clock runs behind makes tokens go backwards),
+//! and without the grace on restart (two holders at once).
+//!
+//! The round trips: with agreeing clocks an acquire sends one
+//! `LEASE.ACQUIRE` to every master and a release one `LEASE.RELEASE`
+//! (counted with `INFO commandstats`); a client whose clock runs behind
+//! pays step 3 once, then proposes above the masters' clocks.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -292,6 +299,44 @@ fn commit_control(kind: common::Kind, commit: bool) -> Verdict {
     check(&two_holdings(a, b), &resource)
 }
 
+/// Control of the exact majority of the one round trip: a holding by a
+/// client with a right clock, released; then one by a client whose clock
+/// runs 1 s behind, whose proposal is therefore below the first token.
+/// Holding with it when a majority granted any token of at least it (a
+/// majority of different tokens) makes the second token lower: the checker
+/// must say so. Holding only on an exact majority, the second client goes
+/// on to step 3 and its token is higher.
+fn exact_control(kind: common::Kind, exact: bool) -> Verdict {
+    let masters = Masters::start(kind, "0", None);
+    let ttl = MS(2000);
+    let first = masters
+        .client()
+        .acquire("job", ttl, Block::For(MS(1000)))
+        .unwrap()
+        .expect("free");
+    let a = (first.token(), Instant::now(), first.signal().deadline());
+    assert!(first.release().unwrap());
+    let a = (a.0, a.1, Instant::now());
+    let behind = masters.client().with_clock_offset_ms(-1000);
+    let behind = match exact {
+        true => behind,
+        false => behind.accepting_different_tokens(),
+    };
+    let second = behind
+        .acquire("job", ttl, Block::For(MS(1000)))
+        .unwrap()
+        .expect("free again");
+    let b = (second.token(), Instant::now(), second.signal().deadline());
+    let mut resource = Resource::default();
+    resource.write(a.0);
+    assert_eq!(
+        resource.write(b.0),
+        exact,
+        "the resource refuses the second holder exactly when its token went backwards"
+    );
+    check(&two_holdings(a, b), &resource)
+}
+
 /// Control of the grace: a holding on all five; three masters are killed
 /// and restarted empty; a second client then tries. With the grace the
 /// restarted masters refuse it until every lease they may have forgotten
@@ -358,6 +403,14 @@ every_server! {
         eprintln!("commit control ({kind:?}): {control:?}");
         assert_eq!(control.tokens_not_increasing.len(), 1, "the checker sees the token go backwards");
         let real = commit_control(kind, true);
+        assert!(real.clean(), "{real:?}");
+    }
+
+    fn holding_on_a_majority_of_different_tokens_in_one_round_trip_makes_tokens_go_backwards(kind) {
+        let control = exact_control(kind, false);
+        eprintln!("exact-majority control ({kind:?}): {control:?}");
+        assert_eq!(control.tokens_not_increasing.len(), 1, "the checker sees the token go backwards");
+        let real = exact_control(kind, true);
         assert!(real.clean(), "{real:?}");
     }
 
@@ -842,7 +895,7 @@ full_suite! {
         for i in 0..N {
             assert_eq!(label_on(&mut masters.conn(i), "job").as_deref(), Some("job 991"), "master {i}");
         }
-        assert_eq!(check_logged(&masters, Some("job 991")), [(2, 1); N], "step 1 and one commit round each");
+        assert_eq!(check_logged(&masters, Some("job 991")), [(1, 1); N], "step 1 only, with its proposal");
         assert!(lease.release().unwrap());
         // No label.
         let quiet = client.clone().with_label(Label::None);
@@ -851,7 +904,7 @@ full_suite! {
         for i in 0..N {
             assert_eq!(label_on(&mut masters.conn(i), "job"), None, "master {i}");
         }
-        assert_eq!(check_logged(&masters, None), [(2, 1); N]);
+        assert_eq!(check_logged(&masters, None), [(1, 1); N]);
         assert!(lease.release().unwrap());
         // Tries again while another owner holds a majority: every try with the same label.
         for i in 0..3 {
@@ -869,7 +922,7 @@ full_suite! {
         let logged = check_logged(&masters, Some("patient"));
         eprintln!("labelled tries ({kind:?}): LEASE.ACQUIRE per master (all, FLOOR) {logged:?}");
         assert!(logged.iter().all(|&(n, _)| n >= 3), "several tries: {logged:?}");
-        assert!(lease.committed().iter().all(|&i| logged[i].1 >= 1), "a commit round where committed: {logged:?}");
+        assert!(lease.committed().iter().all(|&i| logged[i].1 >= 1), "a FLOOR where committed: {logged:?}");
         assert!(lease.release().unwrap());
     }
 
@@ -889,9 +942,9 @@ full_suite! {
         for i in 0..N {
             assert_eq!(label_on(&mut masters.conn(i), "job").as_deref(), Some("far ahead"), "master {i}");
         }
-        // Master 0: step 1 and the first round; the others: a second round too.
+        // One round trip: the four others answered the proposal exactly.
         let logged = check_logged(&masters, Some("far ahead"));
-        assert_eq!(logged, [(2, 1), (3, 2), (3, 2), (3, 2), (3, 2)]);
+        assert_eq!(logged, [(1, 1); N]);
         assert!(lease.release().unwrap());
     }
 }
@@ -921,15 +974,115 @@ full_suite! {
             for i in 0..N {
                 assert_eq!(label_on(&mut masters.conn(i), "job").as_deref(), Some("async job"), "master {i}");
             }
-            assert_eq!(check_logged(&masters, Some("async job")), [(2, 1); N], "step 1 and the commit");
+            assert_eq!(check_logged(&masters, Some("async job")), [(1, 1); N], "step 1 only, with its proposal");
             assert!(lease.release().await.unwrap());
             let quiet = client.clone().with_label(Label::None);
             let lease = quiet.acquire("job", ttl, Block::NoWait).await.unwrap().expect("free");
             for i in 0..N {
                 assert_eq!(label_on(&mut masters.conn(i), "job"), None, "master {i}");
             }
-            assert_eq!(check_logged(&masters, None), [(2, 1); N]);
+            assert_eq!(check_logged(&masters, None), [(1, 1); N]);
             assert!(lease.release().await.unwrap());
         });
+    }
+}
+
+// --- Round trips (design.md S9, one round trip in the common case),
+// counted on the masters with INFO commandstats.
+
+/// `calls` of `command` (lower case) in each master's `INFO
+/// commandstats` (0: none).
+fn calls(masters: &Masters, command: &str) -> Vec<i64> {
+    (0..N)
+        .map(|i| {
+            let info = common::ok_text(&mut masters.conn(i), &["INFO", "commandstats"]);
+            let field = format!("cmdstat_{command}:calls=");
+            info.lines()
+                .map(str::to_ascii_lowercase)
+                .find_map(|l| l.strip_prefix(&field).map(str::to_string))
+                .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+        })
+        .collect()
+}
+
+fn reset_stats(masters: &Masters) {
+    for i in 0..N {
+        common::ok(&mut masters.conn(i), &["CONFIG", "RESETSTAT"]);
+    }
+}
+
+/// How many cycles the counting tests make.
+const CYCLES: i64 = 20;
+
+every_server! {
+    fn with_agreeing_clocks_an_acquire_and_a_release_are_one_round_trip_each(kind) {
+        let masters = Masters::start(kind, "0", None);
+        let client = masters.client();
+        reset_stats(&masters);
+        let mut last = 0;
+        for _ in 0..CYCLES {
+            let lease = client.acquire("job", MS(2000), Block::NoWait).unwrap().expect("free");
+            assert!(lease.token() > last, "tokens of successive holdings increase");
+            last = lease.token();
+            assert!(lease.release().unwrap());
+        }
+        // The releases not in when the release returned still arrive.
+        assert!(wait_until(MS(2000), || calls(&masters, "lease.release") == [CYCLES; N]));
+        let (acquires, releases) = (calls(&masters, "lease.acquire"), calls(&masters, "lease.release"));
+        eprintln!("{CYCLES} cycles ({kind:?}): LEASE.ACQUIRE per master {acquires:?}, LEASE.RELEASE {releases:?}");
+        assert_eq!(acquires, [CYCLES; N], "one LEASE.ACQUIRE per master per acquire: no step 3");
+    }
+
+    fn a_client_whose_clock_runs_behind_pays_step_3_once_then_proposes_above_the_masters_clocks(kind) {
+        let masters = Masters::start(kind, "0", None);
+        let client = masters.client().with_clock_offset_ms(-5000);
+        reset_stats(&masters);
+        let lease = client.acquire("job", MS(2000), Block::NoWait).unwrap().expect("free");
+        assert_eq!(lease.committed().len(), N);
+        assert!(lease.release().unwrap());
+        assert_eq!(calls(&masters, "lease.acquire"), [2; N], "step 1, then step 3");
+        reset_stats(&masters);
+        for _ in 0..CYCLES {
+            let lease = client.acquire("job", MS(2000), Block::NoWait).unwrap().expect("free");
+            assert!(lease.release().unwrap());
+        }
+        assert_eq!(calls(&masters, "lease.acquire"), [CYCLES; N], "learned: one round trip again");
+    }
+
+    fn a_master_whose_clock_is_far_ahead_costs_no_round_trip(kind) {
+        let (masters, _shift) = one_far_ahead(kind);
+        let client = masters.client();
+        reset_stats(&masters);
+        for _ in 0..CYCLES {
+            let lease = client.acquire("job", MS(2000), Block::NoWait).unwrap().expect("a majority without the outlier");
+            assert_eq!(lease.committed(), &[1, 2, 3, 4]);
+            assert!(lease.release().unwrap());
+        }
+        assert_eq!(calls(&masters, "lease.acquire"), [CYCLES; N]);
+    }
+}
+
+#[cfg(feature = "tokio")]
+full_suite! {
+    fn the_async_client_acquires_and_releases_in_one_round_trip_each(kind) {
+        use redis_lease_client::aio::QuorumClient as AsyncQuorumClient;
+        let masters = Masters::start(kind, "0", None);
+        let urls: Vec<String> = masters.relays.iter().map(|r| format!("redis://127.0.0.1:{}/", r.port)).collect();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let client = AsyncQuorumClient::open(&urls).unwrap().with_options(Options { io_timeout: MS(100), watchdog: false, ..Options::default() });
+        reset_stats(&masters);
+        runtime().block_on(async {
+            let mut last = 0;
+            for _ in 0..CYCLES {
+                let lease = client.acquire("job", MS(2000), Block::NoWait).await.unwrap().expect("free");
+                assert!(lease.token() > last);
+                last = lease.token();
+                assert!(lease.release().await.unwrap());
+            }
+        });
+        assert!(wait_until(MS(2000), || calls(&masters, "lease.release") == [CYCLES; N]));
+        let acquires = calls(&masters, "lease.acquire");
+        eprintln!("async, {CYCLES} cycles ({kind:?}): LEASE.ACQUIRE per master {acquires:?}");
+        assert_eq!(acquires, [CYCLES; N], "one LEASE.ACQUIRE per master per acquire: no step 3");
     }
 }
