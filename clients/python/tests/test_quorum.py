@@ -16,7 +16,7 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
-from conftest import KINDS, Frozen, Server, Silent, token_of
+from conftest import KINDS, Frozen, Server, Silent, token_of, wait_until
 from redis_lease import LeaseBusy, LeaseExpiring, Loss, Outlier, QuorumClient, StaleToken
 from redis_lease.quorum import AsyncQuorumClient
 
@@ -340,3 +340,99 @@ def test_a_fenced_command_that_fails_raises_its_own_error(kind):
     finally:
         for s in servers:
             s.close()
+
+
+# --- Round trips (design.md S9, one round trip in the common case), counted
+# on the masters with INFO commandstats.
+
+CYCLES = 20
+
+
+def calls(masters, command):
+    """``calls`` of ``command`` in each master's INFO commandstats (0: none)."""
+    out = []
+    for m in masters:
+        stats = {k.lower(): v for k, v in m.client().info("commandstats").items()}
+        out.append(int(stats.get(f"cmdstat_{command}", {}).get("calls", 0)))
+    return out
+
+
+def reset_stats(masters):
+    for m in masters:
+        m.client().config_resetstat()
+
+
+def test_with_agreeing_clocks_an_acquire_and_a_release_are_one_round_trip_each(masters):
+    client = QuorumClient(clients(masters), io_timeout=0.2, watchdog=False)
+    reset_stats(masters)
+    last = 0
+    for _ in range(CYCLES):
+        lease = client.acquire("job", 2000)
+        assert lease is not None
+        assert lease.token > last, "tokens of successive holdings increase"
+        last = lease.token
+        assert lease.release()
+    # The releases not in when the release returned still arrive.
+    assert wait_until(2, lambda: calls(masters, "lease.release") == [CYCLES] * 5)
+    acquires = calls(masters, "lease.acquire")
+    print(f"{CYCLES} cycles: LEASE.ACQUIRE per master {acquires}")
+    assert acquires == [CYCLES] * 5, "one LEASE.ACQUIRE per master per acquire: no step 3"
+    client.close()
+
+
+def test_the_asyncio_client_acquires_and_releases_in_one_round_trip_each(masters):
+    async def main():
+        client = AsyncQuorumClient([aredis.Redis(host="127.0.0.1", port=m.port) for m in masters], io_timeout=0.2, watchdog=False)
+        last = 0
+        for _ in range(CYCLES):
+            lease = await client.acquire("job", 2000)
+            assert lease is not None and lease.token > last
+            last = lease.token
+            assert await lease.release()
+        await asyncio.sleep(0.05)  # the releases still out
+        await client.close()
+
+    reset_stats(masters)
+    asyncio.run(main())
+    assert wait_until(2, lambda: calls(masters, "lease.release") == [CYCLES] * 5)
+    assert calls(masters, "lease.acquire") == [CYCLES] * 5, "one LEASE.ACQUIRE per master per acquire: no step 3"
+
+
+def test_a_client_whose_clock_runs_behind_pays_step_3_once_then_proposes_above_the_masters_clocks(masters):
+    client = QuorumClient(clients(masters), io_timeout=0.2, watchdog=False)
+    client._clock_offset_ms = -5000  # plays a client whose clock is 5 s slow
+    reset_stats(masters)
+    lease = client.acquire("job", 2000)
+    assert lease is not None and sorted(lease.committed) == [0, 1, 2, 3, 4]
+    assert lease.release()
+    assert calls(masters, "lease.acquire") == [2] * 5, "step 1, then step 3"
+    reset_stats(masters)
+    for _ in range(CYCLES):
+        lease = client.acquire("job", 2000)
+        assert lease is not None and lease.release()
+    assert calls(masters, "lease.acquire") == [CYCLES] * 5, "learned: one round trip again"
+    client.close()
+
+
+def test_a_master_whose_clock_is_far_ahead_costs_no_round_trip(one_far_ahead):
+    masters = one_far_ahead
+    seen: list[Outlier] = []
+    client = QuorumClient(clients(masters), io_timeout=0.2, watchdog=False, on_outlier=seen.append)
+    reset_stats(masters)
+
+    async def main():
+        aclient = AsyncQuorumClient([aredis.Redis(host="127.0.0.1", port=m.port) for m in masters], io_timeout=0.2, watchdog=False)
+        for _ in range(CYCLES):
+            lease = await aclient.acquire("job", 2000)
+            assert lease is not None and sorted(lease.committed) == [1, 2, 3, 4]
+            assert await lease.release()
+        await aclient.close()
+
+    for _ in range(CYCLES):
+        lease = client.acquire("job", 2000)
+        assert lease is not None and sorted(lease.committed) == [1, 2, 3, 4]
+        assert lease.release()
+    asyncio.run(main())
+    assert calls(masters, "lease.acquire") == [2 * CYCLES] * 5
+    assert len(seen) == CYCLES and all(o.master == 0 for o in seen)
+    client.close()
