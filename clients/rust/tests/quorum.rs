@@ -2,8 +2,9 @@
 //! no replication between them, no persistence, each with its grace on.
 //!
 //! The history test: several workers take one lease over and over while
-//! faults are injected (a master killed with SIGKILL and restarted empty,
-//! a master stopped for a second, a worker that pauses past its validity).
+//! faults are injected (a master whose clock runs ahead inside the `FLOOR`
+//! bound, a master killed with SIGKILL and restarted empty, a master
+//! stopped for a second, a worker that pauses past its validity).
 //! A checker that uses only the workers' own records then asks: do the
 //! tokens of successive holdings strictly increase, do no two validity
 //! windows overlap, and did the resource, which accepts only tokens at
@@ -367,7 +368,12 @@ fn grace_control(kind: common::Kind, grace: &str) -> (Verdict, bool) {
 
 every_server! {
     fn quorum_history_with_faults_keeps_tokens_increasing_and_holdings_apart(kind) {
-        let masters = Arc::new(Masters::start(kind, "1500", None));
+        // Master 0's clock runs 300 ms ahead, inside the FLOOR bound (the
+        // grace, 1.5 s): its tokens are never the proposal, so holdings
+        // take one round trip or, while a restarted master's clock starts
+        // ahead too or one is stopped, two.
+        let shift = ClockShift::new(300);
+        let masters = Arc::new(Masters::start(kind, "1500", Some(&shift)));
         let ttl = MS(400);
         let stop = Arc::new(AtomicBool::new(false));
         let resource = Arc::new(Mutex::new(Resource::default()));
@@ -391,7 +397,7 @@ every_server! {
         let resource = resource.lock().unwrap();
         let verdict = check(&holdings, &resource);
         eprintln!(
-            "quorum history ({kind:?}): 4 workers, {} holdings, {} writes accepted, {} stale writes rejected, faults: 2 kill -9 + restart, 1 stop of 1 s, a worker pausing past its validity every 4th holding",
+            "quorum history ({kind:?}): 4 workers, {} holdings, {} writes accepted, {} stale writes rejected, faults: master 0's clock 300 ms ahead, 2 kill -9 + restart, 1 stop of 1 s, a worker pausing past its validity every 4th holding",
             holdings.len(), resource.accepted.len(), resource.rejected
         );
         assert!(holdings.len() >= 20, "too few holdings to judge: {}", holdings.len());

@@ -120,6 +120,17 @@ def _timed_out(replies: List[Any]) -> List[Any]:
     return [redis.TimeoutError("no reply within the step") if r is NOT_IN else r for r in replies]
 
 
+def _readable(fds: List[int], timeout: float) -> List[int]:
+    """Those of ``fds`` with something to read within ``timeout`` seconds
+    (``poll``: no limit on the descriptors' numbers, as ``select`` has)."""
+    if not hasattr(select, "poll"):
+        return list(select.select(fds, [], [], timeout)[0])
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+    return [fd for fd, _ in poller.poll(max(int(timeout * 1000), 1))]
+
+
 def _round_decided(commit: Commit) -> Callable[[List[Any]], bool]:
     """Is a commit round decided by the replies in so far?"""
     return lambda replies: commit.decide(replies, str) is not None
@@ -323,11 +334,10 @@ class QuorumClient(_Steps):
             left = deadline - time.monotonic()
             if left <= 0 or not (pending or connecting):
                 break
-            socks = {conn._sock: n for n, (_, _, conn) in pending.items()}
+            socks = {conn._sock.fileno(): n for n, (_, _, conn) in pending.items()}
             # While a master connects, look at it again every 2 ms.
-            ready, _, _ = select.select(list(socks), [], [], min(left, 0.002) if connecting else left)
-            for sock in ready:
-                n = socks[sock]
+            for fd in _readable(list(socks), min(left, 0.002) if connecting else left):
+                n = socks[fd]
                 i, node, conn = pending.pop(n)
                 reply = self._read(i, node, conn, end)
                 if retry is not None and floor_refused(reply):
