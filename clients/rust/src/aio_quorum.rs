@@ -31,6 +31,10 @@ use crate::{Block, Error, Label, Loss, Options, new_owner};
 struct Node {
     client: redis::Client,
     idle: Mutex<Vec<Conn>>,
+    /// The calls that outlived their step (decided without them): the next
+    /// call to this master waits for them first, so that a release never
+    /// overtakes the acquire it releases.
+    late: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Node {
@@ -97,10 +101,15 @@ impl Inner {
     ) -> Vec<Option<RedisResult<T>>> {
         let start = Instant::now();
         let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut calls = Vec::with_capacity(on.len());
         for (slot, &i) in on.iter().enumerate() {
             let (inner, cmd, tx) = (self.clone(), cmd.clone(), tx.clone());
             let retry = retry.cloned();
-            tokio::spawn(async move {
+            let before: Vec<_> = lock(&self.nodes[i].late).drain(..).collect();
+            calls.push(tokio::spawn(async move {
+                for call in before {
+                    let _ = call.await;
+                }
                 let node = &inner.nodes[i];
                 let reply = match (node.call::<T>(&cmd, timeout).await, retry) {
                     (Err(e), Some(plain)) if floor_refused(&e) => {
@@ -111,7 +120,7 @@ impl Inner {
                     (reply, _) => reply,
                 };
                 let _ = tx.send((slot, reply));
-            });
+            }));
         }
         drop(tx);
         let mut got: Vec<Option<RedisResult<T>>> = on.iter().map(|_| None).collect();
@@ -126,6 +135,11 @@ impl Inner {
             match tokio::time::timeout_at(wake, rx.recv()).await {
                 Ok(Some((slot, r))) => got[slot] = Some(r),
                 _ => break,
+            }
+        }
+        for ((&i, call), r) in on.iter().zip(calls).zip(&got) {
+            if r.is_none() {
+                lock(&self.nodes[i].late).push(call);
             }
         }
         got
@@ -210,6 +224,7 @@ impl QuorumClient {
             .map(|client| Node {
                 client,
                 idle: Mutex::new(Vec::new()),
+                late: Mutex::new(Vec::new()),
             })
             .collect();
         QuorumClient {

@@ -29,6 +29,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -141,11 +142,15 @@ type Job = Box<dyn FnOnce() + Send>;
 
 /// One master: its client, its idle connections, and the thread that reads
 /// its replies (started at its first step, ended with the client), so that
-/// a step reads every master's reply as it comes.
+/// a step reads every master's reply as it comes. While that thread has
+/// work (a reply that came in after its step was decided, or a connect),
+/// the next command to the master goes through it too, in order: a release
+/// never overtakes the acquire it releases.
 struct Node {
     client: redis::Client,
     idle: Mutex<Vec<redis::Connection>>,
     worker: Mutex<Option<mpsc::Sender<Job>>>,
+    busy: Arc<AtomicUsize>,
 }
 
 impl Node {
@@ -154,12 +159,24 @@ impl Node {
             client,
             idle: Mutex::new(Vec::new()),
             worker: Mutex::new(None),
+            busy: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// True while this master's thread has work queued or running.
+    fn busy(&self) -> bool {
+        self.busy.load(Ordering::SeqCst) > 0
     }
 
     /// Runs `job` on this master's thread (started when there is none; on
     /// this thread when none can start).
     fn run(&self, job: Job) {
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        let busy = self.busy.clone();
+        let job: Job = Box::new(move || {
+            job();
+            busy.fetch_sub(1, Ordering::SeqCst);
+        });
         let mut worker = self.worker.lock().unwrap_or_else(|p| p.into_inner());
         let job = match worker.as_ref() {
             Some(tx) => match tx.send(job) {
@@ -309,7 +326,8 @@ impl Inner {
     ) -> Vec<Option<RedisResult<T>>> {
         // Sent on the idle connections on this thread; a master with none
         // connects on its own thread, so that masters which accept no
-        // connection cost one timeout in all, not one each.
+        // connection cost one timeout in all, not one each; a master whose
+        // thread is busy gets it from there, after what came before.
         let start = Instant::now();
         let until = start + timeout.max(Duration::from_millis(1));
         let (tx, rx) = mpsc::channel();
@@ -317,7 +335,8 @@ impl Inner {
         for (slot, &i) in on.iter().enumerate() {
             let node = &self.nodes[i];
             let cmd = cmd_for(i);
-            let sent = match node.pooled() {
+            let idle = if node.busy() { None } else { node.pooled() };
+            let sent = match idle {
                 Some(c) => match node.send(Some(c), &cmd, timeout) {
                     Ok(c) => Some(c),
                     Err(e) => {
@@ -334,7 +353,7 @@ impl Inner {
                 let reply = match sent {
                     Some(c) => node.recv(c, until),
                     None => node
-                        .send(None, &cmd, left())
+                        .send(node.pooled(), &cmd, left())
                         .and_then(|c| node.recv(c, until)),
                 };
                 let reply = match (reply, retry) {

@@ -433,7 +433,7 @@ every_server! {
         let client = masters.client().with_options(Options { io_timeout: MS(100), ..Options::default() });
         let ttl = MS(300);
         let lease = client.acquire("job", ttl, Block::NoWait).unwrap().expect("free");
-        assert_eq!(lease.committed().len(), N);
+        committed_within(lease.committed(), &[0, 1, 2, 3, 4]);
         let token = lease.token();
         thread::sleep(ttl * 4);
         assert!(!lease.is_lost(), "renewed on a majority: {:?}", lease.loss());
@@ -442,7 +442,7 @@ every_server! {
         }
         // The fence runs the command on every master that committed the token.
         let _: () = lease.fence(redis::cmd("SET").arg("data").arg("v1")).unwrap();
-        for i in 0..N {
+        for &i in lease.committed() {
             assert_eq!(common::ok_text(&mut masters.conn(i), &["GET", "data"]), "v1");
         }
         // Two masters lose it: still a majority. A third: the loss.
@@ -482,7 +482,7 @@ every_server! {
             assert_eq!(common::ok(&mut masters.conn(i), &["EXISTS", "data"]), common::Value::Int(0), "master {i}");
         }
         let _: () = lease.fence_min_ttl(MS(100), redis::cmd("SET").arg("data").arg("v2")).unwrap();
-        for i in 0..N {
+        for &i in lease.committed() {
             assert_eq!(common::ok_text(&mut masters.conn(i), &["GET", "data"]), "v2", "master {i}");
         }
         assert!(lease.release().unwrap());
@@ -494,7 +494,7 @@ every_server! {
         let frozen = common::Frozen::stop(masters.servers[4].lock().unwrap().as_ref().unwrap());
         let ttl = MS(300);
         let lease = client.acquire("job", ttl, Block::For(MS(1000))).unwrap().expect("four masters");
-        assert_eq!(lease.committed(), &[0, 1, 2, 3]);
+        committed_within(lease.committed(), &[0, 1, 2, 3]);
         thread::sleep(ttl * 4);
         assert!(!lease.is_lost(), "renewed by the first majority to answer: {:?}", lease.loss());
         drop(frozen);
@@ -514,11 +514,11 @@ full_suite! {
         let ttl = MS(300);
         rt.block_on(async {
             let lease = client.acquire("job", ttl, Block::For(MS(1000))).await.unwrap().expect("four masters");
-            assert_eq!(lease.committed(), &[0, 1, 2, 3]);
+            committed_within(lease.committed(), &[0, 1, 2, 3]);
             tokio::time::sleep(ttl * 4).await;
             assert!(!lease.is_lost(), "{:?}", lease.loss());
             let _: () = lease.fence(redis::cmd("SET").arg("data").arg("async")).await.unwrap();
-            for i in 0..4 {
+            for &i in lease.committed() {
                 assert_eq!(common::token_of(&mut masters.conn(i), "job"), Some(lease.token() as i64));
                 assert_eq!(common::ok_text(&mut masters.conn(i), &["GET", "data"]), "async");
             }
@@ -564,7 +564,7 @@ full_suite! {
             let none = refused.acquire("job", MS(5000), Block::For(MS(200))).await.unwrap();
             assert!(none.is_none(), "a wrong password takes no lease");
             let lease = client.acquire("job", MS(5000), Block::NoWait).await.unwrap().expect("free on all three");
-            assert_eq!(lease.committed(), &[0, 1, 2]);
+            committed_within(lease.committed(), &[0, 1, 2]);
             let n: i64 = lease.fence(redis::cmd("HSET").arg("acct").arg("owner").arg("q")).await.unwrap();
             assert_eq!(n, 1);
             for s in &servers {
@@ -630,11 +630,25 @@ fn one_far_ahead(kind: common::Kind) -> (Masters, ClockShift) {
     (Masters::start(kind, "0", Some(&shift)), shift)
 }
 
+/// A lease's `committed`: a majority of the masters `all` (the masters
+/// that answer), in order. Each step is decided by the first majority to
+/// answer; a master that answers much later than it (on a loaded machine)
+/// is not in `committed`, though it holds the lease too.
+fn committed_within(committed: &[usize], all: &[usize]) {
+    let n = all.len().max(*all.last().unwrap_or(&0) + 1);
+    assert!(
+        committed.len() > n / 2
+            && committed.iter().all(|i| all.contains(i))
+            && committed.is_sorted(),
+        "committed {committed:?}: a majority of {all:?}"
+    );
+}
+
 /// What an acquisition with master 0 far ahead must show: committed
 /// without it, the token below its token, and it reported once with its
 /// address and about 400 days ahead.
 fn check_left_out(masters: &Masters, token: u64, committed: &[usize], seen: &[Outlier]) {
-    assert_eq!(committed, &[1, 2, 3, 4], "the outlier is left out");
+    committed_within(committed, &[1, 2, 3, 4]);
     let [o] = seen else {
         panic!("one report: {seen:?}")
     };
@@ -665,7 +679,7 @@ every_server! {
         let lease = client.acquire("job", SILENT_TTL, Block::For(MS(3000))).unwrap();
         eprintln!("3 of 7 silent ({kind:?}): acquire {:?} -> {:?}", t.elapsed(), lease.as_ref().map(|l| l.committed().to_vec()));
         let lease = lease.expect("four masters answer: a majority");
-        assert_eq!(lease.committed(), &[0, 2, 4, 6]);
+        committed_within(lease.committed(), &[0, 2, 4, 6]);
         assert!(lease.release().unwrap());
     }
 
@@ -740,7 +754,7 @@ full_suite! {
         let client = AsyncQuorumClient::open(&urls).unwrap().with_options(Options { watchdog: false, ..Options::default() });
         runtime().block_on(async {
             let lease = client.acquire("job", SILENT_TTL, Block::For(MS(3000))).await.unwrap().expect("four masters answer");
-            assert_eq!(lease.committed(), &[0, 2, 4, 6]);
+            committed_within(lease.committed(), &[0, 2, 4, 6]);
             assert!(lease.release().await.unwrap());
         });
     }
@@ -888,7 +902,7 @@ full_suite! {
         let ttl = MS(5000);
         // The default label, on every master.
         let lease = client.acquire("job", ttl, Block::NoWait).unwrap().expect("free");
-        assert_eq!(lease.committed().len(), N);
+        committed_within(lease.committed(), &[0, 1, 2, 3, 4]);
         for i in 0..N {
             assert_eq!(label_on(&mut masters.conn(i), "job").as_deref(), Some(default_label()), "master {i}");
         }
@@ -1020,6 +1034,18 @@ fn reset_stats(masters: &Masters) {
 /// How many cycles the counting tests make.
 const CYCLES: i64 = 20;
 
+/// One `LEASE.ACQUIRE` per master per acquire: no step 3. (A machine so
+/// loaded that a master handles a request more than 20 ms after the
+/// client read its clock answers above the proposal: one such acquire in
+/// the run is let through, and shows.)
+fn one_round_trip_each(acquires: &[i64]) {
+    let extra: i64 = acquires.iter().map(|a| a - CYCLES).sum();
+    assert!(
+        acquires.iter().all(|&a| a >= CYCLES) && extra <= N as i64,
+        "LEASE.ACQUIRE per master {acquires:?} for {CYCLES} acquires"
+    );
+}
+
 every_server! {
     fn with_agreeing_clocks_an_acquire_and_a_release_are_one_round_trip_each(kind) {
         let masters = Masters::start(kind, "0", None);
@@ -1036,7 +1062,7 @@ every_server! {
         assert!(wait_until(MS(2000), || calls(&masters, "lease.release") == [CYCLES; N]));
         let (acquires, releases) = (calls(&masters, "lease.acquire"), calls(&masters, "lease.release"));
         eprintln!("{CYCLES} cycles ({kind:?}): LEASE.ACQUIRE per master {acquires:?}, LEASE.RELEASE {releases:?}");
-        assert_eq!(acquires, [CYCLES; N], "one LEASE.ACQUIRE per master per acquire: no step 3");
+        one_round_trip_each(&acquires);
     }
 
     fn a_client_whose_clock_runs_behind_pays_step_3_once_then_proposes_above_the_masters_clocks(kind) {
@@ -1044,15 +1070,21 @@ every_server! {
         let client = masters.client().with_clock_offset_ms(-5000);
         reset_stats(&masters);
         let lease = client.acquire("job", MS(2000), Block::NoWait).unwrap().expect("free");
-        assert_eq!(lease.committed().len(), N);
+        // Step 3 goes to the masters whose grant was in when step 1 was
+        // decided (a majority; on a loaded machine not always all five).
+        let committed = lease.committed().to_vec();
+        assert!(committed.len() > N / 2, "{committed:?}");
         assert!(lease.release().unwrap());
-        assert_eq!(calls(&masters, "lease.acquire"), [2; N], "step 1, then step 3");
+        // Every master's release comes after its acquire: all in once all are.
+        assert!(wait_until(MS(2000), || calls(&masters, "lease.release") == [1; N]));
+        let want: Vec<i64> = (0..N).map(|i| 1 + i64::from(committed.contains(&i))).collect();
+        assert_eq!(calls(&masters, "lease.acquire"), want, "step 1 everywhere, then step 3 where committed");
         reset_stats(&masters);
         for _ in 0..CYCLES {
             let lease = client.acquire("job", MS(2000), Block::NoWait).unwrap().expect("free");
             assert!(lease.release().unwrap());
         }
-        assert_eq!(calls(&masters, "lease.acquire"), [CYCLES; N], "learned: one round trip again");
+        one_round_trip_each(&calls(&masters, "lease.acquire"));
     }
 
     fn a_master_whose_clock_is_far_ahead_costs_no_round_trip(kind) {
@@ -1061,10 +1093,10 @@ every_server! {
         reset_stats(&masters);
         for _ in 0..CYCLES {
             let lease = client.acquire("job", MS(2000), Block::NoWait).unwrap().expect("a majority without the outlier");
-            assert_eq!(lease.committed(), &[1, 2, 3, 4]);
+            committed_within(lease.committed(), &[1, 2, 3, 4]);
             assert!(lease.release().unwrap());
         }
-        assert_eq!(calls(&masters, "lease.acquire"), [CYCLES; N]);
+        one_round_trip_each(&calls(&masters, "lease.acquire"));
     }
 }
 
@@ -1089,6 +1121,6 @@ full_suite! {
         assert!(wait_until(MS(2000), || calls(&masters, "lease.release") == [CYCLES; N]));
         let acquires = calls(&masters, "lease.acquire");
         eprintln!("async, {CYCLES} cycles ({kind:?}): LEASE.ACQUIRE per master {acquires:?}");
-        assert_eq!(acquires, [CYCLES; N], "one LEASE.ACQUIRE per master per acquire: no step 3");
+        one_round_trip_each(&acquires);
     }
 }

@@ -32,7 +32,7 @@ import random
 import select
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from types import TracebackType
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
@@ -248,6 +248,8 @@ class QuorumClient(_Steps):
         self._pools = [_sync._Pool(_sync._Target(c, io_timeout)) for c in clients]
         self._addrs = [_addr(c) for c in clients]
         self._executor = self._new_executor()
+        self._late: Dict[int, List[Any]] = {}
+        self._late_lock = threading.Lock()
         self.io_timeout = io_timeout
         self.watchdog = watchdog
         self.on_outlier = on_outlier
@@ -267,6 +269,8 @@ class QuorumClient(_Steps):
         executor would count them as idle and run nothing). A lease copied
         from the parent is the parent's: its watchdog thread is not here."""
         self._executor = self._new_executor()
+        self._late = {}
+        self._late_lock = threading.Lock()
 
     def _each(self, on: Sequence[int], args: Callable[[int], Tuple[Any, ...]], timeout: float) -> List[Any]:
         """``args(i)`` on every master ``i`` of ``on`` at once: each reply, or
@@ -307,16 +311,27 @@ class QuorumClient(_Steps):
                     _sync._close(conn)
                 return i, None, e
 
-        sending: List[Any] = []
-        for i in on:
+        # A master with calls that outlived their step (decided without
+        # them) gets this one on the executor after them: a release never
+        # overtakes the acquire it releases.
+        connecting: Dict[int, Any] = {}
+        calling: Dict[int, Any] = {}
+        for n, i in enumerate(on):
+            before = self._late_calls(i)
+            if before:
+                calling[n] = self._executor.submit(self._call_after, before, i, args(i), retry(i) if retry else None, end)
+                continue
             node, conn = self._pools[i].idle(None)
-            sending.append(send(i, node, conn) if conn is not None else self._executor.submit(send, i, node, None))
+            connecting[n] = send(i, node, conn) if conn is not None else self._executor.submit(send, i, node, None)
         replies: List[Any] = [NOT_IN] * len(on)
         pending: Dict[int, Tuple[int, Any, Any]] = {}
-        connecting = dict(enumerate(sending))
         deadline = end
         settled = False
-        while pending or connecting:
+        while pending or connecting or calling:
+            for n, f in list(calling.items()):
+                if f.done():
+                    replies[n] = f.result()
+                    del calling[n]
             # The masters sent to (a connect on the executor done) are read
             # from as their replies come.
             for n, p in list(connecting.items()):
@@ -332,11 +347,11 @@ class QuorumClient(_Steps):
                 settled = True
                 deadline = min(deadline, time.monotonic() + linger(time.monotonic() - start))
             left = deadline - time.monotonic()
-            if left <= 0 or not (pending or connecting):
+            if left <= 0 or not (pending or connecting or calling):
                 break
             socks = {conn._sock.fileno(): n for n, (_, _, conn) in pending.items()}
             # While a master connects, look at it again every 2 ms.
-            for fd in _readable(list(socks), min(left, 0.002) if connecting else left):
+            for fd in _readable(list(socks), min(left, 0.002) if connecting or calling else left):
                 n = socks[fd]
                 i, node, conn = pending.pop(n)
                 reply = self._read(i, node, conn, end)
@@ -346,26 +361,49 @@ class QuorumClient(_Steps):
                     except Exception as e:
                         reply = e
                 replies[n] = reply
+        # The calls still out finish on the executor (their connections go
+        # back to the pool); the next call to their master waits for them.
+        late: List[Tuple[int, Any]] = [(on[n], f) for n, f in calling.items()]
         for i, node, conn in pending.values():
-            self._read_later(i, node, conn, end)
-        for p in connecting.values():
-            p.add_done_callback(lambda f: self._drain(f, end))
+            try:
+                late.append((i, self._executor.submit(self._read, i, node, conn, end)))
+            except RuntimeError:  # closed
+                _sync._close(conn)
+        for n, p in connecting.items():
+            late.append((on[n], self._executor.submit(self._read_sent, p, end)))
+        with self._late_lock:
+            for i, f in late:
+                self._late.setdefault(i, []).append(f)
         return replies
 
-    def _drain(self, sent: "Future[Tuple[int, Any, Any]]", end: float) -> None:
-        """Reads (on the executor) the reply of a call whose connect ended
-        after its step was over."""
-        i, node, conn = sent.result()
-        if not isinstance(conn, BaseException):
-            self._read_later(i, node, conn, end)
+    def _late_calls(self, i: int) -> List[Any]:
+        """The calls to master ``i`` that outlived their step and are not
+        over yet."""
+        with self._late_lock:
+            calls = [f for f in self._late.pop(i, []) if not f.done()]
+        return calls
 
-    def _read_later(self, i: int, node: Any, conn: Any, end: float) -> None:
-        """The reply on ``conn`` read on the executor (the connection closed
-        instead once the client is closed)."""
-        try:
-            self._executor.submit(self._read, i, node, conn, end)
-        except RuntimeError:
-            _sync._close(conn)
+    def _call_after(self, before: List[Any], i: int, args: Tuple[Any, ...], retry: Optional[Tuple[Any, ...]], end: float) -> Any:
+        """On the executor: ``args`` on master ``i`` once the calls
+        ``before`` are over (each bounded by its own step), by ``end``."""
+        wait(before, timeout=max(end - time.monotonic(), 0))
+        for command in (args, retry):
+            if command is None:
+                break
+            left = max(end - time.monotonic(), 0.001)
+            try:
+                reply = self._pools[i].call(None, command, left, left)
+            except Exception as e:
+                reply = e
+            if not floor_refused(reply):
+                break
+        return reply
+
+    def _read_sent(self, sent: "Future[Tuple[int, Any, Any]]", end: float) -> Any:
+        """On the executor: the reply of a call whose connect ended after
+        its step was over."""
+        i, node, conn = sent.result()
+        return conn if isinstance(conn, BaseException) else self._read(i, node, conn, end)
 
     def _read(self, i: int, node: Any, conn: Any, end: float) -> Any:
         """The reply on ``conn`` (master ``i``) by ``end``, or the exception;
@@ -596,6 +634,7 @@ class AsyncQuorumClient(_Steps):
         self._pools = [aio._Pool(aio._Target(c, io_timeout)) for c in clients]
         self._addrs = [_addr(c) for c in clients]
         self._stragglers: "set[asyncio.Task[Any]]" = set()
+        self._late: "Dict[int, set[asyncio.Task[Any]]]" = {}
         self.io_timeout = io_timeout
         self.watchdog = watchdog
         self.on_outlier = on_outlier
@@ -610,6 +649,7 @@ class AsyncQuorumClient(_Steps):
         parent's tasks, which stay referenced, as its connections do."""
         aio._inherited.extend(self._stragglers)
         self._stragglers = set()
+        self._late = {}
 
     async def _each(self, on: Sequence[int], args: Callable[[int], Tuple[Any, ...]], timeout: float) -> List[Any]:
         return _timed_out(await self._each_until(on, args, timeout, lambda _: False))
@@ -630,6 +670,12 @@ class AsyncQuorumClient(_Steps):
         start = time.monotonic()
 
         async def one(n: int, i: int) -> Tuple[int, Any]:
+            # After the calls to this master that outlived their step: a
+            # release never overtakes the acquire it releases.
+            loop = asyncio.get_running_loop()
+            before = {t for t in self._late.pop(i, set()) if not t.done() and t.get_loop() is loop}
+            if before:
+                await asyncio.wait(before)
             try:
                 reply = await self._pools[i].call(None, args(i), timeout, timeout)
             except Exception as e:
@@ -642,7 +688,8 @@ class AsyncQuorumClient(_Steps):
                     reply = e
             return n, reply
 
-        tasks = {asyncio.ensure_future(one(n, i)) for n, i in enumerate(on)}
+        master = {asyncio.ensure_future(one(n, i)): i for n, i in enumerate(on)}
+        tasks = set(master)
         replies: List[Any] = [NOT_IN] * len(on)
         deadline = start + timeout + 0.005
         settled = False
@@ -663,6 +710,7 @@ class AsyncQuorumClient(_Steps):
         self._stragglers |= tasks
         for t in tasks:
             t.add_done_callback(self._stragglers.discard)
+            self._late.setdefault(master[t], set()).add(t)
         return replies
 
     def _all(self) -> List[int]:

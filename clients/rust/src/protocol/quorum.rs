@@ -282,10 +282,10 @@ pub(crate) fn fast_outliers(
 /// How long a decided step still waits for the masters not in yet, so
 /// that those which answer about as fast as the majority count too (in
 /// `committed`, for the fence): as long again as the step took so far, at
-/// least 5 ms, never past the step's own deadline. A slow or silent master
+/// least 25 ms, never past the step's own deadline. A slow or silent master
 /// no longer sets the pace.
 pub(crate) fn linger(took: Duration) -> Duration {
-    took.max(Duration::from_millis(5))
+    took.max(Duration::from_millis(25))
 }
 
 /// A release's outcome from the replies in so far (`None`: not in yet) of

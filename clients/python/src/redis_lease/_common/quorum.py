@@ -156,8 +156,8 @@ def fast_outliers(p: int, on: List[int], replies: List[Any], addr: Callable[[int
 def linger(took: float) -> float:
     """How long a decided step still waits for the masters not in yet (so
     that those about as fast as the majority count too): as long again as
-    it took so far, at least 5 ms, never past the step's own deadline."""
-    return max(took, 0.005)
+    it took so far, at least 25 ms, never past the step's own deadline."""
+    return max(took, 0.025)
 
 
 def release_outcome(replies: List[Any], n: int) -> Optional[bool]:
