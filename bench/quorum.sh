@@ -5,9 +5,9 @@
 # node-redlock (npm `redlock`) and pottery's Redlock (PyPI `pottery`). A
 # cycle is acquire on a majority, one write on the first master, release,
 # one after the other for QUORUM_MS (3000), QUORUM_REPS (3) interleaved runs
-# of each client, medians shown. The helpers commit the token
-# (two round trips where the peers make one) and give a fencing token the
-# peers do not. Writes $BENCH_DIR/QUORUM.md (target/bench) and prints it. Needs `make
+# of each client, medians shown. The helpers propose the token (one round
+# trip when a majority answers it exactly, as the peers make, two when it
+# misses) and give a fencing token the peers do not. Writes $BENCH_DIR/QUORUM.md (target/bench) and prints it. Needs `make
 # deps-bench` (the npm packages under .tools/bench-node, pottery in the
 # pyenv) and target/release (make build, the bench client).
 set -euo pipefail
@@ -55,7 +55,7 @@ ROWS=$(
 {
   echo "# Quorum lock cycles (bench/quorum.sh)"
   echo
-  echo "$(date -u +%Y-%m-%d), $(nproc) cores, $($SERVER --version | awk '{print $3}' | tr -d v=), five masters on one machine with the module, no replication, no persistence. A cycle: acquire on a majority, one write on the first master, release; one at a time for ${QUORUM_MS:-3000} ms, ${QUORUM_REPS:-3} runs of each client interleaved, medians shown. The helpers commit the highest token back to a majority (two round trips, design.md S9) and give a fencing token; the peers make one round trip and give none."
+  echo "$(date -u +%Y-%m-%d), $(nproc) cores, $($SERVER --version | awk '{print $3}' | tr -d v=), five masters on one machine with the module, no replication, no persistence. A cycle: acquire on a majority, one write on the first master, release; one at a time for ${QUORUM_MS:-3000} ms, ${QUORUM_REPS:-3} runs of each client interleaved, medians shown. The helpers propose the token and hold it when a majority answers it exactly (one round trip with agreeing clocks, two when the proposal misses, design.md S9) and give a fencing token; the peers make one round trip and give none."
   echo
   echo "| client | cycles/s | acquire p50, µs | acquire p99, µs | failed acquires |"
   echo "|---|---:|---:|---:|---:|"

@@ -10,7 +10,27 @@ import pytest
 from redis import exceptions
 
 from redis_lease import LeaseExpiring, Loss, Outlier, StaleToken
-from redis_lease._common import Attempts, Batch, Commit, ReleasePlan, Schedule, check_stale, fence_args, fenced_reply, release_attempts, release_failed
+from redis_lease._common import (
+    AT_LEAST,
+    EXACT,
+    FAILED,
+    NOT_IN,
+    WITHOUT_COMMIT,
+    Attempts,
+    Batch,
+    Commit,
+    Held,
+    Proposer,
+    ReleasePlan,
+    Schedule,
+    check_stale,
+    fence_args,
+    fenced_reply,
+    first_outcome,
+    release_attempts,
+    release_failed,
+    release_outcome,
+)
 
 
 class Probe:
@@ -123,6 +143,60 @@ def test_a_token_refused_as_too_far_ahead_is_left_out_and_the_next_committed():
     other = exceptions.ResponseError("FLOOR is for exclusive leases: it cannot be given with LIMIT or SHARED")
     assert two_of_three().settle([9, other, other], str) is None
     assert Commit.first([(0, 9)], 2) is None, "no majority granted"
+
+
+def test_step_1_holds_on_an_exact_majority_of_the_proposal_as_soon_as_it_is_in():
+    on = [0, 1, 2, 3, 4]
+    timeout = exceptions.TimeoutError()
+    # Three exact answers decide it; the two others are not waited for.
+    assert first_outcome(EXACT, 500, on, [500, NOT_IN, 500, NOT_IN, 500], 3) == Held(500, [0, 2, 4])
+    assert first_outcome(EXACT, 500, on, [500, NOT_IN, 500, NOT_IN, 900], 3) is None
+    # Exactness cannot come any more: step 3 with the grants in so far.
+    commit = first_outcome(EXACT, 500, on, [500, 700, 900, 800, NOT_IN], 3)
+    assert isinstance(commit, Commit) and (commit.token, commit.on) == (900, [0, 1, 2, 3])
+    assert first_outcome(EXACT, 500, on, [None, timeout, NOT_IN, None, 500], 3) is FAILED
+    # A majority of different tokens: step 3 (the unsafe rule of the Rust
+    # history test's control would hold with the proposal).
+    different = [600, 700, 800, None, None]
+    assert isinstance(first_outcome(EXACT, 500, on, different, 3), Commit)
+    assert first_outcome(AT_LEAST, 500, on, different, 3) == Held(500, [0, 1, 2])
+    assert first_outcome(WITHOUT_COMMIT, 500, on, [500, 500, 500, NOT_IN, 9000], 3) is None
+    assert first_outcome(WITHOUT_COMMIT, 500, on, [500, 500, 500, timeout, 9000], 3) == Held(9000, [0, 1, 2, 4])
+
+
+def test_a_commit_round_and_a_release_are_decided_by_a_majority():
+    commit = Commit.first([(0, 9), (1, 5), (2, 7), (3, 8), (4, 6)], 3)
+    assert commit is not None
+    assert commit.decide([9, NOT_IN, 9, 9, NOT_IN], str) == [0, 2, 3]
+    assert commit.decide([9, NOT_IN, 9, NOT_IN, NOT_IN], str) is None
+    timeout = exceptions.TimeoutError()
+    assert commit.decide([9, timeout, timeout, timeout, NOT_IN], str) is FAILED
+    again = commit.decide([9, FAR, FAR, FAR, NOT_IN], str)
+    assert isinstance(again, tuple) and (again[0].token, again[0].on) == (8, [1, 2, 3])
+    assert release_outcome([1, NOT_IN, 1, 1, NOT_IN], 5) is True
+    assert release_outcome([1, NOT_IN, 0, timeout, 0], 5) is False
+    assert release_outcome([1, NOT_IN, 0, 1, NOT_IN], 5) is None
+
+
+def test_proposals_follow_the_majoritys_clocks_and_stay_above_the_previous_one():
+    ms = 1024
+    p = Proposer()
+    now = 1_000_000
+    a = p.propose(now, 7)
+    assert a == (now + 20) * ms + 8, "20 ms ahead, low bits 1 to 255"
+    b = p.propose(now, 0)
+    assert b == a + 1, "within the same ms: above the previous proposal"
+    p.learn(now, b, [b, (now + 5000) * ms, (now + 5001) * ms, (now + 5002) * ms, b])
+    assert p.offset_ms == 5000
+    assert p.propose(now + 1, 0) > (now + 5002) * ms
+    # One master 400 days ahead (an outlier) does not move it.
+    p = Proposer()
+    c = p.propose(now, 0)
+    p.learn(now, c, [(now + 400 * 86_400_000) * ms, c, c, c, NOT_IN])
+    assert p.offset_ms == 0
+    # A majority behind (step 1 without FLOOR after refusing the proposal).
+    p.learn(now, c, [(now - 3000) * ms] * 3 + [c, NOT_IN])
+    assert p.offset_ms == -3000
 
 
 def test_an_expiring_reply_is_lease_expiring_with_the_time_left_and_the_minimum():

@@ -2,8 +2,8 @@
 //! [`QuorumLease`], re-exported from `aio`. The same algorithm as the sync
 //! [`crate::QuorumClient`] (its decisions are the functions of
 //! `quorum.rs`); this file does the async I/O: plain connections per
-//! master (`wire.rs`), driven on the calling task, every step sent to the
-//! masters at once.
+//! master (`wire.rs`), every step sent to the masters at once, a task per
+//! master, decided as soon as a majority decides it.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,15 +13,16 @@ use tokio::sync::mpsc;
 
 use crate::aio::LossSignal;
 use crate::protocol::{
-    Commit, Committed, Outlier, Steps, check_ttl, fence_outcome, lost_reply, release_cmd,
+    Committed, First, Outlier, Proposer, Rule, StepReply, Steps, check_ttl, fast_outliers,
+    fence_outcome, first_outcome, floor_refused, linger, lost_reply, release_cmd, release_outcome,
     renew_cmd, renew_every, resolve, retry_pause,
 };
 use crate::quorum::{
-    OnOutlier, addr_of, drift, first_renewal, granted, majority, renew_outcome, settle_renewal,
-    valid_until,
+    OnOutlier, addr_of, drift, first_renewal, lock, majority, renew_outcome, settle_renewal,
+    timed_out as missing_timed_out, valid_until, wall_ms,
 };
 use crate::raw::fence_cmd_with;
-use crate::wire::{Conn, timed_out, within};
+use crate::wire::{Conn, within};
 use crate::{Block, Error, Label, Loss, Options, new_owner};
 
 /// One master: its client and its idle connections (each one command at a
@@ -30,6 +31,10 @@ use crate::{Block, Error, Label, Loss, Options, new_owner};
 struct Node {
     client: redis::Client,
     idle: Mutex<Vec<Conn>>,
+    /// The calls that outlived their step (decided without them): the next
+    /// call to this master waits for them first, so that a release never
+    /// overtakes the acquire it releases.
+    late: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Node {
@@ -56,6 +61,7 @@ impl Node {
 struct Inner {
     nodes: Vec<Node>,
     opts: Options,
+    proposer: Mutex<Proposer>,
     on_outlier: Option<OnOutlier>,
 }
 
@@ -79,90 +85,101 @@ impl Inner {
         }
     }
 
-    /// `cmd` on every master of `on` at once, returning once `enough` says
-    /// so of the replies in so far (the calls still out go on).
+    /// `cmd` on every master of `on` at once, a task each (`retry`, when
+    /// given, is sent at once to a master that refused `cmd` as a `FLOOR`
+    /// too far ahead of its clock): the replies in (`None`: not in), once
+    /// every master answered, or `timeout` passed, or `decided` says so of
+    /// the replies in and the [`linger`] after it passed. The calls still
+    /// out go on (a release reaches every master that answers).
     async fn each_until<T: FromRedisValue + Send + 'static>(
         self: &Arc<Self>,
         on: &[usize],
         timeout: Duration,
         cmd: &Cmd,
-        enough: impl Fn(&[Option<RedisResult<T>>]) -> bool,
-    ) -> Vec<RedisResult<T>> {
+        retry: Option<&Cmd>,
+        decided: impl Fn(&[Option<RedisResult<T>>]) -> bool,
+    ) -> Vec<Option<RedisResult<T>>> {
+        let start = Instant::now();
         let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut calls = Vec::with_capacity(on.len());
         for (slot, &i) in on.iter().enumerate() {
             let (inner, cmd, tx) = (self.clone(), cmd.clone(), tx.clone());
-            tokio::spawn(async move {
-                let _ = tx.send((slot, inner.nodes[i].call::<T>(&cmd, timeout).await));
-            });
+            let retry = retry.cloned();
+            let before: Vec<_> = lock(&self.nodes[i].late).drain(..).collect();
+            calls.push(tokio::spawn(async move {
+                for call in before {
+                    let _ = call.await;
+                }
+                let node = &inner.nodes[i];
+                let reply = match (node.call::<T>(&cmd, timeout).await, retry) {
+                    (Err(e), Some(plain)) if floor_refused(&e) => {
+                        let left = timeout.saturating_sub(start.elapsed());
+                        node.call::<T>(&plain, left.max(Duration::from_millis(1)))
+                            .await
+                    }
+                    (reply, _) => reply,
+                };
+                let _ = tx.send((slot, reply));
+            }));
         }
         drop(tx);
         let mut got: Vec<Option<RedisResult<T>>> = on.iter().map(|_| None).collect();
-        while let Some((slot, r)) = rx.recv().await {
-            got[slot] = Some(r);
-            if enough(&got) {
-                break;
+        let mut deadline = start + timeout.max(Duration::from_millis(1)) + Duration::from_millis(5);
+        let mut settled = false;
+        while got.iter().any(Option::is_none) {
+            if !settled && decided(&got) {
+                settled = true;
+                deadline = deadline.min(Instant::now() + linger(start.elapsed()));
+            }
+            let wake = tokio::time::Instant::from_std(deadline);
+            match tokio::time::timeout_at(wake, rx.recv()).await {
+                Ok(Some((slot, r))) => got[slot] = Some(r),
+                _ => break,
             }
         }
-        got.into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(timed_out())))
-            .collect()
+        for ((&i, call), r) in on.iter().zip(calls).zip(&got) {
+            if r.is_none() {
+                lock(&self.nodes[i].late).push(call);
+            }
+        }
+        got
     }
 
-    /// `cmd` on every master of `on` at once, all replies: the calls are
-    /// polled together on this task (no task per call).
+    /// `cmd` on every master of `on` at once: every reply (a master not in
+    /// within `timeout`: a timeout).
     async fn each<T: FromRedisValue + Send + 'static>(
         self: &Arc<Self>,
         on: &[usize],
         timeout: Duration,
         cmd: &Cmd,
     ) -> Vec<RedisResult<T>> {
-        join_all(
-            on.iter()
-                .map(|&i| self.nodes[i].call::<T>(cmd, timeout))
-                .collect(),
-        )
-        .await
+        let got = self.each_until(on, timeout, cmd, None, |_| false).await;
+        missing_timed_out(got).into_iter().flatten().collect()
     }
 
+    /// `LEASE.RELEASE` everywhere, done once a majority decided it: how
+    /// many released, of those in.
     async fn release_everywhere(
         self: &Arc<Self>,
         key: &str,
         owner: &str,
         timeout: Duration,
     ) -> usize {
+        let n = self.nodes.len();
         let replies = self
-            .each::<i64>(&self.all(), timeout, &release_cmd(key, owner))
+            .each_until::<i64>(
+                &self.all(),
+                timeout,
+                &release_cmd(key, owner),
+                None,
+                |got| release_outcome(got, n).is_some(),
+            )
             .await;
-        replies.into_iter().filter(|r| matches!(r, Ok(1))).count()
+        replies
+            .into_iter()
+            .filter(|r| matches!(r, Some(Ok(1))))
+            .count()
     }
-}
-
-/// Every future of `futs` polled together until all are done: their
-/// outputs, in order.
-async fn join_all<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
-    use std::task::Poll;
-    let mut futs: Vec<std::pin::Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (f, slot) in futs.iter_mut().zip(out.iter_mut()) {
-            if slot.is_none() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => *slot = Some(v),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter()
-        .map(|v| v.expect("every future completed"))
-        .collect()
 }
 
 /// Takes quorum leases on N independent masters from async code, as
@@ -207,12 +224,14 @@ impl QuorumClient {
             .map(|client| Node {
                 client,
                 idle: Mutex::new(Vec::new()),
+                late: Mutex::new(Vec::new()),
             })
             .collect();
         QuorumClient {
             inner: Arc::new(Inner {
                 nodes,
                 opts,
+                proposer: Mutex::new(Proposer::default()),
                 on_outlier,
             }),
             label,
@@ -296,26 +315,50 @@ impl QuorumClient {
             key, owner, ttl, ..
         } = steps;
         let inner = &self.inner;
+        let q = inner.quorum();
         let timeout = inner.node_timeout(ttl);
+        let addr = |i: usize| addr_of(&inner.nodes[i].client);
         let t0 = Instant::now();
         let all = inner.all();
-        let replies = inner.each(&all, timeout, &steps.first()).await;
+        let sent_ms = wall_ms(0);
+        let p = lock(&inner.proposer).propose(sent_ms, rand::random());
+        let decided =
+            |got: &[Option<StepReply>]| first_outcome(Rule::Exact, p, &all, got, q).is_some();
+        let replies = inner
+            .each_until(
+                &all,
+                timeout,
+                &steps.first(Some(p)),
+                Some(&steps.first(None)),
+                decided,
+            )
+            .await;
+        lock(&inner.proposer).learn(sent_ms, p, &replies);
         let valid_until = valid_until(t0, ttl);
-        let mut commit = Commit::new(granted(&all, replies), inner.quorum())?;
-        // At most one round per master: each leaves one out.
-        let held = loop {
-            let step = steps.commit(commit.token());
-            let replies = inner.each(commit.on(), timeout, &step).await;
-            match commit.settle(replies, |i| addr_of(&inner.nodes[i].client)) {
-                Committed::Again(next, outliers) => {
-                    inner.report(&outliers);
-                    commit = next;
-                }
-                held => break held,
+        let replies = missing_timed_out(replies);
+        let (token, on) = match first_outcome(Rule::Exact, p, &all, &replies, q)? {
+            First::Failed => return None,
+            First::Held { token, on } => {
+                inner.report(&fast_outliers(token, &all, &replies, addr));
+                (token, on)
             }
-        };
-        let Committed::Held { token, on } = held else {
-            return None;
+            // At most one round per master: each leaves one out.
+            First::Commit(mut commit) => loop {
+                let step = steps.commit(commit.token());
+                let decided =
+                    |got: &[Option<StepReply>]| commit.decide(got, |_| String::new()).is_some();
+                let replies = inner
+                    .each_until(commit.on(), timeout, &step, None, decided)
+                    .await;
+                match commit.decide(&missing_timed_out(replies), addr)? {
+                    Committed::Again(next, outliers) => {
+                        inner.report(&outliers);
+                        commit = next;
+                    }
+                    Committed::Held { token, on } => break (token, on),
+                    Committed::Failed => return None,
+                }
+            },
         };
         if Instant::now() >= valid_until {
             return None;
@@ -489,10 +532,10 @@ async fn renew_round(
             &inner.all(),
             inner.node_timeout(ttl),
             &renew_cmd(key, owner, ttl),
+            None,
             |got| renew_outcome(got, n).is_some(),
         )
         .await;
-    let replies: Vec<Option<RedisResult<i64>>> = replies.into_iter().map(Some).collect();
     settle_renewal(
         renew_outcome(&replies, n),
         || signal.extend(sent, ttl - drift(ttl).min(ttl)),

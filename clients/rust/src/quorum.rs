@@ -2,14 +2,17 @@
 //! S9), sync: [`QuorumClient`] and its [`QuorumLease`].
 //!
 //! N masters that do not replicate to each other, `q = N/2 + 1`. An
-//! acquisition takes the lease on every master at once (step 1), and, when
-//! at least `q` granted, commits the highest token `T` back to them with
-//! `LEASE.ACQUIRE ... FLOOR T` (step 3): held when `q` answer exactly `T`
-//! while its validity (`ttl - drift` from the first send) lasts. Each
-//! master's token clock then works as a ballot, so tokens of successive
-//! holdings strictly increase although the masters' clocks differ. The
-//! watchdog renews on every master and signals the loss when fewer than a
-//! majority renewed in time.
+//! acquisition takes the lease on every master at once, proposing a token
+//! `P` (step 1, `LEASE.ACQUIRE ... FLOOR P`): held with `P` when `q` answer
+//! exactly `P` while its validity (`ttl - drift` from the first send)
+//! lasts, in one round trip. Otherwise, when at least `q` granted, it
+//! commits the highest token `T` back to them with `LEASE.ACQUIRE ... FLOOR
+//! T` (step 3): held when `q` answer exactly `T`. Each master's token clock
+//! then works as a ballot, so tokens of successive holdings strictly
+//! increase although the masters' clocks differ. Every step is decided as
+//! soon as a majority decides it, not by the slowest master. The watchdog
+//! renews on every master and signals the loss when fewer than a majority
+//! renewed in time.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -26,16 +29,18 @@
 //! # Ok(()) }
 //! ```
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{Cmd, FromRedisValue, RedisResult};
 
 pub use crate::protocol::Outlier;
 use crate::protocol::{
-    Commit, Committed, Steps, fence_outcome, lost_reply, release_cmd, renew_cmd, renew_every,
-    resolve, retry_pause,
+    Committed, First, Proposer, Rule, StepReply, Steps, fast_outliers, fence_outcome,
+    first_outcome, floor_refused, linger, lost_reply, release_cmd, release_outcome, renew_cmd,
+    renew_every, resolve, retry_pause,
 };
 use crate::raw::fence_cmd_with;
 use crate::{Block, Error, Label, Loss, LossSignal, Options, new_owner};
@@ -65,11 +70,28 @@ pub(crate) fn first_renewal(deadline: Instant, ttl: Duration) -> Instant {
     deadline + drift(ttl).min(ttl) - ttl + renew_every(ttl)
 }
 
-/// (master, token) of the masters of `on` that granted, from their replies.
-pub(crate) fn granted(on: &[usize], replies: Vec<RedisResult<Option<u64>>>) -> Vec<(usize, u64)> {
-    on.iter()
-        .zip(replies)
-        .filter_map(|(&i, r)| Some((i, r.ok()??)))
+/// This machine's wall clock, ms since the epoch, moved by `offset_ms`
+/// (0 but in the tests that play a client whose clock is wrong).
+pub(crate) fn wall_ms(offset_ms: i64) -> i64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as i64;
+    now + offset_ms
+}
+
+/// The replies of a step once it is over: a master not in by then counts
+/// as timed out.
+pub(crate) fn timed_out<T>(replies: Vec<Option<RedisResult<T>>>) -> Vec<Option<RedisResult<T>>> {
+    replies
+        .into_iter()
+        .map(|r| {
+            r.or_else(|| {
+                Some(Err(redis::RedisError::from(std::io::Error::from(
+                    std::io::ErrorKind::TimedOut,
+                ))))
+            })
+        })
         .collect()
 }
 
@@ -115,10 +137,20 @@ pub(crate) fn addr_of(client: &redis::Client) -> String {
     client.get_connection_info().addr().to_string()
 }
 
-/// One master: its client and its idle connections.
+/// Work for a master's thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// One master: its client, its idle connections, and the thread that reads
+/// its replies (started at its first step, ended with the client), so that
+/// a step reads every master's reply as it comes. While that thread has
+/// work (a reply that came in after its step was decided, or a connect),
+/// the next command to the master goes through it too, in order: a release
+/// never overtakes the acquire it releases.
 struct Node {
     client: redis::Client,
     idle: Mutex<Vec<redis::Connection>>,
+    worker: Mutex<Option<mpsc::Sender<Job>>>,
+    busy: Arc<AtomicUsize>,
 }
 
 impl Node {
@@ -126,6 +158,50 @@ impl Node {
         Node {
             client,
             idle: Mutex::new(Vec::new()),
+            worker: Mutex::new(None),
+            busy: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// True while this master's thread has work queued or running.
+    fn busy(&self) -> bool {
+        self.busy.load(Ordering::SeqCst) > 0
+    }
+
+    /// Runs `job` on this master's thread (started when there is none; on
+    /// this thread when none can start).
+    fn run(&self, job: Job) {
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        let busy = self.busy.clone();
+        let job: Job = Box::new(move || {
+            job();
+            busy.fetch_sub(1, Ordering::SeqCst);
+        });
+        let mut worker = self.worker.lock().unwrap_or_else(|p| p.into_inner());
+        let job = match worker.as_ref() {
+            Some(tx) => match tx.send(job) {
+                Ok(()) => return,
+                Err(mpsc::SendError(job)) => job,
+            },
+            None => job,
+        };
+        let (tx, rx) = mpsc::channel::<Job>();
+        let started = thread::Builder::new()
+            .name("quorum-master".into())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    job();
+                }
+            });
+        match started {
+            Ok(_) => {
+                let _ = tx.send(job);
+                *worker = Some(tx);
+            }
+            Err(_) => {
+                drop(worker);
+                job();
+            }
         }
     }
 
@@ -191,9 +267,13 @@ impl Node {
 struct Inner {
     nodes: Vec<Node>,
     opts: Options,
-    /// Skip step 3 (the commit of `T`): only for tests that show why the
-    /// step exists.
-    commit: bool,
+    /// How step 1 decides: [`Rule::Exact`] but in the tests that show why
+    /// the one round trip needs an exact majority and why step 3 exists.
+    rule: Rule,
+    /// Moves this client's wall clock (0 but in the tests that play a
+    /// client whose clock is wrong).
+    clock_offset_ms: i64,
+    proposer: Mutex<Proposer>,
     on_outlier: Option<OnOutlier>,
 }
 
@@ -208,56 +288,17 @@ impl Inner {
     }
 
     /// `cmd_for(i)` on every master `i` of `on` at once: each reply, in the
-    /// order of `on`.
+    /// order of `on`, after every master answered or `timeout` passed (a
+    /// master not in by then: a timeout).
     fn each<T: FromRedisValue + Send + 'static>(
         self: &Arc<Self>,
         on: &[usize],
         timeout: Duration,
         cmd_for: impl Fn(usize) -> Cmd,
     ) -> Vec<RedisResult<T>> {
-        // Sent on the idle connections first, on this thread; the masters
-        // with none connect all at once, a scoped thread each, so that
-        // masters which accept no connection cost one timeout in all, not
-        // one each; then every reply is read on this thread.
-        let until = Instant::now() + timeout.max(Duration::from_millis(1));
-        let mut sent: Vec<Option<RedisResult<redis::Connection>>> = on
-            .iter()
-            .map(|&i| {
-                let node = &self.nodes[i];
-                node.pooled()
-                    .map(|c| node.send(Some(c), &cmd_for(i), timeout))
-            })
-            .collect();
-        let new: Vec<(usize, usize, Cmd)> = on
-            .iter()
-            .enumerate()
-            .filter(|&(slot, _)| sent[slot].is_none())
-            .map(|(slot, &i)| (slot, i, cmd_for(i)))
-            .collect();
-        if !new.is_empty() {
-            thread::scope(|s| {
-                let started: Vec<_> = new
-                    .into_iter()
-                    .map(|(slot, i, cmd)| {
-                        let node = &self.nodes[i];
-                        (slot, s.spawn(move || node.send(None, &cmd, timeout)))
-                    })
-                    .collect();
-                for (slot, t) in started {
-                    sent[slot] = Some(t.join().unwrap_or_else(|_| {
-                        Err(redis::RedisError::from(std::io::Error::other(
-                            "a connecting thread panicked",
-                        )))
-                    }));
-                }
-            });
-        }
-        on.iter()
-            .zip(sent)
-            .map(|(&i, conn)| {
-                conn.expect("sent or failed")
-                    .and_then(|c| self.nodes[i].recv(c, until))
-            })
+        timed_out(self.each_until(on, timeout, cmd_for, None, |_| false))
+            .into_iter()
+            .flatten()
             .collect()
     }
 
@@ -268,55 +309,95 @@ impl Inner {
         }
     }
 
-    /// As [`each`](Self::each), but returns as soon as `enough` says so of
-    /// the replies in so far (the rest: a timeout, as if they never came):
-    /// a renewal that a majority answered does not wait for a slow master.
+    /// `cmd_for(i)` on every master `i` of `on` at once, each reply read on
+    /// its master's thread as it comes (`retry`, when given, is sent at
+    /// once to a master that refused the first as a `FLOOR` too far ahead
+    /// of its clock): the replies in (`None`: not in), once every master
+    /// answered, or `timeout` passed, or `decided` says so of the replies
+    /// in and the [`linger`] after it passed. The calls still out finish on
+    /// their threads (their connections go back to the pool).
     fn each_until<T: FromRedisValue + Send + 'static>(
         self: &Arc<Self>,
         on: &[usize],
         timeout: Duration,
         cmd_for: impl Fn(usize) -> Cmd,
-        enough: impl Fn(&[Option<RedisResult<T>>]) -> bool,
-    ) -> Vec<RedisResult<T>> {
-        let (tx, rx) = std::sync::mpsc::channel();
+        retry: Option<&Cmd>,
+        decided: impl Fn(&[Option<RedisResult<T>>]) -> bool,
+    ) -> Vec<Option<RedisResult<T>>> {
+        // Sent on the idle connections on this thread; a master with none
+        // connects on its own thread, so that masters which accept no
+        // connection cost one timeout in all, not one each; a master whose
+        // thread is busy gets it from there, after what came before.
+        let start = Instant::now();
+        let until = start + timeout.max(Duration::from_millis(1));
+        let (tx, rx) = mpsc::channel();
+        let mut got: Vec<Option<RedisResult<T>>> = on.iter().map(|_| None).collect();
         for (slot, &i) in on.iter().enumerate() {
-            let (inner, cmd, tx) = (self.clone(), cmd_for(i), tx.clone());
-            thread::spawn(move || {
-                let _ = tx.send((slot, inner.nodes[i].call::<T>(&cmd, timeout)));
-            });
+            let node = &self.nodes[i];
+            let cmd = cmd_for(i);
+            let idle = if node.busy() { None } else { node.pooled() };
+            let sent = match idle {
+                Some(c) => match node.send(Some(c), &cmd, timeout) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        got[slot] = Some(Err(e));
+                        continue;
+                    }
+                },
+                None => None,
+            };
+            let (inner, tx, retry) = (self.clone(), tx.clone(), retry.cloned());
+            node.run(Box::new(move || {
+                let node = &inner.nodes[i];
+                let left = || until.saturating_duration_since(Instant::now());
+                let reply = match sent {
+                    Some(c) => node.recv(c, until),
+                    None => node
+                        .send(node.pooled(), &cmd, left())
+                        .and_then(|c| node.recv(c, until)),
+                };
+                let reply = match (reply, retry) {
+                    (Err(e), Some(plain)) if floor_refused(&e) => node.call(&plain, left()),
+                    (reply, _) => reply,
+                };
+                let _ = tx.send((slot, reply));
+            }));
         }
         drop(tx);
-        let mut got: Vec<Option<RedisResult<T>>> = on.iter().map(|_| None).collect();
-        for _ in on {
-            match rx.recv() {
+        let mut deadline = until;
+        let mut settled = false;
+        while got.iter().any(Option::is_none) {
+            if !settled && decided(&got) {
+                settled = true;
+                deadline = deadline.min(Instant::now() + linger(start.elapsed()));
+            }
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok((slot, r)) => got[slot] = Some(r),
                 Err(_) => break,
             }
-            if enough(&got) {
-                break;
-            }
         }
-        got.into_iter()
-            .map(|r| {
-                r.unwrap_or_else(|| {
-                    Err(redis::RedisError::from(std::io::Error::from(
-                        std::io::ErrorKind::TimedOut,
-                    )))
-                })
-            })
-            .collect()
+        got
     }
 
     fn all(&self) -> Vec<usize> {
         (0..self.nodes.len()).collect()
     }
 
-    /// `LEASE.RELEASE key owner` everywhere: how many released.
+    /// `LEASE.RELEASE key owner` everywhere, done once a majority decided
+    /// it (the masters not in yet still get it): how many released, of
+    /// those in.
     fn release_everywhere(self: &Arc<Self>, key: &str, owner: &str, timeout: Duration) -> usize {
-        self.each::<i64>(&self.all(), timeout, |_| release_cmd(key, owner))
-            .into_iter()
-            .filter(|r| matches!(r, Ok(1)))
-            .count()
+        let n = self.nodes.len();
+        self.each_until::<i64>(
+            &self.all(),
+            timeout,
+            |_| release_cmd(key, owner),
+            None,
+            |got| release_outcome(got, n).is_some(),
+        )
+        .into_iter()
+        .filter(|r| matches!(r, Some(Ok(1))))
+        .count()
     }
 }
 
@@ -348,7 +429,9 @@ impl QuorumClient {
             inner: Arc::new(Inner {
                 nodes: clients.into_iter().map(Node::new).collect(),
                 opts: Options::default(),
-                commit: true,
+                rule: Rule::Exact,
+                clock_offset_ms: 0,
+                proposer: Mutex::new(Proposer::default()),
                 on_outlier: None,
             }),
             label: resolve(&Label::Default, None),
@@ -365,7 +448,9 @@ impl QuorumClient {
                 .map(|n| Node::new(n.client.clone()))
                 .collect(),
             opts: a.opts.clone(),
-            commit: a.commit,
+            rule: a.rule,
+            clock_offset_ms: a.clock_offset_ms,
+            proposer: Mutex::new(Proposer::default()),
             on_outlier: a.on_outlier.clone(),
         });
         QuorumClient {
@@ -410,13 +495,38 @@ impl QuorumClient {
         self.label.as_deref()
     }
 
-    /// Skips step 3, the commit of the highest token to a majority. Unsafe:
-    /// tokens may then go backwards when the masters' clocks differ. Only
-    /// for tests that show why the step exists.
+    /// Skips step 3, the commit of one token to a majority: held with the
+    /// highest token granted in step 1, on every master that granted.
+    /// Unsafe: tokens may then go backwards when the masters' clocks
+    /// differ. Only for tests that show why the step exists.
     #[doc(hidden)]
     pub fn without_the_commit_step(self) -> QuorumClient {
         self.changed(|inner| Inner {
-            commit: false,
+            rule: Rule::WithoutCommit,
+            ..inner
+        })
+    }
+
+    /// Holds in one round trip with the proposal `P` when a majority
+    /// granted any token of at least `P`, not only exactly `P` (a majority
+    /// of different tokens). Unsafe: a proposal below a token issued
+    /// earlier then holds with a lower token. Only for tests that show why
+    /// the one round trip needs an exact majority.
+    #[doc(hidden)]
+    pub fn accepting_different_tokens(self) -> QuorumClient {
+        self.changed(|inner| Inner {
+            rule: Rule::AtLeast,
+            ..inner
+        })
+    }
+
+    /// Reads this machine's wall clock `ms` later (earlier when negative)
+    /// for its proposals: plays a client whose clock is wrong. Only for
+    /// tests.
+    #[doc(hidden)]
+    pub fn with_clock_offset_ms(self, ms: i64) -> QuorumClient {
+        self.changed(|inner| Inner {
+            clock_offset_ms: ms,
             ..inner
         })
     }
@@ -472,31 +582,49 @@ impl QuorumClient {
             key, owner, ttl, ..
         } = steps;
         let inner = &self.inner;
+        let (q, rule) = (inner.quorum(), inner.rule);
         let timeout = inner.node_timeout(ttl);
+        let addr = |i: usize| addr_of(&inner.nodes[i].client);
         let t0 = Instant::now();
         let all = inner.all();
-        let replies = inner.each(&all, timeout, |_| steps.first());
+        let sent_ms = wall_ms(inner.clock_offset_ms);
+        let p = lock(&inner.proposer).propose(sent_ms, rand::random());
+        let replies = inner.each_until(
+            &all,
+            timeout,
+            |_| steps.first(Some(p)),
+            Some(&steps.first(None)),
+            |got: &[Option<StepReply>]| first_outcome(rule, p, &all, got, q).is_some(),
+        );
+        lock(&inner.proposer).learn(sent_ms, p, &replies);
         let valid_until = valid_until(t0, ttl);
-        let Some(mut commit) = Commit::new(granted(&all, replies), inner.quorum()) else {
-            return Ok(None);
-        };
-        let held = match inner.commit {
-            false => commit.skipped(),
+        let replies = timed_out(replies);
+        let first = first_outcome(rule, p, &all, &replies, q).expect("decided with every reply");
+        let (token, on) = match first {
+            First::Failed => return Ok(None),
+            First::Held { token, on } => {
+                inner.report(&fast_outliers(token, &all, &replies, addr));
+                (token, on)
+            }
             // At most one round per master: each leaves one out.
-            true => loop {
+            First::Commit(mut commit) => loop {
                 let token = commit.token();
-                let replies = inner.each(commit.on(), timeout, |_| steps.commit(token));
-                match commit.settle(replies, |i| addr_of(&inner.nodes[i].client)) {
-                    Committed::Again(next, outliers) => {
+                let replies = inner.each_until(
+                    commit.on(),
+                    timeout,
+                    |_| steps.commit(token),
+                    None,
+                    |got: &[Option<StepReply>]| commit.decide(got, |_| String::new()).is_some(),
+                );
+                match commit.decide(&timed_out(replies), addr) {
+                    Some(Committed::Again(next, outliers)) => {
                         inner.report(&outliers);
                         commit = next;
                     }
-                    held => break held,
+                    Some(Committed::Held { token, on }) => break (token, on),
+                    _ => return Ok(None),
                 }
             },
-        };
-        let Committed::Held { token, on } = held else {
-            return Ok(None);
         };
         if Instant::now() >= valid_until {
             return Ok(None);
@@ -511,6 +639,11 @@ impl QuorumClient {
             on,
         )))
     }
+}
+
+/// The value behind `m`, also when a thread panicked holding it.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A random pause before another try: up to a tenth of the ttl (at least
@@ -681,9 +814,9 @@ fn renew_round(
         &inner.all(),
         inner.node_timeout(ttl),
         |_| renew_cmd(key, owner, ttl),
+        None,
         |got| renew_outcome(got, n).is_some(),
     );
-    let replies: Vec<Option<RedisResult<i64>>> = replies.into_iter().map(Some).collect();
     settle_renewal(
         renew_outcome(&replies, n),
         || signal.extend(sent, ttl - drift(ttl).min(ttl)),

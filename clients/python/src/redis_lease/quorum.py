@@ -3,14 +3,17 @@ S9): :class:`QuorumClient` (threads) and :class:`AsyncQuorumClient`
 (asyncio), the same algorithm as the Rust helper's.
 
 N masters that do not replicate to each other, ``q = N // 2 + 1``. An
-acquisition sends ``LEASE.ACQUIRE`` to every master at once (step 1) and,
-when at least ``q`` granted, commits the highest token ``T`` back to them
-with ``LEASE.ACQUIRE ... FLOOR T`` (step 3): the lease is held when ``q``
-answer exactly ``T`` while its validity (ttl minus the drift, counted from
-the first send) lasts. Each master's token clock then works as a ballot, so
-tokens of successive holdings strictly increase although the masters'
-clocks differ. Renewals go to every master; the lease stays held while a
-majority renews. Each master must run its grace period after a restart
+acquisition sends ``LEASE.ACQUIRE ... FLOOR P`` to every master at once
+(step 1, ``P`` a proposed token): the lease is held with ``P`` when ``q``
+answer exactly ``P`` while its validity (ttl minus the drift, counted from
+the first send) lasts, in one round trip. Otherwise, when at least ``q``
+granted, it commits the highest token ``T`` back to them with
+``LEASE.ACQUIRE ... FLOOR T`` (step 3): held when ``q`` answer exactly
+``T``. Each master's token clock then works as a ballot, so tokens of
+successive holdings strictly increase although the masters' clocks differ.
+Every step is decided as soon as a majority decides it, not by the slowest
+master. Renewals go to every master; the lease stays held while a majority
+renews. Each master must run its grace period after a restart
 (``lease.grace-ms``, design.md S7).
 
 ::
@@ -26,11 +29,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import select
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from types import TracebackType
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Type
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 import redis
 import redis.asyncio as aredis
@@ -39,20 +43,30 @@ from . import _sync, aio
 from ._compat import read_response
 from ._common import (
     DEFAULT_LABEL,
+    EXACT,
+    NOT_IN,
     Commit,
+    Failed,
+    Held,
     Label,
     LeaseBusy,
     LeaseLost,
     Loss,
     Outlier,
+    Proposer,
     check_ttl,
+    fast_outliers,
     fence_args,
     fenced_reply,
+    first_outcome,
+    floor_refused,
     fresh_after_fork,
     label_args,
     label_bytes,
+    linger,
     lost_during,
     new_owner,
+    release_outcome,
     renew_every,
     retry_pause,
 )
@@ -95,9 +109,79 @@ def _floor_args(key: Any, owner: str, ttl_ms: int, floor: int, label: Tuple[Any,
     return lambda _: args
 
 
-def _granted(replies: Sequence[Any]) -> List[Tuple[int, int]]:
-    """(master, token) of every master that granted."""
-    return [(i, int(r)) for i, r in enumerate(replies) if isinstance(r, int) and not isinstance(r, bool)]
+def _wall_ms(offset_ms: int) -> int:
+    """This machine's wall clock, ms, moved by ``offset_ms`` (0 but in the
+    tests that play a client whose clock is wrong)."""
+    return time.time_ns() // 1_000_000 + offset_ms
+
+
+def _timed_out(replies: List[Any]) -> List[Any]:
+    """A step's replies once it is over: a master not in counts as timed out."""
+    return [redis.TimeoutError("no reply within the step") if r is NOT_IN else r for r in replies]
+
+
+def _readable(fds: List[int], timeout: float) -> List[int]:
+    """Those of ``fds`` with something to read within ``timeout`` seconds
+    (``poll``: no limit on the descriptors' numbers, as ``select`` has)."""
+    if not hasattr(select, "poll"):
+        return list(select.select(fds, [], [], timeout)[0])
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+    return [fd for fd, _ in poller.poll(max(int(timeout * 1000), 1))]
+
+
+def _round_decided(commit: Commit) -> Callable[[List[Any]], bool]:
+    """Is a commit round decided by the replies in so far?"""
+    return lambda replies: commit.decide(replies, str) is not None
+
+
+class _Steps:
+    """What a sync and an asyncio quorum client share to take a lease: the
+    proposals, and how step 1 decides (``EXACT`` but in the tests that show
+    why)."""
+
+    quorum: int
+    _addrs: List[str]
+    _proposer: Proposer
+    _proposer_lock: threading.Lock
+    _rule: str
+    _clock_offset_ms: int
+    on_outlier: Optional[Callable[[Outlier], None]]
+
+    def _init_steps(self) -> None:
+        self._proposer = Proposer()
+        self._proposer_lock = threading.Lock()
+        self._rule = EXACT
+        self._clock_offset_ms = 0
+
+    def _propose(self) -> Tuple[int, int]:
+        """(sent_ms, P): this client's wall clock now and its proposal."""
+        sent_ms = _wall_ms(self._clock_offset_ms)
+        with self._proposer_lock:
+            return sent_ms, self._proposer.propose(sent_ms, random.getrandbits(16))
+
+    def _first_decided(self, p: int, on: List[int]) -> Callable[[List[Any]], bool]:
+        return lambda replies: first_outcome(self._rule, p, on, replies, self.quorum) is not None
+
+    def _first(self, sent_ms: int, p: int, on: List[int], replies: List[Any]) -> Any:
+        """What step 1 decided, once it is over (learning from it)."""
+        with self._proposer_lock:
+            self._proposer.learn(sent_ms, p, replies)
+        replies = _timed_out(replies)
+        first = first_outcome(self._rule, p, on, replies, self.quorum)
+        if isinstance(first, Held):
+            _report(fast_outliers(p, on, replies, self._addrs.__getitem__), self.on_outlier)
+        return first
+
+    def _round(self, commit: Commit, replies: List[Any]) -> Any:
+        """What a commit round decided, once it is over: the masters that
+        committed, or the next round (the outliers reported), or None."""
+        decided = commit.decide(_timed_out(replies), self._addrs.__getitem__)
+        if isinstance(decided, tuple):
+            _report(decided[1], self.on_outlier)
+            return decided[0]
+        return None if decided is None or isinstance(decided, Failed) else decided
 
 
 def _renew_decided(replies: Sequence[Any], n: int) -> bool:
@@ -136,7 +220,7 @@ def _report(outliers: List[Outlier], on_outlier: Optional[Callable[[Outlier], No
             on_outlier(o)
 
 
-class QuorumClient:
+class QuorumClient(_Steps):
     """Takes quorum leases on the masters of ``clients`` (redis.Redis, one per
     master; three or five in practice).
 
@@ -164,13 +248,15 @@ class QuorumClient:
         self._pools = [_sync._Pool(_sync._Target(c, io_timeout)) for c in clients]
         self._addrs = [_addr(c) for c in clients]
         self._executor = self._new_executor()
+        self._late: Dict[int, List[Any]] = {}
+        self._late_lock = threading.Lock()
         self.io_timeout = io_timeout
         self.watchdog = watchdog
         self.on_outlier = on_outlier
         label_bytes(label)  # TypeError now, not at the first acquire
         self.label: Label = label
         self.quorum = _quorum(len(self._pools))
-        self._commit = True
+        self._init_steps()
         fresh_after_fork(self)
 
     def _new_executor(self) -> ThreadPoolExecutor:
@@ -183,16 +269,36 @@ class QuorumClient:
         executor would count them as idle and run nothing). A lease copied
         from the parent is the parent's: its watchdog thread is not here."""
         self._executor = self._new_executor()
+        self._late = {}
+        self._late_lock = threading.Lock()
 
     def _each(self, on: Sequence[int], args: Callable[[int], Tuple[Any, ...]], timeout: float) -> List[Any]:
         """``args(i)`` on every master ``i`` of ``on`` at once: each reply, or
-        the exception it raised."""
+        the exception it raised (a timeout for a master not in in time)."""
+        return _timed_out(self._each_until(on, args, timeout, lambda _: False))
+
+    def _each_until(
+        self,
+        on: Sequence[int],
+        args: Callable[[int], Tuple[Any, ...]],
+        timeout: float,
+        decided: Callable[[List[Any]], bool],
+        retry: Optional[Callable[[int], Tuple[Any, ...]]] = None,
+    ) -> List[Any]:
+        """``args(i)`` on every master ``i`` of ``on`` at once, each reply
+        read as it comes (``retry(i)``, when given, sent at once to a master
+        that refused the first as a FLOOR too far ahead of its clock): the
+        replies in (``NOT_IN``: not in), once every master answered, or
+        ``timeout`` passed, or ``decided`` says so of the replies in and the
+        linger after it passed. The replies still out are read on the
+        executor (their connections go back to the pool)."""
 
         # Sent on the idle connections first, on this thread; the masters
         # with none connect all at once on the executor, so that masters
         # which accept no connection cost one timeout in all, not one each;
-        # then every reply is read on this thread.
-        end = time.monotonic() + timeout
+        # then the replies are read on this thread as they come.
+        start = time.monotonic()
+        end = start + timeout
 
         def send(i: int, node: Any, conn: Optional[_sync.Conn]) -> Tuple[int, Any, Any]:
             try:
@@ -205,63 +311,124 @@ class QuorumClient:
                     _sync._close(conn)
                 return i, None, e
 
-        pending: List[Any] = []
-        for i in on:
+        # A master with calls that outlived their step (decided without
+        # them) gets this one on the executor after them: a release never
+        # overtakes the acquire it releases.
+        connecting: Dict[int, Any] = {}
+        calling: Dict[int, Any] = {}
+        for n, i in enumerate(on):
+            before = self._late_calls(i)
+            if before:
+                calling[n] = self._executor.submit(self._call_after, before, i, args(i), retry(i) if retry else None, end)
+                continue
             node, conn = self._pools[i].idle(None)
-            pending.append(send(i, node, conn) if conn is not None else self._executor.submit(send, i, node, None))
-        sent = [p.result() if isinstance(p, Future) else p for p in pending]
-        replies: List[Any] = []
-        for i, node, conn in sent:
-            if isinstance(conn, BaseException):
-                replies.append(conn)
-                continue
-            try:
-                reply = read_response(conn, max(end - time.monotonic(), 0.001))
-            except redis.ResponseError as e:
-                self._pools[i].give(node, conn)
-                replies.append(e)
-                continue
-            except Exception as e:
-                _sync._close(conn)
-                replies.append(e)
-                continue
-            self._pools[i].give(node, conn)
-            replies.append(reply)
-        return replies
-
-    def _each_until(
-        self,
-        on: Sequence[int],
-        args: Callable[[int], Tuple[Any, ...]],
-        timeout: float,
-        enough: Callable[[List[Any]], bool],
-    ) -> List[Any]:
-        """As ``_each``, but returns as soon as ``enough`` says so of the
-        replies in so far (None for those not in: a renewal that a majority
-        answered does not wait for a slow master)."""
-
-        def one(i: int) -> Any:
-            try:
-                return self._pools[i].call(None, args(i), timeout, timeout)
-            except Exception as e:
-                return e
-
-        futures = {self._executor.submit(one, i): n for n, i in enumerate(on)}
-        replies: List[Any] = [None] * len(on)
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                replies[futures[f]] = f.result()
-            if enough(replies):
+            connecting[n] = send(i, node, conn) if conn is not None else self._executor.submit(send, i, node, None)
+        replies: List[Any] = [NOT_IN] * len(on)
+        pending: Dict[int, Tuple[int, Any, Any]] = {}
+        deadline = end
+        settled = False
+        while pending or connecting or calling:
+            for n, f in list(calling.items()):
+                if f.done():
+                    replies[n] = f.result()
+                    del calling[n]
+            # The masters sent to (a connect on the executor done) are read
+            # from as their replies come.
+            for n, p in list(connecting.items()):
+                if isinstance(p, Future) and not p.done():
+                    continue
+                del connecting[n]
+                i, node, conn = p.result() if isinstance(p, Future) else p
+                if isinstance(conn, BaseException):
+                    replies[n] = conn
+                else:
+                    pending[n] = (i, node, conn)
+            if not settled and decided(replies):
+                settled = True
+                deadline = min(deadline, time.monotonic() + linger(time.monotonic() - start))
+            left = deadline - time.monotonic()
+            if left <= 0 or not (pending or connecting or calling):
                 break
+            socks = {conn._sock.fileno(): n for n, (_, _, conn) in pending.items()}
+            # While a master connects, look at it again every 2 ms.
+            for fd in _readable(list(socks), min(left, 0.002) if connecting or calling else left):
+                n = socks[fd]
+                i, node, conn = pending.pop(n)
+                reply = self._read(i, node, conn, end)
+                if retry is not None and floor_refused(reply):
+                    try:
+                        reply = self._pools[i].call(None, retry(i), max(end - time.monotonic(), 0.001), timeout)
+                    except Exception as e:
+                        reply = e
+                replies[n] = reply
+        # The calls still out finish on the executor (their connections go
+        # back to the pool); the next call to their master waits for them.
+        late: List[Tuple[int, Any]] = [(on[n], f) for n, f in calling.items()]
+        for i, node, conn in pending.values():
+            try:
+                late.append((i, self._executor.submit(self._read, i, node, conn, end)))
+            except RuntimeError:  # closed
+                _sync._close(conn)
+        for n, p in connecting.items():
+            late.append((on[n], self._executor.submit(self._read_sent, p, end)))
+        with self._late_lock:
+            for i, f in late:
+                self._late.setdefault(i, []).append(f)
         return replies
+
+    def _late_calls(self, i: int) -> List[Any]:
+        """The calls to master ``i`` that outlived their step and are not
+        over yet."""
+        with self._late_lock:
+            calls = [f for f in self._late.pop(i, []) if not f.done()]
+        return calls
+
+    def _call_after(self, before: List[Any], i: int, args: Tuple[Any, ...], retry: Optional[Tuple[Any, ...]], end: float) -> Any:
+        """On the executor: ``args`` on master ``i`` once the calls
+        ``before`` are over (each bounded by its own step), by ``end``."""
+        wait(before, timeout=max(end - time.monotonic(), 0))
+        for command in (args, retry):
+            if command is None:
+                break
+            left = max(end - time.monotonic(), 0.001)
+            try:
+                reply = self._pools[i].call(None, command, left, left)
+            except Exception as e:
+                reply = e
+            if not floor_refused(reply):
+                break
+        return reply
+
+    def _read_sent(self, sent: "Future[Tuple[int, Any, Any]]", end: float) -> Any:
+        """On the executor: the reply of a call whose connect ended after
+        its step was over."""
+        i, node, conn = sent.result()
+        return conn if isinstance(conn, BaseException) else self._read(i, node, conn, end)
+
+    def _read(self, i: int, node: Any, conn: Any, end: float) -> Any:
+        """The reply on ``conn`` (master ``i``) by ``end``, or the exception;
+        the connection goes back to the pool unless the reply was lost."""
+        try:
+            reply = read_response(conn, max(end - time.monotonic(), 0.001))
+        except redis.ResponseError as e:
+            self._pools[i].give(node, conn)
+            return e
+        except Exception as e:
+            _sync._close(conn)
+            return e
+        self._pools[i].give(node, conn)
+        return reply
 
     def _all(self) -> List[int]:
         return list(range(len(self._pools)))
 
     def _release_everywhere(self, key: Any, owner: str, timeout: float) -> int:
-        replies = self._each(self._all(), lambda _: ("LEASE.RELEASE", key, owner), timeout)
+        """``LEASE.RELEASE`` everywhere, done once a majority decided it:
+        how many released, of those in."""
+        n = len(self._pools)
+        replies = self._each_until(
+            self._all(), lambda _: ("LEASE.RELEASE", key, owner), timeout, lambda r: release_outcome(r, n) is not None
+        )
         return sum(1 for r in replies if r == 1)
 
     def acquire(
@@ -289,22 +456,36 @@ class QuorumClient:
         timeout = _node_timeout(self.io_timeout, ttl_ms)
         t0 = time.monotonic()
         valid_until = t0 + ttl_ms / 1000 - drift(ttl_ms)
-        commit = Commit.first(_granted(self._each(self._all(), lambda _: _acquire_args(key, owner, ttl_ms, None, label), timeout)), self.quorum)
-        if commit is None:
+        everywhere = self._all()
+        sent_ms, p = self._propose()
+        replies = self._each_until(
+            everywhere,
+            lambda _: _acquire_args(key, owner, ttl_ms, p, label),
+            timeout,
+            self._first_decided(p, everywhere),
+            retry=lambda _: _acquire_args(key, owner, ttl_ms, None, label),
+        )
+        first = self._first(sent_ms, p, everywhere, replies)
+        if isinstance(first, Held):
+            token, committed = first
+        elif isinstance(first, Commit):
+            commit = first
+            # At most one round per master: each leaves one out.
+            while True:
+                token = commit.token
+                args = _floor_args(key, owner, ttl_ms, token, label)
+                settled = self._round(commit, self._each_until(commit.on, args, timeout, _round_decided(commit)))
+                if not isinstance(settled, Commit):
+                    break
+                commit = settled
+            if settled is None:
+                return None
+            committed = settled
+        else:
             return None
-        committed: Optional[List[int]] = commit.on
-        # At most one round per master: each leaves one out.
-        while self._commit:
-            token = commit.token
-            settled = commit.settle(self._each(commit.on, _floor_args(key, owner, ttl_ms, token, label), timeout), self._addrs.__getitem__)
-            if not isinstance(settled, tuple):
-                committed = settled
-                break
-            commit, outliers = settled
-            _report(outliers, self.on_outlier)
-        if committed is None or time.monotonic() >= valid_until:
+        if time.monotonic() >= valid_until:
             return None
-        return QuorumLease(self, key, owner, commit.token, ttl_ms, valid_until, committed)
+        return QuorumLease(self, key, owner, token, ttl_ms, valid_until, committed)
 
     def lease(
         self, key: Any, ttl_ms: int, block_ms: Optional[int] = None, *, label: Label = DEFAULT_LABEL
@@ -438,7 +619,7 @@ class QuorumLease(_QuorumCore):
             raise LeaseLost(lost)
 
 
-class AsyncQuorumClient:
+class AsyncQuorumClient(_Steps):
     """:class:`QuorumClient` for asyncio, on ``redis.asyncio.Redis`` clients."""
 
     def __init__(
@@ -453,12 +634,14 @@ class AsyncQuorumClient:
         self._pools = [aio._Pool(aio._Target(c, io_timeout)) for c in clients]
         self._addrs = [_addr(c) for c in clients]
         self._stragglers: "set[asyncio.Task[Any]]" = set()
+        self._late: "Dict[int, set[asyncio.Task[Any]]]" = {}
         self.io_timeout = io_timeout
         self.watchdog = watchdog
         self.on_outlier = on_outlier
         label_bytes(label)  # TypeError now, not at the first acquire
         self.label: Label = label
         self.quorum = _quorum(len(self._pools))
+        self._init_steps()
         fresh_after_fork(self)
 
     def _after_fork(self) -> None:
@@ -466,47 +649,78 @@ class AsyncQuorumClient:
         parent's tasks, which stay referenced, as its connections do."""
         aio._inherited.extend(self._stragglers)
         self._stragglers = set()
+        self._late = {}
 
     async def _each(self, on: Sequence[int], args: Callable[[int], Tuple[Any, ...]], timeout: float) -> List[Any]:
-        return await self._each_until(on, args, timeout, lambda _: False)
+        return _timed_out(await self._each_until(on, args, timeout, lambda _: False))
 
     async def _each_until(
         self,
         on: Sequence[int],
         args: Callable[[int], Tuple[Any, ...]],
         timeout: float,
-        enough: Callable[[List[Any]], bool],
+        decided: Callable[[List[Any]], bool],
+        retry: Optional[Callable[[int], Tuple[Any, ...]]] = None,
     ) -> List[Any]:
-        """As the sync client's: returns once ``enough`` says so. The calls
-        still out finish on their own (bounded by ``timeout``): a renewal
-        reaches every master that answers, not only the first majority."""
+        """As the sync client's, a task per master: returns once every
+        master answered, or ``timeout`` passed, or ``decided`` says so and
+        the linger after it passed (``NOT_IN``: not in). The calls still out
+        finish on their own (bounded by ``timeout``): a release reaches
+        every master that answers, not only the first majority."""
+        start = time.monotonic()
 
         async def one(n: int, i: int) -> Tuple[int, Any]:
+            # After the calls to this master that outlived their step: a
+            # release never overtakes the acquire it releases.
+            loop = asyncio.get_running_loop()
+            before = {t for t in self._late.pop(i, set()) if not t.done() and t.get_loop() is loop}
+            if before:
+                await asyncio.wait(before)
             try:
-                return n, await self._pools[i].call(None, args(i), timeout, timeout)
+                reply = await self._pools[i].call(None, args(i), timeout, timeout)
             except Exception as e:
-                return n, e
+                reply = e
+            if retry is not None and floor_refused(reply):
+                left = max(start + timeout - time.monotonic(), 0.001)
+                try:
+                    reply = await self._pools[i].call(None, retry(i), left, left)
+                except Exception as e:
+                    reply = e
+            return n, reply
 
-        tasks = {asyncio.ensure_future(one(n, i)) for n, i in enumerate(on)}
-        replies: List[Any] = [None] * len(on)
+        master = {asyncio.ensure_future(one(n, i)): i for n, i in enumerate(on)}
+        tasks = set(master)
+        replies: List[Any] = [NOT_IN] * len(on)
+        deadline = start + timeout + 0.005
+        settled = False
         while tasks:
-            done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if not settled and decided(replies):
+                settled = True
+                deadline = min(deadline, time.monotonic() + linger(time.monotonic() - start))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            done, tasks = await asyncio.wait(tasks, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                break
             for t in done:
                 n, reply = t.result()
                 replies[n] = reply
-            if enough(replies):
-                break
         # Kept until they end, so that they are not collected half-way.
         self._stragglers |= tasks
         for t in tasks:
             t.add_done_callback(self._stragglers.discard)
+            self._late.setdefault(master[t], set()).add(t)
         return replies
 
     def _all(self) -> List[int]:
         return list(range(len(self._pools)))
 
     async def _release_everywhere(self, key: Any, owner: str, timeout: float) -> int:
-        replies = await self._each(self._all(), lambda _: ("LEASE.RELEASE", key, owner), timeout)
+        n = len(self._pools)
+        replies = await self._each_until(
+            self._all(), lambda _: ("LEASE.RELEASE", key, owner), timeout, lambda r: release_outcome(r, n) is not None
+        )
         return sum(1 for r in replies if r == 1)
 
     async def acquire(
@@ -531,22 +745,37 @@ class AsyncQuorumClient:
         timeout = _node_timeout(self.io_timeout, ttl_ms)
         t0 = time.monotonic()
         valid_until = t0 + ttl_ms / 1000 - drift(ttl_ms)
-        replies = await self._each(self._all(), lambda _: _acquire_args(key, owner, ttl_ms, None, label), timeout)
-        commit = Commit.first(_granted(replies), self.quorum)
-        if commit is None:
+        everywhere = self._all()
+        sent_ms, p = self._propose()
+        replies = await self._each_until(
+            everywhere,
+            lambda _: _acquire_args(key, owner, ttl_ms, p, label),
+            timeout,
+            self._first_decided(p, everywhere),
+            retry=lambda _: _acquire_args(key, owner, ttl_ms, None, label),
+        )
+        first = self._first(sent_ms, p, everywhere, replies)
+        if isinstance(first, Held):
+            token, committed = first
+        elif isinstance(first, Commit):
+            commit = first
+            # At most one round per master: each leaves one out.
+            while True:
+                token = commit.token
+                args = _floor_args(key, owner, ttl_ms, token, label)
+                replies = await self._each_until(commit.on, args, timeout, _round_decided(commit))
+                settled = self._round(commit, replies)
+                if not isinstance(settled, Commit):
+                    break
+                commit = settled
+            if settled is None:
+                return None
+            committed = settled
+        else:
             return None
-        # At most one round per master: each leaves one out.
-        while True:
-            token = commit.token
-            replies = await self._each(commit.on, _floor_args(key, owner, ttl_ms, token, label), timeout)
-            settled = commit.settle(replies, self._addrs.__getitem__)
-            if not isinstance(settled, tuple):
-                break
-            commit, outliers = settled
-            _report(outliers, self.on_outlier)
-        if settled is None or time.monotonic() >= valid_until:
+        if time.monotonic() >= valid_until:
             return None
-        return AsyncQuorumLease(self, key, owner, commit.token, ttl_ms, valid_until, settled)
+        return AsyncQuorumLease(self, key, owner, token, ttl_ms, valid_until, committed)
 
     def lease(
         self, key: Any, ttl_ms: int, block_ms: Optional[int] = None, *, label: Label = DEFAULT_LABEL

@@ -27,6 +27,14 @@ fn server_error(text: &str) -> redis::RedisError {
         .unwrap_err()
 }
 
+/// A commit round decided with every reply in.
+fn settled(commit: &Commit, replies: Vec<StepReply>, addr: impl Fn(usize) -> String) -> Committed {
+    let replies: Vec<Option<StepReply>> = replies.into_iter().map(Some).collect();
+    commit
+        .decide(&replies, addr)
+        .expect("decided with every reply")
+}
+
 #[test]
 fn a_token_refused_as_too_far_ahead_is_left_out_and_the_next_committed() {
     const MS: u64 = 1024;
@@ -47,7 +55,7 @@ fn a_token_refused_as_too_far_ahead_is_left_out_and_the_next_committed() {
         (900_000 * MS, &[0, 1, 3, 4][..])
     );
     let replies = vec![Ok(Some(900_000 * MS)), far(), far(), far()];
-    let Committed::Again(next, outliers) = commit.settle(replies, |i| format!("m{i}")) else {
+    let Committed::Again(next, outliers) = settled(&commit, replies, |i| format!("m{i}")) else {
         panic!("another round");
     };
     assert_eq!(
@@ -64,14 +72,16 @@ fn a_token_refused_as_too_far_ahead_is_left_out_and_the_next_committed() {
     // Another round whose answers are a majority: held without master 0.
     let replies = vec![Ok(Some(300 * MS)), Ok(Some(300 * MS)), Ok(Some(300 * MS))];
     assert!(matches!(
-        next.settle(replies, |i| format!("m{i}")),
+        settled(&next, replies, |i| format!("m{i}")),
         Committed::Held { token, on } if token == 300 * MS && on == [1, 3, 4]
     ));
     // A minority refusing does not matter; too few refusing to make a
     // majority without the top: no lease.
     let commit = || Commit::new(vec![(0, 9), (1, 5), (2, 7)], 2).unwrap();
     assert!(matches!(
-        commit().settle(vec![Ok(Some(9)), Ok(Some(9)), far()], |_| String::new()),
+        settled(&commit(), vec![Ok(Some(9)), Ok(Some(9)), far()], |_| {
+            String::new()
+        }),
         Committed::Held { token: 9, .. }
     ));
     let timeout = || {
@@ -80,7 +90,9 @@ fn a_token_refused_as_too_far_ahead_is_left_out_and_the_next_committed() {
         )))
     };
     assert!(matches!(
-        commit().settle(vec![Ok(Some(9)), far(), timeout()], |_| String::new()),
+        settled(&commit(), vec![Ok(Some(9)), far(), timeout()], |_| {
+            String::new()
+        }),
         Committed::Failed
     ));
     // Other errors are no refusal of the token.
@@ -90,7 +102,9 @@ fn a_token_refused_as_too_far_ahead_is_left_out_and_the_next_committed() {
         ))
     };
     assert!(matches!(
-        commit().settle(vec![Ok(Some(9)), other(), other()], |_| String::new()),
+        settled(&commit(), vec![Ok(Some(9)), other(), other()], |_| {
+            String::new()
+        }),
         Committed::Failed
     ));
     assert!(
@@ -771,7 +785,7 @@ fn every_step_of_a_quorum_acquisition_sends_its_label() {
         label: Some("job 991"),
     };
     assert_eq!(
-        words(&steps.first()),
+        words(&steps.first(None)),
         ["LEASE.ACQUIRE", "k", "o", "1500", "LABEL", "job 991"]
     );
     assert_eq!(
@@ -791,7 +805,23 @@ fn every_step_of_a_quorum_acquisition_sends_its_label() {
         label: None,
         ..steps
     };
-    assert_eq!(words(&none.first()), ["LEASE.ACQUIRE", "k", "o", "1500"]);
+    assert_eq!(
+        words(&none.first(None)),
+        ["LEASE.ACQUIRE", "k", "o", "1500"]
+    );
+    assert_eq!(
+        words(&steps.first(Some(7))),
+        [
+            "LEASE.ACQUIRE",
+            "k",
+            "o",
+            "1500",
+            "FLOOR",
+            "7",
+            "LABEL",
+            "job 991"
+        ]
+    );
     assert_eq!(
         words(&none.commit(42)),
         ["LEASE.ACQUIRE", "k", "o", "1500", "FLOOR", "42"]
@@ -854,4 +884,178 @@ fn a_fenced_refusal_names_the_key_and_the_guard_even_with_quotes_in_them() {
     ] {
         assert_eq!(fenced_of(other), None, "{other:?}");
     }
+}
+
+/// Step 1's replies in so far: `Some(t)` a token, `0` null, `-1` a refusal
+/// of the proposal as too far ahead, `-2` a timeout; `None` not in yet.
+fn step1(replies: &[Option<i64>]) -> Vec<Option<StepReply>> {
+    replies
+        .iter()
+        .map(|r| {
+            r.map(|v| match v {
+                0 => Ok(None),
+                -1 => Err(server_error(
+                    "ERR FLOOR token is more than the grace length (1000 ms, at least 1000) ahead of this server's clock",
+                )),
+                -2 => Err(redis::RedisError::from(std::io::Error::from(
+                    std::io::ErrorKind::TimedOut,
+                ))),
+                t => Ok(Some(t as u64)),
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn step_1_holds_on_an_exact_majority_of_the_proposal_as_soon_as_it_is_in() {
+    let all = [0, 1, 2, 3, 4];
+    let first = |rule, replies: &[Option<i64>]| first_outcome(rule, 500, &all, &step1(replies), 3);
+    // Three exact answers decide it; the two others are not waited for.
+    assert!(matches!(
+        first(Rule::Exact, &[Some(500), None, Some(500), None, Some(500)]),
+        Some(First::Held { token: 500, on }) if on == [0, 2, 4]
+    ));
+    // Two exact, two pending: undecided.
+    assert!(first(Rule::Exact, &[Some(500), None, Some(500), None, Some(900)]).is_none());
+    // Three that cannot be exact: step 3 with the grants in so far.
+    let Some(First::Commit(c)) = first(
+        Rule::Exact,
+        &[Some(500), Some(700), Some(900), Some(800), None],
+    ) else {
+        panic!("step 3");
+    };
+    assert_eq!((c.token(), c.on()), (900, &[0, 1, 2, 3][..]));
+    // A majority cannot grant: failed at once.
+    assert!(matches!(
+        first(Rule::Exact, &[Some(0), Some(-2), None, Some(0), Some(500)]),
+        Some(First::Failed)
+    ));
+    // A majority of different tokens holds nothing: step 3 (the unsafe
+    // rule of the control would hold with the proposal).
+    let different = [Some(600), Some(700), Some(800), Some(0), Some(0)];
+    assert!(matches!(
+        first(Rule::Exact, &different),
+        Some(First::Commit(_))
+    ));
+    assert!(matches!(
+        first(Rule::AtLeast, &different),
+        Some(First::Held { token: 500, .. })
+    ));
+    // Without the commit step: every reply, then the highest.
+    assert!(
+        first(
+            Rule::WithoutCommit,
+            &[Some(500), Some(500), Some(500), None, Some(9000)]
+        )
+        .is_none()
+    );
+    assert!(matches!(
+        first(
+            Rule::WithoutCommit,
+            &[Some(500), Some(500), Some(500), Some(-2), Some(9000)]
+        ),
+        Some(First::Held { token: 9000, .. })
+    ));
+}
+
+#[test]
+fn a_commit_round_is_decided_by_a_majority_not_the_slowest_master() {
+    let commit = Commit::new(vec![(0, 9), (1, 5), (2, 7), (3, 8), (4, 6)], 3).unwrap();
+    let decide = |r: &[Option<i64>]| commit.decide(&step1(r), |i| format!("m{i}"));
+    assert!(matches!(
+        decide(&[Some(9), None, Some(9), Some(9), None]),
+        Some(Committed::Held { token: 9, .. })
+    ));
+    assert!(decide(&[Some(9), None, Some(9), None, None]).is_none());
+    assert!(matches!(
+        decide(&[Some(9), Some(-2), Some(-2), Some(-2), None]),
+        Some(Committed::Failed)
+    ));
+    let Some(Committed::Again(next, outliers)) =
+        decide(&[Some(9), Some(-1), Some(-1), Some(-1), None])
+    else {
+        panic!("another round without master 0");
+    };
+    assert_eq!(
+        (next.token(), next.on(), outliers.len()),
+        (8, &[1, 2, 3][..], 1)
+    );
+}
+
+#[test]
+fn a_release_is_decided_by_a_majority() {
+    let r = |v: &[Option<i64>]| -> Vec<Option<Result<i64, ()>>> {
+        v.iter().map(|x| x.map(Ok)).collect()
+    };
+    assert_eq!(
+        release_outcome(&r(&[Some(1), None, Some(1), Some(1), None]), 5),
+        Some(true)
+    );
+    assert_eq!(
+        release_outcome(&r(&[Some(1), None, Some(0), Some(0), Some(0)]), 5),
+        Some(false)
+    );
+    assert_eq!(
+        release_outcome(&r(&[Some(1), None, Some(0), Some(1), None]), 5),
+        None
+    );
+}
+
+#[test]
+fn proposals_follow_the_majoritys_clocks_and_stay_above_the_previous_one() {
+    const MS: u64 = 1024;
+    let mut p = Proposer::default();
+    let now = 1_000_000;
+    let a = p.propose(now, 7);
+    assert_eq!(
+        a,
+        (now as u64 + 20) * MS + 8,
+        "20 ms ahead, low bits 1 to 255"
+    );
+    // Within the same ms: above the previous proposal.
+    let b = p.propose(now, 0);
+    assert_eq!(b, a + 1);
+    // Three masters' clock tokens came back 5 s above this clock, two
+    // answered exactly: the offset follows the majority.
+    let replies = step1(&[
+        Some(b as i64),
+        Some(((now + 5000) as u64 * MS) as i64),
+        Some(((now + 5001) as u64 * MS) as i64),
+        Some(((now + 5002) as u64 * MS) as i64),
+        Some(b as i64),
+    ]);
+    p.learn(now, b, &replies);
+    assert_eq!(p.offset_ms(), 5000);
+    assert!(p.propose(now + 1, 0) > (now as u64 + 5002) * MS);
+    // One master 400 days ahead (an outlier) does not move it.
+    let mut p = Proposer::default();
+    let c = p.propose(now, 0);
+    let far = ((now + 400 * 86_400_000) as u64 * MS) as i64;
+    p.learn(
+        now,
+        c,
+        &step1(&[
+            Some(far),
+            Some(c as i64),
+            Some(c as i64),
+            Some(c as i64),
+            Some(-2),
+        ]),
+    );
+    assert_eq!(p.offset_ms(), 0);
+    // A majority behind (tokens from step 1 without FLOOR, after refusing
+    // the proposal): the offset goes back with them.
+    let behind = ((now - 3000) as u64 * MS) as i64;
+    p.learn(
+        now,
+        c,
+        &step1(&[
+            Some(behind),
+            Some(behind),
+            Some(behind),
+            Some(c as i64),
+            None,
+        ]),
+    );
+    assert_eq!(p.offset_ms(), -3000);
 }

@@ -11,7 +11,7 @@ from .acquire import Attempts, deadline_after, needs_fresh_renewal
 from .schedule import Batch, Schedule, renew_every, renew_window, retry_pause
 from .lease import LeaseCore, MultiLeaseCore
 from .label import DEFAULT_LABEL, MAX_LABEL, Label, Waiter, default_label, label_args, label_bytes, parse_waiters, truncate, waiters_args
-from .quorum import Commit, Outlier, _is_int, fenced_reply, floor_refused
+from .quorum import AT_LEAST, EXACT, FAILED, NOT_IN, WITHOUT_COMMIT, Commit, Failed, Held, Outlier, Proposer, _is_int, fast_outliers, fenced_reply, first_outcome, floor_refused, linger, release_outcome
 from .fork import fresh_after_fork
 
 __all__ = [
@@ -75,10 +75,22 @@ __all__ = [
     "truncate",
     "waiters_args",
     "MultiLeaseCore",
+    "AT_LEAST",
+    "EXACT",
+    "FAILED",
+    "NOT_IN",
+    "WITHOUT_COMMIT",
     "Commit",
+    "Failed",
+    "Held",
     "Outlier",
+    "Proposer",
     "_is_int",
+    "fast_outliers",
     "fenced_reply",
+    "first_outcome",
     "floor_refused",
+    "linger",
+    "release_outcome",
     "fresh_after_fork",
 ]
