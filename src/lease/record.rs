@@ -90,6 +90,11 @@ impl RecordRef<'_> {
         }
     }
 
+    /// Is this a guard key's record (design.md S12)?
+    pub fn is_guard(self) -> bool {
+        matches!(self, RecordRef::Exclusive(l) if l.is_guard())
+    }
+
     /// How many holders (the `expired` counter counts each).
     pub fn holders(self) -> usize {
         match self {

@@ -511,7 +511,7 @@ pub fn unguard(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     }
     compat::check()?;
     let mut w = KeyWriter::for_command(ctx, a.str(1), None);
-    if !matches!(w.record()?, Some(RecordRef::Exclusive(l)) if l.is_guard()) {
+    if !w.record()?.is_some_and(RecordRef::is_guard) {
         return Ok(Reply::Int(0));
     }
     w.commit(&Commit {

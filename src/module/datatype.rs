@@ -125,8 +125,7 @@ pub fn unlinked(db: i32, name: &[u8], record: RecordRef<'_>) {
     let now = now_ms();
     let deadline_ms = record.latest_deadline();
     // A guard key has no expiry (its lease ends without it going).
-    let guard = matches!(record, RecordRef::Exclusive(l) if l.is_guard());
-    if deadline_ms <= now && !guard {
+    if deadline_ms <= now && !record.is_guard() {
         STATS.expired.add(record.holders() as u64);
         distribution::ended(record, &mut counters::record);
         if deadline_ms == now {
@@ -224,7 +223,7 @@ pub fn after_load(ctx: Ctx) {
         let name = ctx.string(&key);
         let guards_now = matches!(
             Reader::open(ctx, name.as_str()).record(),
-            Ok(Some(RecordRef::Exclusive(l))) if l.is_guard()
+            Ok(Some(r)) if r.is_guard()
         );
         if !guards_now {
             guards::removed(db, &key);
@@ -255,11 +254,7 @@ pub fn on_align(ctx: Ctx, db: i32, key: &[u8]) {
         // A guard record the server loaded but did not keep (a RESTORE of
         // an already expired key) guards nothing; one it kept guards,
         // whatever the unlink of an old value under its name did.
-        guards::restore_done(
-            db,
-            key,
-            matches!(record, Some(RecordRef::Exclusive(l)) if l.is_guard()),
-        );
+        guards::restore_done(db, key, record.is_some_and(RecordRef::is_guard));
         record
             .and_then(|rec| ops::align(Some(rec), expire, now))
             .is_some()

@@ -315,7 +315,9 @@ pub fn check(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec
     if !checking() {
         return None;
     }
-    args.first()?;
+    if args.is_empty() {
+        return None;
+    }
     let guards = GUARDS.lock().unwrap_or_else(|e| e.into_inner());
     let g = guards.as_ref()?;
     let argv: Vec<&[u8]> = args.iter().map(|a| a.bytes()).collect();

@@ -95,7 +95,7 @@ impl LeaseType for Methods {
     /// A client's release deletes its key quietly: nothing to note unless
     /// the key guards (an UNGUARD deletes a free guard quietly).
     fn notices_unlink(record: RecordRef<'_>, quiet: bool) -> bool {
-        !quiet || matches!(record, RecordRef::Exclusive(l) if l.is_guard())
+        !quiet || record.is_guard()
     }
 
     fn copied(db: i32, key: &[u8], record: RecordRef<'_>) -> bool {
