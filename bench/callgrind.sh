@@ -306,14 +306,14 @@ control() { # callgrind_control ARGS on the server; fails unless it answers OK
 }
 
 # ir_of DUMP: "IR CRON": the dump's total Ir minus what serverCron and all it
-# calls spent in it, and the module's once-a-second look for a CONFIG
-# RESETSTAT (its own background work, about 450,000 Ir a second), and that
-# part.
+# calls spent in it, and the module's once-a-second tick (the look for a
+# CONFIG RESETSTAT, counters.rs `on_resetstat_tick`: its own background
+# work, a few hundred thousand Ir a second), and that part.
 ir_of() {
   local total cron
   total=$(awk '/^totals:/ { print $2 }' "$1")
   cron=$(callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
-    awk -v q="'" 'index($0, ":serverCron ") || index($0, ":serverCron" q) || index($0, "::notice_resetstat ") {
+    awk -v q="'" 'index($0, ":serverCron ") || index($0, ":serverCron" q) || index($0, "::on_resetstat_tick ") {
                     gsub(",", "", $1); s += $1 }
                   END { print s + 0 }')
   echo $((total - cron)) "$cron"

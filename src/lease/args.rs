@@ -228,6 +228,17 @@ pub struct FenceArgs {
     pub command_at: usize,
 }
 
+impl FenceArgs {
+    /// `key token` alone: no `MINTTL`, no command.
+    pub fn plain(token: u64) -> FenceArgs {
+        FenceArgs {
+            token,
+            min_ttl_ms: None,
+            command_at: 1,
+        }
+    }
+}
+
 /// Where the fenced command starts among LEASE.FENCE's arguments after the
 /// key: after `MINTTL ms` when the word (any case) follows the token, else
 /// right after the token. `MINTTL` is recognised there only: further on it

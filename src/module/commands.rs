@@ -5,7 +5,7 @@
 //! effect commands read their effect (`lease::effect`) and commit it the
 //! same way.
 
-use crate::lease::args::{self, check_owner, parse_acquire_options, parse_ttl};
+use crate::lease::args::{self, check_owner, parse_acquire_options, parse_ttl, FenceArgs};
 use crate::lease::effect::{self, Announce, Effect};
 use crate::lease::ops::{self, AcquireRequest, Answer, Commit, Env, Event, Outcome, Then};
 use crate::lease::{LeaseError, RecordRef};
@@ -390,9 +390,13 @@ pub fn fence(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return Err(LeaseError::Arity("lease.fence"));
     }
     compat::check()?;
-    // The token, and `MINTTL ms` when given: at most three arguments (this
-    // is a hot path).
-    let f = a.with_head::<3, _>(2, args::parse_fence_args)?;
+    // `key token` alone, the hot path: no option or command to look for.
+    let f = if a.len() == 3 {
+        FenceArgs::plain(args::parse_token(a.bytes(2))?)
+    } else {
+        // The token, and `MINTTL ms` when given: at most three arguments.
+        a.with_head::<3, _>(2, args::parse_fence_args)?
+    };
     if a.len() > 2 + f.command_at {
         return super::fence::fence_with_command(ctx, a, f);
     }
