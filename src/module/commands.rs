@@ -17,7 +17,7 @@ use super::ffi::blocked;
 use super::ffi::ctx::{Args, Ctx, Str};
 use super::ffi::replicate::OwnerArg;
 use super::ffi::reply::{Field, Reply};
-use super::ffi::server::{decision_ms, now_ms};
+use super::ffi::server::{decision_ms, decision_ms_given, now_ms};
 use super::{compat, early, grace, guards, settings, tokens, waiters};
 use crate::lease::error::printable;
 use crate::lease::guard::hash_tag;
@@ -375,12 +375,15 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return Err(LeaseError::Arity("lease.release"));
     }
     let owner = check_owner(a.bytes(2))?;
-    if ctx.is_effect() {
+    // The flags once: the effect test and, on Redis 7.0, the time.
+    let flags = ctx.flags();
+    if Ctx::effect_in(flags) {
         return apply_effect(ctx, a, Effect::Release { owner }, true);
     }
     compat::check()?;
     let mut w = KeyWriter::for_command(ctx, a.str(1), Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
-    let out = ops::release(w.record()?, owner, decision_ms(ctx), ops::PRUNE_PER_CALL);
+    let now = decision_ms_given(ctx, || flags);
+    let out = ops::release(w.record()?, owner, now, ops::PRUNE_PER_CALL);
     Ok(finish(ctx, &mut w, &out, None))
 }
 

@@ -271,6 +271,7 @@ impl KeyWriter {
     }
 
     /// The guards' set follows a guard that came (`Some(true)`) or went.
+    #[inline]
     fn follow_guard(&self, guarding: Option<bool>) {
         match guarding {
             Some(true) => guards::added(self.ctx.selected_db(), self.name.bytes()),

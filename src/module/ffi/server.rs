@@ -57,12 +57,19 @@ pub fn now_ms() -> i64 {
 /// keeps is never a lease this time calls ended.)
 #[inline]
 pub fn decision_ms(ctx: Ctx) -> i64 {
+    decision_ms_given(ctx, || ctx.flags())
+}
+
+/// `decision_ms` with the context flags the caller has already read, when
+/// it needs them (Redis 7.0 only).
+#[inline]
+pub fn decision_ms_given(ctx: Ctx, flags: impl FnOnce() -> u32) -> i64 {
     // SAFETY: a function-pointer read filled in by RedisModule_Init, then a
     // call that takes no arguments and reads the server's cached time.
     if let Some(cached) = unsafe { raw::RedisModule_CachedMicroseconds } {
         return unsafe { cached() } / 1000;
     }
-    if ctx.flags() & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA) == 0 {
+    if flags() & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA) == 0 {
         return now_ms();
     }
     ctx.server_info(c"server", c"server_time_usec")
