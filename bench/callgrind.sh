@@ -85,7 +85,12 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # - The servers seed their hash functions (command table, keyspace) from
 #   /dev/urandom. Which commands share a bucket of the command table changes
 #   the cost of every command lookup by up to ~100 Ir from one server process
-#   to the next. A preloaded fopen() hands them a fixed seed file instead.
+#   to the next. A preloaded fopen() hands run r a fixed seed file of its
+#   own, the same for every build: the median is over a few seeds. (With one
+#   seed for all runs, a build that registers more commands moves every
+#   lookup by chance: on Redis 7.0, 0.5.0's 259 commands against 0.3.0's 255
+#   made each lease command lookup one string compare dearer and PING's one
+#   cheaper, about +100 and -76 Ir per call.)
 # - The cron (serverCron) runs on the clock: its cost is left out of the
 #   figures (its inclusive Ir is subtracted), and it runs at hz 1 so that it
 #   rarely falls into a measurement (its allocations move objects around).
@@ -127,8 +132,9 @@ FILE *fopen64(const char *path, const char *mode) {
 }
 C
   cc -shared -fPIC -O2 -o "$WORK/seed.so" "$WORK/seed.c" -ldl
-  # 64 fixed bytes: the seed size both servers read.
-  printf '%064d' 0 | tr 0 s >"$WORK/seed.bin"
+  # 64 fixed bytes per run: the seed size both servers read.
+  local r
+  for ((r = 1; r <= REPS; r++)); do printf '%064d' "$r" | tr 0 s >"$WORK/seed.$r.bin"; done
 }
 
 # start_server TAG [try]: the server under callgrind, not instrumented until
@@ -143,7 +149,7 @@ start_server() {
   # A fixed environment (see above).
   (cd "$WORK" && exec env -i PATH="$PATH" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
     JE_MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
-    LD_PRELOAD="$WORK/seed.so" LEASE_CALLGRIND_SEED="$WORK/seed.bin" \
+    LD_PRELOAD="$WORK/seed.so" LEASE_CALLGRIND_SEED="$WORK/seed.$LAYOUT.bin" \
     valgrind --tool=callgrind --instr-atstart=no \
       --callgrind-out-file="$WORK/cg.$1" --log-file="$WORK/valgrind.log" \
       "$BIN" --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
@@ -565,7 +571,7 @@ bench_server() {
     echo "module $MODULE (md5 $(md5sum "$(modpath 1)" | cut -c1-12), copied at the start), load arguments: ${LOAD_ARGS:-none}${USED_ONCE:+, used once before each measurement}"
   fi
   echo "Ir/call: server instructions per call (serverCron left out), median of $REPS runs of N=$N calls,"
-  echo "each on a fresh server with another memory layout; spread: (max - min) / median; net: Ir/call"
+  echo "each on a fresh server with another memory layout and hash seed; spread: (max - min) / median; net: Ir/call"
   echo "minus PING's; in call(): the inclusive Ir/call of the server's call() (the command's"
   echo "execution, what INFO commandstats times) minus PING's (median of the runs)."
   echo
