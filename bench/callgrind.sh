@@ -343,7 +343,7 @@ hooks() {
     awk '/:(moduleCallCommandFilters|moduleNotifyKeyspaceEvent|moduleFireServerEvent) \[/ { v = $1; gsub(",", "", v); s += v } END { print s + 0 }'
 }
 
-declare -A RUNS CALLS NET INCALL LABEL HOOKS
+declare -A RUNS CALLS NET INCALL LABEL HOOKS RUN_IDS
 declare -A SHORT=([acquire]=LEASE.ACQUIRE [acquire_label]="LEASE.ACQUIRE LABEL" [set_nx]="SET NX PX" [renew]=LEASE.RENEW
   [renew_lua]="Lua compare-and-PEXPIRE" [set_ifeq]="SET IFEQ PX" [release]=LEASE.RELEASE
   [del]=DEL [delifeq]=DELIFEQ [fence]=LEASE.FENCE [get]=GET [set]=SET [hset]=HSET [incr]=INCR [expire]=EXPIRE
@@ -363,7 +363,12 @@ measure() { # NAME PREP CHECK ARGS REP
   control -d "$name.$rep"
   "$check"
   id=$(cli info server | tr -d '\r' | awk -F: '$1 == "run_id" { print $2 }')
-  [ -z "$RUN_ID" ] || [ "$id" = "$RUN_ID" ] || echo "warning: run_id $id, not $RUN_ID: the fixed hash seed did not take" >&2
+  # The run id comes from the seed too: every server of run r has the same.
+  if [ -z "${RUN_IDS[$rep]:-}" ]; then
+    RUN_IDS[$rep]=$id
+  elif [ "$id" != "${RUN_IDS[$rep]}" ]; then
+    echo "warning: run_id $id, not ${RUN_IDS[$rep]}: the fixed hash seed did not take" >&2
+  fi
   stop_server
   mv "$WORK/cg.$name.$rep.1" "$WORK/dump.$name.$rep"
   rm -f "$WORK/cg.$name.$rep" "$WORK/cg.$name.$rep".*
@@ -476,7 +481,8 @@ bench_server() {
   # module is loaded with grace-ms 0 if it takes that argument (a grace
   # period would refuse the acquires), else without it; MODULE_ARGS, when
   # set, are the load arguments instead.
-  CUR=probe RUN_ID='' LAYOUT=1
+  CUR=probe LAYOUT=1
+  RUN_IDS=()
   if [ "$MODULE" = none ]; then
     LOAD_ARGS=
     start_server probe
@@ -499,7 +505,7 @@ bench_server() {
     log "replies: LEASE.ACQUIRE $tok, LEASE.RENEW $(cli lease.renew lk:sample "$OWNER" 60000)," \
       "LEASE.FENCE $(cli lease.fence lk:sample "$tok"), LEASE.RELEASE $(cli lease.release lk:sample "$OWNER")"
   fi
-  RUN_ID=$(cli info server | tr -d '\r' | awk -F: '$1 == "run_id" { print $2 }')
+  RUN_IDS[1]=$(cli info server | tr -d '\r' | awk -F: '$1 == "run_id" { print $2 }')
   stop_server
   rm -f "$WORK"/cg.probe*
 
