@@ -5,7 +5,7 @@
 //! effect commands read their effect (`lease::effect`) and commit it the
 //! same way.
 
-use crate::lease::args::{self, check_owner, parse_acquire_options, parse_ttl, FenceArgs};
+use crate::lease::args::{self, FenceArgs, check_owner, parse_acquire_options, parse_ttl};
 use crate::lease::effect::{self, Announce, Effect};
 use crate::lease::ops::{self, AcquireRequest, Answer, Commit, Env, Event, Outcome, Then};
 use crate::lease::{LeaseError, RecordRef};
