@@ -188,8 +188,16 @@ thread_local! {
 /// which execution refuses: asking the server for its keys would call this
 /// module back, once per level of nesting, until the stack overflows.
 fn inner_keys(ctx: Ctx, a: &Args) -> Vec<(usize, c_int)> {
+    // `key token` alone has no command: nothing to read (Valkey asks on
+    // every call).
+    if a.len() <= 3 {
+        return Vec::new();
+    }
     let at = command_index(a);
-    if a.len() <= at || a.bytes(at).len() >= 6 && a.bytes(at)[..6].eq_ignore_ascii_case(b"lease.") {
+    if a.len() <= at || {
+        let name = a.bytes(at);
+        name.len() >= 6 && name[..6].eq_ignore_ascii_case(b"lease.")
+    } {
         return Vec::new();
     }
     if LISTING.with(|l| l.replace(true)) {
