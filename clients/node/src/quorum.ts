@@ -66,6 +66,10 @@ export interface QuorumOptions {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(ms, 0)));
 
+/** After this long without a step, the masters' connections are looked at
+ * after a turn of the event loop (ms; the Rust helper's idle check: 100). */
+const IDLE_MS = 100;
+
 /** `ps` settled, or `ms` passed, whichever comes first. */
 function settledWithin(ps: Iterable<Promise<unknown>>, ms: number): Promise<void> {
   return new Promise<void>((resolve) => {
@@ -94,6 +98,8 @@ export class QuorumClient {
   private readonly proposer = new Proposer();
   /** The calls to each master that outlived their step, not over yet. */
   private readonly late: Set<Promise<unknown>>[];
+  /** When this client last sent a step (performance.now() ms). */
+  private lastSent = -Infinity;
 
   constructor(clients: Iterable<RedisClient>, options: QuorumOptions = {}) {
     this.targets = [...clients].map(targetOf);
@@ -165,6 +171,7 @@ export class QuorumClient {
    * overtakes the acquire it releases. */
   private callOne(i: number, key: string, args: Arg[], retry: Arg[] | undefined, end: number): Promise<unknown> {
     const t = this.targets[i];
+    this.lastSent = now();
     const send = (a: Arg[]): Promise<unknown> => t.call(key, a, Math.max(end - now(), 1)).catch((e: unknown) => e);
     const run = (): Promise<unknown> => (retry ? send(args).then((r) => (floorRefused(r) ? send(retry) : r)) : send(args));
     const before = this.late[i];
@@ -175,6 +182,31 @@ export class QuorumClient {
     const calls = this.late[i];
     calls.add(call);
     void call.then(() => calls.delete(call));
+  }
+
+  /** Before step 1: when the connections of too many masters are down (the
+   * servers closed them: a restart, `CLIENT KILL`, an idle `timeout`; the
+   * libraries reopen them), waits until a majority is ready again, at most
+   * `ms`, so that the proposal is read from the clock when it can be sent,
+   * not before a reconnect that would make it miss. One look at each
+   * client, no round trip, when they are up. */
+  private async majorityReady(ms: number): Promise<void> {
+    // A master idle for a while: one turn of the event loop's I/O first,
+    // so that a close the server sent meanwhile is seen before the look.
+    if (now() - this.lastSent >= IDLE_MS) await new Promise<void>((resolve) => setImmediate(() => setImmediate(resolve)));
+    let ready = this.targets.filter((t) => t.ready()).length;
+    if (ready >= this.quorum) return;
+    await new Promise<void>((resolve) => {
+      let waiting = this.targets.length - ready;
+      for (const t of this.targets) {
+        if (t.ready()) continue;
+        void t.whenReady(ms).then(() => {
+          if (t.ready()) ready += 1;
+          waiting -= 1;
+          if (ready >= this.quorum || waiting === 0) resolve();
+        });
+      }
+    });
   }
 
   private all(): number[] {
@@ -232,6 +264,7 @@ export class QuorumClient {
     const all = this.all();
     const addr = (i: number): string => this.targets[i].addr();
     const acquire: Arg[] = ["LEASE.ACQUIRE", key, owner, ttlMs, ...label];
+    await this.majorityReady(timeout);
     // Step 1 proposes the token.
     const sentMs = Date.now() + this._clockOffsetMs;
     const p = this.proposer.propose(sentMs, Math.floor(Math.random() * 65536));
