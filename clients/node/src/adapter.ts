@@ -58,9 +58,10 @@ export interface Target {
   batch(keys: string[], cmds: Arg[][], timeoutMs: number): Promise<[unknown[], number]>;
   /** A connection of its own, on the node of `key`, for a `BLOCK` acquire. */
   blocking(key: string): Promise<Dedicated>;
-  /** Is the user's client connected and ready now (no round trip; a
-   * cluster: always)? A connection the server closed (a restart, `CLIENT
-   * KILL`, its idle `timeout`) is not, until the library has reopened it. */
+  /** Is the user's client free of a (re)connect in progress (no round
+   * trip; a cluster: always)? A connection the server closed (a restart,
+   * `CLIENT KILL`, its idle `timeout`) is not, until the library has
+   * reopened it. */
   ready(): boolean;
   /** Resolves once `ready()`, or after `ms`. */
   whenReady(ms: number): Promise<void>;
@@ -197,7 +198,10 @@ class IoRedis implements Target {
     return within(this.c.call(String(args[0]), ...args.slice(1).map(str)), ms);
   }
   ready(): boolean {
-    return this.c.status === "ready";
+    // Connecting or reconnecting: not yet. Any other state (ready; "wait",
+    // a lazyConnect client the first command connects; closed for good)
+    // has nothing to wait for.
+    return !["connecting", "connect", "reconnecting"].includes(this.c.status);
   }
   whenReady(ms: number): Promise<void> {
     return readyEvent(this.c, () => this.ready(), ms);
@@ -322,7 +326,9 @@ class NodeRedis implements Target {
     return within(this.c.sendCommand(args.map(str)), ms);
   }
   ready(): boolean {
-    return this.c.isReady !== false;
+    // Open but not ready: (re)connecting. A client not connected (or
+    // closed) has nothing to wait for.
+    return !(this.c.isOpen && this.c.isReady === false);
   }
   whenReady(ms: number): Promise<void> {
     return readyEvent(this.c, () => this.ready(), ms);
@@ -430,7 +436,9 @@ class NodeRedis3 implements Target {
     return within(send3(this.conn(), args), ms);
   }
   ready(): boolean {
-    return this.conn().ready !== false;
+    // Connecting or reconnecting (not closed for good): not yet.
+    const c = this.conn();
+    return c.ready !== false || c.closing === true;
   }
   whenReady(ms: number): Promise<void> {
     return readyEvent(this.conn(), () => this.ready(), ms);

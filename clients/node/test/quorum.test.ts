@@ -211,6 +211,20 @@ for (const kind of KINDS) {
       oneRoundTripEach(await commandCalls(ports, "lease.acquire"));
     });
 
+    it("clients that connect on their first command (ioredis lazyConnect) are not waited for", async () => {
+      const lazy = ports.map((p) => new IORedis(p, "127.0.0.1", { lazyConnect: true }));
+      try {
+        const client = new QuorumClient(lazy, { ioTimeoutMs: 1000, watchdog: false });
+        const t = now();
+        const lease = await client.acquire("lazy", 3000);
+        const took = now() - t;
+        assert.ok(lease && (await lease.release()));
+        assert.ok(took < 500, `the first acquire took ${took.toFixed(1)} ms: it waited for a connect that only its command starts`);
+      } finally {
+        lazy.forEach((c) => c.disconnect());
+      }
+    });
+
     it("a connection the server closed while idle is replaced before the next call: one acquire per master", async () => {
       const client = new QuorumClient(conns, { ioTimeoutMs: 1000, watchdog: false });
       const first = await client.acquire("idle", 2000);
