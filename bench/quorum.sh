@@ -2,14 +2,19 @@
 # `make bench`, part G: quorum lock cycles on five local masters (Redis 7.0,
 # `redis-server` on PATH, each with the module, no replication between them,
 # no persistence), the helpers against the peers on the same servers:
-# node-redlock (npm `redlock`) and pottery's Redlock (PyPI `pottery`). A
-# cycle is acquire on a majority, one write on the first master, release,
-# one after the other for QUORUM_MS (3000), QUORUM_REPS (3) interleaved runs
-# of each client, medians shown. The helpers propose the token (one round
-# trip when a majority answers it exactly, as the peers make, two when it
-# misses) and give a fencing token the peers do not. Writes $BENCH_DIR/QUORUM.md (target/bench) and prints it. Needs `make
-# deps-bench` (the npm packages under .tools/bench-node, pottery in the
-# pyenv) and target/release (make build, the bench client).
+# node-redlock (npm `redlock`) and pottery's Redlock (PyPI `pottery`). One
+# client at a time: node-redlock, the Node drop-in for it (several clients:
+# a quorum lease) and the Node QuorumClient; Rust sync and tokio; Python sync
+# and asyncio, and pottery. A cycle is acquire on a majority, one write on
+# the first master, release, one after the other for QUORUM_MS (3000),
+# QUORUM_REPS (3) interleaved runs of each client, medians shown. The
+# helpers propose the token (one round trip when a majority answers it
+# exactly, as the peers make, two when it misses) and give a fencing token
+# the peers do not. Writes $BENCH_DIR/QUORUM.md (target/bench) and prints
+# it. Needs `make deps-bench` (the npm packages under .tools/bench-node,
+# pottery in the pyenv), target/release (make build, the bench client) and
+# the Node helper's dependencies (make node-deps; its dist/ is built here
+# when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -43,6 +48,9 @@ for p in "${PORTS[@]}"; do
   for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.05; done
 done
 
+# The Node helper as the package ships it (its dist/, built once).
+test -f clients/node/dist/src/index.js || (cd clients/node && npm run --silent build)
+
 echo "G quorum cycles on ports ${PORTS[*]}" >&2
 # QUORUM_REPS interleaved runs of every client; the table shows medians.
 ROWS=$(
@@ -55,7 +63,7 @@ ROWS=$(
 {
   echo "# Quorum lock cycles (bench/quorum.sh)"
   echo
-  echo "$(date -u +%Y-%m-%d), $(nproc) cores, $($SERVER --version | awk '{print $3}' | tr -d v=), five masters on one machine with the module, no replication, no persistence. A cycle: acquire on a majority, one write on the first master, release; one at a time for ${QUORUM_MS:-3000} ms, ${QUORUM_REPS:-3} runs of each client interleaved, medians shown. The helpers propose the token and hold it when a majority answers it exactly (one round trip with agreeing clocks, two when the proposal misses, design.md S9) and give a fencing token; the peers make one round trip and give none."
+  echo "$(date -u +%Y-%m-%d), $(nproc) cores, $($SERVER --version | awk '{print $3}' | tr -d v=), five masters on one machine with the module, no replication, no persistence. A cycle: acquire on a majority, one write on the first master (the helpers: fenced with the token, on the first master that committed it), release; one at a time for ${QUORUM_MS:-3000} ms, ${QUORUM_REPS:-3} runs of each client interleaved, medians shown. The helpers propose the token and hold it when a majority answers it exactly (one round trip with agreeing clocks, two when the proposal misses, design.md S9) and give a fencing token; the peers make one round trip and give none. Each helper is compared with the one-round-trip peer of its language: node-redlock for Node and Rust, pottery for Python."
   echo
   echo "| client | cycles/s | acquire p50, µs | acquire p99, µs | failed acquires |"
   echo "|---|---:|---:|---:|---:|"

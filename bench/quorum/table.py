@@ -18,15 +18,19 @@ def find(prefix):
     return next((r for r in rows if r["name"].startswith(prefix)), None)
 
 
-by = {k: find(k) for k in ["redis-lease-client QuorumClient", "redis-lease-client aio::", "redis_lease.QuorumClient", "pottery", "node-redlock"]}
+NODE_REDLOCK = "node-redlock"
+POTTERY = "pottery"
 print()
 print("| ratio of cycles/s (above 1: the helper is faster) | value |")
 print("|---|---:|")
 for a, b, label in [
-    ("redis-lease-client QuorumClient", "node-redlock", "Rust sync helper / node-redlock"),
-    ("redis-lease-client aio::", "node-redlock", "Rust tokio helper / node-redlock"),
-    ("redis_lease.QuorumClient", "pottery", "Python helper / pottery Redlock"),
-    ("redis_lease.QuorumClient", "node-redlock", "Python helper / node-redlock"),
+    ("redis-lease Redlock drop-in", NODE_REDLOCK, "Node Redlock drop-in (5 masters) / node-redlock"),
+    ("redis-lease QuorumClient", NODE_REDLOCK, "Node QuorumClient / node-redlock"),
+    ("redis-lease-client QuorumClient", NODE_REDLOCK, "Rust sync helper / node-redlock"),
+    ("redis-lease-client aio::", NODE_REDLOCK, "Rust tokio helper / node-redlock"),
+    ("redis_lease.QuorumClient", POTTERY, "Python sync helper / pottery Redlock"),
+    ("redis_lease.AsyncQuorumClient", POTTERY, "Python asyncio helper / pottery Redlock"),
 ]:
-    if by[a] and by[b]:
-        print(f"| {label} | {by[a]['cycles_per_s'] / by[b]['cycles_per_s']:.2f} |")
+    x, y = find(a), find(b)
+    if x and y:
+        print(f"| {label} | {x['cycles_per_s'] / y['cycles_per_s']:.2f} |")

@@ -58,6 +58,13 @@ export interface Target {
   batch(keys: string[], cmds: Arg[][], timeoutMs: number): Promise<[unknown[], number]>;
   /** A connection of its own, on the node of `key`, for a `BLOCK` acquire. */
   blocking(key: string): Promise<Dedicated>;
+  /** Is the user's client free of a (re)connect in progress (no round
+   * trip; a cluster: always)? A connection the server closed (a restart,
+   * `CLIENT KILL`, its idle `timeout`) is not, until the library has
+   * reopened it. */
+  ready(): boolean;
+  /** Resolves once `ready()`, or after `ms`. */
+  whenReady(ms: number): Promise<void>;
   /** Learns the cluster's slots again (nothing for one server). */
   refresh(): Promise<void>;
   /** Closes the blocking connections kept idle. */
@@ -102,6 +109,20 @@ function keepAlive(c: Any, alive: boolean): void {
   } catch {
     // closed
   }
+}
+
+/** Resolves when `c` emits "ready" (or once `ready()`), or after `ms`. */
+function readyEvent(c: Any, ready: () => boolean, ms: number): Promise<void> {
+  if (ready()) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      c.off?.("ready", done);
+      resolve();
+    };
+    const timer = setTimeout(done, Math.max(ms, 1));
+    c.on?.("ready", done);
+  });
 }
 
 /** A keyed pool of idle dedicated connections. */
@@ -176,6 +197,15 @@ class IoRedis implements Target {
   call(_key: string, args: Arg[], ms: number): Promise<unknown> {
     return within(this.c.call(String(args[0]), ...args.slice(1).map(str)), ms);
   }
+  ready(): boolean {
+    // Connecting or reconnecting: not yet. Any other state (ready; "wait",
+    // a lazyConnect client the first command connects; closed for good)
+    // has nothing to wait for.
+    return !["connecting", "connect", "reconnecting"].includes(this.c.status);
+  }
+  whenReady(ms: number): Promise<void> {
+    return readyEvent(this.c, () => this.ready(), ms);
+  }
   async batch(_keys: string[], cmds: Arg[][], ms: number): Promise<[unknown[], number]> {
     try {
       return [await ioPipeline(this.c, cmds, ms), 1];
@@ -196,6 +226,10 @@ class IoRedis implements Target {
 
 class IoCluster implements Target {
   readonly cluster = true;
+  ready(): boolean {
+    return true;
+  }
+  async whenReady(): Promise<void> {}
   private pool = new Idle<Any>((c) => c.disconnect());
   private byAddr = new Map<string, Any>();
   constructor(private readonly c: Any) {}
@@ -291,6 +325,14 @@ class NodeRedis implements Target {
   call(_key: string, args: Arg[], ms: number): Promise<unknown> {
     return within(this.c.sendCommand(args.map(str)), ms);
   }
+  ready(): boolean {
+    // Open but not ready: (re)connecting. A client not connected (or
+    // closed) has nothing to wait for.
+    return !(this.c.isOpen && this.c.isReady === false);
+  }
+  whenReady(ms: number): Promise<void> {
+    return readyEvent(this.c, () => this.ready(), ms);
+  }
   async batch(_keys: string[], cmds: Arg[][], ms: number): Promise<[unknown[], number]> {
     // node-redis writes every command of one tick in one write: a pipeline.
     const got = await Promise.allSettled(cmds.map((a) => this.call("", a, ms)));
@@ -311,6 +353,10 @@ class NodeRedis implements Target {
 
 class NodeCluster implements Target {
   readonly cluster = true;
+  ready(): boolean {
+    return true;
+  }
+  async whenReady(): Promise<void> {}
   private pool = new Idle<Any>(nodeClose);
   constructor(private readonly c: Any) {}
   addr(): string {
@@ -388,6 +434,14 @@ class NodeRedis3 implements Target {
   }
   call(_key: string, args: Arg[], ms: number): Promise<unknown> {
     return within(send3(this.conn(), args), ms);
+  }
+  ready(): boolean {
+    // Connecting or reconnecting (not closed for good): not yet.
+    const c = this.conn();
+    return c.ready !== false || c.closing === true;
+  }
+  whenReady(ms: number): Promise<void> {
+    return readyEvent(this.conn(), () => this.ready(), ms);
   }
   async batch(_keys: string[], cmds: Arg[][], ms: number): Promise<[unknown[], number]> {
     // node_redis writes the commands of one tick together: a pipeline.

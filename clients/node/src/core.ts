@@ -740,29 +740,152 @@ export function renewOutcome(replies: unknown[], n: number): boolean | null {
   return null;
 }
 
-/** A master left out of a quorum acquisition's commit because the others
- * refused its token as too far ahead of their clocks: its clock is wrong. */
+/** A master left out of a quorum acquisition because its clock runs far
+ * ahead: in step 3, the others refused its token as too far ahead of their
+ * clocks (the `FLOOR` bound), and the token committed is the highest that a
+ * majority accepts instead; or, when a majority answered the proposal of
+ * step 1 exactly (one round trip), its token came back more than 1 s of
+ * clock above it. Its clock is wrong. */
 export interface Outlier {
   /** Its index in the client's list. */
   master: number;
   /** Its address (`host:port`). */
   addr: string;
-  /** The token it granted, which the others refused. */
+  /** The token it granted, which the others refused (or which is far above
+   * the proposal that a majority answered). */
   token: number;
-  /** The token tried next in its place. */
+  /** The token tried next in its place: the highest that the masters which
+   * refused it granted (or the proposal). */
   instead: number;
-  /** How far ahead its token is, in ms of wall clock. */
+  /** How far ahead its token is of that one, in ms of wall clock (a token
+   * counts 1024 per ms): about how far its clock runs ahead. */
   aheadMs: number;
 }
 
-/** A master's refusal of a `FLOOR` token as too far ahead of its clock. */
+/** A master's refusal of a `FLOOR` token as too far ahead of its clock,
+ * read from the error alone (it names `FLOOR` and says how far ahead), never
+ * from the bound's value, which is the server's to choose. */
 export function floorRefused(reply: unknown): boolean {
   return isReplyError(reply) && reply.message.includes("FLOOR") && reply.message.includes("ahead");
 }
 
-/** Step 3 of a quorum acquisition, one round at a time (see the Python
- * helper's `Commit`): each round leaves at least one master out, so there
- * are at most N. */
+/** A master's reply that is not in yet (a step's replies in so far). */
+export const NOT_IN: unique symbol = Symbol("not in");
+
+/** A step's replies once it is over: a master not in counts as timed out. */
+export function timedOut(replies: unknown[]): unknown[] {
+  return replies.map((r) => (r === NOT_IN ? new ReplyTimeout("no reply within the step") : r));
+}
+
+const isToken = (r: unknown): r is number => typeof r === "number" && Number.isSafeInteger(r);
+
+/** Tokens count 1024 per ms of wall clock (design.md S2). */
+export const PER_MS = 1024;
+const MAX_TOKEN = 2 ** 53 - 1;
+/** How far above the masters' clocks (as learned) a proposal goes. */
+export const HEADROOM_MS = 20;
+/** The furthest a proposal goes above them to stay above this client's
+ * previous one: well inside the FLOOR bound (max(grace, 1000) ms). */
+export const MAX_AHEAD_MS = 250;
+
+/** The proposals of step 1 (design.md S9, one round trip in the common
+ * case), one per client: `P = (now_ms + offsetMs + 20) * 1024 + r`, `r`
+ * random in 1..255, or the previous proposal + 1 when that is higher and at
+ * most 250 ms ahead. `offsetMs` is learned from step 1's replies: the `q`-th
+ * smallest of, for each master that answered a clock token `t` (ten zero
+ * low bits, not `P`), `floor(t / 1024) - sentMs`, and for every other
+ * master the offset as it was (docs/guarantees.md). The same as the Python
+ * and Rust helpers' `Proposer`. */
+export class Proposer {
+  offsetMs = 0;
+  private last = 0;
+
+  propose(nowMs: number, randomBits: number): number {
+    const at = (aheadMs: number): number => Math.max(nowMs + this.offsetMs + aheadMs, 1) * PER_MS;
+    const fromClock = at(HEADROOM_MS) + 1 + (randomBits % 255);
+    const next = this.last + 1;
+    const p = next > fromClock && next <= at(MAX_AHEAD_MS) ? next : fromClock;
+    this.last = Math.min(p, MAX_TOKEN);
+    return this.last;
+  }
+
+  learn(sentMs: number, p: number, replies: unknown[]): void {
+    if (replies.length === 0) return;
+    const samples = replies
+      .map((r) => (isToken(r) && r !== p && r % PER_MS === 0 ? Math.floor(r / PER_MS) - sentMs : this.offsetMs))
+      .sort((a, b) => a - b);
+    this.offsetMs = samples[Math.floor(replies.length / 2)];
+  }
+}
+
+/** Held with `token` on the masters `on`. */
+export class Held {
+  constructor(
+    readonly token: number,
+    readonly on: number[],
+  ) {}
+}
+
+/** A step that no majority can make: release everywhere, try again. */
+export const FAILED: unique symbol = Symbol("failed");
+
+/** Step 1's outcome from the replies in so far (`NOT_IN`: not yet) of the
+ * masters `on` to the proposal `p`, null while undecided: held as soon as a
+ * majority answered exactly `p`; step 3 (a Commit) as soon as that cannot
+ * happen and a majority granted; FAILED as soon as a majority cannot grant. */
+export function firstOutcome(p: number, on: number[], replies: unknown[], quorum: number): Held | Commit | typeof FAILED | null {
+  let pending = 0;
+  const grants: [number, number][] = [];
+  const votes: number[] = [];
+  replies.forEach((r, n) => {
+    if (r === NOT_IN) pending++;
+    else if (isToken(r)) {
+      grants.push([on[n], r]);
+      if (r === p) votes.push(on[n]);
+    }
+  });
+  if (votes.length >= quorum) return new Held(p, votes);
+  if (votes.length + pending >= quorum) return null;
+  if (grants.length + pending < quorum) return FAILED;
+  return Commit.first(grants, quorum) ?? FAILED;
+}
+
+/** The masters whose step-1 token came back more than 1 s of clock above
+ * the proposal `p` that a majority answered exactly (1 s: the least FLOOR
+ * bound): the outliers of a holding taken in one round trip. */
+export function fastOutliers(p: number, on: number[], replies: unknown[], addr: (i: number) => string): Outlier[] {
+  const out: Outlier[] = [];
+  replies.forEach((r, n) => {
+    if (isToken(r) && r > p + 1000 * PER_MS) out.push({ master: on[n], addr: addr(on[n]), token: r, instead: p, aheadMs: Math.floor((r - p) / PER_MS) });
+  });
+  return out;
+}
+
+/** How long a decided step still waits for the masters not in yet (so that
+ * those about as fast as the majority count too), ms: as long again as it
+ * took so far, at least 25 ms, never past the step's own deadline. */
+export function linger(tookMs: number): number {
+  return Math.max(tookMs, 25);
+}
+
+/** A release's outcome from the replies in so far: true a majority
+ * released, false too many did not (or did not answer), null undecided. */
+export function releaseOutcome(replies: unknown[], n: number): boolean | null {
+  const q = quorumOf(n);
+  if (replies.filter((r) => r === 1).length >= q) return true;
+  if (replies.filter((r) => r !== NOT_IN && r !== 1).length > n - q) return false;
+  return null;
+}
+
+/** Step 3 of a quorum acquisition, one round at a time: `LEASE.ACQUIRE ...
+ * FLOOR token` to the masters `on`. The first round sends the highest token
+ * granted in step 1 to every master that granted. When fewer than a
+ * majority answer it exactly but a majority refused it as too far ahead of
+ * their clocks, the next round leaves out the masters that granted it
+ * (outliers) and sends, to the masters that refused, the highest token they
+ * granted; each round leaves at least one master out, so there are at most
+ * N. Any two majorities still share a master, so tokens of successive
+ * holdings still increase. (The Python helper's `Commit`.) */
 export class Commit {
   constructor(
     private readonly grants: Map<number, number>,
@@ -771,28 +894,28 @@ export class Commit {
     private readonly quorum: number,
   ) {}
 
-  /** The first round from step 1's replies; null when fewer than `quorum`
-   * masters granted. */
-  static first(replies: unknown[], quorum: number): Commit | null {
-    const grants = new Map<number, number>();
-    replies.forEach((r, i) => {
-      if (typeof r === "number") grants.set(i, r);
-    });
-    if (grants.size < quorum || grants.size === 0) return null;
-    return new Commit(grants, [...grants.keys()], Math.max(...grants.values()), quorum);
+  /** The first round, from step 1's `[master, token]` grants; null when
+   * fewer than `quorum` masters granted. */
+  static first(grants: [number, number][], quorum: number): Commit | null {
+    if (grants.length < quorum || grants.length === 0) return null;
+    return new Commit(new Map(grants), grants.map(([i]) => i), Math.max(...grants.map(([, t]) => t)), quorum);
   }
 
-  /** The masters that committed `token` (a majority: held), or the next round
-   * and the outliers it leaves out, or null (no majority: release, retry). */
-  settle(replies: unknown[], addr: (i: number) => string): number[] | [Commit, Outlier[]] | null {
+  /** The round's outcome from the replies in so far (in the order of `on`;
+   * `NOT_IN`: not yet), null while undecided: the masters that committed
+   * `token` as soon as a majority did (held); the next round and the
+   * outliers it leaves out as soon as a majority refused it as too far
+   * ahead; FAILED as soon as neither can happen. */
+  decide(replies: unknown[], addr: (i: number) => string): number[] | [Commit, Outlier[]] | typeof FAILED | null {
     const committed = this.on.filter((_, n) => replies[n] === this.token);
+    const pending = replies.filter((r) => r === NOT_IN).length;
     if (committed.length >= this.quorum) return committed;
     const refused = this.on.filter((_, n) => floorRefused(replies[n]));
-    if (refused.length < this.quorum) return null;
+    if (refused.length < this.quorum) return Math.max(committed.length, refused.length) + pending >= this.quorum ? null : FAILED;
     const instead = Math.max(...refused.map((i) => this.grants.get(i) ?? 0));
     const outliers = this.on
       .filter((i) => this.grants.get(i) === this.token)
-      .map((i) => ({ master: i, addr: addr(i), token: this.token, instead, aheadMs: Math.floor((this.token - instead) / 1024) }));
+      .map((i) => ({ master: i, addr: addr(i), token: this.token, instead, aheadMs: Math.floor((this.token - instead) / PER_MS) }));
     return [new Commit(this.grants, refused, instead, this.quorum), outliers];
   }
 }

@@ -1,33 +1,50 @@
 // Quorum leases over independent masters with one fencing token (design.md
-// S9), the same algorithm as the Rust and Python helpers': LEASE.ACQUIRE on
-// every master at once; when a majority granted, the highest token T is
-// committed back with LEASE.ACQUIRE ... FLOOR T; held when a majority answers
-// exactly T while ttl - drift (from the first send) lasts.
+// S9), the same algorithm as the Rust and Python helpers': step 1 sends
+// LEASE.ACQUIRE ... FLOOR P to every master at once, P a token proposed from
+// this client's clock plus an offset learned from the masters' answers; the
+// lease is held with P when a majority answers exactly P while ttl - drift
+// (from the first send) lasts: one round trip. Otherwise, when a majority
+// granted, the highest token T is committed back with LEASE.ACQUIRE ...
+// FLOOR T (step 3). Every step (acquire, commit round, renewal, release) is
+// decided as soon as a majority decides it, then waits for the rest as long
+// again as it took (25 ms at least); a master's next command waits for its
+// calls still out, so a release never overtakes the acquire it releases.
+// The decisions are core.ts's; this file does the I/O.
 
 import {
   Arg,
   Commit,
+  FAILED,
   FenceCall,
+  Held,
   Label,
   LeaseBusy,
   LeaseLost,
   Loss,
+  NOT_IN,
   Outlier,
+  Proposer,
   backoff,
   checkTtl,
   drift,
+  fastOutliers,
   fenceArgs,
   fencedReply,
+  firstOutcome,
+  floorRefused,
   labelArgs,
   labelOf,
+  linger,
   lossReason,
   newOwner,
   nodeTimeout,
   now,
   quorumOf,
+  releaseOutcome,
   renewEvery,
   renewOutcome,
   retryPause,
+  timedOut,
 } from "./core.js";
 import { RedisClient, Target, targetOf } from "./adapter.js";
 import { held } from "./client.js";
@@ -38,9 +55,9 @@ export interface QuorumOptions {
   ioTimeoutMs?: number;
   /** Renew in the background (true). */
   watchdog?: boolean;
-  /** Called for each master an acquisition leaves out because the others
-   * refused its token as too far ahead of their clocks (also a warning on
-   * `console.warn` unless this is given). */
+  /** Called for each master an acquisition leaves out because its clock
+   * runs far ahead (see `Outlier`; also a warning on `console.warn` unless
+   * this is given). */
   onOutlier?: (o: Outlier) => void;
   /** The label of its acquires on every master (`LABEL`), as
    * `ClientOptions.label`: undefined for `defaultLabel()`, null for none. */
@@ -48,6 +65,21 @@ export interface QuorumOptions {
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(ms, 0)));
+
+/** After this long without a step, the masters' connections are looked at
+ * after a turn of the event loop (ms; the Rust helper's idle check: 100). */
+const IDLE_MS = 100;
+
+/** `ps` settled, or `ms` passed, whichever comes first. */
+function settledWithin(ps: Iterable<Promise<unknown>>, ms: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, Math.max(ms, 0));
+    void Promise.allSettled(ps).then(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
 
 /** Takes quorum leases on the masters of `clients` (one ioredis or
  * node-redis client per master; three or five in practice). */
@@ -60,6 +92,14 @@ export class QuorumClient {
   readonly label: string | Buffer | null;
   /** @internal */
   readonly targets: Target[];
+  /** @internal This client's wall clock moved by this many ms (0 but in the
+   * tests that play a client whose clock is wrong). */
+  _clockOffsetMs = 0;
+  private readonly proposer = new Proposer();
+  /** The calls to each master that outlived their step, not over yet. */
+  private readonly late: Set<Promise<unknown>>[];
+  /** When this client last sent a step (performance.now() ms). */
+  private lastSent = -Infinity;
 
   constructor(clients: Iterable<RedisClient>, options: QuorumOptions = {}) {
     this.targets = [...clients].map(targetOf);
@@ -69,32 +109,103 @@ export class QuorumClient {
     this.onOutlier = options.onOutlier;
     this.label = labelOf(options.label);
     this.quorum = quorumOf(this.targets.length);
+    this.late = this.targets.map(() => new Set());
   }
 
   get masters(): number {
     return this.targets.length;
   }
 
-  /** `args(i)` on every master `i` of `on` at once: each reply or the Error. */
+  /** `args(i)` on every master `i` of `on` at once: each reply or the Error
+   * (a ReplyTimeout for a master not in within `timeoutMs`). */
   async _each(on: number[], key: string, args: (i: number) => Arg[], timeoutMs: number): Promise<unknown[]> {
-    return Promise.all(on.map((i) => this.targets[i].call(key, args(i), timeoutMs).catch((e: unknown) => e)));
+    return timedOut(await this._eachUntil(on, key, args, timeoutMs, () => false));
   }
 
-  /** As `_each` on every master, resolved as soon as `enough` says so. */
-  _eachUntil(key: string, args: Arg[], timeoutMs: number, enough: (r: unknown[]) => boolean): Promise<unknown[]> {
+  /** `args(i)` on every master `i` of `on` at once (`retry(i)`, when given,
+   * sent at once to a master that refused the first as a FLOOR too far
+   * ahead of its clock): the replies in (`NOT_IN`: not in), once every
+   * master answered, or `timeoutMs` passed, or `decided` says so of the
+   * replies in and the linger after it passed. The calls still out go on
+   * (each bounded by `timeoutMs`); the next call to their master waits for
+   * them. */
+  _eachUntil(on: number[], key: string, args: (i: number) => Arg[], timeoutMs: number, decided: (replies: unknown[]) => boolean, retry?: (i: number) => Arg[]): Promise<unknown[]> {
+    const start = now();
+    const end = start + Math.max(timeoutMs, 1);
+    const replies: unknown[] = on.map(() => NOT_IN);
     return new Promise((resolve) => {
-      const replies: unknown[] = new Array(this.targets.length).fill(undefined);
-      let left = this.targets.length;
-      this.targets.forEach((t, i) => {
-        void t
-          .call(key, args, timeoutMs)
-          .catch((e: unknown) => e)
-          .then((r) => {
-            replies[i] = r;
-            left -= 1;
-            if (left === 0 || enough(replies)) resolve(replies);
-          });
+      let left = on.length;
+      let over = false;
+      let settled = false;
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const finish = (): void => {
+        if (over) return;
+        over = true;
+        clearTimeout(timer);
+        calls.forEach((c, n) => {
+          if (replies[n] === NOT_IN) this.lateOn(on[n], c);
+        });
+        resolve(replies.slice());
+      };
+      const calls = on.map((i, n) => {
+        const c = this.callOne(i, key, args(i), retry?.(i), end);
+        void c.then((r) => {
+          if (over) return;
+          replies[n] = r;
+          left -= 1;
+          if (left === 0) finish();
+          else if (!settled && decided(replies)) {
+            settled = true;
+            timer = setTimeout(finish, Math.min(linger(now() - start), end - now()));
+          }
+        });
+        return c;
       });
+      if (on.length === 0) finish();
+    });
+  }
+
+  /** `args` on master `i` by `end` (then `retry` when it refused a FLOOR as
+   * too far ahead): the reply or the Error. After the calls to this master
+   * that outlived their step (each bounded by its own): a release never
+   * overtakes the acquire it releases. */
+  private callOne(i: number, key: string, args: Arg[], retry: Arg[] | undefined, end: number): Promise<unknown> {
+    const t = this.targets[i];
+    this.lastSent = now();
+    const send = (a: Arg[]): Promise<unknown> => t.call(key, a, Math.max(end - now(), 1)).catch((e: unknown) => e);
+    const run = (): Promise<unknown> => (retry ? send(args).then((r) => (floorRefused(r) ? send(retry) : r)) : send(args));
+    const before = this.late[i];
+    return before.size === 0 ? run() : settledWithin(before, end - now()).then(run);
+  }
+
+  private lateOn(i: number, call: Promise<unknown>): void {
+    const calls = this.late[i];
+    calls.add(call);
+    void call.then(() => calls.delete(call));
+  }
+
+  /** Before step 1: when the connections of too many masters are down (the
+   * servers closed them: a restart, `CLIENT KILL`, an idle `timeout`; the
+   * libraries reopen them), waits until a majority is ready again, at most
+   * `ms`, so that the proposal is read from the clock when it can be sent,
+   * not before a reconnect that would make it miss. One look at each
+   * client, no round trip, when they are up. */
+  private async majorityReady(ms: number): Promise<void> {
+    // A master idle for a while: one turn of the event loop's I/O first,
+    // so that a close the server sent meanwhile is seen before the look.
+    if (now() - this.lastSent >= IDLE_MS) await new Promise<void>((resolve) => setImmediate(() => setImmediate(resolve)));
+    let ready = this.targets.filter((t) => t.ready()).length;
+    if (ready >= this.quorum) return;
+    await new Promise<void>((resolve) => {
+      let waiting = this.targets.length - ready;
+      for (const t of this.targets) {
+        if (t.ready()) continue;
+        void t.whenReady(ms).then(() => {
+          if (t.ready()) ready += 1;
+          waiting -= 1;
+          if (ready >= this.quorum || waiting === 0) resolve();
+        });
+      }
     });
   }
 
@@ -102,10 +213,11 @@ export class QuorumClient {
     return this.targets.map((_, i) => i);
   }
 
-  /** @internal */
-  async _releaseEverywhere(key: string, owner: string, timeoutMs: number): Promise<number> {
-    const replies = await this._each(this.all(), key, () => ["LEASE.RELEASE", key, owner], timeoutMs);
-    return replies.filter((r) => r === 1).length;
+  /** @internal `LEASE.RELEASE` everywhere, done once a majority decided it
+   * (the masters not in yet still get it): each reply or Error. */
+  async _releaseEverywhere(key: string, owner: string, timeoutMs: number): Promise<unknown[]> {
+    const n = this.masters;
+    return timedOut(await this._eachUntil(this.all(), key, () => ["LEASE.RELEASE", key, owner], timeoutMs, (r) => releaseOutcome(r, n) !== null));
   }
 
   /** Takes the lease on `key` on a majority, with one token: the lease, or
@@ -118,7 +230,9 @@ export class QuorumClient {
       blockMs?: number;
       watchdog?: boolean;
       label?: Label;
-      /** @internal Each attempt's first-round replies, one per master. */
+      /** @internal Each attempt's step-1 replies, one per master (a
+       * ReplyTimeout for one not in when the step was decided): the Redlock
+       * drop-ins' votes. */
       _replies?: (replies: unknown[]) => void;
     } = {},
   ): Promise<QuorumLease | null> {
@@ -136,36 +250,55 @@ export class QuorumClient {
     }
   }
 
+  private report(outliers: Outlier[]): void {
+    for (const o of outliers) {
+      if (this.onOutlier) this.onOutlier(o);
+      else console.warn(`redis-lease: quorum master ${o.master} (${o.addr}) left out: its token is ${o.aheadMs} ms of clock ahead of what the others accept; its clock is wrong`);
+    }
+  }
+
   private async attempt(key: string, owner: string, ttlMs: number, watchdog: boolean, label: Arg[], onReplies?: (replies: unknown[]) => void): Promise<QuorumLease | null> {
     const timeout = nodeTimeout(this.ioTimeoutMs, ttlMs);
     const t0 = now();
     const validUntil = t0 + ttlMs - drift(ttlMs);
-    const first = await this._each(this.all(), key, () => ["LEASE.ACQUIRE", key, owner, ttlMs, ...label], timeout);
-    // The first round's replies, one per master (the Redlock drop-ins' votes).
+    const all = this.all();
+    const addr = (i: number): string => this.targets[i].addr();
+    const acquire: Arg[] = ["LEASE.ACQUIRE", key, owner, ttlMs, ...label];
+    await this.majorityReady(timeout);
+    // Step 1 proposes the token.
+    const sentMs = Date.now() + this._clockOffsetMs;
+    const p = this.proposer.propose(sentMs, Math.floor(Math.random() * 65536));
+    const proposed = [...acquire, "FLOOR", p];
+    const replies = await this._eachUntil(all, key, () => proposed, timeout, (r) => firstOutcome(p, all, r, this.quorum) !== null, () => acquire);
+    this.proposer.learn(sentMs, p, replies);
+    const first = timedOut(replies);
     onReplies?.(first);
-    let commit = Commit.first(first, this.quorum);
-    if (!commit) return null;
+    const outcome = firstOutcome(p, all, first, this.quorum);
+    let token: number;
     let committed: number[] | null = null;
-    // At most one round per master: each leaves one out.
-    for (let round = 0; round <= this.targets.length; round++) {
-      const token = commit.token;
-      const settled: number[] | [Commit, Outlier[]] | null = commit.settle(
-        await this._each(commit.on, key, () => ["LEASE.ACQUIRE", key, owner, ttlMs, ...label, "FLOOR", token], timeout),
-        (i) => this.targets[i].addr(),
-      );
-      if (settled === null || typeof settled[0] === "number") {
-        committed = settled as number[] | null;
-        break;
+    if (outcome instanceof Held) {
+      this.report(fastOutliers(p, all, first, addr));
+      [token, committed] = [outcome.token, outcome.on];
+    } else if (outcome instanceof Commit) {
+      // Step 3, at most one round per master: each leaves one out.
+      let commit = outcome;
+      for (let round = 0; round <= this.targets.length && !committed; round++) {
+        const c = commit;
+        const args = [...acquire, "FLOOR", c.token];
+        const got = timedOut(await this._eachUntil(c.on, key, () => args, timeout, (r) => c.decide(r, String) !== null));
+        const decided = c.decide(got, addr);
+        if (decided === FAILED || decided === null) return null;
+        if (typeof decided[0] === "number") committed = decided as number[];
+        else {
+          const [next, outliers] = decided as [Commit, Outlier[]];
+          this.report(outliers);
+          commit = next;
+        }
       }
-      const [next, outliers] = settled as [Commit, Outlier[]];
-      commit = next;
-      for (const o of outliers) {
-        if (this.onOutlier) this.onOutlier(o);
-        else console.warn(`redis-lease: quorum master ${o.master} (${o.addr}) left out: its token is ${o.aheadMs} ms of clock ahead of what the others accept; its clock is wrong`);
-      }
-    }
+      token = commit.token;
+    } else return null;
     if (!committed || now() >= validUntil) return null;
-    return new QuorumLease(this, key, owner, commit.token, ttlMs, validUntil, committed, watchdog);
+    return new QuorumLease(this, key, owner, token, ttlMs, validUntil, committed, watchdog);
   }
 
   /** `acquire`, or LeaseBusy when no majority granted. */
@@ -288,7 +421,10 @@ export class QuorumLease {
     const c = this.client;
     const sent = now();
     const n = c.masters;
-    const replies = await c._eachUntil(this.key, ["LEASE.RENEW", this.key, this.owner, ttlMs], nodeTimeout(c.ioTimeoutMs, ttlMs), (r) => renewOutcome(r, n) !== null);
+    const args = ["LEASE.RENEW", this.key, this.owner, ttlMs];
+    const all = c.targets.map((_, i) => i);
+    // Decided by a majority, then lingering for the rest (as every step).
+    const replies = await c._eachUntil(all, this.key, () => args, nodeTimeout(c.ioTimeoutMs, ttlMs), (r) => renewOutcome(r, n) !== null);
     const outcome = renewOutcome(replies, n);
     if (outcome === true && !this.signal.aborted) {
       this.validUntil = Math.max(this.validUntil, sent + ttlMs - drift(ttlMs));
@@ -322,15 +458,16 @@ export class QuorumLease {
     return replies !== null && replies.filter((r) => r === 1).length >= this.client.quorum;
   }
 
-  /** @internal The release on every master: each reply or Error (null:
-   * released before, nothing sent). */
+  /** @internal The release on every master, done once a majority decided
+   * it: each reply or Error (a ReplyTimeout for a master not in then; it
+   * still gets it); null: released before, nothing sent. */
   async _release(): Promise<unknown[] | null> {
     if (this.released) return null;
     this.released = true;
     clearTimeout(this.round);
     this.lose("released");
     const c = this.client;
-    return c._each(c.targets.map((_, i) => i), this.key, () => ["LEASE.RELEASE", this.key, this.owner], nodeTimeout(c.ioTimeoutMs, this.ttlMs));
+    return c._releaseEverywhere(this.key, this.owner, nodeTimeout(c.ioTimeoutMs, this.ttlMs));
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -6,19 +6,26 @@ import { describe, it } from "node:test";
 
 import {
   Commit,
+  FAILED,
+  Held,
   LeaseExpiring,
+  NOT_IN,
+  Proposer,
+  ReplyTimeout,
   StaleToken,
   acquireArgs,
   checkStale,
   defaultLabel,
   fenceArgs,
   fencedReply,
+  firstOutcome,
   graceOf,
   keySlot,
   labelArgs,
   labelOf,
   macquireArgs,
   parseWaiters,
+  releaseOutcome,
   renewOutcome,
   truncateLabel,
   waitersArgs,
@@ -101,12 +108,75 @@ describe("core", () => {
   });
 
   it("a quorum commit needs a majority answering exactly the token", () => {
-    const c = Commit.first([10, 12, null], 2)!;
+    const c = Commit.first([
+      [0, 10],
+      [1, 12],
+    ], 2)!;
     assert.equal(c.token, 12);
-    assert.deepEqual(c.settle([12, 12], String), [0, 1]);
-    assert.equal(c.settle([12, 13], String), null);
+    assert.deepEqual(c.decide([12, 12], String), [0, 1]);
+    assert.equal(c.decide([12, 13], String), FAILED);
     assert.equal(renewOutcome([1, 1, undefined], 3), true);
     assert.equal(renewOutcome([0, 0, undefined], 3), false);
     assert.equal(renewOutcome([1, 0, undefined], 3), null);
+  });
+
+  // The same cases as the Python helper's tests/test_protocol.py.
+  it("step 1 holds on an exact majority of the proposal as soon as it is in", () => {
+    const on = [0, 1, 2, 3, 4];
+    const timeout = new ReplyTimeout("no reply");
+    // Three exact answers decide it; the two others are not waited for.
+    assert.deepEqual(firstOutcome(500, on, [500, NOT_IN, 500, NOT_IN, 500], 3), new Held(500, [0, 2, 4]));
+    assert.equal(firstOutcome(500, on, [500, NOT_IN, 500, NOT_IN, 900], 3), null);
+    // Exactness cannot come any more: step 3 with the grants in so far.
+    const commit = firstOutcome(500, on, [500, 700, 900, 800, NOT_IN], 3);
+    assert.ok(commit instanceof Commit && commit.token === 900);
+    assert.deepEqual(commit.on, [0, 1, 2, 3]);
+    assert.equal(firstOutcome(500, on, [null, timeout, NOT_IN, null, 500], 3), FAILED);
+    // A majority of different tokens is step 3, never held with them.
+    assert.ok(firstOutcome(500, on, [600, 700, 800, null, null], 3) instanceof Commit);
+  });
+
+  it("a commit round and a release are decided by a majority", () => {
+    class ReplyError extends Error {}
+    const far = new ReplyError("ERR FLOOR is 400 days ahead of this server's clock");
+    const commit = Commit.first([
+      [0, 9],
+      [1, 5],
+      [2, 7],
+      [3, 8],
+      [4, 6],
+    ], 3)!;
+    assert.deepEqual(commit.decide([9, NOT_IN, 9, 9, NOT_IN], String), [0, 2, 3]);
+    assert.equal(commit.decide([9, NOT_IN, 9, NOT_IN, NOT_IN], String), null);
+    const timeout = new ReplyTimeout("no reply");
+    assert.equal(commit.decide([9, timeout, timeout, timeout, NOT_IN], String), FAILED);
+    const again = commit.decide([9, far, far, far, NOT_IN], String);
+    assert.ok(Array.isArray(again) && again[0] instanceof Commit);
+    assert.equal((again[0] as Commit).token, 8);
+    assert.deepEqual((again[0] as Commit).on, [1, 2, 3]);
+    assert.equal(releaseOutcome([1, NOT_IN, 1, 1, NOT_IN], 5), true);
+    assert.equal(releaseOutcome([1, NOT_IN, 0, timeout, 0], 5), false);
+    assert.equal(releaseOutcome([1, NOT_IN, 0, 1, NOT_IN], 5), null);
+  });
+
+  it("proposals follow the majority's clocks and stay above the previous one", () => {
+    const ms = 1024;
+    let p = new Proposer();
+    const t = 1_000_000;
+    const a = p.propose(t, 7);
+    assert.equal(a, (t + 20) * ms + 8, "20 ms ahead, low bits 1 to 255");
+    const b = p.propose(t, 0);
+    assert.equal(b, a + 1, "within the same ms: above the previous proposal");
+    p.learn(t, b, [b, (t + 5000) * ms, (t + 5001) * ms, (t + 5002) * ms, b]);
+    assert.equal(p.offsetMs, 5000);
+    assert.ok(p.propose(t + 1, 0) > (t + 5002) * ms);
+    // One master 400 days ahead (an outlier) does not move it.
+    p = new Proposer();
+    const c = p.propose(t, 0);
+    p.learn(t, c, [(t + 400 * 86_400_000) * ms, c, c, c, NOT_IN]);
+    assert.equal(p.offsetMs, 0);
+    // A majority behind (step 1 without FLOOR after refusing the proposal).
+    p.learn(t, c, [(t - 3000) * ms, (t - 3000) * ms, (t - 3000) * ms, c, NOT_IN]);
+    assert.equal(p.offsetMs, -3000);
   });
 });

@@ -272,3 +272,87 @@ export class ClusterNodes {
     await Promise.all(this.nodes.map((n) => n.close()));
   }
 }
+
+/** A master that accepts no TCP connection: a listener (backlog 1: Node reads 0 as its default, 511) in a
+ * child process stopped right after it listens, its queue filled, so that a
+ * new connect gets no answer at all (its SYN is dropped) until the client's
+ * own timeout. The Python and Rust tests' `Silent`. */
+export class Silent {
+  private constructor(
+    readonly port: number,
+    private readonly proc: ChildProcess,
+    private readonly queued: net.Socket[],
+  ) {}
+
+  static async start(): Promise<Silent> {
+    const code =
+      'const s = require("net").createServer();' +
+      's.listen({ port: 0, host: "127.0.0.1", backlog: 1 }, () => { process.stdout.write(s.address().port + "\\n"); process.kill(process.pid, "SIGSTOP"); });';
+    const proc = spawn(process.execPath, ["-e", code], { stdio: ["ignore", "pipe", "ignore"] });
+    const port = await new Promise<number>((resolve, reject) => {
+      let out = "";
+      const timer = setTimeout(() => reject(new Error("the silent listener did not start")), 10000);
+      proc.stdout!.on("data", (d: Buffer) => {
+        out += d.toString();
+        if (out.includes("\n")) {
+          clearTimeout(timer);
+          resolve(Number(out.trim()));
+        }
+      });
+    });
+    // Bounded: 50 connects, the first that gets no answer in 100 ms ends it.
+    const queued: net.Socket[] = [];
+    for (let i = 0; i < 50; i++) {
+      const sock = net.connect(port, "127.0.0.1");
+      const ok = await new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => resolve(false), 100);
+        sock.once("connect", () => (clearTimeout(timer), resolve(true)));
+        sock.once("error", () => (clearTimeout(timer), resolve(false)));
+      });
+      sock.on("error", () => undefined);
+      if (!ok) {
+        sock.destroy();
+        break;
+      }
+      queued.push(sock);
+    }
+    if (queued.length >= 50) throw new Error("the listener's queue never filled");
+    return new Silent(port, proc, queued);
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.queued) s.destroy();
+    if (this.proc.exitCode === null) {
+      this.proc.kill("SIGKILL");
+      await new Promise((r) => this.proc.once("exit", r));
+    }
+  }
+}
+
+/** `calls` of `command` (lower case, `lease.acquire`) in each server's
+ * `INFO commandstats` (0: none). */
+export async function commandCalls(ports: number[], command: string): Promise<number[]> {
+  return Promise.all(
+    ports.map(async (port) => {
+      const r = await raw(port);
+      try {
+        const info = String(await r.info("commandstats"));
+        const m = new RegExp(`^cmdstat_${command.replace(".", "\\.")}:calls=(\\d+)`, "mi").exec(info);
+        return m ? Number(m[1]) : 0;
+      } finally {
+        r.disconnect();
+      }
+    }),
+  );
+}
+
+/** `CONFIG RESETSTAT` on each server. */
+export async function resetStats(ports: number[]): Promise<void> {
+  await Promise.all(
+    ports.map(async (port) => {
+      const r = await raw(port);
+      await r.config("RESETSTAT");
+      r.disconnect();
+    }),
+  );
+}
