@@ -57,11 +57,18 @@ fn find_byte(hay: &[u8], needle: u8) -> Option<usize> {
     let n = hay.len();
     let first = hay.first_chunk::<8>()?;
     let last = hay.last_chunk::<8>()?;
-    // Most keys: one word, or two that overlap.
-    if n <= 16 {
+    // Most keys: up to three words, the last overlapping.
+    if n <= 24 {
         let h = hits(first);
         if h != 0 {
             return Some((h.trailing_zeros() / 8) as usize);
+        }
+        if n > 16 {
+            let middle = hay[8..].first_chunk::<8>()?;
+            let h = hits(middle);
+            if h != 0 {
+                return Some(8 + (h.trailing_zeros() / 8) as usize);
+            }
         }
         let h = hits(last);
         return (h != 0).then(|| n - 8 + (h.trailing_zeros() / 8) as usize);

@@ -233,17 +233,13 @@ pub fn with_command_table<R>(f: impl FnOnce(Option<&Table>) -> R) -> R {
     f(table().as_ref())
 }
 
-/// Runs `f` on the server's command table, read now if it was not, and
-/// with `name` read from the server when the table does not know it (a
-/// command loaded since it was read: the table only grows).
-pub fn with_command<R>(ctx: Ctx, name: &[u8], f: impl FnOnce(&Table) -> R) -> R {
-    {
-        let table = table();
-        if let Some(t) = table.as_ref()
-            && t.get(name).is_some()
-        {
-            return f(t);
-        }
+/// `f`'s answer from the server's command table, read now if it was not,
+/// and with `name` read from the server first when `f` finds no answer
+/// in the table (a command loaded since it was read: the table only
+/// grows). `None` when the server does not know `name`.
+pub fn with_command<R>(ctx: Ctx, name: &[u8], f: impl Fn(&Table) -> Option<R>) -> Option<R> {
+    if let Some(r) = table().as_ref().and_then(&f) {
+        return Some(r);
     }
     load_command_table(ctx);
     let missing = table().as_ref().is_none_or(|t| t.get(name).is_none());

@@ -224,7 +224,7 @@ impl Need {
 
     /// This need is on (`on`) or off: the filter is registered while any
     /// is on, and the flush and `SWAPDB` events are listened to from then
-    /// on, until `server::settle_keyspace_moves` finds no need on.
+    /// on, until `server::settle_keyspace_moves` finds none on.
     pub fn set(&self, on: bool) {
         if self.0.swap(on, Relaxed) == on {
             return;
@@ -244,11 +244,6 @@ impl Default for Need {
     }
 }
 
-/// Is some need of the filter on?
-pub fn needed() -> bool {
-    NEEDS.load(Relaxed) > 0
-}
-
 /// The command filter while it is registered (an address: the static must
 /// be `Sync`).
 static REGISTERED: Mutex<Option<usize>> = Mutex::new(None);
@@ -258,6 +253,7 @@ fn register(on: bool) {
     let Some(ctx) = server::detached() else {
         return;
     };
+    server::filter_needed(ctx, on);
     let mut filter = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: function-pointer reads filled in by RedisModule_Init; the
     // filter handle is the one RegisterCommandFilter returned, unregistered
@@ -280,7 +276,6 @@ fn register(on: bool) {
                     let f = register(ctx.raw(), server::hooks().command_filter, 0);
                     *filter = (!f.is_null()).then_some(f as usize);
                 }
-                server::keyspace_moves_needed(ctx);
             }
             (false, Some(f)) => {
                 if let Some(unregister) = raw::RedisModule_UnregisterCommandFilter {

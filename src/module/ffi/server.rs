@@ -162,13 +162,18 @@ pub fn hooks() -> &'static Hooks {
 /// Whether the module listens to the flush and `SWAPDB` events.
 static MOVES_SUBSCRIBED: AtomicBool = AtomicBool::new(false);
 
-/// The command filter was registered: the flush and `SWAPDB` events are
-/// listened to from now on, until `settle_keyspace_moves` finds the filter
-/// needed no more (every server event the module listens to costs every
-/// deletion of any key on Redis 7.2+ and Valkey, whose key event the
-/// server offers to each listener).
-pub(super) fn keyspace_moves_needed(ctx: Ctx) {
-    if !MOVES_SUBSCRIBED.swap(true, Relaxed) {
+/// The command filter is needed (`filter.rs`).
+static FILTER_NEEDED: AtomicBool = AtomicBool::new(false);
+
+/// The command filter is needed (`on`: it was registered) or not any
+/// more: the flush and `SWAPDB` events are listened to from its
+/// registration on, until `settle_keyspace_moves` finds the filter needed
+/// no more (every server event the module listens to costs every deletion
+/// of any key on Redis 7.2+ and Valkey, whose key event the server offers
+/// to each listener).
+pub(super) fn filter_needed(ctx: Ctx, on: bool) {
+    FILTER_NEEDED.store(on, Relaxed);
+    if on && !MOVES_SUBSCRIBED.swap(true, Relaxed) {
         // SAFETY: on the main thread (the filter is registered there), with
         // the detached context.
         unsafe { subscribe_keyspace_moves(ctx, true) };
@@ -179,7 +184,7 @@ pub(super) fn keyspace_moves_needed(ctx: Ctx) {
 /// (from the module's once-a-second timer: never from inside an event,
 /// whose listener list the server is walking).
 pub fn settle_keyspace_moves() {
-    if super::filter::needed() || !MOVES_SUBSCRIBED.load(Relaxed) {
+    if FILTER_NEEDED.load(Relaxed) || !MOVES_SUBSCRIBED.load(Relaxed) {
         return;
     }
     let Some(ctx) = detached() else { return };
