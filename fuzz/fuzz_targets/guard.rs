@@ -5,7 +5,7 @@
 //! then the guards' verdict, which names a written key of a guarded tag.
 //! The first byte picks the table; the input is then split at 0xFE (a
 //! table's RESP, when the input gives one) and its arguments at 0xFF.
-//! `keyspec.rs`'s test `random_arguments_read_in_bounds_and_decide_on_written_keys`
+//! `lease/guard.rs`'s test `random_arguments_read_in_bounds_and_decide_on_written_keys`
 //! runs the same, bounded, in `cargo test`.
 #![no_main]
 

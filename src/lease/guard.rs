@@ -576,4 +576,100 @@ mod tests {
             ));
         }
     }
+
+    /// Random arguments through the key-spec reading (`keyspec.rs`) and the
+    /// guards' decision, on every server's table (bounded: a fixed seed, a fixed
+    /// count): nothing panics or overflows, a position given is one of the
+    /// arguments after the name, only a command that writes
+    /// (`Kind::writes`) gives one, and a refusal names a written key of a
+    /// guarded tag. The fuzz target `guard` (fuzz/) drives the same
+    /// without bounds.
+    #[test]
+    fn random_arguments_read_in_bounds_and_decide_on_written_keys() {
+        use crate::lease::keyspec::Keys;
+        use crate::lease::keyspec::testdata::{SERVERS, names, table, written};
+        use rand::rngs::StdRng;
+        use rand::{RngExt, SeedableRng};
+        const WORDS: [&[u8]; 24] = [
+            b"{t}a",
+            b"{t}b",
+            b"{u}c",
+            b"{t}",
+            b"x{",
+            b"{}",
+            b"",
+            b"0",
+            b"1",
+            b"2",
+            b"3",
+            b"-1",
+            b"9223372036854775807",
+            b"-9223372036854775808",
+            b"STORE",
+            b"STOREDIST",
+            b"STREAMS",
+            b"KEYS",
+            b"DB",
+            b"BLOCK",
+            b"GROUP",
+            b"LEFT",
+            b"REPLACE",
+            b"COUNT",
+        ];
+        let mut guards = Guards::default();
+        guards.add(0, b"{t}");
+        guards.add(1, b"{u}");
+        let mut rng = StdRng::seed_from_u64(44);
+        let mut refused = 0;
+        for server in SERVERS {
+            let t = table(server);
+            let mut names = names(&t);
+            names.push(b"NOSUCH");
+            for _ in 0..20_000 {
+                let name = names[rng.random_range(0..names.len())];
+                let argc = rng.random_range(0..9);
+                let mut argv: Vec<&[u8]> = vec![name];
+                let command = t.get(name);
+                // A real subcommand half the time.
+                if let Some(c) = command
+                    && !c.subcommands.is_empty()
+                    && rng.random_range(0..2) == 0
+                {
+                    let subs: Vec<&[u8]> = {
+                        let mut v: Vec<&[u8]> = c.subcommands.keys().map(Vec::as_slice).collect();
+                        v.sort();
+                        v
+                    };
+                    argv.push(subs[rng.random_range(0..subs.len())]);
+                }
+                for _ in 0..argc {
+                    argv.push(WORDS[rng.random_range(0..WORDS.len())]);
+                }
+                let (keys, pos) = written(&t, &argv);
+                for &p in &pos {
+                    assert!(p >= 1 && p < argv.len(), "{server}: {argv:?}: {pos:?}");
+                }
+                if keys == Keys::Given && !pos.is_empty() {
+                    let (c, _) = t.command(argv[0], argv.get(1).copied()).unwrap();
+                    assert!(c.kind.writes, "{server}: {argv:?}");
+                }
+                let db = if rng.random_range(0..2) == 0 {
+                    Db::Any
+                } else {
+                    Db::Known(rng.random_range(0..3))
+                };
+                if let Verdict::Refuse { key, guard } = guards.check(&argv, &pos, db, None) {
+                    refused += 1;
+                    assert!(
+                        pos.iter().any(|&p| argv[p] == key)
+                            || argv[0].eq_ignore_ascii_case(b"move")
+                            || argv[0].eq_ignore_ascii_case(b"copy"),
+                        "{server}: {argv:?}"
+                    );
+                    assert_eq!(hash_tag(key), hash_tag(guard), "{server}: {argv:?}");
+                }
+            }
+        }
+        assert!(refused > 100, "{refused} refused");
+    }
 }

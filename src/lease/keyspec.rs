@@ -493,12 +493,21 @@ fn parse_spec(v: &Value) -> Option<Spec> {
     })
 }
 
+/// The captured `COMMAND` replies of every tested server
+/// (tests/fixtures/command-info), for the tests here and in `guard.rs`.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testdata {
     use super::*;
 
+    /// Every command name of `t`, sorted.
+    pub(crate) fn names(t: &Table) -> Vec<&[u8]> {
+        let mut v: Vec<&[u8]> = t.commands.keys().map(Vec::as_slice).collect();
+        v.sort();
+        v
+    }
+
     /// A RESP2 reader for the captured replies (tests/fixtures/command-info).
-    fn parse(buf: &[u8], at: &mut usize) -> Value {
+    pub(crate) fn parse(buf: &[u8], at: &mut usize) -> Value {
         let line_end = buf[*at..].windows(2).position(|w| w == b"\r\n").unwrap() + *at;
         let kind = buf[*at];
         let text = std::str::from_utf8(&buf[*at + 1..line_end]).unwrap();
@@ -526,17 +535,17 @@ mod tests {
         }
     }
 
-    fn written(t: &Table, argv: &[&[u8]]) -> (Keys, Vec<usize>) {
+    pub(crate) fn written(t: &Table, argv: &[&[u8]]) -> (Keys, Vec<usize>) {
         let mut pos = Vec::new();
         let keys = t.written(argv, |i| pos.push(i));
         (keys, pos)
     }
 
-    const SERVERS: [&str; 6] = [
+    pub(crate) const SERVERS: [&str; 6] = [
         "redis70", "redis74", "redis80", "redis82", "valkey81", "valkey91",
     ];
 
-    fn fixture(name: &str) -> Vec<u8> {
+    pub(crate) fn fixture(name: &str) -> Vec<u8> {
         let path = format!(
             "{}/tests/fixtures/command-info/{name}",
             env!("CARGO_MANIFEST_DIR")
@@ -544,13 +553,19 @@ mod tests {
         std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
-    fn table(server: &str) -> Table {
+    pub(crate) fn table(server: &str) -> Table {
         let buf = fixture(&format!("{server}.resp"));
         let mut at = 0;
         let t = Table::from_command_info(&parse(&buf, &mut at));
         assert_eq!(at, buf.len(), "{server}: one whole reply");
         t
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testdata::*;
+    use super::*;
 
     /// Splits a line of cases.txt the way the shell that captured it did:
     /// words, with '' quotes and "" for an empty argument.
@@ -795,101 +810,5 @@ mod tests {
             }
             assert!(seen > 300, "{server}: {seen}");
         }
-    }
-
-    /// Random arguments through the key-spec reading and the guards'
-    /// decision, on every server's table (bounded: a fixed seed, a fixed
-    /// count): nothing panics or overflows, a position given is one of the
-    /// arguments after the name, only a command that writes
-    /// (`Kind::writes`) gives one, and a refusal names a written key of a
-    /// guarded tag. The fuzz target `guard` (fuzz/) drives the same
-    /// without bounds.
-    #[test]
-    fn random_arguments_read_in_bounds_and_decide_on_written_keys() {
-        use crate::lease::guard::{Db, Guards, Verdict, hash_tag};
-        use rand::rngs::StdRng;
-        use rand::{RngExt, SeedableRng};
-        const WORDS: [&[u8]; 24] = [
-            b"{t}a",
-            b"{t}b",
-            b"{u}c",
-            b"{t}",
-            b"x{",
-            b"{}",
-            b"",
-            b"0",
-            b"1",
-            b"2",
-            b"3",
-            b"-1",
-            b"9223372036854775807",
-            b"-9223372036854775808",
-            b"STORE",
-            b"STOREDIST",
-            b"STREAMS",
-            b"KEYS",
-            b"DB",
-            b"BLOCK",
-            b"GROUP",
-            b"LEFT",
-            b"REPLACE",
-            b"COUNT",
-        ];
-        let mut guards = Guards::default();
-        guards.add(0, b"{t}");
-        guards.add(1, b"{u}");
-        let mut rng = StdRng::seed_from_u64(44);
-        let mut refused = 0;
-        for server in SERVERS {
-            let t = table(server);
-            let mut names: Vec<&[u8]> = t.commands.keys().map(Vec::as_slice).collect();
-            names.sort();
-            names.push(b"NOSUCH");
-            for _ in 0..20_000 {
-                let name = names[rng.random_range(0..names.len())];
-                let argc = rng.random_range(0..9);
-                let mut argv: Vec<&[u8]> = vec![name];
-                let command = t.get(name);
-                // A real subcommand half the time.
-                if let Some(c) = command
-                    && !c.subcommands.is_empty()
-                    && rng.random_range(0..2) == 0
-                {
-                    let subs: Vec<&[u8]> = {
-                        let mut v: Vec<&[u8]> = c.subcommands.keys().map(Vec::as_slice).collect();
-                        v.sort();
-                        v
-                    };
-                    argv.push(subs[rng.random_range(0..subs.len())]);
-                }
-                for _ in 0..argc {
-                    argv.push(WORDS[rng.random_range(0..WORDS.len())]);
-                }
-                let (keys, pos) = written(&t, &argv);
-                for &p in &pos {
-                    assert!(p >= 1 && p < argv.len(), "{server}: {argv:?}: {pos:?}");
-                }
-                if keys == Keys::Given && !pos.is_empty() {
-                    let (c, _) = t.command(argv[0], argv.get(1).copied()).unwrap();
-                    assert!(c.kind.writes, "{server}: {argv:?}");
-                }
-                let db = if rng.random_range(0..2) == 0 {
-                    Db::Any
-                } else {
-                    Db::Known(rng.random_range(0..3))
-                };
-                if let Verdict::Refuse { key, guard } = guards.check(&argv, &pos, db, None) {
-                    refused += 1;
-                    assert!(
-                        pos.iter().any(|&p| argv[p] == key)
-                            || argv[0].eq_ignore_ascii_case(b"move")
-                            || argv[0].eq_ignore_ascii_case(b"copy"),
-                        "{server}: {argv:?}"
-                    );
-                    assert_eq!(hash_tag(key), hash_tag(guard), "{server}: {argv:?}");
-                }
-            }
-        }
-        assert!(refused > 100, "{refused} refused");
     }
 }
