@@ -211,10 +211,10 @@ fn table_read() -> bool {
     table().as_ref().is_some_and(|t| !t.is_empty())
 }
 
-/// Reads the server's command table now unless it was read (the first
-/// guard: the filter never calls into the server to read it). The lock is
-/// not held across the call: the server runs the module's command filter
-/// on it, and the guards' check there reads the table.
+/// Reads the server's command table now unless it was read (called
+/// before the filter needs it: the filter never calls into the server to
+/// read it). The lock is not held across the call: the server runs the
+/// module's command filter on it, which may read the table.
 pub fn load_command_table(ctx: Ctx) {
     if table_read() {
         return;

@@ -140,8 +140,8 @@ pub struct Hooks {
     pub free_privdata: Option<unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void)>,
     pub disconnect: raw::RedisModuleDisconnectFunc,
     pub command_filter: raw::RedisModuleCommandFilterFunc,
-    /// The server events that matter only while guards stand or clients
-    /// wait (`FLUSHDB`/`FLUSHALL` and `SWAPDB`), with their shims.
+    /// The server events listened to only while the command filter is
+    /// needed (`FLUSHDB`/`FLUSHALL` and `SWAPDB`), with their shims.
     pub keyspace_moves: [(u64, raw::RedisModuleEventCallback); 2],
     /// The one-shot call the waker thread posts to the main thread.
     pub wake: raw::RedisModuleEventLoopOneShotFunc,
