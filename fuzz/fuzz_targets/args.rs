@@ -11,6 +11,7 @@ use redis_lease::lease::args::{
 use redis_lease::lease::clock::TokenClock;
 use redis_lease::lease::config::parse_module_args;
 use redis_lease::lease::decide::{self, Decision, Held};
+use redis_lease::lease::keyspec::Kind;
 use redis_lease::lease::limits::{MAX_LIMIT, MAX_OWNER_LEN, MAX_TOKEN, MIN_LIMIT};
 use redis_lease::lease::{Holder, Holders, HoldersMode, Lease, LeaseError, Mode, fence};
 
@@ -121,16 +122,19 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         4 => {
-            let flags: Vec<String> = args[1..]
-                .iter()
-                .map(|f| String::from_utf8_lossy(f).into_owned())
-                .collect();
+            // The command's kind from the bits of its first byte.
+            let bits = arg(0).first().copied().unwrap_or(0);
+            let kind = Kind {
+                writes: bits & 1 != 0,
+                blocking: bits & 2 != 0,
+                noscript: bits & 4 != 0,
+            };
             let inner: Vec<&[u8]> = args[1..].to_vec();
-            if let Err(e) = fence::check_inner(arg(0), &flags, &inner) {
+            if let Err(e) = fence::check_inner(arg(0), kind, &inner) {
                 check_error(&e);
             }
-            match fence::check_shared(arg(0), &flags) {
-                Ok(()) => assert!(!flags.iter().any(|f| f.eq_ignore_ascii_case("write"))),
+            match fence::check_shared(arg(0), kind) {
+                Ok(()) => assert!(!kind.writes),
                 Err(e) => check_error(&e),
             }
             let _ = fence::key_slot(arg(0));

@@ -4,6 +4,8 @@
 
 use super::error::LeaseError;
 use super::error::printable;
+use super::guard::hash_tag;
+use super::keyspec::{Kind, is_lease_command};
 
 /// Would this call of a command flagged `blocking` block? XREAD and
 /// XREADGROUP block only with a `BLOCK` option (before `STREAMS`, after
@@ -34,27 +36,27 @@ fn blocks(name: &[u8], args: &[&[u8]]) -> bool {
     false
 }
 
-/// Refuses an inner command by its name, its COMMAND INFO flags (those of
-/// its subcommand, for container commands such as CONFIG) and, for XREAD
-/// and XREADGROUP, whether it asks to block: LEASE.* commands, calls that
+/// Refuses an inner command by its name, its kind (that of its
+/// subcommand, for container commands such as CONFIG) and, for XREAD and
+/// XREADGROUP, whether it asks to block: LEASE.* commands, calls that
 /// would block, commands not allowed in scripts. `args` follow the name.
-pub fn check_inner(name: &[u8], flags: &[String], args: &[&[u8]]) -> Result<(), LeaseError> {
-    let shown = printable(name).to_ascii_lowercase();
-    if name.len() >= 6 && name[..6].eq_ignore_ascii_case(b"lease.") {
+pub fn check_inner(name: &[u8], kind: Kind, args: &[&[u8]]) -> Result<(), LeaseError> {
+    let shown = || printable(name).to_ascii_lowercase();
+    if is_lease_command(name) {
         return Err(LeaseError::FenceRefused(
-            shown,
+            shown(),
             "lease commands cannot be fenced",
         ));
     }
-    if flags.iter().any(|f| f.eq_ignore_ascii_case("blocking")) && blocks(name, args) {
+    if kind.blocking && blocks(name, args) {
         return Err(LeaseError::FenceRefused(
-            shown,
+            shown(),
             "blocking commands cannot be fenced",
         ));
     }
-    if flags.iter().any(|f| f.eq_ignore_ascii_case("noscript")) {
+    if kind.noscript {
         return Err(LeaseError::FenceRefused(
-            shown,
+            shown(),
             "commands not allowed in scripts cannot be fenced",
         ));
     }
@@ -62,9 +64,10 @@ pub fn check_inner(name: &[u8], flags: &[String], args: &[&[u8]]) -> Result<(), 
 }
 
 /// A `SHARED` holder's valid token fences reads only: an inner command
-/// flagged `write` is refused (nothing runs).
-pub fn check_shared(name: &[u8], flags: &[String]) -> Result<(), LeaseError> {
-    if flags.iter().any(|f| f.eq_ignore_ascii_case("write")) {
+/// that writes ([`Kind::writes`], the guards' meaning of a write too) is
+/// refused (nothing runs).
+pub fn check_shared(name: &[u8], kind: Kind) -> Result<(), LeaseError> {
+    if kind.writes {
         return Err(LeaseError::FenceRefused(
             printable(name).to_ascii_lowercase(),
             "a SHARED holder's token cannot fence a write command",
@@ -89,20 +92,10 @@ fn crc16(bytes: &[u8]) -> u16 {
     crc
 }
 
-/// The cluster slot of a key (honouring `{hash tags}`).
+/// The cluster slot of a key: of its hash tag when it has one (the one
+/// rule, `guard::hash_tag`), else of the whole key.
 pub fn key_slot(key: &[u8]) -> u16 {
-    let tagged = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.iter()
-                .position(|&b| b == b'}')
-                .filter(|&close| close > 0)
-                .map(|close| &rest[..close])
-        })
-        .unwrap_or(key);
-    crc16(tagged) & 16383
+    crc16(hash_tag(key).unwrap_or(key)) & 16383
 }
 
 /// Checks that every key hashes to the slot of `lease_key`.
@@ -146,39 +139,59 @@ mod tests {
         assert!(check_same_slot(b"k", std::iter::empty()).is_ok());
     }
 
+    const WRITE: Kind = Kind {
+        writes: true,
+        blocking: false,
+        noscript: false,
+    };
+    const READ: Kind = Kind {
+        writes: false,
+        blocking: false,
+        noscript: false,
+    };
+
     #[test]
     fn refused_inner_commands() {
-        let none: Vec<String> = vec![];
-        assert!(check_inner(b"HSET", &["write".into(), "denyoom".into()], &[]).is_ok());
+        assert!(check_inner(b"HSET", WRITE, &[]).is_ok());
         assert!(matches!(
-            check_inner(b"lease.release", &none, &[]),
+            check_inner(b"lease.release", READ, &[]),
             Err(LeaseError::FenceRefused(..))
         ));
         assert!(matches!(
-            check_inner(b"LEASE.FENCE", &none, &[]),
+            check_inner(b"LEASE.FENCE", READ, &[]),
             Err(LeaseError::FenceRefused(..))
         ));
-        let blocking: Vec<String> = vec!["write".into(), "blocking".into()];
-        let e = check_inner(b"BLPOP", &blocking, &[b"l", b"0"]).unwrap_err();
+        let blocking = Kind {
+            blocking: true,
+            ..WRITE
+        };
+        let e = check_inner(b"BLPOP", blocking, &[b"l", b"0"]).unwrap_err();
         assert!(e.to_string().contains("blocking"), "{e}");
-        let e = check_inner(b"subscribe", &["pubsub".into(), "noscript".into()], &[]).unwrap_err();
+        let noscript = Kind {
+            noscript: true,
+            ..READ
+        };
+        let e = check_inner(b"subscribe", noscript, &[]).unwrap_err();
         assert!(e.to_string().contains("scripts"), "{e}");
     }
 
     #[test]
     fn a_shared_token_fences_reads_only() {
-        let e = check_shared(b"HSET", &["write".into(), "denyoom".into()]).unwrap_err();
+        let e = check_shared(b"HSET", WRITE).unwrap_err();
         assert_eq!(
             e.to_string(),
             "ERR LEASE.FENCE cannot run 'hset': a SHARED holder's token cannot fence a write command"
         );
-        assert!(check_shared(b"HGET", &["readonly".into(), "fast".into()]).is_ok());
+        assert!(check_shared(b"HGET", READ).is_ok());
     }
 
     #[test]
     fn xread_blocks_only_with_block() {
-        let blocking: Vec<String> = vec!["readonly".into(), "blocking".into()];
-        let ok = |name: &[u8], args: &[&[u8]]| check_inner(name, &blocking, args).is_ok();
+        let blocking = Kind {
+            blocking: true,
+            ..READ
+        };
+        let ok = |name: &[u8], args: &[&[u8]]| check_inner(name, blocking, args).is_ok();
         assert!(ok(b"XREAD", &[b"COUNT", b"5", b"STREAMS", b"s", b"0"]));
         assert!(
             ok(b"xread", &[b"STREAMS", b"BLOCK", b"0"]),

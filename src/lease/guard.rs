@@ -12,45 +12,79 @@
 use std::collections::HashMap;
 
 use super::args::parse_i64;
+use super::keyspec::is_lease_command;
 
 /// A map looked up for every argument with a hash tag while a guard
 /// stands: a fast hasher (foldhash), not SipHash.
 type Map<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 
 /// The hash tag of a key, as cluster slots read it: the bytes between the
-/// first `{` and the first `}` after it, when there are some.
-#[inline]
+/// first `{` and the first `}` after it, when there are some. The one hash
+/// tag rule: the guards' tags and the cluster slot (`fence::key_slot`).
+#[inline(always)]
 pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
     let open = find_byte(key, b'{')?;
-    let rest = &key[open + 1..];
+    tag_after(&key[open + 1..])
+}
+
+/// The tag that runs from the start of `rest` (past a `{`) to its first
+/// `}`, when it is not empty.
+#[inline(never)]
+fn tag_after(rest: &[u8]) -> Option<&[u8]> {
     let close = find_byte(rest, b'}')?;
     (close > 0).then(|| &rest[..close])
 }
 
 /// The first `needle` in `hay`, eight bytes at a time (the filter scans
-/// every argument of every command while a guard stands).
-#[inline]
+/// every argument of every command while a guard stands); the last bytes
+/// of a `hay` of 8 bytes or more in one word that overlaps those looked
+/// at already.
+#[inline(always)]
 fn find_byte(hay: &[u8], needle: u8) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let pattern = ONES * needle as u64;
-    let mut words = hay.chunks_exact(8);
-    let mut at = 0;
-    for word in &mut words {
-        let w = u64::from_le_bytes(word.try_into().expect("8 bytes")) ^ pattern;
-        // A byte of `w` is zero where `hay` has `needle`; the lowest set
-        // high bit marks the first of them.
-        let zero = w.wrapping_sub(ONES) & !w & HIGHS;
-        if zero != 0 {
-            return Some(at + (zero.trailing_zeros() / 8) as usize);
-        }
-        at += 8;
+    if hay.len() < 8 {
+        return hay.iter().position(|&b| b == needle);
     }
-    words
-        .remainder()
-        .iter()
-        .position(|&b| b == needle)
-        .map(|p| at + p)
+    // The high bit of each byte of `word` that is `needle`: exact for the
+    // first of them (the bytes before it that overlap words looked at
+    // already hold no `needle`).
+    let pattern = ONES * needle as u64;
+    let hits = |word: &[u8; 8]| {
+        let w = u64::from_le_bytes(*word) ^ pattern;
+        w.wrapping_sub(ONES) & !w & HIGHS
+    };
+    let n = hay.len();
+    let first = hay.first_chunk::<8>()?;
+    let last = hay.last_chunk::<8>()?;
+    // Most keys: up to three words, the last overlapping.
+    if n <= 24 {
+        let h = hits(first);
+        if h != 0 {
+            return Some((h.trailing_zeros() / 8) as usize);
+        }
+        if n > 16 {
+            let middle = hay[8..].first_chunk::<8>()?;
+            let h = hits(middle);
+            if h != 0 {
+                return Some(8 + (h.trailing_zeros() / 8) as usize);
+            }
+        }
+        let h = hits(last);
+        return (h != 0).then(|| n - 8 + (h.trailing_zeros() / 8) as usize);
+    }
+    let (words, rest) = hay.as_chunks::<8>();
+    for (i, word) in words.iter().enumerate() {
+        let h = hits(word);
+        if h != 0 {
+            return Some(i * 8 + (h.trailing_zeros() / 8) as usize);
+        }
+    }
+    if rest.is_empty() {
+        return None;
+    }
+    let h = hits(last);
+    (h != 0).then(|| n - 8 + (h.trailing_zeros() / 8) as usize)
 }
 
 /// Commands whose declared keys say nothing of what they write: scripts
@@ -73,7 +107,7 @@ const NOT_CHECKED: [&[u8]; 7] = [
 /// `RESTORE` like any other).
 #[inline]
 pub fn is_checked(name: &[u8], cluster: bool) -> bool {
-    let lease = name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease.");
+    let lease = is_lease_command(name);
     let moves = cluster && name.eq_ignore_ascii_case(b"restore-asking");
     !(lease || moves || NOT_CHECKED.iter().any(|n| n.eq_ignore_ascii_case(name)))
 }
@@ -541,5 +575,101 @@ mod tests {
                 }
             ));
         }
+    }
+
+    /// Random arguments through the key-spec reading (`keyspec.rs`) and the
+    /// guards' decision, on every server's table (bounded: a fixed seed, a fixed
+    /// count): nothing panics or overflows, a position given is one of the
+    /// arguments after the name, only a command that writes
+    /// (`Kind::writes`) gives one, and a refusal names a written key of a
+    /// guarded tag. The fuzz target `guard` (fuzz/) drives the same
+    /// without bounds.
+    #[test]
+    fn random_arguments_read_in_bounds_and_decide_on_written_keys() {
+        use crate::lease::keyspec::Keys;
+        use crate::lease::keyspec::testdata::{SERVERS, names, table, written};
+        use rand::rngs::StdRng;
+        use rand::{RngExt, SeedableRng};
+        const WORDS: [&[u8]; 24] = [
+            b"{t}a",
+            b"{t}b",
+            b"{u}c",
+            b"{t}",
+            b"x{",
+            b"{}",
+            b"",
+            b"0",
+            b"1",
+            b"2",
+            b"3",
+            b"-1",
+            b"9223372036854775807",
+            b"-9223372036854775808",
+            b"STORE",
+            b"STOREDIST",
+            b"STREAMS",
+            b"KEYS",
+            b"DB",
+            b"BLOCK",
+            b"GROUP",
+            b"LEFT",
+            b"REPLACE",
+            b"COUNT",
+        ];
+        let mut guards = Guards::default();
+        guards.add(0, b"{t}");
+        guards.add(1, b"{u}");
+        let mut rng = StdRng::seed_from_u64(44);
+        let mut refused = 0;
+        for server in SERVERS {
+            let t = table(server);
+            let mut names = names(&t);
+            names.push(b"NOSUCH");
+            for _ in 0..20_000 {
+                let name = names[rng.random_range(0..names.len())];
+                let argc = rng.random_range(0..9);
+                let mut argv: Vec<&[u8]> = vec![name];
+                let command = t.get(name);
+                // A real subcommand half the time.
+                if let Some(c) = command
+                    && !c.subcommands.is_empty()
+                    && rng.random_range(0..2) == 0
+                {
+                    let subs: Vec<&[u8]> = {
+                        let mut v: Vec<&[u8]> = c.subcommands.keys().map(Vec::as_slice).collect();
+                        v.sort();
+                        v
+                    };
+                    argv.push(subs[rng.random_range(0..subs.len())]);
+                }
+                for _ in 0..argc {
+                    argv.push(WORDS[rng.random_range(0..WORDS.len())]);
+                }
+                let (keys, pos) = written(&t, &argv);
+                for &p in &pos {
+                    assert!(p >= 1 && p < argv.len(), "{server}: {argv:?}: {pos:?}");
+                }
+                if keys == Keys::Given && !pos.is_empty() {
+                    let (c, _) = t.command(argv[0], argv.get(1).copied()).unwrap();
+                    assert!(c.kind.writes, "{server}: {argv:?}");
+                }
+                let db = if rng.random_range(0..2) == 0 {
+                    Db::Any
+                } else {
+                    Db::Known(rng.random_range(0..3))
+                };
+                if let Verdict::Refuse { key, guard } = guards.check(&argv, &pos, db, None) {
+                    refused += 1;
+                    assert!(
+                        pos.iter().any(|&p| argv[p] == key)
+                            || argv[0].eq_ignore_ascii_case(b"move")
+                            || argv[0].eq_ignore_ascii_case(b"copy"),
+                        "{server}: {argv:?}"
+                    );
+                    assert_eq!(hash_tag(key), hash_tag(guard), "{server}: {argv:?}");
+                }
+            }
+        }
+        assert!(refused > 100, "{refused} refused");
     }
 }

@@ -1,6 +1,9 @@
-//! Which arguments of a command are keys it writes, read from the server's
-//! own key specs (`COMMAND INFO`), for the guard (design.md S12): a write
-//! to a guarded key outside `LEASE.FENCE` is refused.
+//! The server's command table (`COMMAND`, `COMMAND INFO`), read once by
+//! the binding and asked by both of its users: the fence (which inner
+//! commands it refuses, and what a `SHARED` token may run: [`Kind`]) and
+//! the guards (which arguments of a command are keys it writes, design.md
+//! S12: a write to a guarded key outside `LEASE.FENCE` is refused). "A
+//! write" means one thing for both: [`Kind::writes`].
 //!
 //! `RedisModule_GetCommandKeysWithFlags` gives the key positions but, for
 //! every command whose keys come from its key specs, no flags (0 on Redis
@@ -21,17 +24,29 @@ use std::collections::HashMap;
 /// uses), not SipHash.
 type Map<V> = HashMap<Vec<u8>, V, foldhash::fast::FixedState>;
 
-/// The longest command or subcommand name looked up (longer: not a
-/// command this table knows).
+/// The longest command or subcommand name lower-cased without an
+/// allocation (a longer one, a module's, is lower-cased on the heap).
 const NAME_MAX: usize = 32;
 
-/// `name` in lower case, in `buf`, without an allocation.
-fn lower<'b>(name: &[u8], buf: &'b mut [u8; NAME_MAX]) -> Option<&'b [u8]> {
-    let b = buf.get_mut(..name.len())?;
-    for (d, s) in b.iter_mut().zip(name) {
-        *d = s.to_ascii_lowercase();
+/// Runs `f` on `name` in lower case (in `buf` when it fits).
+fn with_lower<R>(name: &[u8], buf: &mut [u8; NAME_MAX], f: impl FnOnce(&[u8]) -> R) -> R {
+    match buf.get_mut(..name.len()) {
+        Some(b) => {
+            for (d, s) in b.iter_mut().zip(name) {
+                *d = s.to_ascii_lowercase();
+            }
+            f(b)
+        }
+        None => f(&name.to_ascii_lowercase()),
     }
-    Some(b)
+}
+
+/// Is `name` one of this module's commands (`LEASE.` and more)? The one
+/// test of the prefix: the fence refuses to run them, the guards never
+/// check them (design.md S12).
+#[inline]
+pub fn is_lease_command(name: &[u8]) -> bool {
+    name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease.")
 }
 
 /// A reply of `COMMAND INFO` as the binding reads it (RESP2 shapes).
@@ -123,17 +138,29 @@ pub struct Spec {
     pub find: Find,
 }
 
-/// A command's keys, as its specs give them.
+/// What a command is, by its `COMMAND INFO` flags and key specs: what the
+/// fence asks of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Kind {
+    /// It may write a key: flagged `write`, or flagged neither `write` nor
+    /// `readonly` with a key spec that writes (a module command registered
+    /// without flags). A `SHARED` token fences no such command, and the
+    /// guards look for written keys only in such a command.
+    pub writes: bool,
+    /// Flagged `blocking`.
+    pub blocking: bool,
+    /// Flagged `noscript`: not allowed in scripts.
+    pub noscript: bool,
+}
+
+/// A command: its kind and its keys, as its flags and specs give them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Command {
     /// `COMMAND INFO`'s arity: the exact argument count (the name
     /// included), or at least `-arity` where negative; 0 where not given.
     pub arity: i64,
+    pub kind: Kind,
     pub specs: Vec<Spec>,
-    /// Flagged `readonly` and not `write`: it writes no key, whatever its
-    /// specs say (a module command registered without key specs gets a
-    /// read-write spec from the server: `JSON.GET`, `VCARD`).
-    pub reads_only: bool,
     /// Flagged `write` with no spec that writes: every key it names counts
     /// as written (`XREADGROUP`'s spec says `RO`, yet it moves the group's
     /// last-delivered id and pending list).
@@ -161,13 +188,20 @@ impl Table {
     /// Reads a whole `COMMAND INFO` reply; entries it cannot read are
     /// left out (a command the table does not know is [`Keys::Ask`]).
     pub fn from_command_info(reply: &Value) -> Table {
-        let mut commands = Map::default();
+        let mut t = Table::default();
+        t.add(reply);
+        t
+    }
+
+    /// Adds the commands of a `COMMAND INFO` reply (a command loaded
+    /// since the table was read: another module's); a nil entry (a name
+    /// the server does not know) adds nothing.
+    pub fn add(&mut self, reply: &Value) {
         for entry in reply.array().unwrap_or_default() {
             if let Some((name, command)) = parse_command(entry) {
-                commands.insert(name, command);
+                self.commands.insert(name, command);
             }
         }
-        Table { commands }
     }
 
     pub fn len(&self) -> usize {
@@ -178,27 +212,38 @@ impl Table {
         self.commands.is_empty()
     }
 
+    /// The command `name` (any case), or the server does not know it.
+    pub fn get(&self, name: &[u8]) -> Option<&Command> {
+        with_lower(name, &mut [0; NAME_MAX], |n| self.commands.get(n))
+    }
+
+    /// The command `name` runs with `first` as its first argument: for a
+    /// container (`CONFIG`, `XGROUP`), its subcommand `first` when the
+    /// server has one of that name, else the container. `None` when the
+    /// server does not know `name`.
+    pub fn command(&self, name: &[u8], first: Option<&[u8]>) -> Option<(&Command, bool)> {
+        let command = self.get(name)?;
+        match first {
+            Some(sub) if !command.subcommands.is_empty() => Some(
+                with_lower(sub, &mut [0; NAME_MAX], |s| command.subcommands.get(s))
+                    .map_or((command, false), |c| (c, true)),
+            ),
+            _ => Some((command, false)),
+        }
+    }
+
     /// Gives `key` the position of every key `argv` (the command name
     /// first) writes, unless the answer is [`Keys::Ask`].
     pub fn written(&self, argv: &[&[u8]], key: impl FnMut(usize)) -> Keys {
-        let mut buf = [0; NAME_MAX];
-        let Some(name) = argv.first().and_then(|n| lower(n, &mut buf)) else {
+        let Some(&name) = argv.first() else {
             return Keys::Ask;
         };
-        let Some(command) = self.commands.get(name) else {
-            return Keys::Ask;
-        };
-        let command = match argv.get(1) {
-            Some(sub) if !command.subcommands.is_empty() => {
-                match lower(sub, &mut buf).and_then(|s| command.subcommands.get(s)) {
-                    Some(c) => c,
-                    // An unknown subcommand is the server's error to give.
-                    None => return Keys::Given,
-                }
-            }
-            _ => command,
-        };
-        command.written(argv, key)
+        match self.command(name, argv.get(1).copied()) {
+            None => Keys::Ask,
+            // An unknown subcommand is the server's error to give.
+            Some((c, false)) if !c.subcommands.is_empty() => Keys::Given,
+            Some((c, _)) => c.written(argv, key),
+        }
     }
 }
 
@@ -209,7 +254,7 @@ impl Command {
     pub fn written(&self, argv: &[&[u8]], mut key: impl FnMut(usize)) -> Keys {
         // The wrong number of arguments: the server refuses the command
         // before it runs (an arity error, not the guard's).
-        if self.reads_only || !self.arity_fits(argv.len()) {
+        if !self.kind.writes || !self.arity_fits(argv.len()) {
             return Keys::Given;
         }
         for spec in &self.specs {
@@ -371,8 +416,16 @@ fn parse_command(entry: &Value) -> Option<(Vec<u8>, Command)> {
     let arity = a.get(1).and_then(Value::int).unwrap_or(0);
     let flags: Vec<&[u8]> = a.get(2)?.array()?.iter().filter_map(Value::str).collect();
     let flag = |f: &[u8]| flags.iter().any(|x| x.eq_ignore_ascii_case(f));
-    let reads_only = flag(b"readonly") && !flag(b"write");
-    let writes_all = flag(b"write") && !specs.iter().any(|s| s.writes && !s.not_key);
+    // A module command registered without key specs gets a read-write
+    // spec from the server (`JSON.GET`, `VCARD`): its `readonly` flag
+    // overrules it.
+    let spec_writes = specs.iter().any(|s| s.writes && !s.not_key);
+    let kind = Kind {
+        writes: flag(b"write") || (!flag(b"readonly") && spec_writes),
+        blocking: flag(b"blocking"),
+        noscript: flag(b"noscript"),
+    };
+    let writes_all = flag(b"write") && !spec_writes;
     let mut subcommands = Map::default();
     for sub in a.get(9).and_then(Value::array).unwrap_or_default() {
         let (full, command) = parse_command(sub)?;
@@ -387,8 +440,8 @@ fn parse_command(entry: &Value) -> Option<(Vec<u8>, Command)> {
         name,
         Command {
             arity,
+            kind,
             specs,
-            reads_only,
             writes_all,
             subcommands,
         },
@@ -440,12 +493,21 @@ fn parse_spec(v: &Value) -> Option<Spec> {
     })
 }
 
+/// The captured `COMMAND` replies of every tested server
+/// (tests/fixtures/command-info), for the tests here and in `guard.rs`.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testdata {
     use super::*;
 
+    /// Every command name of `t`, sorted.
+    pub(crate) fn names(t: &Table) -> Vec<&[u8]> {
+        let mut v: Vec<&[u8]> = t.commands.keys().map(Vec::as_slice).collect();
+        v.sort();
+        v
+    }
+
     /// A RESP2 reader for the captured replies (tests/fixtures/command-info).
-    fn parse(buf: &[u8], at: &mut usize) -> Value {
+    pub(crate) fn parse(buf: &[u8], at: &mut usize) -> Value {
         let line_end = buf[*at..].windows(2).position(|w| w == b"\r\n").unwrap() + *at;
         let kind = buf[*at];
         let text = std::str::from_utf8(&buf[*at + 1..line_end]).unwrap();
@@ -473,17 +535,17 @@ mod tests {
         }
     }
 
-    fn written(t: &Table, argv: &[&[u8]]) -> (Keys, Vec<usize>) {
+    pub(crate) fn written(t: &Table, argv: &[&[u8]]) -> (Keys, Vec<usize>) {
         let mut pos = Vec::new();
         let keys = t.written(argv, |i| pos.push(i));
         (keys, pos)
     }
 
-    const SERVERS: [&str; 6] = [
+    pub(crate) const SERVERS: [&str; 6] = [
         "redis70", "redis74", "redis80", "redis82", "valkey81", "valkey91",
     ];
 
-    fn fixture(name: &str) -> Vec<u8> {
+    pub(crate) fn fixture(name: &str) -> Vec<u8> {
         let path = format!(
             "{}/tests/fixtures/command-info/{name}",
             env!("CARGO_MANIFEST_DIR")
@@ -491,13 +553,19 @@ mod tests {
         std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
-    fn table(server: &str) -> Table {
+    pub(crate) fn table(server: &str) -> Table {
         let buf = fixture(&format!("{server}.resp"));
         let mut at = 0;
         let t = Table::from_command_info(&parse(&buf, &mut at));
         assert_eq!(at, buf.len(), "{server}: one whole reply");
         t
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testdata::*;
+    use super::*;
 
     /// Splits a line of cases.txt the way the shell that captured it did:
     /// words, with '' quotes and "" for an empty argument.
@@ -704,6 +772,43 @@ mod tests {
             let argv = words(line);
             let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
             assert_eq!(written(&t, &argv).0, Keys::Ask, "{line}");
+        }
+    }
+
+    /// "A write" (`Kind::writes`) is the `write` flag for every command
+    /// of every server but the script commands, which the fence refuses
+    /// anyway (`noscript`): the one meaning changed the `SHARED` rule for
+    /// no command of the servers, only for a module's command flagged
+    /// neither `write` nor `readonly` whose key specs write.
+    #[test]
+    fn a_write_is_the_write_flag_on_every_server_but_for_scripts() {
+        fn walk(e: &Value, server: &str, seen: &mut usize) {
+            let a = e.array().unwrap();
+            let (name, c) = parse_command(e).unwrap();
+            let flags: Vec<&[u8]> = a[2]
+                .array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::str)
+                .collect();
+            let write = flags.iter().any(|f| *f == b"write");
+            assert!(
+                c.kind.writes == write || c.kind.noscript,
+                "{server}: {}",
+                String::from_utf8_lossy(&name)
+            );
+            *seen += 1;
+            for sub in a.get(9).and_then(Value::array).unwrap_or_default() {
+                walk(sub, server, seen);
+            }
+        }
+        for server in SERVERS {
+            let buf = fixture(&format!("{server}.resp"));
+            let mut seen = 0;
+            for e in parse(&buf, &mut 0).array().unwrap() {
+                walk(e, server, &mut seen);
+            }
+            assert!(seen > 300, "{server}: {seen}");
         }
     }
 }

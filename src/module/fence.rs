@@ -6,16 +6,15 @@
 //! replicating the inner command (never LEASE.FENCE itself).
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::raw::c_int;
-use std::sync::Mutex;
 
 use crate::lease::LeaseError;
 use crate::lease::args::{FenceArgs, fence_command_at};
 use crate::lease::decide::{self, Fenced};
 use crate::lease::error::printable;
 use crate::lease::fence::{check_inner, check_same_slot, check_shared};
+use crate::lease::keyspec::{Kind, is_lease_command};
 
 use super::commit::Reader;
 use super::counters::STATS;
@@ -24,62 +23,13 @@ use super::ffi::ctx::{Args, Ctx, Str};
 use super::ffi::reply::Reply;
 use super::ffi::server::decision_ms;
 
-/// What COMMAND INFO says of a command: its flags, and whether it is a
-/// container of subcommands (CONFIG, CLIENT, ...).
-#[derive(Clone)]
-struct CommandInfo {
-    flags: Vec<String>,
-    container: bool,
-}
-
-/// COMMAND INFO per lower-case command name, and per `name|subcommand` for
-/// the real subcommands of containers (7.0 has no API to read a command's
-/// flags; the command table only grows, so the cache stays right, and it
-/// holds only names the server knows).
-static INFO: Mutex<Option<HashMap<Vec<u8>, CommandInfo>>> = Mutex::new(None);
-
-fn cached(name: &[u8]) -> Option<CommandInfo> {
-    INFO.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .get(name)
-        .cloned()
-}
-
-/// COMMAND INFO of `lower` (a lower-case name or `name|sub`), `None` when
-/// the server does not know it.
-fn command_info(ctx: Ctx, lower: &[u8]) -> Option<CommandInfo> {
-    if let Some(info) = cached(lower) {
-        return Some(info);
-    }
-    let cname = CString::new(lower.to_vec()).ok()?;
-    let (flags, container) = call::command_info(ctx, &cname)?;
-    let info = CommandInfo { flags, container };
-    INFO.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert(lower.to_vec(), info.clone());
-    Some(info)
-}
-
-/// The COMMAND INFO flags that govern the fenced call `name args...`: its
-/// subcommand's for a container command, or UnknownCommand.
-fn command_flags(ctx: Ctx, name: &[u8], args: &[&[u8]]) -> Result<Vec<String>, LeaseError> {
-    let lower = name.to_ascii_lowercase();
-    let info =
-        command_info(ctx, &lower).ok_or_else(|| LeaseError::UnknownCommand(printable(name)))?;
-    if info.container
-        && let Some(sub) = args.first()
-        && !sub.contains(&b'|')
-    {
-        let mut full = lower;
-        full.push(b'|');
-        full.extend(sub.to_ascii_lowercase());
-        if let Some(sub_info) = command_info(ctx, &full) {
-            return Ok(sub_info.flags);
-        }
-    }
-    Ok(info.flags)
+/// The kind of the fenced call `name args...` (its subcommand's for a
+/// container command), by the server's command table, or UnknownCommand.
+fn command_kind(ctx: Ctx, name: &[u8], args: &[&[u8]]) -> Result<Kind, LeaseError> {
+    call::with_command(ctx, name, |t| {
+        t.command(name, args.first().copied()).map(|(c, _)| c.kind)
+    })
+    .ok_or_else(|| LeaseError::UnknownCommand(printable(name)))
 }
 
 /// In cluster mode, refuses an inner command with a key outside the slot
@@ -147,14 +97,14 @@ pub fn fence_with_command(ctx: Ctx, a: &Args, f: FenceArgs) -> Result<Reply, Lea
     let name = a.bytes(at);
     let shown = printable(name).to_ascii_lowercase();
     let inner_args = a.rest(at + 1);
-    let flags = command_flags(ctx, name, &inner_args)?;
-    check_inner(name, &flags, &inner_args)?;
+    let kind = command_kind(ctx, name, &inner_args)?;
+    check_inner(name, kind, &inner_args)?;
     check_slots(ctx, a)?;
     let inner = a.strs(at + 1);
     let fenced = check_token(ctx, a.str(1), &f)?;
     // A reader's token (SHARED) fences no write; the STALE check came first.
     if fenced.shared {
-        check_shared(name, &flags)?;
+        check_shared(name, kind)?;
     }
     STATS.fence_ok.incr();
     let cname = CString::new(name).map_err(|_| LeaseError::UnknownCommand(shown.clone()))?;
@@ -194,10 +144,7 @@ fn inner_keys(ctx: Ctx, a: &Args) -> Vec<(usize, c_int)> {
         return Vec::new();
     }
     let at = command_index(a);
-    if a.len() <= at || {
-        let name = a.bytes(at);
-        name.len() >= 6 && name[..6].eq_ignore_ascii_case(b"lease.")
-    } {
+    if a.len() <= at || is_lease_command(a.bytes(at)) {
         return Vec::new();
     }
     if LISTING.with(|l| l.replace(true)) {

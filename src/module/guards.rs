@@ -1,21 +1,23 @@
 //! Guarded keys in the server (design.md S12): the guards standing, kept
 //! as guard keys come and go (`LEASE.GUARD`, `LEASE.UNGUARD`, loads,
 //! `COPY`, deletions, flushes, `SWAPDB`); the command filter's check of
-//! every command while one stands; and the fence's mark that lets its own
-//! command write its guard's keys. The decisions are `lease::guard`'s.
+//! every command while one stands, in the order of its steps (`filter`);
+//! and the fence's mark that lets its own command write its guard's keys.
+//! The decisions are `lease::guard`'s; which keys a command writes,
+//! `lease::keyspec`'s.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
 
 use crate::lease::error::printable;
 use crate::lease::fence::key_slot;
-use crate::lease::guard::{Db, Guards, Verdict, hash_tag};
-use crate::lease::keyspec::{Keys, Table};
+use crate::lease::guard::{Db, Guards, Verdict, hash_tag, is_checked};
+use crate::lease::keyspec::Keys;
 use crate::lease::{LeaseError, RecordRef};
 
 use super::counters::STATS;
 use super::ffi::call;
-use super::ffi::ctx::Str;
+use super::ffi::filter::{FilterCommand, Need};
 use super::ffi::server::{self, log_warning, mono_ms};
 
 static GUARDS: Mutex<Option<Guards>> = Mutex::new(None);
@@ -26,14 +28,78 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// client of a writable replica, which its master will overwrite), and
 /// nothing is refused.
 static REPLICA: AtomicBool = AtomicBool::new(false);
-/// Which arguments each command writes, read from the server's `COMMAND`
-/// when the first guard comes (`None` until then).
-static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+/// How many guards' tags fall in each bucket (`bucket`, a cheap hash of
+/// the tag): the cheap test reads it without the lock, and takes the lock
+/// only for a tag whose bucket holds a guard (one tag in seven with 10,000
+/// guards). Made with the first guard.
+static BUCKETS: OnceLock<Box<[AtomicU32]>> = OnceLock::new();
+const BUCKET_BITS: u32 = 16;
+
+/// The bucket of `tag`: its first and last eight bytes (or all of a
+/// shorter one) and its length, mixed by a multiplication.
+#[inline(always)]
+fn bucket(tag: &[u8]) -> usize {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let (a, b) = match (tag.first_chunk::<8>(), tag.last_chunk::<8>()) {
+        (Some(a), Some(b)) => (u64::from_le_bytes(*a), u64::from_le_bytes(*b)),
+        _ => (tag.iter().fold(0u64, |x, &c| (x << 8) | c as u64), 0),
+    };
+    let h = (a ^ tag.len() as u64).wrapping_mul(K) ^ b.rotate_left(29).wrapping_mul(K);
+    (h >> (64 - BUCKET_BITS)) as usize
+}
+
+fn buckets() -> &'static [AtomicU32] {
+    BUCKETS.get_or_init(|| (0..1 << BUCKET_BITS).map(|_| AtomicU32::new(0)).collect())
+}
+
+/// A guard of `tag` came (`on`) or went.
+fn count_in_bucket(tag: &[u8], on: bool) {
+    let b = &buckets()[bucket(tag)];
+    if on {
+        b.fetch_add(1, Relaxed);
+    } else {
+        b.fetch_sub(1, Relaxed);
+    }
+}
+
+/// The buckets counted again (after a flush).
+fn recount_buckets(g: &Guards) {
+    let buckets = buckets();
+    for b in buckets {
+        b.store(0, Relaxed);
+    }
+    for (_, key) in g.keys() {
+        if let Some(tag) = hash_tag(key) {
+            buckets[bucket(tag)].fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// May a guard stand on `tag` (in any database)? `false` is sure.
+#[inline(always)]
+fn maybe_guarded(tag: &[u8]) -> bool {
+    BUCKETS
+        .get()
+        .is_some_and(|b| b[bucket(tag)].load(Relaxed) != 0)
+}
+
+/// The guards' need of the command filter (on while a guard stands).
+static FILTER_NEED: Need = Need::new();
 /// The guard whose `LEASE.FENCE` runs its command right now (database and
-/// key): its keys may be written.
-static FENCING: Mutex<Option<(i32, Vec<u8>)>> = Mutex::new(None);
-/// A fence runs its command (`FENCING` is set), readable without the lock.
+/// key), while `FENCE_RUNS`: its keys may be written. The buffer stays
+/// from one fence to the next (no allocation per fence).
+static FENCING: Mutex<(i32, Vec<u8>)> = Mutex::new((0, Vec::new()));
+/// A fence runs its command (`FENCING` holds its guard), readable without
+/// the lock.
 static FENCE_RUNS: AtomicBool = AtomicBool::new(false);
+
+/// The guard whose fence runs the command now, if any (with `FENCING`
+/// locked).
+fn fence_of(fencing: &(i32, Vec<u8>)) -> Option<(i32, &[u8])> {
+    FENCE_RUNS
+        .load(Relaxed)
+        .then_some((fencing.0, fencing.1.as_slice()))
+}
 
 fn with<R>(f: impl FnOnce(&mut Guards) -> R) -> R {
     let mut guard = GUARDS.lock().unwrap_or_else(|e| e.into_inner());
@@ -42,12 +108,17 @@ fn with<R>(f: impl FnOnce(&mut Guards) -> R) -> R {
     let out = f(g);
     let after = g.len();
     COUNT.store(after, Relaxed);
+    set_checking();
     drop(guard);
     if (before == 0) != (after == 0) {
-        if after > 0 {
-            load_table();
+        // The command table is read with the first guard: the filter never
+        // calls into the server to read it.
+        if after > 0
+            && let Some(ctx) = server::detached()
+        {
+            call::load_command_table(ctx);
         }
-        server::need_command_filter(server::FilterUser::Guards, after > 0);
+        FILTER_NEED.set(after > 0);
     }
     out
 }
@@ -60,7 +131,14 @@ pub fn count() -> usize {
 /// Does the filter check commands (guards stand, and this is no replica)?
 #[inline]
 pub fn checking() -> bool {
-    count() > 0 && !REPLICA.load(Relaxed)
+    CHECKING.load(Relaxed)
+}
+
+/// `checking()`, kept as the count and the role change.
+static CHECKING: AtomicBool = AtomicBool::new(false);
+
+fn set_checking() {
+    CHECKING.store(count() > 0 && !REPLICA.load(Relaxed), Relaxed);
 }
 
 /// The guard of `key`'s hash tag in `db`, if any.
@@ -74,7 +152,13 @@ pub fn guard_of(db: i32, key: &[u8]) -> Option<Vec<u8>> {
 
 /// `key` of `db` guards its tag from now on.
 pub fn added(db: i32, key: &[u8]) {
-    with(|g| g.add(db, key));
+    with(|g| {
+        if g.add(db, key)
+            && let Some(tag) = hash_tag(key)
+        {
+            count_in_bucket(tag, true);
+        }
+    });
 }
 
 /// `key` of `db` guards no more.
@@ -82,7 +166,13 @@ pub fn removed(db: i32, key: &[u8]) -> bool {
     if count() == 0 {
         return false;
     }
-    with(|g| g.remove(db, key))
+    with(|g| {
+        let was = g.remove(db, key);
+        if was && let Some(tag) = hash_tag(key) {
+            count_in_bucket(tag, false);
+        }
+        was
+    })
 }
 
 /// A key holding `record` left database `db`: a guard key ends its guard
@@ -201,7 +291,10 @@ pub fn load_looked_at() {
 
 pub fn flushed(db: Option<i32>) {
     if count() > 0 {
-        with(|g| g.flush(db));
+        with(|g| {
+            g.flush(db);
+            recount_buckets(g);
+        });
     }
 }
 
@@ -212,11 +305,12 @@ pub fn swapped(a: i32, b: i32) {
 }
 
 pub fn role_changed(now_master: bool) {
-    REPLICA.store(!now_master, Relaxed);
+    set_replica(!now_master);
 }
 
 pub fn set_replica(replica: bool) {
     REPLICA.store(replica, Relaxed);
+    set_checking();
 }
 
 /// This server runs in cluster mode (set at load: it cannot change).
@@ -264,27 +358,100 @@ pub fn fencing<R>(db: i32, key: &[u8], f: impl FnOnce() -> R) -> R {
     if count() == 0 {
         return f();
     }
-    let before = FENCING
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .replace((db, key.to_vec()));
+    let was = FENCE_RUNS.load(Relaxed);
+    let before = {
+        let mut fencing = FENCING.lock().unwrap_or_else(|e| e.into_inner());
+        // A fence inside a fence (a script's, another module's): the
+        // outer one's guard comes back after.
+        let before = was.then(|| (fencing.0, std::mem::take(&mut fencing.1)));
+        fencing.0 = db;
+        fencing.1.clear();
+        fencing.1.extend_from_slice(key);
+        before
+    };
     FENCE_RUNS.store(true, Relaxed);
     let out = f();
-    FENCE_RUNS.store(before.is_some(), Relaxed);
-    *FENCING.lock().unwrap_or_else(|e| e.into_inner()) = before;
+    if let Some(before) = before {
+        *FENCING.lock().unwrap_or_else(|e| e.into_inner()) = before;
+    }
+    FENCE_RUNS.store(was, Relaxed);
     out
 }
 
-/// The filter's cheap test of one argument (after the command's name):
-/// must the guards look at the command? Not for an argument without a
-/// guarded hash tag, nor for a key of the guard whose fence runs the
-/// command now (unless it is the guard key itself, or another database's
-/// guard has its tag).
+/// The guards' part of the command filter, for every command the server
+/// is about to run while a guard stands, step by step, the cheapest first:
+///
+/// 1. the cheap test: an argument after the name with a guarded hash tag
+///    (the guards' lock is taken only for a tag whose bucket holds a
+///    guard; a key of the guard whose fence runs the command now passes);
+/// 2. the name test: a command checked by its keys (`guard::is_checked`:
+///    not the lease commands, scripts, `MIGRATE`);
+/// 3. the full check: the keys it writes (the command table, or the
+///    server's key function where the specs cannot say) against the
+///    guards of the client's database;
+/// 4. the ACL check: a command its client's user may not run is left to
+///    the server's NOPERM, as without a guard (only for a command about to
+///    be refused: it decides between two refusals);
+/// 5. the rewrite into `LEASE.FENCED key guard`, which answers the
+///    refusal once the server has judged it as it would the command
+///    (authentication, a transaction's queue).
 #[inline]
-pub fn look_at(arg: &[u8]) -> bool {
-    let Some(tag) = hash_tag(arg) else {
-        return false;
+pub fn filter(command: &mut FilterCommand) {
+    if checking() && command.len() >= 2 && looks_at(command) {
+        judge(command);
+    }
+}
+
+/// Steps 2 to 5 of `filter`, for a command the cheap test let through.
+#[inline(never)]
+fn judge(command: &mut FilterCommand) {
+    if !command
+        .arg(0)
+        .is_some_and(|name| is_checked(name, in_cluster()))
+    {
+        return;
+    }
+    let Some((key, guard)) = check(command) else {
+        return;
     };
+    if !command.client_may_run() {
+        return;
+    }
+    if let Some(name) = command.arg(0) {
+        refusing(name, &key);
+    }
+    // Three arguments, whatever the command had: an argument vector grown
+    // by more than one crashed Valkey 9.1's scripts (redis.pcall of a
+    // two-argument write made into four).
+    command.replace(&[b"LEASE.FENCED", &key, &guard]);
+}
+
+/// The cheap test (step 1 of `filter`): must the guards look at the
+/// command? Not when no argument after its name has a hash tag whose
+/// bucket holds a guard (both read without a lock), nor when none of those
+/// is guarded, or each is a key of the guard whose fence runs the command
+/// now (unless it is the guard key itself, or another database's guard has
+/// its tag). An argument the server does not give: yes.
+#[inline(always)]
+fn looks_at(command: &FilterCommand) -> bool {
+    for i in 1..command.len() {
+        let Some(arg) = command.arg(i) else {
+            return true;
+        };
+        if let Some(tag) = hash_tag(arg)
+            && maybe_guarded(tag)
+            && tag_needs_check(arg, tag)
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// Must the command be checked for its argument `arg` of tag `tag`, a tag
+/// that may be guarded (under the guards' lock)?
+#[inline(never)]
+fn tag_needs_check(arg: &[u8], tag: &[u8]) -> bool {
     let guards = GUARDS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(g) = guards.as_ref() else {
         return false;
@@ -293,74 +460,48 @@ pub fn look_at(arg: &[u8]) -> bool {
         return g.tag_guarded(tag);
     }
     let fencing = FENCING.lock().unwrap_or_else(|e| e.into_inner());
-    g.needs_check(arg, tag, fencing.as_ref().map(|(d, k)| (*d, k.as_slice())))
+    g.needs_check(arg, tag, fence_of(&fencing))
 }
 
-fn load_table() {
-    let mut table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-    if table.as_ref().is_some_and(|t| !t.is_empty()) {
-        return;
-    }
-    if let Some(reply) = server::detached().and_then(call::command_table) {
-        *table = Some(Table::from_command_info(&reply));
-    }
-}
-
-/// At most one refusal log line per this many milliseconds.
-const REFUSAL_LOG_EVERY_MS: i64 = 10_000;
-
-/// The filter's check of the command `args` (its name first), run in the
-/// database `db` says: `Some((key, guard))` refuses it.
-pub fn check(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec<u8>)> {
-    if !checking() {
-        return None;
-    }
-    if args.is_empty() {
-        return None;
-    }
+/// The full check (step 3 of `filter`): `Some((key, guard))` refuses the
+/// command.
+fn check(command: &FilterCommand) -> Option<(Vec<u8>, Vec<u8>)> {
+    let argv: Vec<&[u8]> = (0..command.len())
+        .map(|i| command.arg(i))
+        .collect::<Option<_>>()?;
+    let written = written(command, &argv);
+    let db = command.client_db().map_or(Db::Any, Db::Known);
     let guards = GUARDS.lock().unwrap_or_else(|e| e.into_inner());
     let g = guards.as_ref()?;
-    let argv: Vec<&[u8]> = args.iter().map(|a| a.bytes()).collect();
-    let written = written(args, &argv);
-    let db = db().map_or(Db::Any, Db::Known);
     let fencing = FENCING.lock().unwrap_or_else(|e| e.into_inner());
-    match g.check(
-        &argv,
-        &written,
-        db,
-        fencing.as_ref().map(|(d, k)| (*d, k.as_slice())),
-    ) {
+    match g.check(&argv, &written, db, fence_of(&fencing)) {
         Verdict::Pass => None,
         // The slot import link of a Valkey atomic slot migration writes
         // what the source wrote (its snapshot, then its stream): the
         // source judged it. Nobody else writes a key of a slot this node
         // imports (the server redirects every other client).
         Verdict::Refuse { key, .. } if importing(key) => None,
-        Verdict::Refuse { key, guard } => {
-            refusing(argv[0], key);
-            Some((key.to_vec(), guard.to_vec()))
-        }
+        Verdict::Refuse { key, guard } => Some((key.to_vec(), guard.to_vec())),
     }
 }
 
-/// The positions of the keys `argv` writes: by the server's key specs, or
-/// its key function where they cannot say (a key whose flags it does not
-/// give counts as written).
-fn written(args: &[Str], argv: &[&[u8]]) -> Vec<usize> {
+/// At most one refusal log line per this many milliseconds.
+const REFUSAL_LOG_EVERY_MS: i64 = 10_000;
+
+/// The positions of the keys `argv` (the arguments of `command`) writes:
+/// by the server's key specs, or its key function where they cannot say
+/// (a key whose flags it does not give counts as written).
+fn written(command: &FilterCommand, argv: &[&[u8]]) -> Vec<usize> {
     let mut out = Vec::new();
-    let asks = {
-        let table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-        match table.as_ref() {
-            Some(t) => t.written(argv, |i| out.push(i)) == Keys::Ask,
-            None => true,
-        }
-    };
+    let asks = call::with_command_table(|table| {
+        table.is_none_or(|t| t.written(argv, |i| out.push(i)) == Keys::Ask)
+    });
     if asks {
         out.clear();
-        let Some(ctx) = server::detached() else {
+        let (Some(ctx), Some(args)) = (server::detached(), command.strs()) else {
             return (1..argv.len()).collect();
         };
-        for (at, flags) in call::command_keys(ctx, args) {
+        for (at, flags) in call::command_keys(ctx, &args) {
             if flags & call::KEY_READ_ONLY == 0 || flags & call::KEY_WRITES != 0 {
                 out.push(at);
             }

@@ -31,8 +31,9 @@ use super::commit::{Closed, KeyWriter, Reader};
 use super::counters::{self, STATS};
 use super::ffi::blocked::{self, Handle};
 use super::ffi::ctx::{Ctx, Str};
+use super::ffi::filter::Need;
 use super::ffi::reply::{self, Reply};
-use super::ffi::server::{self, TimerId, now_ms};
+use super::ffi::server::{TimerId, now_ms};
 use super::ffi::waker;
 use super::timers::{self, TimerJob};
 use super::{early, grace, tokens};
@@ -52,6 +53,8 @@ static WAITERS: Mutex<Option<Waiters>> = Mutex::new(None);
 /// The registry's total, readable without the lock: the hot paths (acquire
 /// on a free key, release) skip the registry when nobody waits anywhere.
 static TOTAL: AtomicUsize = AtomicUsize::new(0);
+/// The waiters' need of the command filter (on while someone waits).
+static FILTER_NEED: Need = Need::new();
 
 /// Runs `f` on the registry. Never call into the server while inside `f`:
 /// server calls can re-enter this module (the type's unlink callback).
@@ -69,7 +72,7 @@ fn with<R>(f: impl FnOnce(&mut Waiters) -> R) -> R {
     // The command filter that sees expiry commands on waited-for keys runs
     // only while someone waits: it costs every command of the server.
     if (before == 0) != (after == 0) {
-        server::need_command_filter(server::FilterUser::Waiters, after > 0);
+        FILTER_NEED.set(after > 0);
     }
     out
 }

@@ -2,11 +2,12 @@
 //! unlinking; while guards stand or clients wait), forks (the token clock
 //! is written to a rewritten AOF), replicas coming online and role
 //! changes, shutdown and config changes (the grace period), Valkey's atomic
-//! slot migration, and the command filter that sees expiry commands while
-//! someone waits.
+//! slot migration, and the command filter: expiry commands while someone
+//! waits, every command while a guard stands.
 
-use super::super::ffi::ctx::{Ctx, Str};
+use super::super::ffi::ctx::Ctx;
 use super::super::ffi::entry::{Events, SlotMigration};
+use super::super::ffi::filter::{Filter, FilterCommand};
 use super::super::timers::{self, Announcement, TimerJob};
 use super::super::{datatype, grace, guards, info, tokens, waiters};
 
@@ -68,30 +69,6 @@ impl Events for Lease {
         }
     }
 
-    fn before_command(name: &[u8], first_arg: Option<&[u8]>) {
-        datatype::before_command(name, first_arg);
-    }
-
-    fn clients_wait() -> bool {
-        waiters::total() > 0
-    }
-
-    fn guards_stand() -> bool {
-        guards::checking()
-    }
-
-    fn guards_look_at(arg: &[u8]) -> bool {
-        guards::look_at(arg)
-    }
-
-    fn guards_check(name: &[u8]) -> bool {
-        crate::lease::guard::is_checked(name, guards::in_cluster())
-    }
-
-    fn guarded(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec<u8>)> {
-        guards::check(args, db)
-    }
-
     /// The guards let the slot import link write the keys of the slots
     /// this node imports (guards.rs); a snapshot forked while this node
     /// exports starts with its token clock (tokens.rs). The rest needs
@@ -110,5 +87,24 @@ impl Events for Lease {
                 tokens::exporting(false)
             }
         }
+    }
+}
+
+/// The command filter's two users, each while it needs the filter: the
+/// waiters (expiry commands on waited-for keys: `datatype.rs`) and the
+/// guards (writes to guarded keys: `guards.rs`, which decides in what
+/// order it looks).
+impl Filter for Lease {
+    #[inline]
+    fn filter(command: &mut FilterCommand) {
+        if command.len() < 2 {
+            return;
+        }
+        if waiters::total() > 0
+            && let Some(name) = command.arg(0)
+        {
+            datatype::before_command(name, command.arg(1));
+        }
+        guards::filter(command);
     }
 }

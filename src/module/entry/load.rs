@@ -5,9 +5,9 @@
 
 use redis_module::{Context, RedisString, Status};
 
+use super::super::ffi::catch::install_panic_hook;
 use super::super::ffi::ctx::Ctx;
 use super::super::ffi::entry::hooks;
-use super::super::ffi::guard::install_panic_hook;
 use super::super::ffi::{register, reply, server};
 use super::super::version::{GIT_COMMIT, VERSION};
 use super::super::{counters, grace, guards, info, settings};
@@ -19,7 +19,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let lctx = Ctx::of_load(ctx);
     server::init_detached(lctx);
     install_panic_hook();
-    server::install_hooks(hooks::<timers::Lease, events::Lease>());
+    server::install_hooks(hooks::<timers::Lease, events::Lease, events::Lease>());
     server::set_lease_type(*LEASE_TYPE.raw_type.borrow());
     let raw_args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
     let loaded = match crate::lease::config::parse_module_args(&raw_args) {

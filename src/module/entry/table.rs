@@ -175,6 +175,7 @@ pub fn specs() -> Vec<Spec> {
             history: &[
                 (c"0.2.0", c"A `SHARED` holder's token fences no write command."),
                 (V4, c"Added the `MINTTL` option."),
+                (V5, c"A `SHARED` holder's token also fences no module command flagged neither `write` nor `readonly` whose key specs write."),
             ],
             args: vec![
                 arg(c"key", KEY),

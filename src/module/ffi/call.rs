@@ -1,12 +1,16 @@
 //! What the module asks the server through `RedisModule_Call` and its key
 //! API: whether a write would be accepted now (the gates' probe), the
-//! cluster's nodes, a command's flags and keys (`LEASE.FENCE`), and the
-//! fenced command itself, run as the caller.
+//! cluster's nodes, the server's command table (read once, for the fence
+//! and the guards), a command's keys, and the fenced command itself, run
+//! as the caller.
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
+use std::sync::{Mutex, MutexGuard};
 
 use redis_module::raw;
+
+use crate::lease::keyspec::{Table, Value};
 
 use super::ctx::{Ctx, Str};
 
@@ -95,44 +99,6 @@ pub fn cluster_nodes(ctx: Ctx) -> Option<String> {
             .map(|(_, b)| String::from_utf8_lossy(&b).into_owned()),
         _ => raw::call_reply_string(reply.0),
     }
-}
-
-/// What `COMMAND INFO name` says of a command: its flags, and whether it is
-/// a container of subcommands (CONFIG, CLIENT, ...). `None` when the server
-/// does not know it.
-pub fn command_info(ctx: Ctx, name: &CStr) -> Option<(Vec<String>, bool)> {
-    // SAFETY: RM_Call with format "cc": two C strings; the reply is read
-    // with the accessors and freed on drop.
-    let reply = CallReply(unsafe {
-        raw::RedisModule_Call.unwrap()(
-            ctx.raw(),
-            c"COMMAND".as_ptr(),
-            c"cc".as_ptr(),
-            c"INFO".as_ptr(),
-            name.as_ptr(),
-        )
-    });
-    if reply.0.is_null()
-        || raw::call_reply_type(reply.0) != raw::ReplyType::Array
-        || raw::call_reply_length(reply.0) < 1
-    {
-        return None;
-    }
-    let entry = raw::call_reply_array_element(reply.0, 0);
-    if entry.is_null()
-        || raw::call_reply_type(entry) != raw::ReplyType::Array
-        || raw::call_reply_length(entry) < 3
-    {
-        return None;
-    }
-    let flags_reply = raw::call_reply_array_element(entry, 2);
-    let flags = (0..raw::call_reply_length(flags_reply))
-        .filter_map(|i| raw::call_reply_string(raw::call_reply_array_element(flags_reply, i)))
-        .collect();
-    // Field 10 lists the subcommands (7.0+).
-    let container = raw::call_reply_length(entry) >= 10
-        && raw::call_reply_length(raw::call_reply_array_element(entry, 9)) > 0;
-    Some((flags, container))
 }
 
 /// Runs `name args...` as the caller: its ACL user (C), in script mode (S:
@@ -232,13 +198,83 @@ pub fn report_key(ctx: Ctx, pos: usize, flags: c_int) {
     }
 }
 
-/// The whole `COMMAND` reply (every command's `COMMAND INFO`), as the
-/// key-spec table reads it; `None` when the server does not answer.
-pub fn command_table(ctx: Ctx) -> Option<crate::lease::keyspec::Value> {
-    // SAFETY: RM_Call with an empty format: no arguments; the reply is read
-    // with the accessors and freed on drop.
+/// The server's command table, read once (`COMMAND`), the first time
+/// the fence or the guards need it; `None` until then. The one reader of
+/// the server's commands: `lease::keyspec` interprets it.
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+
+fn table() -> MutexGuard<'static, Option<Table>> {
+    TABLE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn table_read() -> bool {
+    table().as_ref().is_some_and(|t| !t.is_empty())
+}
+
+/// Reads the server's command table now unless it was read (called
+/// before the filter needs it: the filter never calls into the server to
+/// read it). The lock is not held across the call: the server runs the
+/// module's command filter on it, which may read the table.
+pub fn load_command_table(ctx: Ctx) {
+    if table_read() {
+        return;
+    }
+    if let Some(reply) = call_command(ctx, None) {
+        let mut table = table();
+        if table.as_ref().is_none_or(Table::is_empty) {
+            *table = Some(Table::from_command_info(&reply));
+        }
+    }
+}
+
+/// Runs `f` on the server's command table, if it was read (`None`: the
+/// guards then ask the server's key function).
+pub fn with_command_table<R>(f: impl FnOnce(Option<&Table>) -> R) -> R {
+    f(table().as_ref())
+}
+
+/// `f`'s answer from the server's command table, read now if it was not,
+/// and with `name` read from the server first when `f` finds no answer
+/// in the table (a command loaded since it was read: the table only
+/// grows). `None` when the server does not know `name`.
+pub fn with_command<R>(ctx: Ctx, name: &[u8], f: impl Fn(&Table) -> Option<R>) -> Option<R> {
+    if let Some(r) = table().as_ref().and_then(&f) {
+        return Some(r);
+    }
+    load_command_table(ctx);
+    let missing = table().as_ref().is_none_or(|t| t.get(name).is_none());
+    let reply = if missing {
+        call_command(ctx, Some(name))
+    } else {
+        None
+    };
+    let mut table = table();
+    let t = table.get_or_insert_with(Table::default);
+    if let Some(reply) = reply {
+        t.add(&reply);
+    }
+    f(t)
+}
+
+/// `COMMAND` (every command's `COMMAND INFO`) or `COMMAND INFO name`, as
+/// the key-spec table reads it; `None` when the server does not answer.
+fn call_command(ctx: Ctx, name: Option<&[u8]>) -> Option<Value> {
+    // SAFETY: RM_Call with an empty format (no arguments), or "cb" (a C
+    // string, then a buffer and its length); the reply is read with the
+    // accessors and freed on drop.
     let reply = CallReply(unsafe {
-        raw::RedisModule_Call.unwrap()(ctx.raw(), c"COMMAND".as_ptr(), c"".as_ptr())
+        let call = raw::RedisModule_Call.unwrap();
+        match name {
+            None => call(ctx.raw(), c"COMMAND".as_ptr(), c"".as_ptr()),
+            Some(name) => call(
+                ctx.raw(),
+                c"COMMAND".as_ptr(),
+                c"cb".as_ptr(),
+                c"INFO".as_ptr(),
+                name.as_ptr(),
+                name.len(),
+            ),
+        }
     });
     if reply.0.is_null() {
         return None;
@@ -248,8 +284,7 @@ pub fn command_table(ctx: Ctx) -> Option<crate::lease::keyspec::Value> {
 
 /// A call reply as a key-spec value (RESP2 shapes: what RM_Call gives
 /// without the `3` flag).
-fn value_of(r: *mut raw::RedisModuleCallReply) -> crate::lease::keyspec::Value {
-    use crate::lease::keyspec::Value;
+fn value_of(r: *mut raw::RedisModuleCallReply) -> Value {
     match raw::call_reply_type(r) {
         raw::ReplyType::Integer => Value::Int(raw::call_reply_integer(r)),
         raw::ReplyType::String | raw::ReplyType::VerbatimString => {

@@ -1,6 +1,6 @@
 //! The wall's side of every `extern "C"` function the server calls: a
 //! generic shim per kind of entry point that turns the raw pointers into
-//! the typed handles of this folder, runs the safe code inside `guard` (a
+//! the typed handles of this folder, runs the safe code inside `catch_panic` (a
 //! panic becomes an error reply or a logged fallback, never an unwind
 //! across `extern "C"`), and hands the result back in the server's terms.
 //!
@@ -19,8 +19,9 @@ use redis_module::raw;
 use crate::lease::waitq::Slot;
 use crate::lease::{LeaseError, Record, RecordRef};
 
+use super::catch::{catch_panic, panic_message};
 use super::ctx::{Args, Ctx, Str};
-use super::guard::{guard, panic_message};
+use super::filter::{self, Filter};
 use super::key::{is_lease_key, unlink_is_quiet, unlink_is_replacement};
 use super::replicate::AofIo;
 use super::reply::{self, Reply};
@@ -195,7 +196,7 @@ unsafe extern "C" fn rdb_load<T: LeaseType>(
     rdb: *mut raw::RedisModuleIO,
     encver: c_int,
 ) -> *mut c_void {
-    guard("rdb_load", std::ptr::null_mut(), || {
+    catch_panic("rdb_load", std::ptr::null_mut(), || {
         let buf = if encver > T::ENCVER {
             None
         } else {
@@ -222,7 +223,7 @@ unsafe extern "C" fn rdb_load<T: LeaseType>(
 }
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, v: *mut c_void) {
-    guard("rdb_save", (), || {
+    catch_panic("rdb_save", (), || {
         // SAFETY: v is one of our records (see above).
         raw::save_slice(rdb, &unsafe { value::record_ref(v) }.encode());
     })
@@ -233,7 +234,7 @@ unsafe extern "C" fn aof_rewrite<T: LeaseType>(
     key: *mut raw::RedisModuleString,
     v: *mut c_void,
 ) {
-    guard("aof_rewrite", (), || {
+    catch_panic("aof_rewrite", (), || {
         // SAFETY: v is one of our records (see above); aof and key are the
         // rewrite's live IO context and the key's name.
         let (record, io, key) = unsafe { (value::record_ref(v), AofIo::new(aof), Str::new(key)) };
@@ -243,13 +244,13 @@ unsafe extern "C" fn aof_rewrite<T: LeaseType>(
 
 unsafe extern "C" fn mem_usage(v: *const c_void) -> usize {
     // SAFETY: v is one of our records (see above).
-    guard("mem_usage", 0, || {
+    catch_panic("mem_usage", 0, || {
         unsafe { value::record_ref(v) }.mem_usage()
     })
 }
 
 unsafe extern "C" fn digest<T: LeaseType>(md: *mut raw::RedisModuleDigest, v: *mut c_void) {
-    guard("digest", (), || {
+    catch_panic("digest", (), || {
         // SAFETY: v is one of our records (see above); md is the live
         // digest context of this callback.
         T::digest(&mut Digest(md), unsafe { value::record_ref(v) });
@@ -257,7 +258,7 @@ unsafe extern "C" fn digest<T: LeaseType>(md: *mut raw::RedisModuleDigest, v: *m
 }
 
 unsafe extern "C" fn free(v: *mut c_void) {
-    guard("free", (), || {
+    catch_panic("free", (), || {
         // SAFETY: the server gives back ownership of a value we stored.
         unsafe { value::drop_raw(v) };
     })
@@ -268,13 +269,13 @@ unsafe extern "C" fn free(v: *mut c_void) {
 /// on, as it does a large hash.
 unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, v: *const c_void) -> usize {
     // SAFETY: v is one of our records (see above).
-    guard("free_effort", 1, || {
+    catch_panic("free_effort", 1, || {
         unsafe { value::record_ref(v) }.holders()
     })
 }
 
 unsafe extern "C" fn unlink2<T: LeaseType>(ctx: *mut raw::RedisModuleKeyOptCtx, v: *const c_void) {
-    guard("unlink", (), || {
+    catch_panic("unlink", (), || {
         // SAFETY: the key's context of this callback: the name of the key
         // being unlinked, alive during this call, and its database; its
         // value is one of our records (see above).
@@ -299,7 +300,7 @@ unsafe extern "C" fn copy2<T: LeaseType>(
     ctx: *mut raw::RedisModuleKeyOptCtx,
     v: *const c_void,
 ) -> *mut c_void {
-    guard("copy", std::ptr::null_mut(), || {
+    catch_panic("copy", std::ptr::null_mut(), || {
         // SAFETY: v is one of our records (see above); the key's context
         // of this callback gives the copy's name (alive during this call)
         // and database.
@@ -318,7 +319,7 @@ unsafe extern "C" fn copy2<T: LeaseType>(
 }
 
 unsafe extern "C" fn aux_save<T: LeaseType>(rdb: *mut raw::RedisModuleIO, when: c_int) {
-    guard("aux_save", (), || {
+    catch_panic("aux_save", (), || {
         if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
             raw::save_unsigned(rdb, T::aux_save());
         }
@@ -330,7 +331,7 @@ unsafe extern "C" fn aux_load<T: LeaseType>(
     encver: c_int,
     when: c_int,
 ) -> c_int {
-    guard("aux_load", raw::REDISMODULE_ERR as c_int, || {
+    catch_panic("aux_load", raw::REDISMODULE_ERR as c_int, || {
         if encver > T::AUX_ENCVER || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
             log_warning(&format!(
                 "cannot load token-clock aux data of encoding version {encver}"
@@ -368,7 +369,7 @@ pub trait Waits {
 }
 
 unsafe extern "C" fn timer<W: Waits>(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    guard("a module timer", (), || {
+    catch_panic("a module timer", (), || {
         // SAFETY: a timer's context, live while it runs; `data` is the job
         // of a timer started by server::start_timer that fired (a W::Job).
         let (ctx, job) = unsafe { (Ctx::new(ctx), server::take_timer_job::<W::Job>(data)) };
@@ -381,7 +382,7 @@ unsafe extern "C" fn reply<W: Waits>(
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
-    guard("the waiter reply", raw::REDISMODULE_OK as c_int, || {
+    catch_panic("the waiter reply", raw::REDISMODULE_OK as c_int, || {
         // SAFETY: the reply callback's context; its private data is the
         // Box<W::Unblocked> given to UnblockClient, freed later by `free`.
         unsafe {
@@ -398,7 +399,7 @@ unsafe extern "C" fn timeout<W: Waits>(
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
-    guard("the waiter timeout", raw::REDISMODULE_OK as c_int, || {
+    catch_panic("the waiter timeout", raw::REDISMODULE_OK as c_int, || {
         // SAFETY: reads the blocked client handle of this callback's context.
         unsafe {
             let bc = raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) as usize;
@@ -412,14 +413,14 @@ unsafe extern "C" fn disconnect<W: Waits>(
     _ctx: *mut raw::RedisModuleCtx,
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
-    guard("the waiter disconnect", (), || W::disconnect(bc as usize))
+    catch_panic("the waiter disconnect", (), || W::disconnect(bc as usize))
 }
 
 unsafe extern "C" fn free_privdata<W: Waits>(
     _ctx: *mut raw::RedisModuleCtx,
     privdata: *mut c_void,
 ) {
-    guard("the waiter free", (), || {
+    catch_panic("the waiter free", (), || {
         if !privdata.is_null() {
             // SAFETY: privdata is the Box<W::Unblocked> given to UnblockClient.
             W::free(*unsafe { Box::from_raw(privdata as *mut W::Unblocked) });
@@ -431,7 +432,7 @@ unsafe extern "C" fn free_privdata<W: Waits>(
 unsafe extern "C" fn wake<W: Waits>(data: *mut c_void) {
     // SAFETY: `data` is the slot the waker thread posted, taken back once.
     let slot = unsafe { waker::take_slot(data) };
-    guard("a wake-up", (), || W::wake(slot));
+    catch_panic("a wake-up", (), || W::wake(slot));
 }
 
 unsafe extern "C" fn scan(
@@ -440,7 +441,7 @@ unsafe extern "C" fn scan(
     key: *mut raw::RedisModuleKey,
     data: *mut c_void,
 ) {
-    guard("the keyspace scan", (), || {
+    catch_panic("the keyspace scan", (), || {
         if name.is_null() || key.is_null() || data.is_null() {
             return;
         }
@@ -456,14 +457,14 @@ unsafe extern "C" fn scan(
 
 /// The callbacks the wrappers of this folder hand to the server (timers,
 /// blocked clients, the command filter, the waker, the keyspace scan).
-pub fn hooks<W: Waits, E: Events>() -> Hooks {
+pub fn hooks<W: Waits, E: Events, F: Filter>() -> Hooks {
     Hooks {
         timer: Some(timer::<W>),
         reply: Some(reply::<W>),
         timeout: Some(timeout::<W>),
         free_privdata: Some(free_privdata::<W>),
         disconnect: Some(disconnect::<W>),
-        command_filter: Some(command_filter::<E>),
+        command_filter: filter::shim::<F>(),
         keyspace_moves: [
             (raw::REDISMODULE_EVENT_FLUSHDB, Some(flushed::<E>)),
             (raw::REDISMODULE_EVENT_SWAPDB, Some(swapped::<E>)),
@@ -489,23 +490,6 @@ pub trait Events {
     /// `CONFIG SET` changed settings; `changed` says whether one of the
     /// given names is among them.
     fn config_changed(ctx: Ctx, changed: &dyn Fn(&[&[u8]]) -> bool);
-    /// A command with at least one argument is about to run (the command
-    /// filter, while it is registered).
-    fn before_command(name: &[u8], first_arg: Option<&[u8]>);
-    /// Does any client wait (`before_command` has work)?
-    fn clients_wait() -> bool;
-    /// Is the guards' check on (some guard stands)?
-    fn guards_stand() -> bool;
-    /// Must the guards look at a command with this argument (after its
-    /// name)? The cheap test, for every argument of every command while a
-    /// guard stands.
-    fn guards_look_at(arg: &[u8]) -> bool;
-    /// Do the guards check the command `name` by its keys?
-    fn guards_check(name: &[u8]) -> bool;
-    /// The guards' check of the command `args` (the command name first):
-    /// `Some((key, guard))` refuses it; `db` tells the client's database
-    /// where the server can.
-    fn guarded(args: &[Str], db: &dyn Fn() -> Option<i32>) -> Option<(Vec<u8>, Vec<u8>)>;
     /// A step of a Valkey atomic slot migration (`CLUSTER MIGRATESLOTS`)
     /// of the slot ranges `slots` (inclusive), on either end.
     fn slot_migration(step: SlotMigration, slots: &[(u16, u16)]);
@@ -550,7 +534,7 @@ unsafe extern "C" fn slot_migration<E: Events>(
     subevent: u64,
     data: *mut c_void,
 ) {
-    guard("the slot migration event", (), || {
+    catch_panic("the slot migration event", (), || {
         let step = match subevent {
             0 => SlotMigration::ImportStarted,
             1 => SlotMigration::ExportStarted,
@@ -592,7 +576,7 @@ unsafe extern "C" fn flushed<E: Events>(
     subevent: u64,
     _data: *mut c_void,
 ) {
-    guard("the flush event", (), || {
+    catch_panic("the flush event", (), || {
         if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
             // SAFETY: the FlushDB event's data is a RedisModuleFlushInfo.
             let db = unsafe { (_data as *const raw::RedisModuleFlushInfo).as_ref() }
@@ -608,7 +592,7 @@ unsafe extern "C" fn swapped<E: Events>(
     _subevent: u64,
     data: *mut c_void,
 ) {
-    guard("the swapdb event", (), || {
+    catch_panic("the swapdb event", (), || {
         // SAFETY: the SwapDB event's data is a RedisModuleSwapDbInfo.
         if let Some(info) = unsafe { (data as *const raw::RedisModuleSwapDbInfo).as_ref() } {
             E::swapped(info.dbnum_first, info.dbnum_second);
@@ -622,7 +606,7 @@ unsafe extern "C" fn forked<E: Events>(
     subevent: u64,
     _data: *mut c_void,
 ) {
-    guard("the fork event", (), || {
+    catch_panic("the fork event", (), || {
         if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
             E::forked();
         }
@@ -635,7 +619,7 @@ unsafe extern "C" fn replica_changed<E: Events>(
     subevent: u64,
     _data: *mut c_void,
 ) {
-    guard("the replica event", (), || {
+    catch_panic("the replica event", (), || {
         if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE {
             E::replica_online();
         }
@@ -648,7 +632,7 @@ unsafe extern "C" fn role_changed<E: Events>(
     subevent: u64,
     _data: *mut c_void,
 ) {
-    guard("the role change event", (), || {
+    catch_panic("the role change event", (), || {
         E::role_changed(subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER)
     })
 }
@@ -659,7 +643,7 @@ unsafe extern "C" fn shutdown<E: Events>(
     _subevent: u64,
     _data: *mut c_void,
 ) {
-    guard("the shutdown event", (), || {
+    catch_panic("the shutdown event", (), || {
         // SAFETY: the event's context, live while it runs.
         E::shutdown(unsafe { Ctx::new(ctx) });
         waker::stop();
@@ -672,7 +656,7 @@ unsafe extern "C" fn config_changed<E: Events>(
     _subevent: u64,
     data: *mut c_void,
 ) {
-    guard("the config event", (), || {
+    catch_panic("the config event", (), || {
         // SAFETY: the Config event's data is a RedisModuleConfigChangeV1
         // whose names are `num_changes` C strings.
         let changed = |wanted: &[&[u8]]| unsafe {
@@ -689,191 +673,6 @@ unsafe extern "C" fn config_changed<E: Events>(
         // SAFETY: the event's context, live while it runs.
         E::config_changed(unsafe { Ctx::new(ctx) }, &changed);
     })
-}
-
-/// The `expired` and `evicted` keyspace events.
-unsafe extern "C" fn command_filter<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    guard("the command filter", (), || {
-        // SAFETY: the filter context of the command about to run; its
-        // arguments live while the filter runs and are only read here.
-        unsafe {
-            let count = raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx);
-            if count < 2 {
-                return;
-            }
-            let arg = |i| {
-                let s = raw::RedisModule_CommandFilterArgGet.unwrap()(fctx, i);
-                (!s.is_null()).then(|| Str::new(s as *mut _).bytes())
-            };
-            if E::clients_wait()
-                && let Some(name) = arg(0)
-            {
-                E::before_command(name, arg(1));
-            }
-            // The cheap test first (it runs for every command while a
-            // guard stands): an argument after the name that the guards
-            // must look at.
-            if E::guards_stand()
-                && guards_look_at::<E>(fctx, count)
-                && arg(0).is_some_and(E::guards_check)
-            {
-                check_guards::<E>(fctx);
-            }
-        }
-    })
-}
-
-/// The guards' cheap test of every argument after the command's name (it
-/// runs for every command while a guard stands: the server's calls are
-/// looked up once).
-///
-/// # Safety
-/// `fctx` is the filter context of the command about to run, with `count`
-/// arguments.
-#[inline]
-unsafe fn guards_look_at<E: Events>(
-    fctx: *mut raw::RedisModuleCommandFilterCtx,
-    count: c_int,
-) -> bool {
-    // SAFETY: function pointers filled in by RedisModule_Init; the
-    // arguments live while the filter runs, and StringPtrLen gives a
-    // pointer valid for `len` bytes.
-    unsafe {
-        let (Some(get), Some(ptr_len)) = (
-            raw::RedisModule_CommandFilterArgGet,
-            raw::RedisModule_StringPtrLen,
-        ) else {
-            return false;
-        };
-        for i in 1..count {
-            let s = get(fctx, i);
-            let mut len = 0usize;
-            let p = if s.is_null() {
-                std::ptr::null()
-            } else {
-                ptr_len(s, &mut len)
-            };
-            if p.is_null() {
-                return true;
-            }
-            if E::guards_look_at(std::slice::from_raw_parts(p as *const u8, len)) {
-                return true;
-            }
-        }
-        false
-    }
-}
-
-/// The guards' check of the command about to run: a refused command
-/// becomes `LEASE.FENCED key guard`, which answers the refusal once the
-/// server has judged it as it would the command (authentication, a
-/// transaction's queue). A command its client's ACL user may not run is
-/// left to the server's NOPERM.
-///
-/// # Safety
-/// `fctx` is the filter context of the command about to run.
-unsafe fn check_guards<E: Events>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    // SAFETY: as the caller's contract says; the arguments live while the
-    // filter runs.
-    unsafe {
-        let count = raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx).max(0) as usize;
-        let mut args = Vec::with_capacity(count);
-        for i in 0..count {
-            let s = raw::RedisModule_CommandFilterArgGet.unwrap()(fctx, i as c_int);
-            if s.is_null() {
-                return;
-            }
-            args.push(Str::new(s as *mut _));
-        }
-        let db = || filter_client_db(fctx);
-        let Some((key, guard)) = E::guarded(&args, &db) else {
-            return;
-        };
-        // A user who may not run the command gets the server's NOPERM, as
-        // without a guard.
-        if !filter_client_may_run(fctx, &args) {
-            return;
-        }
-        // Three arguments, whatever the command had: an argument vector
-        // grown by more than one crashed Valkey 9.1's scripts (redis.pcall
-        // of a two-argument write made into four).
-        for i in (0..count).rev() {
-            raw::RedisModule_CommandFilterArgDelete.unwrap()(fctx, i as c_int);
-        }
-        let create = raw::RedisModule_CreateString.unwrap();
-        for (i, word) in [&b"LEASE.FENCED"[..], &key, &guard].into_iter().enumerate() {
-            // Owned by the filter from here (not auto-memory, never freed
-            // by the module).
-            let s = create(std::ptr::null_mut(), word.as_ptr().cast(), word.len());
-            raw::RedisModule_CommandFilterArgInsert.unwrap()(fctx, i as c_int, s);
-        }
-    }
-}
-
-/// May the ACL user of the client whose command the filter sees run
-/// `args` (its keys and channels included)? Where the server cannot say
-/// (a client with no user, one the server does not name), yes.
-///
-/// # Safety
-/// `fctx` is the filter context of the command about to run; `args` its
-/// live arguments.
-unsafe fn filter_client_may_run(fctx: *mut raw::RedisModuleCommandFilterCtx, args: &[Str]) -> bool {
-    // SAFETY: function-pointer reads filled in by RedisModule_Init; the
-    // user name is a new string of the detached context (no auto-memory)
-    // freed here,
-    // the module user freed after the check; argv holds live arguments.
-    unsafe {
-        let (Some(id_of), Some(name_of), Some(user_of), Some(check), Some(free_user)) = (
-            raw::RedisModule_CommandFilterGetClientId,
-            raw::RedisModule_GetClientUserNameById,
-            raw::RedisModule_GetModuleUserFromUserName,
-            raw::RedisModule_ACLCheckCommandPermissions,
-            raw::RedisModule_FreeModuleUser,
-        ) else {
-            return true;
-        };
-        let Some(ctx) = server::detached() else {
-            return true;
-        };
-        let name = name_of(ctx.raw(), id_of(fctx));
-        if name.is_null() {
-            return true;
-        }
-        let user = user_of(name);
-        let mut may = true;
-        if !user.is_null() {
-            let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|s| s.raw()).collect();
-            may =
-                check(user, argv.as_mut_ptr(), argv.len() as c_int) == raw::REDISMODULE_OK as c_int;
-            free_user(user);
-        }
-        raw::RedisModule_FreeString.unwrap()(ctx.raw(), name);
-        may
-    }
-}
-
-/// The database of the client whose command the filter sees, where the
-/// server says (Redis 7.2+ and Valkey know the client; a script's or a
-/// module's client is not listed). Unknown for a command queued in a
-/// transaction: a `SELECT` queued before it may change the database it
-/// runs in at `EXEC`.
-///
-/// # Safety
-/// `fctx` is the filter context of the command about to run.
-unsafe fn filter_client_db(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Option<i32> {
-    // SAFETY: function-pointer reads filled in by RedisModule_Init; the
-    // client info is a local of the version the server is told.
-    unsafe {
-        let id = raw::RedisModule_CommandFilterGetClientId?(fctx);
-        let mut info: raw::RedisModuleClientInfo = std::mem::zeroed();
-        info.version = raw::REDISMODULE_CLIENTINFO_VERSION as u64;
-        let ok = raw::RedisModule_GetClientInfoById?(
-            (&mut info as *mut raw::RedisModuleClientInfo).cast(),
-            id,
-        );
-        let queued = info.flags & raw::REDISMODULE_CLIENTINFO_FLAG_MULTI as u64 != 0;
-        (ok == raw::REDISMODULE_OK as c_int && !queued).then_some(info.db as i32)
-    }
 }
 
 /// The server events to subscribe to, each with its shim.
@@ -922,7 +721,7 @@ pub(super) unsafe extern "C" fn get_setting<C: Configs>(
     _name: *const c_char,
     privdata: *mut c_void,
 ) -> c_longlong {
-    guard("CONFIG GET of a lease setting", 0, || {
+    catch_panic("CONFIG GET of a lease setting", 0, || {
         C::get(privdata as usize)
     })
 }
@@ -933,7 +732,7 @@ pub(super) unsafe extern "C" fn set_setting<C: Configs>(
     privdata: *mut c_void,
     _err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
-    guard("CONFIG SET of a lease setting", (), || {
+    catch_panic("CONFIG SET of a lease setting", (), || {
         C::set(privdata as usize, value)
     });
     raw::REDISMODULE_OK as c_int
@@ -943,7 +742,7 @@ pub(super) extern "C" fn info<C: Configs>(
     ictx: *mut raw::RedisModuleInfoCtx,
     _for_crash_report: c_int,
 ) {
-    guard("INFO", (), || {
+    catch_panic("INFO", (), || {
         raw::add_info_section(ictx, None);
         for field in C::info() {
             match field {

@@ -6,8 +6,7 @@
 //!
 //! - `ctx`: a call's context, its arguments, key names;
 //! - `server`: the module's long-lived handles (detached context, the lease
-//!   type, the clock, timers, the command filter, logging, the callback
-//!   table);
+//!   type, the clock, timers, logging, the callback table);
 //! - `key`: a lease key opened for one call; `value`: the lease type's
 //!   value pointer;
 //! - `replicate`: effects into the replication stream and the AOF,
@@ -15,16 +14,19 @@
 //! - `reply`: replies; `blocked`: blocked clients; `call`: what the module
 //!   asks the server through RedisModule_Call and its key API;
 //! - `waker`: the thread that times a waiter's re-check to the microsecond;
-//! - `guard`: no panic crosses `extern "C"`;
+//! - `catch`: no panic crosses `extern "C"`;
 //! - `entry`: the shims of every entry point, generic over the traits the
 //!   binding's entry points (`src/module/entry/`) implement;
+//! - `filter`: the command filter, typed (the command about to run, the
+//!   `Filter` trait and its shim, its registration while it is needed);
 //! - `register`: commands, configs, the INFO section, events.
 
 pub mod blocked;
 pub mod call;
+pub mod catch;
 pub mod ctx;
 pub mod entry;
-pub mod guard;
+pub mod filter;
 pub mod key;
 pub mod register;
 pub mod replicate;

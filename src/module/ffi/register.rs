@@ -385,8 +385,8 @@ pub fn register_info<C: Configs>(ctx: &Context) {
 /// shutdown (the grace period). No keyspace events: every write of every
 /// key would pay for them (expiries and evictions are told apart when a
 /// lease key leaves, datatype.rs). FLUSHDB and SWAPDB (keys freed or moved
-/// without unlinking), and the command filter, only while guards stand or
-/// clients wait (server.rs).
+/// without unlinking), and the command filter, only while the binding
+/// needs the filter (filter.rs, server.rs).
 ///
 /// With `slot_migration` (Valkey 9+), also Valkey's atomic slot migration
 /// event: its id means another event on Redis (8.4's slot trim), so it is

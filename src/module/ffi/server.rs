@@ -1,13 +1,14 @@
 //! The module's handles on the server that outlive one call: the detached
 //! context (timers, logging with the module's name), the lease type, the
-//! server's clock, module timers, the command filter, and the table of
+//! server's clock, module timers, the flush and `SWAPDB` events while the
+//! command filter is registered (`filter.rs`), and the table of
 //! `extern "C"` shims the wrappers hand out (the load installs it; the
 //! wrappers here read it).
 
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_int, c_void};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
-use std::sync::{Mutex, OnceLock};
 
 use redis_module::raw;
 
@@ -146,8 +147,8 @@ pub struct Hooks {
     pub free_privdata: Option<unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void)>,
     pub disconnect: raw::RedisModuleDisconnectFunc,
     pub command_filter: raw::RedisModuleCommandFilterFunc,
-    /// The server events that matter only while guards stand or clients
-    /// wait (`FLUSHDB`/`FLUSHALL` and `SWAPDB`), with their shims.
+    /// The server events listened to only while the command filter is
+    /// needed (`FLUSHDB`/`FLUSHALL` and `SWAPDB`), with their shims.
     pub keyspace_moves: [(u64, raw::RedisModuleEventCallback); 2],
     /// The one-shot call the waker thread posts to the main thread.
     pub wake: raw::RedisModuleEventLoopOneShotFunc,
@@ -165,74 +166,32 @@ pub fn hooks() -> &'static Hooks {
     HOOKS.get().expect("hooks are installed at load")
 }
 
-/// The command filter while it is registered (an address: the static must
-/// be `Sync`).
-static FILTER: Mutex<Option<usize>> = Mutex::new(None);
-
-/// Who needs the module's command filter: clients wait (`waiters.rs`:
-/// expiry commands on their keys), guards stand (`guards.rs`).
-#[derive(Clone, Copy)]
-pub enum FilterUser {
-    Waiters = 1,
-    Guards = 2,
-}
-
-/// The users that need the command filter now (`FilterUser` bits).
-static FILTER_USERS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// `user` needs the command filter (`on`) or not any more: it is
-/// registered while anyone needs it (it costs every command of the server),
-/// and the flush and `SWAPDB` events are listened to from then on, until
-/// `settle_keyspace_moves` finds nobody needs them (every server event the
-/// module listens to costs every deletion of any key on Redis 7.2+ and
-/// Valkey, whose key event the server offers to each listener).
-pub fn need_command_filter(user: FilterUser, on: bool) {
-    let bit = user as u8;
-    let users = if on {
-        FILTER_USERS.fetch_or(bit, Relaxed) | bit
-    } else {
-        FILTER_USERS.fetch_and(!bit, Relaxed) & !bit
-    };
-    set_command_filter(users != 0);
-}
-
-/// Registers (`on`) or unregisters the module's command filter.
-fn set_command_filter(on: bool) {
-    let Some(ctx) = detached() else { return };
-    let mut filter = FILTER.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: function-pointer reads filled in by RedisModule_Init; the
-    // filter handle is the one RegisterCommandFilter returned, unregistered
-    // once; both run on the main thread with the module's context.
-    unsafe {
-        match (on, *filter) {
-            (true, None) => {
-                if let Some(register) = raw::RedisModule_RegisterCommandFilter {
-                    let f = register(ctx.raw(), hooks().command_filter, 0);
-                    *filter = (!f.is_null()).then_some(f as usize);
-                }
-                if !MOVES_SUBSCRIBED.swap(true, Relaxed) {
-                    subscribe_keyspace_moves(ctx, true);
-                }
-            }
-            (false, Some(f)) => {
-                if let Some(unregister) = raw::RedisModule_UnregisterCommandFilter {
-                    unregister(ctx.raw(), f as *mut raw::RedisModuleCommandFilter);
-                }
-                *filter = None;
-            }
-            _ => {}
-        }
-    }
-}
-
 /// Whether the module listens to the flush and `SWAPDB` events.
 static MOVES_SUBSCRIBED: AtomicBool = AtomicBool::new(false);
+
+/// The command filter is needed (`filter.rs`).
+static FILTER_NEEDED: AtomicBool = AtomicBool::new(false);
+
+/// The command filter is needed (`on`: it was registered) or not any
+/// more: the flush and `SWAPDB` events are listened to from its
+/// registration on, until `settle_keyspace_moves` finds the filter needed
+/// no more (every server event the module listens to costs every deletion
+/// of any key on Redis 7.2+ and Valkey, whose key event the server offers
+/// to each listener).
+pub(super) fn filter_needed(ctx: Ctx, on: bool) {
+    FILTER_NEEDED.store(on, Relaxed);
+    if on && !MOVES_SUBSCRIBED.swap(true, Relaxed) {
+        // SAFETY: on the main thread (the filter is registered there), with
+        // the detached context.
+        unsafe { subscribe_keyspace_moves(ctx, true) };
+    }
+}
 
 /// Stops listening to the flush and `SWAPDB` events once nobody needs them
 /// (from the module's once-a-second timer: never from inside an event,
 /// whose listener list the server is walking).
 pub fn settle_keyspace_moves() {
-    if FILTER_USERS.load(Relaxed) != 0 || !MOVES_SUBSCRIBED.load(Relaxed) {
+    if FILTER_NEEDED.load(Relaxed) || !MOVES_SUBSCRIBED.load(Relaxed) {
         return;
     }
     let Some(ctx) = detached() else { return };

@@ -1,6 +1,6 @@
-//! No panic crosses `extern "C"`: every entry point (`entry.rs`) runs its
-//! safe code inside `guard`, which logs a panic to the server log and
-//! returns a fallback instead.
+//! No panic crosses `extern "C"`: every entry point (`entry.rs`,
+//! `filter.rs`) runs its safe code inside `catch_panic`, which logs a panic
+//! to the server log and returns a fallback instead.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -16,7 +16,7 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Installs a panic hook that logs where a panic happened to the server
-/// log (the guards then turn it into an error reply or a fallback).
+/// log (`catch_panic` then turns it into an error reply or a fallback).
 pub fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
         let place = info
@@ -31,7 +31,7 @@ pub fn install_panic_hook() {
 }
 
 /// Runs a callback; a panic is logged and `fallback` returned.
-pub fn guard<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
+pub fn catch_panic<T>(what: &str, fallback: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(p) => {
