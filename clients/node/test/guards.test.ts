@@ -243,21 +243,25 @@ for (const kind of KINDS) {
       await Promise.all(servers.map((s) => s.close()));
     });
 
-    it("a quorum lease on the guard fences guarded data on every master; a stale token is refused", async () => {
+    // The step decides at a majority: a master that answers after the
+    // linger (a loaded machine) is not among the committed ones, and the
+    // fence writes where the token was committed.
+    it("a quorum lease on the guard fences guarded data on the masters that committed its token; a stale token is refused", async () => {
       const client = new QuorumClient(conns, { ioTimeoutMs: 1000 });
       const lease = await client.lease("{job}:lock", 10000);
-      assert.deepEqual([...lease.committed].sort(), [0, 1, 2]);
+      const committed = [...lease.committed].sort();
+      assert.ok(committed.length >= 2, `committed ${committed}`);
       assert.equal(await lease.fence("SET", "{job}:out", "v1"), "OK");
       assert.equal(await lease.fence({ minTtlMs: 1000 }, "INCR", "{job}:n"), 1);
-      for (const c of conns) {
-        assert.equal(await send(c, ["GET", "{job}:out"]), "v1");
+      for (const [i, c] of conns.entries()) {
+        if (committed.includes(i)) assert.equal(await send(c, ["GET", "{job}:out"]), "v1");
         assert.equal((await refusedPlain(c, ["SET", "{job}:out", "plain"])).guard, "{job}:lock");
       }
       assert.equal(await lease.release(), true);
       await assert.rejects(lease.fence("SET", "{job}:out", "stale"), StaleToken);
       for (const [i, s] of servers.entries()) {
         const r = await raw(s.port);
-        assert.equal(await r.get("{job}:out"), "v1", `master ${i}`);
+        if (committed.includes(i)) assert.equal(await r.get("{job}:out"), "v1", `master ${i}`);
         assert.ok(freeGuard(await leaseInfo(r, "{job}:lock")), `master ${i}`);
         r.disconnect();
       }
@@ -274,7 +278,10 @@ for (const kind of KINDS) {
       const plain = await redlock.acquire(["q-plain"], 5000);
       assert.equal(await plain.fence("INCR", "q-plain:n"), 1);
       await plain.release();
-      for (const c of conns) assert.equal(await send(c, ["HGET", "{job}:h", "by"]), "redlock");
+      // Written where the lock's token was committed: a majority at least.
+      let written = 0;
+      for (const c of conns) if ((await send(c, ["HGET", "{job}:h", "by"])) === "redlock") written += 1;
+      assert.ok(written >= 2, `written on ${written} masters`);
     });
   });
 }
