@@ -10,7 +10,7 @@ with :class:`Fenced` and changes nothing; a stale token is refused."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Set
 
 import pytest
 import redis
@@ -72,11 +72,7 @@ async def arefused_plain(ar: aredis.Redis, *command: Any) -> Fenced:
 def free_guard(info: Optional[Dict[str, Any]]) -> bool:
     """A guard nobody holds: LEASE.INFO's map with null token, ttl, since and
     label, and guard 1."""
-    return (
-        info is not None
-        and info["guard"] == 1
-        and all(info[f] is None for f in ("token", "ttl", "since", "label"))
-    )
+    return info is not None and info["guard"] == 1 and all(info[f] is None for f in ("token", "ttl", "since", "label"))
 
 
 # -- guard and unguard ------------------------------------------------------
@@ -412,37 +408,48 @@ def masters(request: Any) -> Iterator[List[Server]]:
         s.close()
 
 
-def test_a_quorum_lease_on_the_guard_fences_guarded_data_on_every_master(masters):
+def test_a_quorum_lease_on_the_guard_fences_guarded_data_on_the_masters_that_committed_it(masters):
+    # A step decides at a majority: a master that answers after the linger
+    # (a loaded machine) is not among the committed ones, and the fence
+    # writes where the token was committed.
     key, data = "{job}:lock", "{job}:out"
     for m in masters:
         LeaseClient(m.client()).guard(key)
     client = QuorumClient([m.client() for m in masters], io_timeout=1)
     with client.lease(key, 10000) as lease:
-        assert sorted(lease.committed) == [0, 1, 2]
+        committed = set(lease.committed)
+        assert len(committed) >= 2, committed
         assert lease.fence("SET", data, "v1") == b"OK"
         assert lease.fence("INCR", "{job}:n", min_ttl_ms=1000) == 1
-        for m in masters:
-            assert m.client().get(data) == b"v1"
+        for i, m in enumerate(masters):
+            if i in committed:
+                assert m.client().get(data) == b"v1"
             assert refused_plain(m.client(), "SET", data, "plain").guard == key
     with pytest.raises(StaleToken):
         lease.fence("SET", data, "stale")
-    for m in masters:
-        assert m.client().get(data) == b"v1"
+    for i, m in enumerate(masters):
+        if i in committed:
+            assert m.client().get(data) == b"v1"
         assert free_guard(lease_info(m.client(), key))
 
-    async def main() -> None:
+    async def main() -> Set[int]:
         aclient = AsyncQuorumClient([aredis.Redis(host="127.0.0.1", port=m.port) for m in masters], io_timeout=1)
         async with aclient.lease(key, 10000) as alease:
+            assert len(alease.committed) >= 2, alease.committed
             assert alease.token > lease.token
             assert await alease.fence("SET", data, "v2") == b"OK"
-            assert await alease.fence("INCR", "{job}:n", min_ttl_ms=1000) == 2
+            assert await alease.fence("INCR", "{job}:n", min_ttl_ms=1000) in (1, 2)
         with pytest.raises(StaleToken):
             await alease.fence("SET", data, "stale")
         await aclient.close()
+        return set(alease.committed)
 
-    asyncio.run(main())
-    for m in masters:
-        assert m.client().get(data) == b"v2" and m.client().get("{job}:n") == b"2"
+    again = asyncio.run(main())
+    for i, m in enumerate(masters):
+        if i in again:
+            assert m.client().get(data) == b"v2"
+        if i in again and i in committed:
+            assert m.client().get("{job}:n") == b"2"
 
 
 # -- a cluster --------------------------------------------------------------------
