@@ -30,8 +30,9 @@
 use super::clock::TokenClock;
 use super::decide::{self, Acquire, Decision, Held};
 use super::effect::{Effect, Facts};
-use super::error::LeaseError;
+use super::error::{LeaseError, printable};
 use super::exclusive::Lease;
+use super::guard::hash_tag;
 use super::holders::{Ended, Holders};
 use super::mode::{HoldersMode, Mode};
 use super::record::RecordRef;
@@ -192,6 +193,8 @@ pub enum Answer {
     Token(u64),
     Null,
     Int(i64),
+    /// `OK` (`LEASE.GUARD`).
+    Ok,
 }
 
 impl<'a> Outcome<'a> {
@@ -589,6 +592,47 @@ pub fn release<'a>(
     }
 }
 
+/// `LEASE.GUARD key` (design.md S12): the key `name` guards its hash tag
+/// from now on. `tag_guard`: the key that guards `name`'s hash tag in its
+/// database, if one does. `record` reads the key (or answers WRONGTYPE),
+/// asked once the name passed its checks, so that a name without a hash
+/// tag or of a tag guarded by another key is refused before the key is
+/// read. A guard asked again answers `OK` and changes nothing; a counting
+/// or shared lease cannot guard.
+pub fn guard<'r>(
+    name: &[u8],
+    tag_guard: Option<&[u8]>,
+    record: impl FnOnce() -> Result<Option<RecordRef<'r>>, LeaseError>,
+) -> Result<Outcome<'static>, LeaseError> {
+    let Some(tag) = hash_tag(name) else {
+        return Err(LeaseError::NoHashTag);
+    };
+    if let Some(other) = tag_guard.filter(|g| *g != name) {
+        return Err(LeaseError::AlreadyGuarded {
+            tag: printable(tag),
+            guard: printable(other),
+        });
+    }
+    let mut out = Outcome::new(Answer::Ok);
+    match record()? {
+        Some(RecordRef::Holders(_)) => return Err(LeaseError::GuardHolders),
+        Some(RecordRef::Exclusive(l)) if l.is_guard() => {}
+        _ => out.commits.push(Effect::Guard, Event::Guard),
+    }
+    Ok(out)
+}
+
+/// `LEASE.UNGUARD key`: 1 when the key guarded its hash tag and stops
+/// (a free guard goes, a held one expires with its lease again), else 0.
+pub fn unguard(record: Option<RecordRef<'_>>) -> Outcome<'static> {
+    if !record.is_some_and(RecordRef::is_guard) {
+        return Outcome::new(Answer::Int(0));
+    }
+    let mut out = Outcome::new(Answer::Int(1));
+    out.commits.push(Effect::Unguard, Event::Unguard);
+    out
+}
+
 /// A lease handed to a waiter that disconnected before it learnt its token
 /// (nobody holds it): given back, if it is still there as it was handed.
 pub fn revoke<'a>(
@@ -915,6 +959,75 @@ fn apply_step<H>(key: &mut impl Key, queue: &mut impl Queue<H>, step: Step<H>, n
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// LEASE.GUARD and LEASE.UNGUARD decided here: the name's errors first
+    /// (the key is not read), then WRONGTYPE, then a holders record; a
+    /// guard asked again changes nothing.
+    #[test]
+    fn guard_and_unguard_decide_in_the_core() {
+        let unread = || -> Result<Option<RecordRef<'static>>, LeaseError> {
+            panic!("the key is read only once the name passed")
+        };
+        assert_eq!(guard(b"plain", None, unread), Err(LeaseError::NoHashTag));
+        assert_eq!(
+            guard(b"a{t}", Some(b"b{t}"), unread),
+            Err(LeaseError::AlreadyGuarded {
+                tag: "t".into(),
+                guard: "b{t}".into()
+            })
+        );
+        let wrong = || Err(LeaseError::WrongType);
+        assert_eq!(guard(b"a{t}", None, wrong), Err(LeaseError::WrongType));
+        let out = guard(b"a{t}", None, || Ok(None)).expect("a guard");
+        assert_eq!(out.answer, Answer::Ok);
+        let c: Vec<Commit<'_>> = out.commits.iter().collect();
+        assert_eq!(
+            c,
+            [Commit {
+                effect: Effect::Guard,
+                event: Event::Guard
+            }]
+        );
+        let held = Lease::plain(b"o", 7 << 10, 1_000);
+        let out = guard(b"a{t}", Some(b"a{t}"), || {
+            Ok(Some(RecordRef::Exclusive(&held)))
+        })
+        .expect("a held lease may guard");
+        assert_eq!(out.commits.iter().count(), 1);
+        let free = Lease::free_guard(5);
+        let out = guard(b"a{t}", Some(b"a{t}"), || {
+            Ok(Some(RecordRef::Exclusive(&free)))
+        })
+        .expect("a guard again");
+        assert_eq!((out.answer, out.commits.iter().count()), (Answer::Ok, 0));
+        let holders = Holders::with(
+            HoldersMode::Shared,
+            super::super::holders::Holder {
+                owner: b"r".as_slice().into(),
+                token: 9,
+                deadline_ms: 1_000,
+                since_ms: 0,
+                label: None,
+            },
+        );
+        assert_eq!(
+            guard(b"a{t}", None, || Ok(Some(RecordRef::Holders(&holders)))),
+            Err(LeaseError::GuardHolders)
+        );
+        let out = unguard(Some(RecordRef::Exclusive(&free)));
+        assert_eq!(out.answer, Answer::Int(1));
+        assert_eq!(
+            out.commits.iter().map(|c| c.event).collect::<Vec<_>>(),
+            [Event::Unguard]
+        );
+        for record in [None, Some(RecordRef::Exclusive(&held))] {
+            let out = unguard(record);
+            assert_eq!(
+                (out.answer, out.commits.iter().count()),
+                (Answer::Int(0), 0)
+            );
+        }
+    }
 
     /// A guard's key has no expiry: one it was restored with is taken away
     /// by asking the guard again (which persists the key); none, nothing.

@@ -24,6 +24,9 @@ pub struct MapKey<'m> {
     pub keys: &'m mut HashMap<usize, Record>,
     /// Every token issued per key (each must be above the last).
     pub issued: &'m mut HashMap<usize, Vec<u64>>,
+    /// The keys that guard their hash tag, as the binding's set of guards
+    /// follows them: from what each effect's change says came or went.
+    pub guards: &'m mut Vec<usize>,
 }
 
 impl Key for MapKey<'_> {
@@ -67,6 +70,11 @@ impl Key for MapKey<'_> {
             None => Stored::Nothing,
         };
         let change = commit.effect.apply(stored);
+        match change.guard {
+            Some(true) => self.guards.push(key),
+            Some(false) => self.guards.retain(|k| *k != key),
+            None => {}
+        }
         if change.delete {
             self.keys.remove(&key);
         }
@@ -147,6 +155,7 @@ mod tests {
             key: 0,
             keys,
             issued: &mut issued,
+            guards: &mut Vec::new(),
         };
         let mut queue = SlotQueue {
             slot: slot(),

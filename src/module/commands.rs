@@ -19,8 +19,6 @@ use super::ffi::replicate::OwnerArg;
 use super::ffi::reply::{Field, Reply};
 use super::ffi::server::{decision_ms, now_ms};
 use super::{compat, early, grace, guards, settings, tokens, waiters};
-use crate::lease::error::printable;
-use crate::lease::guard::hash_tag;
 
 /// Where the commands that carry an owner id have it. The id is a
 /// credential: the entry points redact it from SLOWLOG and MONITOR once the
@@ -86,6 +84,7 @@ fn finish(
         Answer::Token(t) => Reply::Int(t as i64),
         Answer::Int(n) => Reply::Int(n),
         Answer::Null => Reply::Null,
+        Answer::Ok => Reply::Ok,
     }
 }
 
@@ -233,6 +232,7 @@ fn finish_multikey(ctx: Ctx, ws: &mut [KeyWriter], out: &multikey::Outcome<'_>) 
         Answer::Token(t) => Reply::Int(t as i64),
         Answer::Int(n) => Reply::Int(n),
         Answer::Null => Reply::Null,
+        Answer::Ok => Reply::Ok,
     }
 }
 
@@ -478,26 +478,18 @@ pub fn guard(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     }
     compat::check()?;
     let name = a.bytes(1);
-    if hash_tag(name).is_none() {
-        return Err(LeaseError::NoHashTag);
-    }
-    if let Some(other) = guards::guard_of(ctx.selected_db(), name).filter(|g| g != name) {
-        return Err(LeaseError::AlreadyGuarded {
-            tag: printable(hash_tag(name).unwrap_or_default()),
-            guard: printable(&other),
-        });
-    }
-    let mut w = KeyWriter::for_command(ctx, a.str(1), None);
-    match w.record()? {
-        Some(RecordRef::Holders(_)) => return Err(LeaseError::GuardHolders),
-        Some(RecordRef::Exclusive(l)) if l.is_guard() => return Ok(Reply::Ok),
-        _ => {}
-    }
-    w.commit(&Commit {
-        effect: Effect::Guard,
-        event: Event::Guard,
-    });
-    Ok(Reply::Ok)
+    let tag_guard = guards::guard_of(ctx.selected_db(), name);
+    // The key is opened once the name passed the core's checks.
+    let mut opened = None;
+    let out = ops::guard(name, tag_guard.as_deref(), || {
+        opened
+            .insert(KeyWriter::for_command(ctx, a.str(1), None))
+            .record()
+    })?;
+    let Some(w) = opened.as_mut() else {
+        return Err(LeaseError::Internal("LEASE.GUARD decided unread".into()));
+    };
+    Ok(finish(ctx, w, &out, None))
 }
 
 /// LEASE.UNGUARD key: 1 when the key guarded its hash tag and stops, else
@@ -511,14 +503,8 @@ pub fn unguard(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     }
     compat::check()?;
     let mut w = KeyWriter::for_command(ctx, a.str(1), None);
-    if !w.record()?.is_some_and(RecordRef::is_guard) {
-        return Ok(Reply::Int(0));
-    }
-    w.commit(&Commit {
-        effect: Effect::Unguard,
-        event: Event::Unguard,
-    });
-    Ok(Reply::Int(1))
+    let out = ops::unguard(w.record()?);
+    Ok(finish(ctx, &mut w, &out, None))
 }
 
 /// LEASE.FENCED key guard: a write the guard of its key refused (the
