@@ -27,7 +27,7 @@ use super::decide::{self, Held};
 use super::error::LeaseError;
 use super::guard::hash_tag;
 use super::mode::{HoldersMode, Mode};
-use super::ops::{self, AcquireRequest, Env, Key, Outcome, Recheck, ServeEnv, Served, Then};
+use super::ops::{self, AcquireRequest, Commits, Env, Key, Outcome, Served, Snapshot, Then};
 use super::record::{Record, RecordRef};
 use super::testkit::{Late, MapKey, SlotQueue};
 use super::waitq::WaitRegistry;
@@ -232,14 +232,23 @@ impl Core {
         }
     }
 
-    /// `waiters::serve`.
-    fn serve(&mut self, key: usize) {
-        let env = ServeEnv {
+    /// The server's state a decision reads (`waiters::snapshot`).
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
             now_ms: self.now,
             grace_ends_at: None,
-            ended_early: None,
-            prune_per_call: self.prune_per_call,
             out_of_memory: false,
+            prune_per_call: self.prune_per_call,
+        }
+    }
+
+    /// `waiters::serve`.
+    fn serve(&mut self, key: usize) {
+        let env = Env {
+            server: self.snapshot(),
+            clock: &mut self.clock,
+            waiters_ahead: false,
+            ended_early: None,
         };
         let mut k = MapKey {
             key,
@@ -252,7 +261,7 @@ impl Core {
             reg: &mut self.reg,
             late: &mut self.late,
         };
-        if let Served::RecheckAt(at) = ops::serve(&mut k, &mut q, env, &mut self.clock) {
+        if let Served::RecheckAt(at) = ops::serve(&mut k, &mut q, env) {
             self.arm(key, at);
         }
     }
@@ -268,8 +277,8 @@ impl Core {
     /// `waiters::on_recheck`: the key's timer fired.
     fn on_recheck(&mut self, key: usize) {
         match ops::recheck(self.record(key), None, self.now) {
-            Recheck::At(at) => self.arm(key, at),
-            Recheck::Serve => self.serve(key),
+            Then::RecheckAt(end) => self.arm(key, end + 1),
+            _ => self.serve(key),
         }
         self.reg.forget_if_empty(&Self::slot(key));
     }
@@ -286,7 +295,7 @@ impl Core {
     fn finish(
         &mut self,
         key: usize,
-        out: Outcome<'_>,
+        out: Outcome<Commits<'_>>,
         wait: Option<(usize, Mode, i64, i64)>,
     ) -> Answer {
         let mut k = self.map_key(key);
@@ -294,7 +303,7 @@ impl Core {
             k.commit(c);
         }
         match out.then {
-            Then::Wait { recheck_at } => {
+            Then::Wait(recheck_at) => {
                 let (owner, mode, ttl, timeout) = wait.expect("only a BLOCK waits");
                 let id = self.next_id;
                 self.next_id += 1;
@@ -337,12 +346,10 @@ impl Core {
             label: None,
         };
         let env = Env {
-            now_ms: self.now,
+            server: self.snapshot(),
             clock: &mut self.clock,
-            grace_ends_at: None,
             waiters_ahead: self.reg.len(&Self::slot(key)) > 0,
             ended_early: None,
-            prune_per_call: self.prune_per_call,
         };
         let record = self.keys.get(&key).map(|r| r.as_ref());
         match ops::acquire(record, || None, req, env) {

@@ -124,7 +124,7 @@ impl Queue<u32> for SlotQueue<'_> {
 mod tests {
     use super::*;
     use crate::lease::mode::Mode;
-    use crate::lease::ops::{self, ServeEnv};
+    use crate::lease::ops::{self, Env, Snapshot};
 
     const X: Mode = Mode::Exclusive;
 
@@ -162,14 +162,18 @@ mod tests {
             reg,
             late: &mut late,
         };
-        let env = ServeEnv {
-            now_ms: now,
-            grace_ends_at: None,
+        let env = Env {
+            server: Snapshot {
+                now_ms: now,
+                grace_ends_at: None,
+                out_of_memory,
+                prune_per_call: ops::PRUNE_PER_CALL,
+            },
+            clock,
+            waiters_ahead: false,
             ended_early: None,
-            prune_per_call: ops::PRUNE_PER_CALL,
-            out_of_memory,
         };
-        let served = ops::serve(&mut key, &mut queue, env, clock);
+        let served = ops::serve(&mut key, &mut queue, env);
         (late, served)
     }
 

@@ -7,7 +7,9 @@
 
 use crate::lease::args::{self, check_owner, parse_acquire_options, parse_ttl};
 use crate::lease::effect::{self, Announce, Effect};
-use crate::lease::ops::{self, AcquireRequest, Answer, Commit, Env, Event, Outcome, Then};
+use crate::lease::multikey::MultiOutcome;
+use crate::lease::ops::{self, AcquireRequest, Answer, Commit, Commits, Env, Event, Outcome};
+use crate::lease::ops::{Snapshot, Then};
 use crate::lease::{LeaseError, RecordRef};
 use crate::lease::{decide, multikey};
 
@@ -43,14 +45,27 @@ fn ended_early(ctx: Ctx, name: Str) -> Option<i64> {
         .flatten()
 }
 
+/// The reply an answer is.
+#[inline(always)]
+fn reply(answer: Answer) -> Reply {
+    match answer {
+        Answer::Token(t) => Reply::Int(t as i64),
+        Answer::Int(n) => Reply::Int(n),
+        Answer::Null => Reply::Null,
+        Answer::Ok => Reply::Ok,
+    }
+}
+
 /// Commits an outcome's effects, counts a refusal answered at once, does
 /// what the key's waiters need, and turns the answer into a reply.
+/// `server`: the command's snapshot (a hand-off decides on it too).
 #[inline(always)]
 fn finish(
     ctx: Ctx,
     w: &mut KeyWriter,
-    out: &Outcome<'_>,
+    out: &Outcome<Commits<'_>>,
     wait: Option<waiters::Want<'_>>,
+    server: Snapshot,
 ) -> Reply {
     for c in out.commits.iter_ref() {
         w.commit(c);
@@ -61,7 +76,7 @@ fn finish(
     let name = w.name();
     match out.then {
         Then::Nothing => {}
-        Then::Wait { recheck_at } => {
+        Then::Wait(recheck_at) => {
             if let Some(want) = wait {
                 let slot = (ctx.selected_db(), name.bytes().to_vec());
                 return waiters::block(ctx, slot, want, recheck_at);
@@ -69,23 +84,18 @@ fn finish(
         }
         Then::RecheckAt(at) => waiters::lease_ends_at(ctx, name, at),
         Then::Rearm => {
-            let (now, expire) = (decision_ms(ctx), w.expire_at());
+            let (now, expire) = (server.now_ms, w.expire_at());
             if let Ok(Some(end)) = w.held(now).map(|h| h.next_end(expire, now)) {
                 waiters::lease_ends_at(ctx, name, end);
             }
         }
         Then::Serve => {
             if let Some(slot) = waiters::slot_if_waiting(ctx, name) {
-                waiters::serve(&slot, w);
+                waiters::serve(&slot, w, server);
             }
         }
     }
-    match out.answer {
-        Answer::Token(t) => Reply::Int(t as i64),
-        Answer::Int(n) => Reply::Int(n),
-        Answer::Null => Reply::Null,
-        Answer::Ok => Reply::Ok,
-    }
+    reply(out.answer)
 }
 
 /// LEASE.ACQUIRE key owner ttl-ms [LIMIT n | SHARED] [FLOOR token] [LABEL text] [BLOCK timeout-ms]
@@ -103,14 +113,15 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     };
     let name = a.str(1);
     let mut w = KeyWriter::for_command(ctx, name, Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
-    let now = decision_ms(ctx);
+    let server = waiters::snapshot(ctx);
+    let now = server.now_ms;
     // A free lease (or a free place of a counting or shared lease) with
     // clients queued goes to the oldest of them first: a newcomer never
     // overtakes a waiter. (No waiter lookup while nobody waits anywhere.)
     let mut waiters_ahead = false;
     if let Some(slot) = waiters::slot_if_waiting(ctx, name) {
         if ops::serve_first(w.record()?, now) && waiters::waiting(&slot) > 0 {
-            waiters::serve(&slot, &mut w);
+            waiters::serve(&slot, &mut w, server);
         }
         waiters_ahead = waiters::waiting(&slot) > 0;
     }
@@ -137,12 +148,10 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             || expire,
             req,
             Env {
-                now_ms: now,
+                server,
                 clock,
-                grace_ends_at: grace::ends_at(now),
                 waiters_ahead,
                 ended_early: early,
-                prune_per_call: ops::PRUNE_PER_CALL,
             },
         )
     })?;
@@ -154,7 +163,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         floor,
         label: opts.label,
     });
-    Ok(finish(ctx, &mut w, &out, wait))
+    Ok(finish(ctx, &mut w, &out, wait, server))
 }
 
 /// The keys of a multi-key command (`numkeys` at 1, the keys after it) and
@@ -206,7 +215,12 @@ fn states_of(
 
 /// Commits a multi-key outcome's effects key by key, counts a refusal
 /// answered at once, and does what the keys' waiters need (but a wait).
-fn finish_multikey(ctx: Ctx, ws: &mut [KeyWriter], out: &multikey::Outcome<'_>) -> Reply {
+fn finish_multikey(
+    ctx: Ctx,
+    ws: &mut [KeyWriter],
+    out: &MultiOutcome<'_>,
+    server: Snapshot,
+) -> Reply {
     for (i, c) in &out.commits {
         ws[*i].commit(c);
     }
@@ -214,26 +228,21 @@ fn finish_multikey(ctx: Ctx, ws: &mut [KeyWriter], out: &multikey::Outcome<'_>) 
         STATS.count(c);
     }
     match out.then {
-        multikey::Then::Nothing | multikey::Then::Wait { .. } => {}
-        multikey::Then::RecheckAt(at) => {
+        Then::Nothing | Then::Wait(_) | Then::Rearm => {}
+        Then::RecheckAt(at) => {
             for w in ws.iter() {
                 waiters::lease_ends_at(ctx, w.name(), at);
             }
         }
-        multikey::Then::Serve => {
+        Then::Serve => {
             for w in ws.iter_mut() {
                 if let Some(slot) = waiters::slot_if_waiting(ctx, w.name()) {
-                    waiters::serve(&slot, w);
+                    waiters::serve(&slot, w, server);
                 }
             }
         }
     }
-    match out.answer {
-        Answer::Token(t) => Reply::Int(t as i64),
-        Answer::Int(n) => Reply::Int(n),
-        Answer::Null => Reply::Null,
-        Answer::Ok => Reply::Ok,
-    }
+    reply(out.answer)
 }
 
 /// LEASE.MACQUIRE numkeys key [key ...] owner ttl-ms [LABEL text] [BLOCK timeout-ms]
@@ -248,7 +257,8 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let opts = a.with_rest(at + 2, args::parse_macquire_options)?;
     let block_ms = opts.block_ms;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
-    let now = decision_ms(ctx);
+    let server = waiters::snapshot(ctx);
+    let now = server.now_ms;
     // A free key with clients queued goes to the oldest of them first (as
     // for LEASE.ACQUIRE); a key still waited for is not free.
     let mut waited = vec![false; ws.len()];
@@ -256,7 +266,7 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         for (i, w) in ws.iter_mut().enumerate() {
             if let Some(slot) = waiters::slot_if_waiting(ctx, w.name()) {
                 if ops::serve_first(w.record()?, now) && waiters::waiting(&slot) > 0 {
-                    waiters::serve(&slot, w);
+                    waiters::serve(&slot, w, server);
                 }
                 waited[i] = waiters::waiting(&slot) > 0;
             }
@@ -284,15 +294,16 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             owner,
             opts.label,
             ttl,
-            multikey::Env {
-                now_ms: now,
+            Env {
+                server,
                 clock,
-                grace_ends_at: grace::ends_at(now),
-                caller: multikey::Caller::Command { may_wait },
+                waiters_ahead: false,
+                ended_early: None,
             },
+            multikey::Caller::Command { may_wait },
         )
     })?;
-    if let (multikey::Then::Wait(rechecks), Some(timeout_ms)) = (&out.then, block_ms) {
+    if let (Then::Wait(rechecks), Some(timeout_ms)) = (&out.then, block_ms) {
         let db = ctx.selected_db();
         let slots = keys.iter().map(|k| (db, k.to_vec())).collect();
         let want = waiters::Want {
@@ -305,7 +316,7 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         };
         return Ok(waiters::block_multikey(ctx, slots, want, rechecks));
     }
-    Ok(finish_multikey(ctx, &mut ws, &out))
+    Ok(finish_multikey(ctx, &mut ws, &out, server))
 }
 
 /// LEASE.MRENEW numkeys key [key ...] owner ttl-ms
@@ -318,10 +329,10 @@ pub fn mrenew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(at))?;
     let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
-    let now = decision_ms(ctx);
-    let states = states_of(&mut ws, owner, now)?;
-    let out = multikey::renew(&states, owner, ttl, now);
-    Ok(finish_multikey(ctx, &mut ws, &out))
+    let server = waiters::snapshot(ctx);
+    let states = states_of(&mut ws, owner, server.now_ms)?;
+    let out = multikey::renew(&states, owner, ttl, server.now_ms);
+    Ok(finish_multikey(ctx, &mut ws, &out, server))
 }
 
 /// LEASE.MRELEASE numkeys key [key ...] owner
@@ -333,10 +344,10 @@ pub fn mrelease(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let (keys, at) = multikey_args(a, 1, true)?;
     let owner = check_owner(a.bytes(at))?;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
-    let now = decision_ms(ctx);
-    let states = states_of(&mut ws, owner, now)?;
-    let out = multikey::release(&states, owner, now);
-    Ok(finish_multikey(ctx, &mut ws, &out))
+    let server = waiters::snapshot(ctx);
+    let states = states_of(&mut ws, owner, server.now_ms)?;
+    let out = multikey::release(&states, owner, server.now_ms);
+    Ok(finish_multikey(ctx, &mut ws, &out, server))
 }
 
 /// Where a multi-key command has its owner (redacted from SLOWLOG and
@@ -355,14 +366,15 @@ pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(2))?;
     let ttl = parse_ttl(a.bytes(3), settings::max_ttl_ms())?;
     let mut w = KeyWriter::for_command(ctx, a.str(1), Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
+    let server = waiters::snapshot(ctx);
     let out = ops::renew(
         w.record()?,
         owner,
         ttl,
-        decision_ms(ctx),
-        ops::PRUNE_PER_CALL,
+        server.now_ms,
+        server.prune_per_call,
     );
-    Ok(finish(ctx, &mut w, &out, None))
+    Ok(finish(ctx, &mut w, &out, None, server))
 }
 
 /// LEASE.RELEASE key owner
@@ -380,8 +392,9 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     }
     compat::check()?;
     let mut w = KeyWriter::for_command(ctx, a.str(1), Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
-    let out = ops::release(w.record()?, owner, decision_ms(ctx), ops::PRUNE_PER_CALL);
-    Ok(finish(ctx, &mut w, &out, None))
+    let server = waiters::snapshot(ctx);
+    let out = ops::release(w.record()?, owner, server.now_ms, server.prune_per_call);
+    Ok(finish(ctx, &mut w, &out, None, server))
 }
 
 /// LEASE.FENCE key token [MINTTL ms] [command [arg ...]]
@@ -489,7 +502,7 @@ pub fn guard(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let Some(w) = opened.as_mut() else {
         return Err(LeaseError::Internal("LEASE.GUARD decided unread".into()));
     };
-    Ok(finish(ctx, w, &out, None))
+    Ok(finish(ctx, w, &out, None, waiters::snapshot(ctx)))
 }
 
 /// LEASE.UNGUARD key: 1 when the key guarded its hash tag and stops, else
@@ -504,7 +517,7 @@ pub fn unguard(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     compat::check()?;
     let mut w = KeyWriter::for_command(ctx, a.str(1), None);
     let out = ops::unguard(w.record()?);
-    Ok(finish(ctx, &mut w, &out, None))
+    Ok(finish(ctx, &mut w, &out, None, waiters::snapshot(ctx)))
 }
 
 /// LEASE.FENCED key guard: a write the guard of its key refused (the

@@ -166,18 +166,6 @@ impl KeyWriter {
         self.name
     }
 
-    /// The time a decision on this key uses (`server::decision_ms`: one
-    /// time for a whole transaction or script).
-    pub fn now_ms(&self) -> i64 {
-        server::decision_ms(self.ctx)
-    }
-
-    /// Is the server out of memory now? A new lease, a hand-off to a waiter
-    /// included, waits for memory like a client's `deny-oom` acquire.
-    pub fn out_of_memory(&self) -> bool {
-        self.ctx.out_of_memory()
-    }
-
     /// The stored record (live or not), `None` when empty, or WRONGTYPE.
     #[inline]
     pub fn record(&mut self) -> Result<Option<RecordRef<'_>>, LeaseError> {
