@@ -456,3 +456,31 @@ fn internals_md_names_every_test_file() {
         "docs/internals.md does not name {missing:?}"
     );
 }
+
+/// The sections of design.md the pages say it has ("S0 to Sn"): its last
+/// `## Sn.` heading.
+#[test]
+fn the_readmes_name_design_mds_sections_as_they_are() {
+    let design = doc_page("docs/design.md");
+    let last = design
+        .lines()
+        .filter_map(|l| l.strip_prefix("## S"))
+        .filter_map(|l| l.split('.').next()?.parse::<u32>().ok())
+        .max()
+        .expect("design.md has S sections");
+    for rel in ["README.md", "docs/README.md"] {
+        let page = doc_page(rel);
+        let at = page
+            .find("S0 to S")
+            .unwrap_or_else(|| panic!("{rel}: no \"S0 to S\""));
+        let named: String = page[at + 7..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        assert_eq!(
+            named,
+            last.to_string(),
+            "{rel}: S0 to S{named}, design.md ends at S{last}"
+        );
+    }
+}
