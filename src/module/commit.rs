@@ -194,21 +194,37 @@ impl KeyWriter {
         }
         let change = c.effect.apply(self.key.stored());
         let (changed, guard) = (change.changed, change.guard);
-        // A record replaced while it still stores ended holders: they count
-        // as expired (the key is free, so all of them have ended).
-        if !replayed
-            && change.store.is_some()
-            && let Stored::Record(RecordMut::Holders(m)) = self.key.stored()
-        {
-            STATS.expired.add(m.len() as u64);
-            distribution::ended(RecordRef::Holders(m), &mut counters::record);
+        if !replayed && change.store.is_some() {
+            self.count_replaced_holders();
         }
         // A client's release deletes the key quietly (it serves the
         // waiters itself), and so does a guard that goes (its set follows
-        // here): LEASE.RELEASE and LEASE.UNGUARD are their own effects.
+        // below): LEASE.RELEASE and LEASE.UNGUARD are their own effects.
         let release = matches!(c.effect, Effect::Release { .. });
-        let quiet = guard == Some(false) || (release && !replayed);
-        self.key.carry_out(change, quiet);
+        self.key
+            .carry_out(change, guard == Some(false) || (release && !replayed));
+        self.follow(guard, changed, c.event);
+        self.replicate_effect(c, release);
+        self.count(c.event);
+        changed
+    }
+
+    /// A record replaced while it still stores ended holders: they count
+    /// as expired (the key is free, so all of them have ended).
+    #[inline(always)]
+    fn count_replaced_holders(&mut self) {
+        if let Stored::Record(RecordMut::Holders(m)) = self.key.stored() {
+            STATS.expired.add(m.len() as u64);
+            distribution::ended(RecordRef::Holders(m), &mut counters::record);
+        }
+    }
+
+    /// What follows a change: the guards' set follows a guard that came or
+    /// went (the change says which), the key is signalled when it changed,
+    /// and a batch of ended holders that left more behind starts the drain
+    /// (a timer takes them out, a batch at a time).
+    #[inline(always)]
+    fn follow(&self, guard: Option<bool>, changed: bool, event: Event) {
         let db = self.ctx.selected_db();
         match guard {
             Some(true) => guards::added(db, self.name.bytes()),
@@ -218,11 +234,16 @@ impl KeyWriter {
         if changed {
             replicate::signal(self.ctx, self.name);
         }
-        // A batch of ended holders left and more have ended: a timer takes
-        // them out, a batch at a time (the decision said so).
-        if let Event::Expire { drain: true, .. } = c.event {
+        if let Event::Expire { drain: true, .. } = event {
             timers::start_drain(db, self.name.bytes(), DRAIN_EVERY_MS);
         }
+    }
+
+    /// Replicates an effect: from the master or the AOF verbatim (its token
+    /// raising this node's clock); a client's one-key `LEASE.RELEASE` as
+    /// the command itself, without a copy; the rest as its effect command.
+    #[inline(always)]
+    fn replicate_effect(&self, c: &Commit<'_>, release: bool) {
         match self.origin {
             Origin::Effect => {
                 if let Some(token) = c.effect.token() {
@@ -230,16 +251,12 @@ impl KeyWriter {
                 }
                 replicate::replicate_verbatim(self.ctx);
             }
-            // A one-key LEASE.RELEASE is replicated as the command itself,
-            // without a copy.
             Origin::Command { one_key: true, .. } if release => {
                 replicate::replicate_verbatim(self.ctx)
             }
             Origin::Command { owner_arg, .. } => self.replicate(&c.effect, owner_arg),
             Origin::Module => self.replicate(&c.effect, None),
         }
-        self.count(c.event);
-        changed
     }
 
     /// The distributions of `INFO lease` see a holding renewed or ending.
