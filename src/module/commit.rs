@@ -225,16 +225,16 @@ impl KeyWriter {
     /// (a timer takes them out, a batch at a time).
     #[inline(always)]
     fn follow(&self, guard: Option<bool>, changed: bool, event: Event) {
-        let db = self.ctx.selected_db();
         match guard {
-            Some(true) => guards::added(db, self.name.bytes()),
-            Some(false) => _ = guards::removed(db, self.name.bytes()),
+            Some(true) => guards::added(self.ctx.selected_db(), self.name.bytes()),
+            Some(false) => _ = guards::removed(self.ctx.selected_db(), self.name.bytes()),
             None => {}
         }
         if changed {
             replicate::signal(self.ctx, self.name);
         }
         if let Event::Expire { drain: true, .. } = event {
+            let db = self.ctx.selected_db();
             timers::start_drain(db, self.name.bytes(), DRAIN_EVERY_MS);
         }
     }
