@@ -58,14 +58,16 @@ fn reply(answer: Answer) -> Reply {
 
 /// Commits an outcome's effects, counts a refusal answered at once, does
 /// what the key's waiters need, and turns the answer into a reply.
-/// `server`: the command's snapshot (a hand-off decides on it too).
+/// `server`: the command's snapshot (a hand-off decides on it too), built
+/// only when something follows that reads it (not on the hot path of a
+/// renewal or a release that nobody waits for).
 #[inline(always)]
 fn finish(
     ctx: Ctx,
     w: &mut KeyWriter,
     out: &Outcome<Commits<'_>>,
     wait: Option<waiters::Want<'_>>,
-    server: Snapshot,
+    server: impl FnOnce() -> Snapshot,
 ) -> Reply {
     for c in out.commits.iter_ref() {
         w.commit(c);
@@ -84,14 +86,14 @@ fn finish(
         }
         Then::RecheckAt(at) => waiters::lease_ends_at(ctx, name, at),
         Then::Rearm => {
-            let (now, expire) = (server.now_ms, w.expire_at());
+            let (now, expire) = (server().now_ms, w.expire_at());
             if let Ok(Some(end)) = w.held(now).map(|h| h.next_end(expire, now)) {
                 waiters::lease_ends_at(ctx, name, end);
             }
         }
         Then::Serve => {
             if let Some(slot) = waiters::slot_if_waiting(ctx, name) {
-                waiters::serve(&slot, w, server);
+                waiters::serve(&slot, w, server());
             }
         }
     }
@@ -163,7 +165,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         floor,
         label: opts.label,
     });
-    Ok(finish(ctx, &mut w, &out, wait, server))
+    Ok(finish(ctx, &mut w, &out, wait, || server))
 }
 
 /// The keys of a multi-key command (`numkeys` at 1, the keys after it) and
@@ -366,15 +368,14 @@ pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(2))?;
     let ttl = parse_ttl(a.bytes(3), settings::max_ttl_ms())?;
     let mut w = KeyWriter::for_command(ctx, a.str(1), Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
-    let server = waiters::snapshot(ctx);
     let out = ops::renew(
         w.record()?,
         owner,
         ttl,
-        server.now_ms,
-        server.prune_per_call,
+        decision_ms(ctx),
+        ops::PRUNE_PER_CALL,
     );
-    Ok(finish(ctx, &mut w, &out, None, server))
+    Ok(finish(ctx, &mut w, &out, None, || waiters::snapshot(ctx)))
 }
 
 /// LEASE.RELEASE key owner
@@ -392,9 +393,8 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     }
     compat::check()?;
     let mut w = KeyWriter::for_command(ctx, a.str(1), Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
-    let server = waiters::snapshot(ctx);
-    let out = ops::release(w.record()?, owner, server.now_ms, server.prune_per_call);
-    Ok(finish(ctx, &mut w, &out, None, server))
+    let out = ops::release(w.record()?, owner, decision_ms(ctx), ops::PRUNE_PER_CALL);
+    Ok(finish(ctx, &mut w, &out, None, || waiters::snapshot(ctx)))
 }
 
 /// LEASE.FENCE key token [MINTTL ms] [command [arg ...]]
@@ -502,7 +502,7 @@ pub fn guard(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let Some(w) = opened.as_mut() else {
         return Err(LeaseError::Internal("LEASE.GUARD decided unread".into()));
     };
-    Ok(finish(ctx, w, &out, None, waiters::snapshot(ctx)))
+    Ok(finish(ctx, w, &out, None, || waiters::snapshot(ctx)))
 }
 
 /// LEASE.UNGUARD key: 1 when the key guarded its hash tag and stops, else
@@ -517,7 +517,7 @@ pub fn unguard(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     compat::check()?;
     let mut w = KeyWriter::for_command(ctx, a.str(1), None);
     let out = ops::unguard(w.record()?);
-    Ok(finish(ctx, &mut w, &out, None, waiters::snapshot(ctx)))
+    Ok(finish(ctx, &mut w, &out, None, || waiters::snapshot(ctx)))
 }
 
 /// LEASE.FENCED key guard: a write the guard of its key refused (the
