@@ -1,40 +1,21 @@
-//! The docs and the server say the same about each command: the syntax
-//! line, summary, version, complexity, ACL categories and history of every
-//! page under docs/commands/ (and the syntax of every internal command in
-//! docs/internals.md) are what `COMMAND DOCS` and `COMMAND INFO` answer on
-//! a server with the module loaded. The command table in
-//! src/module/ffi/register.rs is the one source; a change there that the
-//! docs do not follow fails here. Likewise every `lease.*` config of a
-//! server is a row of docs/configuration.md, with its default and bounds.
+//! The docs and the server say the same about each command: the commands
+//! are the server's (`COMMAND LIST` of `lease.*` on a server with the
+//! module loaded), the pages are what docs/commands/ holds, and each
+//! command has its page (a public command: docs/commands/<name>.md, in the
+//! index docs/commands/README.md) or its section (an internal command:
+//! docs/internals.md), and each page its command. The syntax line,
+//! summary, version, complexity, ACL categories and history of every page
+//! (and the syntax of every internal command) are what `COMMAND DOCS` and
+//! `COMMAND INFO` answer. The command table in src/module/entry/table.rs
+//! is the one source; a change there that the docs do not follow fails
+//! here. Likewise every `lease.*` config of a server is a row of
+//! docs/configuration.md, with its default and bounds.
 //! And the checkable claims about the files of deploy/ (bind, protected
 //! mode, passwords, `dir`) and about `LEASE.GATE` in `INFO commandstats`.
 mod common;
 use common::*;
 
 use std::path::PathBuf;
-
-const PUBLIC: [&str; 10] = [
-    "LEASE.ACQUIRE",
-    "LEASE.RENEW",
-    "LEASE.RELEASE",
-    "LEASE.FENCE",
-    "LEASE.INFO",
-    "LEASE.MACQUIRE",
-    "LEASE.MRENEW",
-    "LEASE.MRELEASE",
-    "LEASE.GUARD",
-    "LEASE.UNGUARD",
-];
-const INTERNAL: [&str; 8] = [
-    "LEASE.APPLY",
-    "LEASE.HOLD",
-    "LEASE.DROP",
-    "LEASE.PRUNE",
-    "LEASE.VERSION",
-    "LEASE.CLOCK",
-    "LEASE.GATE",
-    "LEASE.FENCED",
-];
 
 fn doc_page(rel: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel);
@@ -157,11 +138,101 @@ fn history(page: &str) -> Vec<String> {
         .collect()
 }
 
+/// The module's commands on a server, upper case, sorted.
+fn server_commands(c: &mut redis::Connection) -> Vec<String> {
+    let v = ok(c, &["COMMAND", "LIST", "FILTERBY", "PATTERN", "lease.*"]);
+    let mut names: Vec<String> = list(&v).iter().map(|n| text_of(n).to_uppercase()).collect();
+    names.sort();
+    names
+}
+
+/// The command pages on disk (docs/commands/*.md but the index), as
+/// command names, sorted.
+fn command_pages() -> Vec<String> {
+    let dir = repo_file("docs/commands");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("docs/commands/")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|f| f.ends_with(".md") && f != "README.md")
+        .map(|f| f.trim_end_matches(".md").to_uppercase())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The internal commands docs/commands/README.md names (its one line of
+/// them, as `LEASE.X` in backquotes).
+fn internal_in_index(index: &str) -> Vec<String> {
+    let at = index
+        .find("internal commands")
+        .expect("docs/commands/README.md names the internal commands");
+    let para = &index[at..index[at..].find("\n\n").map_or(index.len(), |e| at + e)];
+    let mut names: Vec<String> = para
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| w.starts_with("LEASE."))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names
+}
+
+/// Every command of the server has its page (public) or its section of
+/// docs/internals.md (internal), never both, and every page its command;
+/// the index lists every page, and names every internal command.
+fn commands_and_pages(c: &mut redis::Connection) -> (Vec<String>, Vec<String>) {
+    let commands = server_commands(c);
+    assert!(commands.len() >= 10, "COMMAND LIST: {commands:?}");
+    let pages = command_pages();
+    let internals = doc_page("docs/internals.md");
+    let index = doc_page("docs/commands/README.md");
+    let (public, internal): (Vec<String>, Vec<String>) =
+        commands.iter().cloned().partition(|n| pages.contains(n));
+    for name in &pages {
+        assert!(
+            commands.contains(name),
+            "docs/commands/{}.md: no such command on the server",
+            name.to_lowercase()
+        );
+    }
+    for name in &internal {
+        assert!(
+            internals.contains(&format!("\n### {name}\n")),
+            "{name}: no page docs/commands/{}.md, nor a section in docs/internals.md",
+            name.to_lowercase()
+        );
+    }
+    for name in &public {
+        assert!(
+            !internals.contains(&format!("\n### {name}\n")),
+            "{name}: a page and an internal section"
+        );
+        assert!(
+            index.contains(&format!("[{name}]({}.md)", name.to_lowercase())),
+            "docs/commands/README.md does not index {name}"
+        );
+    }
+    assert_eq!(
+        internal_in_index(&index),
+        internal,
+        "docs/commands/README.md: the internal commands"
+    );
+    (public, internal)
+}
+
 full_suite! {
     fn every_command_page_says_what_command_docs_says(kind) {
         let s = Server::start(kind);
         let mut c = s.conn();
-        for name in PUBLIC {
+        let (public, internal) = commands_and_pages(&mut c);
+        for name in &public {
+            let name = name.as_str();
             let rel = format!("docs/commands/{}.md", name.to_lowercase());
             let page = doc_page(&rel);
             let docs = command_docs(&mut c, name);
@@ -188,7 +259,8 @@ full_suite! {
         }
         // The internal commands, on the internals page.
         let internals = doc_page("docs/internals.md");
-        for name in INTERNAL {
+        for name in &internal {
+            let name = name.as_str();
             let docs = command_docs(&mut c, name);
             let heading = format!("### {name}\n");
             let at = internals
@@ -383,4 +455,32 @@ fn internals_md_names_every_test_file() {
         missing.is_empty(),
         "docs/internals.md does not name {missing:?}"
     );
+}
+
+/// The sections of design.md the pages say it has ("S0 to Sn"): its last
+/// `## Sn.` heading.
+#[test]
+fn the_readmes_name_design_mds_sections_as_they_are() {
+    let design = doc_page("docs/design.md");
+    let last = design
+        .lines()
+        .filter_map(|l| l.strip_prefix("## S"))
+        .filter_map(|l| l.split('.').next()?.parse::<u32>().ok())
+        .max()
+        .expect("design.md has S sections");
+    for rel in ["README.md", "docs/README.md"] {
+        let page = doc_page(rel);
+        let at = page
+            .find("S0 to S")
+            .unwrap_or_else(|| panic!("{rel}: no \"S0 to S\""));
+        let named: String = page[at + 7..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        assert_eq!(
+            named,
+            last.to_string(),
+            "{rel}: S0 to S{named}, design.md ends at S{last}"
+        );
+    }
 }

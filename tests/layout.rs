@@ -497,3 +497,208 @@ fn no_binding_file_imports_from_a_layer_above_its_own() {
         up.join("\n")
     );
 }
+
+// ---------------------------------------------------------------------------
+// One word per concept (docs/internals.md, "Code layout": the word table).
+
+/// The rows of the word table: (concept, the code's names, the words the
+/// code never uses), each name as written between backquotes.
+fn word_table() -> Vec<(String, Vec<String>, Vec<String>)> {
+    let page = fs::read_to_string(root().join("docs/internals.md")).expect("docs/internals.md");
+    let at = page
+        .find("| concept | in the docs | in the code and tests | never in the code |")
+        .expect("docs/internals.md has the word table, with its four columns");
+    let quoted = |cell: &str| -> Vec<String> {
+        cell.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    };
+    page[at..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").collect();
+            assert_eq!(cells.len(), 4, "a row of four cells: {l}");
+            (
+                cells[0].trim_start_matches("| ").to_string(),
+                quoted(cells[2]),
+                quoted(cells[3].trim_end_matches(" |")),
+            )
+        })
+        .collect()
+}
+
+/// The code of `src/` (comments and strings aside), file by file, and the
+/// text of the tests and the clients' sources (a helper's names).
+fn code_and_text() -> (Vec<(String, String)>, String) {
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    let code = files
+        .iter()
+        .map(|f| {
+            let rel = f
+                .strip_prefix(root())
+                .expect("in the crate")
+                .to_string_lossy()
+                .to_string();
+            (rel, code_only(&fs::read_to_string(f).expect("readable")))
+        })
+        .collect();
+    let mut text = String::new();
+    let mut more = Vec::new();
+    for dir in [
+        "tests",
+        "clients/rust/src",
+        "clients/python/src",
+        "clients/node/src",
+    ] {
+        collect(&root().join(dir), &mut more);
+    }
+    for f in more {
+        if let Ok(t) = fs::read_to_string(&f) {
+            text.push_str(&t);
+            text.push('\n');
+        }
+    }
+    (code, text)
+}
+
+/// Every source file under `dir` (Rust, Python, TypeScript).
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            if !path.ends_with("node_modules") && !path.ends_with("__pycache__") {
+                collect(&path, out);
+            }
+        } else if path
+            .extension()
+            .is_some_and(|e| e == "rs" || e == "py" || e == "ts")
+        {
+            out.push(path);
+        }
+    }
+}
+
+/// Does the code name `name` (`a::b::C`: its last segment as a word, and a
+/// module path as its file; `tests/x*.rs`: a test file)?
+fn named(name: &str, code: &[(String, String)], text: &str) -> bool {
+    if let Some(pattern) = name.strip_prefix("tests/") {
+        let (head, tail) = pattern
+            .split_once('*')
+            .unwrap_or((pattern.trim_end_matches(".rs"), ".rs"));
+        let head = head.trim_end_matches(".rs");
+        return fs::read_dir(root().join("tests"))
+            .expect("tests/")
+            .filter_map(|e| e.ok())
+            .any(|e| {
+                let f = e.file_name().to_string_lossy().to_string();
+                f.starts_with(head) && f.ends_with(tail)
+            });
+    }
+    let segs: Vec<&str> = name.split("::").collect();
+    if segs.len() == 2 && ["lease", "module"].contains(&segs[0]) {
+        let file = root()
+            .join("src")
+            .join(segs[0])
+            .join(format!("{}.rs", segs[1]));
+        if file.exists() {
+            return true;
+        }
+    }
+    let last = segs.last().copied().unwrap_or(name);
+    code.iter().any(|(_, c)| find_word(c, last).is_some()) || find_word(text, last).is_some()
+}
+
+#[test]
+fn the_code_uses_the_word_tables_names_and_never_its_synonyms() {
+    let table = word_table();
+    assert!(
+        table.len() >= 5,
+        "read {} rows of the word table",
+        table.len()
+    );
+    let (code, text) = code_and_text();
+    let mut wrong = Vec::new();
+    for (concept, names, never) in &table {
+        for name in names {
+            // A name the row gives for the command itself (`MULTI`) or a
+            // fragment (`Unguard` of `Effect::Guard`/`Unguard`) is a word too.
+            if !named(name, &code, &text) {
+                wrong.push(format!("{concept}: `{name}` is named nowhere in the code"));
+            }
+        }
+        for word in never {
+            for (rel, c) in &code {
+                if find_word(c, word).is_some() {
+                    wrong.push(format!("{concept}: {rel} says `{word}`"));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the word table (docs/internals.md):\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// The pure core defines each of its types once (round 4 of issue 44: it
+/// had two `Outcome`, `Then`, `Env`, `Recheck` and `Decision`): one word,
+/// one thing. Its tests' own reference model is left aside.
+#[test]
+fn the_core_defines_each_type_once() {
+    let mut files = Vec::new();
+    rust_files(&root().join("src/lease"), &mut files);
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for f in files {
+        let rel = f
+            .strip_prefix(root())
+            .expect("in the crate")
+            .to_string_lossy()
+            .to_string();
+        if rel.ends_with("/model.rs") || rel.ends_with("/testkit.rs") {
+            continue;
+        }
+        let src = fs::read_to_string(&f).expect("readable");
+        // The code before its unit tests.
+        let src = src.split("#[cfg(test)]\nmod tests").next().unwrap_or(&src);
+        let code = code_only(src);
+        for line in code.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if let Some(i) = words
+                .iter()
+                .position(|w| ["struct", "enum", "type", "trait"].contains(w))
+                && i > 0
+                && words[i - 1].starts_with("pub")
+                && let Some(name) = words.get(i + 1)
+            {
+                let name: String = name
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                seen.entry(name).or_default().push(rel.clone());
+            }
+        }
+    }
+    assert!(seen.len() > 40, "read {} types of the core", seen.len());
+    for word in ["Outcome", "Then", "Env", "Recheck", "Decision", "Snapshot"] {
+        assert!(seen.contains_key(word), "the core defines no `{word}`");
+    }
+    let twice: Vec<String> = seen
+        .iter()
+        .filter(|(_, at)| at.len() > 1)
+        .map(|(name, at)| format!("{name}: {}", at.join(", ")))
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "types the core defines more than once:\n{}",
+        twice.join("\n")
+    );
+}

@@ -1,6 +1,7 @@
 //! Replicas receive effects (exact token, absolute expiry) and answer like
 //! their master; tokens keep increasing across promotion, also when the
-//! promoted replica missed the last writes (design.md S2, S3).
+//! promoted replica missed the last writes (design.md S2, S3). A replica's
+//! records digest as its master's, guards included (design.md S12).
 mod common;
 use common::*;
 
@@ -120,5 +121,44 @@ every_server! {
             }
         }
         assert!(acquire(&mut r, "fresh", "new", "60000") > last);
+    }
+}
+
+/// `DEBUG DIGEST-VALUE key`: changes with any byte the codec writes of the
+/// record (the guard flag among them).
+fn digest(c: &mut redis::Connection, key: &str) -> Value {
+    ok(c, &["DEBUG", "DIGEST-VALUE", key])
+}
+
+full_suite! {
+    fn a_replica_digests_its_masters_guards(kind) {
+        let master = Server::start(kind);
+        let mut m = master.conn();
+        // A held guard before the replica's full sync (the RDB path)...
+        ok(&mut m, &["LEASE.GUARD", "g:{a}"]);
+        acquire(&mut m, "g:{a}", "w", "60000");
+        let replica = replica_of(kind, &master);
+        let mut r = replica.conn();
+        // ...then guards as effects: a held lease that starts guarding, a
+        // guard then held, a free one, and a plain lease beside them.
+        acquire(&mut m, "g:{b}", "w", "60000");
+        ok(&mut m, &["LEASE.GUARD", "g:{b}"]);
+        ok(&mut m, &["LEASE.GUARD", "g:{d}"]);
+        acquire(&mut m, "g:{d}", "w", "60000");
+        ok(&mut m, &["LEASE.GUARD", "f:{c}"]);
+        acquire(&mut m, "plain", "w", "60000");
+        sync(&mut m, 1);
+        let keys = ["g:{a}", "g:{b}", "g:{d}", "f:{c}", "plain"];
+        for key in keys {
+            assert_eq!(digest(&mut r, key), digest(&mut m, key), "{kind:?}: {key}");
+        }
+        assert_eq!(ok(&mut r, &["DEBUG", "DIGEST"]), ok(&mut m, &["DEBUG", "DIGEST"]), "{kind:?}");
+        // The guard flag is part of the digest: the same holding unguarded
+        // digests apart.
+        let guarded = digest(&mut m, "g:{b}");
+        assert_eq!(int(&ok(&mut m, &["LEASE.UNGUARD", "g:{b}"])), 1);
+        assert_ne!(digest(&mut m, "g:{b}"), guarded, "{kind:?}: the flag in the digest");
+        sync(&mut m, 1);
+        assert_eq!(digest(&mut r, "g:{b}"), digest(&mut m, "g:{b}"), "{kind:?}: unguarded");
     }
 }

@@ -175,6 +175,11 @@ pub struct Change {
     pub persist: bool,
     /// Did the key change (to signal it as modified)?
     pub changed: bool,
+    /// A guard came (`Some(true)`: the key guards its hash tag from now
+    /// on) or went (`Some(false)`): the binding's set of guards follows
+    /// (design.md S12). A guard key that leaves the keyspace otherwise (a
+    /// `DEL`) is seen by the type's unlink callback instead.
+    pub guard: Option<bool>,
 }
 
 /// What a key holds, for an effect to apply to.
@@ -390,7 +395,12 @@ impl<'a> Effect<'a> {
         {
             match &mut change.store {
                 Some(Record::Exclusive(l)) => l.set_guard(true),
-                Some(Record::Holders(_)) => return change,
+                // A holders record in its place (never sent by a master:
+                // it refuses to guard one) ends the guard.
+                Some(Record::Holders(_)) => {
+                    change.guard = Some(false);
+                    return change;
+                }
                 None if change.delete && !matches!(self, Effect::Delete) => {
                     change.delete = false;
                     change.store = Some(Record::Exclusive(Lease::free_guard(last)));
@@ -552,11 +562,13 @@ impl<'a> Effect<'a> {
                     change.store = Some(Record::Exclusive(Lease::free_guard(0)));
                     change.persist = true;
                     change.changed = true;
+                    change.guard = Some(true);
                 }
                 Stored::Record(RecordMut::Exclusive(l)) if !l.is_guard() => {
                     l.set_guard(true);
                     change.persist = true;
                     change.changed = true;
+                    change.guard = Some(true);
                 }
                 // A guard already, or a holders record (the master refuses
                 // to guard one, so no effect asks it).
@@ -573,6 +585,7 @@ impl<'a> Effect<'a> {
                         change.expire_at = Some(l.deadline_ms);
                     }
                     change.changed = true;
+                    change.guard = Some(false);
                 }
             }
         }
@@ -1125,14 +1138,17 @@ mod tests {
         // GUARD of nothing: a free guard; of a lease: the same holding.
         let c = Effect::Guard.apply(Stored::Nothing);
         assert!(c.persist && c.changed && c.expire_at.is_none());
+        assert_eq!(c.guard, Some(true), "a guard came");
         let free = stored_lease(c);
         assert!(free.is_guard() && free.is_free() && free.token == 0);
         let mut l = Lease::plain(b"a", 7 << 10, NOW + 100);
         let c = Effect::Guard.apply(Stored::Record(RecordMut::Exclusive(&mut l)));
         assert!(c.persist && c.changed && c.store.is_none() && l.is_guard() && l.owner() == b"a");
+        assert_eq!(c.guard, Some(true), "a guard came");
         // GUARD of a guard changes nothing but takes any expiry away.
         let c = Effect::Guard.apply(Stored::Record(RecordMut::Exclusive(&mut l)));
         assert!(c.persist && !c.changed && c.store.is_none() && !c.delete && l.is_guard());
+        assert_eq!(c.guard, None, "no guard came or went");
         // A new holding of a free guard is guarded, without an expiry.
         let mut free = Lease::free_guard(5);
         let apply = Effect::Apply {
@@ -1164,6 +1180,7 @@ mod tests {
             let mut l = held_guard(9 << 10);
             let c = effect.apply(Stored::Record(RecordMut::Exclusive(&mut l)));
             assert!(!c.delete, "{effect:?}");
+            assert_eq!(c.guard, None, "{effect:?}: the guard stays");
             let free = stored_lease(c);
             assert!(
                 free.is_guard() && free.is_free() && free.token == 9 << 10,
@@ -1181,13 +1198,15 @@ mod tests {
         let mut free = Lease::free_guard(5);
         let c = Effect::Unguard.apply(Stored::Record(RecordMut::Exclusive(&mut free)));
         assert!(c.delete && c.changed);
+        assert_eq!(c.guard, Some(false), "a guard went");
         let mut l = held_guard(9 << 10);
         let c = Effect::Unguard.apply(Stored::Record(RecordMut::Exclusive(&mut l)));
         assert!(!c.delete && c.changed && !l.is_guard());
+        assert_eq!(c.guard, Some(false), "a guard went");
         assert_eq!(c.expire_at, Some(NOW + 100));
         let mut plain = Lease::plain(b"a", 7 << 10, NOW + 100);
         let c = Effect::Unguard.apply(Stored::Record(RecordMut::Exclusive(&mut plain)));
-        assert!(!c.changed, "not a guard: nothing");
+        assert!(!c.changed && c.guard.is_none(), "not a guard: nothing");
         assert!(!Effect::Unguard.apply(Stored::Nothing).changed);
     }
 

@@ -2,13 +2,18 @@
 //! is unit-tested on its own; `crate::module` binds it to the server.
 //!
 //! Dependencies run one way, from the leaves up (no file imports one above
-//! it): `limits`, `mode`, `codec` -> `error` -> `args`, `clock` -> the
-//! records (`exclusive`, `holders`, then `record`) -> `effect` (the
-//! replication language) and `decide` -> `waitq` -> `ops` (what each
-//! command does, as values) -> `multikey` (the multi-key commands);
-//! beside them `config`, `grace`, `versions`, `fence`, `cluster`, `keyspec`
+//! it): `limits`, `mode`, `codec` -> `error` -> `args`, `clock`, `guard`
+//! (guarded keys, design.md S12: the hash tag, the guards by database and
+//! tag, the decision on a command) -> the records (`exclusive`, `holders`,
+//! then `record`) -> `effect` (the replication language) and `decide` ->
+//! `waitq` -> `ops` (what each command does, as values, and the words
+//! every decision answers in: `Outcome`, `Then`, `Recheck`, `Snapshot`,
+//! `Env`) -> `multikey` (the multi-key commands, in `ops`' words); beside
+//! them `config`, `grace`, `versions`, `fence`, `cluster`, `keyspec`
 //! (which arguments a command writes, for guarded keys), and the
 //! counters and distributions of `INFO lease` (`stats`, `distribution`).
+//! In tests only: `model` (the randomized model test) and `testkit` (what
+//! drives `ops` there).
 
 pub mod args;
 pub mod clock;

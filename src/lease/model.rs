@@ -1,11 +1,14 @@
 //! A randomized model test of the pure core. Random sequences of acquire
 //! (exclusive, `LIMIT 2`, `LIMIT 3` and `SHARED`, with and without BLOCK),
-//! renew, release, fence, info and the passing of time (expiries,
-//! hand-offs, BLOCK timeouts) run against two things:
+//! renew, release, fence, info, guard and unguard (design.md S12) and the
+//! passing of time (expiries, hand-offs, BLOCK timeouts) run against two
+//! things:
 //!
 //! - the core as the module drives it: the decisions of `ops` (acquire,
-//!   renew, release, the hand-off `ops::serve`), their effects applied
-//!   with `Effect::apply`, `WaitRegistry` for the waiters and BLOCK
+//!   renew, release, guard, unguard, the hand-off `ops::serve`), their
+//!   effects applied
+//!   with `Effect::apply` (the guards' set following what each change
+//!   says came or went), `WaitRegistry` for the waiters and BLOCK
 //!   timeouts, `TokenClock` for the tokens, and
 
 //! - a plain reference model written here from the contract (design.md S1, S2,
@@ -22,8 +25,9 @@ use rand::{RngExt, SeedableRng};
 use super::clock::TokenClock;
 use super::decide::{self, Held};
 use super::error::LeaseError;
+use super::guard::hash_tag;
 use super::mode::{HoldersMode, Mode};
-use super::ops::{self, AcquireRequest, Env, Key, Outcome, Recheck, ServeEnv, Served, Then};
+use super::ops::{self, AcquireRequest, Commits, Env, Key, Outcome, Served, Snapshot, Then};
 use super::record::{Record, RecordRef};
 use super::testkit::{Late, MapKey, SlotQueue};
 use super::waitq::WaitRegistry;
@@ -34,6 +38,9 @@ const KEYS: usize = 4;
 /// decisions run, so that a full `LIMIT` record makes room for a newcomer).
 const PRUNE_BATCHES: [usize; 3] = [0, 1, ops::PRUNE_PER_CALL];
 const OWNERS: [&[u8]; 5] = [b"o1", b"o2", b"o3", b"o4", b"o5"];
+/// The keys' names, for guards: keys 0 and 2 share a hash tag (one guard
+/// between them), key 1 (mostly `LIMIT 3`) has none, key 3 its own.
+const NAMES: [&[u8]; KEYS] = [b"a{t}", b"b", b"c{t}", b"{u}d"];
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -65,6 +72,14 @@ enum Op {
     Info {
         key: usize,
     },
+    /// `LEASE.GUARD` of the key.
+    Guard {
+        key: usize,
+    },
+    /// `LEASE.UNGUARD` of the key.
+    Unguard {
+        key: usize,
+    },
     /// Time passes, one millisecond at a time.
     Advance {
         ms: i64,
@@ -91,7 +106,9 @@ enum Answer {
     /// `Some(Ok(shared))` when the token is valid, `Some(Err(left))` when
     /// it is but has less than `MINTTL` left, `None` when it is stale.
     Fence(Option<Result<bool, i64>>),
-    Info(Option<InfoAnswer>),
+    /// LEASE.INFO's holding (if held), and its `guard` field.
+    Info(Option<InfoAnswer>, bool),
+    Ok,
     None,
 }
 
@@ -143,6 +160,8 @@ fn random_op(rng: &mut StdRng) -> Op {
             },
         },
         75..=81 => Op::Info { key },
+        82..=85 => Op::Guard { key },
+        86..=87 => Op::Unguard { key },
         _ => Op::Advance {
             ms: rng.random_range(1..=8),
         },
@@ -173,6 +192,8 @@ struct Core {
     late: Late,
     /// Every token issued per key, to check they strictly increase.
     issued: HashMap<usize, Vec<u64>>,
+    /// The keys that guard their hash tag (`module::guards`' set).
+    guards: Vec<usize>,
 }
 
 impl Core {
@@ -186,6 +207,7 @@ impl Core {
             next_id: 1,
             late: Vec::new(),
             issued: HashMap::new(),
+            guards: Vec::new(),
         }
     }
 
@@ -206,29 +228,40 @@ impl Core {
             key,
             keys: &mut self.keys,
             issued: &mut self.issued,
+            guards: &mut self.guards,
+        }
+    }
+
+    /// The server's state a decision reads (`waiters::snapshot`).
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            now_ms: self.now,
+            grace_ends_at: None,
+            out_of_memory: false,
+            prune_per_call: self.prune_per_call,
         }
     }
 
     /// `waiters::serve`.
     fn serve(&mut self, key: usize) {
-        let env = ServeEnv {
-            now_ms: self.now,
-            grace_ends_at: None,
+        let env = Env {
+            server: self.snapshot(),
+            clock: &mut self.clock,
+            waiters_ahead: false,
             ended_early: None,
-            prune_per_call: self.prune_per_call,
-            out_of_memory: false,
         };
         let mut k = MapKey {
             key,
             keys: &mut self.keys,
             issued: &mut self.issued,
+            guards: &mut self.guards,
         };
         let mut q = SlotQueue {
             slot: Self::slot(key),
             reg: &mut self.reg,
             late: &mut self.late,
         };
-        if let Served::RecheckAt(at) = ops::serve(&mut k, &mut q, env, &mut self.clock) {
+        if let Served::RecheckAt(at) = ops::serve(&mut k, &mut q, env) {
             self.arm(key, at);
         }
     }
@@ -244,8 +277,8 @@ impl Core {
     /// `waiters::on_recheck`: the key's timer fired.
     fn on_recheck(&mut self, key: usize) {
         match ops::recheck(self.record(key), None, self.now) {
-            Recheck::At(at) => self.arm(key, at),
-            Recheck::Serve => self.serve(key),
+            Then::RecheckAt(end) => self.arm(key, end + 1),
+            _ => self.serve(key),
         }
         self.reg.forget_if_empty(&Self::slot(key));
     }
@@ -262,7 +295,7 @@ impl Core {
     fn finish(
         &mut self,
         key: usize,
-        out: Outcome<'_>,
+        out: Outcome<Commits<'_>>,
         wait: Option<(usize, Mode, i64, i64)>,
     ) -> Answer {
         let mut k = self.map_key(key);
@@ -270,7 +303,7 @@ impl Core {
             k.commit(c);
         }
         match out.then {
-            Then::Wait { recheck_at } => {
+            Then::Wait(recheck_at) => {
                 let (owner, mode, ttl, timeout) = wait.expect("only a BLOCK waits");
                 let id = self.next_id;
                 self.next_id += 1;
@@ -289,6 +322,7 @@ impl Core {
             ops::Answer::Token(t) => Answer::Token(Some(t)),
             ops::Answer::Null => Answer::Token(None),
             ops::Answer::Int(n) => Answer::Int(n),
+            ops::Answer::Ok => Answer::Ok,
         }
     }
 
@@ -312,12 +346,10 @@ impl Core {
             label: None,
         };
         let env = Env {
-            now_ms: self.now,
+            server: self.snapshot(),
             clock: &mut self.clock,
-            grace_ends_at: None,
             waiters_ahead: self.reg.len(&Self::slot(key)) > 0,
             ended_early: None,
-            prune_per_call: self.prune_per_call,
         };
         let record = self.keys.get(&key).map(|r| r.as_ref());
         match ops::acquire(record, || None, req, env) {
@@ -371,7 +403,8 @@ impl Core {
             }
             Op::Info { key } => {
                 let waiters = self.waiting(key);
-                Answer::Info(match self.record(key) {
+                let guard = self.record(key).is_some_and(RecordRef::is_guard);
+                let held = match self.record(key) {
                     Some(RecordRef::Holders(m)) => {
                         decide::holders_info(m, self.now, None).map(|v| {
                             (
@@ -386,7 +419,35 @@ impl Core {
                     Some(RecordRef::Exclusive(l)) => decide::info(Some(l), self.now, None)
                         .map(|v| (None, v.token, v.ttl_ms, waiters, vec![])),
                     None => None,
-                })
+                };
+                Answer::Info(held, guard)
+            }
+            Op::Guard { key } => {
+                // The server's own expiry: a lease key whose every holding
+                // ended is gone when a command opens it (its TTL is its
+                // latest deadline; a guard's key has none). The map keeps
+                // ended records, as a key whose expiry was removed would.
+                if let Some(r) = self.record(key)
+                    && !r.is_guard()
+                    && Held::of(Some(r), self.now).is_free()
+                {
+                    self.keys.remove(&key);
+                }
+                let tag = hash_tag(NAMES[key]);
+                let tag_guard = self
+                    .guards
+                    .iter()
+                    .find(|&&g| tag.is_some() && hash_tag(NAMES[g]) == tag)
+                    .map(|&g| NAMES[g]);
+                let record = self.keys.get(&key).map(|r| r.as_ref());
+                match ops::guard(NAMES[key], tag_guard, || Ok(record)) {
+                    Ok(out) => self.finish(key, out, None),
+                    Err(e) => Answer::Error(e.to_string()),
+                }
+            }
+            Op::Unguard { key } => {
+                let out = ops::unguard(self.record(key));
+                self.finish(key, out, None)
             }
             Op::Advance { ms } => {
                 for _ in 0..ms {
@@ -424,6 +485,9 @@ struct KeyState {
     holders: Vec<(usize, u64, i64)>,
     /// Waiters: (id, owner, mode, ttl, timeout_at or 0), oldest first.
     queue: Vec<(u32, usize, Mode, i64, i64)>,
+    /// The key guards its hash tag (design.md S12): held exclusively or
+    /// free, it stays until unguarded.
+    guard: bool,
 }
 
 struct Model {
@@ -505,6 +569,9 @@ impl Model {
         ahead: bool,
     ) -> Result<RefDecision, String> {
         let k = &self.keys[key];
+        if k.guard && mode != Mode::Exclusive {
+            return Err(LeaseError::GuardHolders.to_string());
+        }
         let mine = k.holders.iter().find(|h| h.0 == owner).map(|h| h.1);
         let wait_or_new = |room: bool| {
             if ahead || !room {
@@ -557,6 +624,12 @@ impl Model {
     /// Serves the queue from its head, in strict order.
     fn serve(&mut self, key: usize) {
         self.expire(key);
+        // A held guard's waiters are looked at when its holding ends (a
+        // LIMIT or SHARED waiter queued before the key guarded is refused
+        // then, not when the guard comes).
+        if self.keys[key].guard && self.keys[key].kind.is_some() {
+            return;
+        }
         loop {
             let Some(&(id, owner, mode, _, _)) = self.keys[key].queue.first() else {
                 return;
@@ -669,19 +742,49 @@ impl Model {
                     .collect();
                 live.sort();
                 let waiters = k.queue.len();
-                Answer::Info(match (k.kind, live.last()) {
-                    (Some(kind), Some(&(newest, _))) => {
-                        let ttl = live.iter().map(|h| h.1).max().unwrap();
-                        let mode = match kind {
-                            Mode::Exclusive => None,
-                            Mode::Limit(n) => Some(("limit", n)),
-                            Mode::Shared => Some(("shared", 0)),
-                        };
-                        let holders = if mode.is_some() { live.clone() } else { vec![] };
-                        Some((mode, newest, ttl, waiters, holders))
-                    }
-                    _ => None,
-                })
+                Answer::Info(
+                    match (k.kind, live.last()) {
+                        (Some(kind), Some(&(newest, _))) => {
+                            let ttl = live.iter().map(|h| h.1).max().unwrap();
+                            let mode = match kind {
+                                Mode::Exclusive => None,
+                                Mode::Limit(n) => Some(("limit", n)),
+                                Mode::Shared => Some(("shared", 0)),
+                            };
+                            let holders = if mode.is_some() { live.clone() } else { vec![] };
+                            Some((mode, newest, ttl, waiters, holders))
+                        }
+                        _ => None,
+                    },
+                    k.guard,
+                )
+            }
+            Op::Guard { key } => {
+                let Some(tag) = hash_tag(NAMES[key]) else {
+                    return Answer::Error(LeaseError::NoHashTag.to_string());
+                };
+                let other = (0..KEYS)
+                    .find(|&g| g != key && self.keys[g].guard && hash_tag(NAMES[g]) == Some(tag));
+                if let Some(g) = other {
+                    let e = LeaseError::AlreadyGuarded {
+                        tag: String::from_utf8_lossy(tag).into_owned(),
+                        guard: String::from_utf8_lossy(NAMES[g]).into_owned(),
+                    };
+                    return Answer::Error(e.to_string());
+                }
+                self.expire(key);
+                let k = &mut self.keys[key];
+                if matches!(k.kind, Some(Mode::Limit(_) | Mode::Shared)) {
+                    return Answer::Error(LeaseError::GuardHolders.to_string());
+                }
+                k.guard = true;
+                Answer::Ok
+            }
+            Op::Unguard { key } => {
+                let k = &mut self.keys[key];
+                let was = k.guard;
+                k.guard = false;
+                Answer::Int(was as i64)
             }
             Op::Advance { ms } => {
                 for _ in 0..ms {
@@ -787,18 +890,30 @@ fn the_core_agrees_with_the_reference_model() {
 }
 
 /// The model exercises what it is meant to: several holders at once in
-/// each counting and shared mode, readers and writers taking turns, refusals, hand-offs.
+/// each counting and shared mode, readers and writers taking turns,
+/// refusals, hand-offs, guards that come, go and are held.
 #[test]
 fn the_model_reaches_the_interesting_states() {
     let (mut most_limit, mut most_shared, mut errors, mut handoffs) = (0, 0, 0, 0);
+    let (mut guarded, mut unguarded, mut held_guards) = (0, 0, 0);
     for seed in 0..50u64 {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut core = Core::new(1_800_000_000_000, PRUNE_BATCHES[(seed % 3) as usize]);
         for _ in 0..500 {
             let op = random_op(&mut rng);
-            if matches!(core.apply(&op), Answer::Error(_)) {
-                errors += 1;
+            match (&op, core.apply(&op)) {
+                (_, Answer::Error(_)) => errors += 1,
+                (Op::Guard { .. }, Answer::Ok) => guarded += 1,
+                (Op::Unguard { .. }, Answer::Int(1)) => unguarded += 1,
+                _ => {}
             }
+            held_guards += core
+                .keys
+                .values()
+                .filter(
+                    |r| matches!(r, Record::Exclusive(l) if l.is_guard() && l.is_live(core.now)),
+                )
+                .count();
             for r in core.keys.values() {
                 if let Record::Holders(m) = r {
                     let live = m.holders().filter(|h| h.is_live(core.now)).count();
@@ -818,4 +933,8 @@ fn the_model_reaches_the_interesting_states() {
     );
     assert!(errors > 50, "{errors} refusals");
     assert!(handoffs > 100, "{handoffs} hand-offs");
+    assert!(
+        guarded > 50 && unguarded > 20 && held_guards > 100,
+        "{guarded} guards, {unguarded} unguarded, {held_guards} steps of a held guard"
+    );
 }

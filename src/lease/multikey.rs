@@ -3,14 +3,18 @@
 //! answer with the effects to commit per key: the same exclusive-lease
 //! effects a single-key call makes (`LEASE.APPLY`, `LEASE.RELEASE`), so each
 //! key is an ordinary lease afterwards and the replication language does not
-//! change. No I/O: the binding reads every key, asks here, commits.
+//! change. No I/O: the binding reads every key, asks here, commits. The
+//! words are the single-key calls' (`ops`): an `Outcome` with `PerKey`
+//! effects, `Then`, `Recheck`, `Env`, and `decide::Decision`.
 
-use super::clock::TokenClock;
-use super::decide::Held;
+use super::decide::{Decision, Held};
 use super::effect::{Effect, Facts};
 use super::error::{LeaseError, printable};
-use super::ops::{Answer, Commit, Count, Event};
+use super::ops::{Answer, Commit, Count, Env, Event, Outcome, PerKey, Recheck, Then};
 use super::record::RecordRef;
+
+/// What a multi-key call does.
+pub type MultiOutcome<'a> = Outcome<PerKey<'a>, Vec<Recheck>>;
 
 /// One key of a multi-key call, as the decision sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,17 +101,6 @@ pub fn key_view(
     }
 }
 
-/// A key a waiting caller's keys must be looked at again for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Recheck {
-    /// The key's index.
-    pub key: usize,
-    pub at_ms: i64,
-    /// To the microsecond (the waker), or on a module timer alone (a
-    /// grace period's end: no moment to meet).
-    pub precise: bool,
-}
-
 /// The waiter served by the multi-key timer of one of its keys (`fired`,
 /// its index) keeps waiting when a key is still taken, without opening
 /// any key for writing: `Some` with what to re-check (the keys Redis 8.2
@@ -135,18 +128,6 @@ fn early_rechecks(views: &[KeyView]) -> Vec<Recheck> {
         .collect()
 }
 
-/// What `LEASE.MACQUIRE` may do, before any token is issued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    /// Every key is free: one new token for all.
-    New,
-    /// The owner holds every key with this one token (held since then): an
-    /// idempotent retry.
-    Reacquired(u64, i64),
-    /// A key is held by someone else or waited for: null, or wait.
-    Contended,
-}
-
 /// The one token under which the caller's owner holds every key, if it
 /// does, and since when (the first key's holding's start).
 pub fn one_token(states: &[KeyState]) -> Option<(u64, i64)> {
@@ -159,10 +140,14 @@ pub fn one_token(states: &[KeyState]) -> Option<(u64, i64)> {
         .then_some((first, since_ms))
 }
 
-/// `LEASE.MACQUIRE` on keys in `states` (`keys[i]`'s state is `states[i]`).
-/// The errors come first, so that a caller never waits holding part of its
-/// keys: a counting or shared holding of the owner, some keys held but not
-/// all, or the keys held under more than one token; each names a key.
+/// `LEASE.MACQUIRE` on keys in `states` (`keys[i]`'s state is `states[i]`),
+/// before any token is issued: `New` when every key is free (one new
+/// token for all), `Reacquired` when the owner holds every key with one
+/// token (an idempotent retry), `Contended` when a key is held by someone
+/// else or waited for. The errors come first, so that a caller never waits
+/// holding part of its keys: a counting or shared holding of the owner,
+/// some keys held but not all, or the keys held under more than one token;
+/// each names a key.
 pub fn decide(keys: &[&[u8]], states: &[KeyState]) -> Result<Decision, LeaseError> {
     let named = |i: usize| printable(keys[i]);
     if let Some(i) = states.iter().position(|s| *s == KeyState::MineShared) {
@@ -174,7 +159,7 @@ pub fn decide(keys: &[&[u8]], states: &[KeyState]) -> Result<Decision, LeaseErro
             return Err(LeaseError::PartlyHeld(named(i)));
         }
         return match one_token(states) {
-            Some((token, since_ms)) => Ok(Decision::Reacquired(token, since_ms)),
+            Some((token, _)) => Ok(Decision::Reacquired { token }),
             None => {
                 let token = |s: &KeyState| match *s {
                     KeyState::Mine(t, _) => Some(t),
@@ -192,41 +177,6 @@ pub fn decide(keys: &[&[u8]], states: &[KeyState]) -> Result<Decision, LeaseErro
     Ok(Decision::New)
 }
 
-/// What a multi-key call does: the answer, the effects per key (the index
-/// of the key, then the commit), and what follows.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome<'a> {
-    pub answer: Answer,
-    pub commits: Vec<(usize, Commit<'a>)>,
-    /// Counted when the answer goes out now.
-    pub count: Option<Count>,
-    pub then: Then,
-}
-
-/// What the keys' waiters need after a multi-key call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Then {
-    Nothing,
-    /// The caller waits (`BLOCK`), or a waiter keeps waiting: its keys are
-    /// looked at again at these times (each key's end, or a grace period's).
-    Wait(Vec<Recheck>),
-    /// Every key's deadline moved to this: re-check their waiters then.
-    RecheckAt(i64),
-    /// The keys were released: serve each key's waiters.
-    Serve,
-}
-
-impl Outcome<'_> {
-    fn answer(answer: Answer) -> Self {
-        Outcome {
-            answer,
-            commits: Vec::new(),
-            count: None,
-            then: Then::Nothing,
-        }
-    }
-}
-
 /// Who asks `LEASE.MACQUIRE`'s question.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Caller {
@@ -235,15 +185,6 @@ pub enum Caller {
     /// A waiter being served by the multi-key timer of its key `fired`: a
     /// refusal keeps it waiting.
     Waiter { fired: usize },
-}
-
-/// The server's side of `LEASE.MACQUIRE`.
-pub struct Env<'c> {
-    pub now_ms: i64,
-    pub clock: &'c mut TokenClock,
-    /// When the running grace period (design.md S7) would end, if one runs.
-    pub grace_ends_at: Option<i64>,
-    pub caller: Caller,
 }
 
 /// `LEASE.MACQUIRE numkeys key... owner ttl-ms`: every key or none, for
@@ -259,10 +200,13 @@ pub fn acquire<'a>(
     label: Option<&'a [u8]>,
     ttl_ms: i64,
     env: Env<'_>,
-) -> Result<Outcome<'a>, LeaseError> {
+    caller: Caller,
+) -> Result<MultiOutcome<'a>, LeaseError> {
+    let now = env.server.now_ms;
+    let grace_ends_at = env.server.grace_ends_at;
     let refused = |count: Count, grace_until: Option<i64>| {
-        let mut out = Outcome::answer(Answer::Null);
-        match env.caller {
+        let mut out = MultiOutcome::new(Answer::Null);
+        match caller {
             Caller::Command { may_wait: false } => out.count = Some(count),
             Caller::Command { may_wait: true } => {
                 let rechecks = views
@@ -293,8 +237,8 @@ pub fn acquire<'a>(
         out
     };
     let states: Vec<KeyState> = views.iter().map(|v| v.state).collect();
-    let deadline_ms = env.now_ms + ttl_ms;
-    let each = |token: u64, since_ms: i64, event: Event| -> Vec<(usize, Commit<'a>)> {
+    let deadline_ms = now + ttl_ms;
+    let each = |token: u64, since_ms: i64, event: Event| -> PerKey<'a> {
         (0..keys.len())
             .map(|i| {
                 let effect = Effect::Apply {
@@ -310,20 +254,17 @@ pub fn acquire<'a>(
     Ok(match decide(keys, &states)? {
         Decision::Contended => refused(Count::Contended, None),
         // During a grace period nothing new is created (design.md S7).
-        Decision::New if env.grace_ends_at.is_some() => {
-            refused(Count::GraceRefused, env.grace_ends_at)
-        }
+        Decision::New if grace_ends_at.is_some() => refused(Count::GraceRefused, grace_ends_at),
         Decision::New => {
-            let token = env
-                .clock
-                .issue(env.now_ms)
-                .ok_or(LeaseError::TokensExhausted)?;
-            let mut out = Outcome::answer(Answer::Token(token));
-            out.commits = each(token, env.now_ms, Event::Acquire);
+            let token = env.clock.issue(now).ok_or(LeaseError::TokensExhausted)?;
+            let mut out = MultiOutcome::new(Answer::Token(token));
+            out.commits = each(token, now, Event::Acquire);
             out
         }
-        Decision::Reacquired(token, since_ms) => {
-            let mut out = Outcome::answer(Answer::Token(token));
+        Decision::Reacquired { token } => {
+            // Held since the first key's holding began.
+            let since_ms = one_token(&states).map_or(now, |(_, since)| since);
+            let mut out = MultiOutcome::new(Answer::Token(token));
             out.commits = each(token, since_ms, Event::Reacquire);
             out.then = Then::RecheckAt(deadline_ms);
             out
@@ -334,14 +275,19 @@ pub fn acquire<'a>(
 /// `LEASE.MRENEW numkeys key... owner ttl-ms`: every key renewed when the
 /// owner holds them all with one token (the answer is their number), else
 /// 0 and nothing changes.
-pub fn renew<'a>(states: &[KeyState], owner: &'a [u8], ttl_ms: i64, now_ms: i64) -> Outcome<'a> {
+pub fn renew<'a>(
+    states: &[KeyState],
+    owner: &'a [u8],
+    ttl_ms: i64,
+    now_ms: i64,
+) -> MultiOutcome<'a> {
     let Some((token, since_ms)) = one_token(states) else {
-        let mut out = Outcome::answer(Answer::Int(0));
+        let mut out = MultiOutcome::new(Answer::Int(0));
         out.count = Some(Count::RenewFailed);
         return out;
     };
     let deadline_ms = now_ms + ttl_ms;
-    let mut out = Outcome::answer(Answer::Int(states.len() as i64));
+    let mut out = MultiOutcome::new(Answer::Int(states.len() as i64));
     out.commits = (0..states.len())
         .map(|i| {
             let effect = Effect::Apply {
@@ -361,13 +307,13 @@ pub fn renew<'a>(states: &[KeyState], owner: &'a [u8], ttl_ms: i64, now_ms: i64)
 /// `LEASE.MRELEASE numkeys key... owner`: every key released when the
 /// owner holds them all with one token (the answer is their number), else
 /// 0 and nothing changes.
-pub fn release<'a>(states: &[KeyState], owner: &'a [u8], now_ms: i64) -> Outcome<'a> {
+pub fn release<'a>(states: &[KeyState], owner: &'a [u8], now_ms: i64) -> MultiOutcome<'a> {
     if one_token(states).is_none() {
-        let mut out = Outcome::answer(Answer::Int(0));
+        let mut out = MultiOutcome::new(Answer::Int(0));
         out.count = Some(Count::ReleaseFailed);
         return out;
     }
-    let mut out = Outcome::answer(Answer::Int(states.len() as i64));
+    let mut out = MultiOutcome::new(Answer::Int(states.len() as i64));
     out.commits = (0..states.len())
         .map(|i| {
             let effect = Effect::Release { owner };
@@ -383,7 +329,9 @@ pub fn release<'a>(states: &[KeyState], owner: &'a [u8], now_ms: i64) -> Outcome
 mod tests {
     use super::KeyState::*;
     use super::*;
+    use crate::lease::clock::TokenClock;
     use crate::lease::holders::{Holder, Holders};
+    use crate::lease::ops::Snapshot;
     use crate::lease::{HoldersMode, Lease};
 
     const NOW: i64 = 1_800_000_000_000;
@@ -391,13 +339,22 @@ mod tests {
     const S: i64 = 0;
     const KEYS: [&[u8]; 3] = [b"a", b"b", b"c"];
 
-    fn env(clock: &mut TokenClock, grace: Option<i64>, may_wait: bool) -> Env<'_> {
+    fn env(clock: &mut TokenClock, grace: Option<i64>) -> Env<'_> {
         Env {
-            now_ms: NOW,
+            server: Snapshot {
+                now_ms: NOW,
+                grace_ends_at: grace,
+                out_of_memory: false,
+                prune_per_call: 0,
+            },
             clock,
-            grace_ends_at: grace,
-            caller: Caller::Command { may_wait },
+            waiters_ahead: false,
+            ended_early: None,
         }
+    }
+
+    fn command(may_wait: bool) -> Caller {
+        Caller::Command { may_wait }
     }
 
     /// Views of keys with these states, none of them timed.
@@ -486,7 +443,8 @@ mod tests {
             b"o",
             None,
             100,
-            env(&mut clock, None, false),
+            env(&mut clock, None),
+            command(false),
         )
         .unwrap();
         let Answer::Token(t) = out.answer else {
@@ -514,7 +472,8 @@ mod tests {
                 b"o",
                 None,
                 100,
-                env(&mut clock, None, false),
+                env(&mut clock, None),
+                command(false),
             )
             .unwrap();
             assert_eq!(out.answer, Answer::Null);
@@ -527,7 +486,8 @@ mod tests {
                 b"o",
                 None,
                 100,
-                env(&mut clock, None, true),
+                env(&mut clock, None),
+                command(true),
             )
             .unwrap();
             assert_eq!(out.then, Then::Wait(Vec::new()), "no key timed");
@@ -544,7 +504,8 @@ mod tests {
             b"o",
             None,
             100,
-            env(&mut clock, None, false),
+            env(&mut clock, None),
+            command(false),
         )
         .unwrap();
         assert_eq!(out.answer, Answer::Token(5));
@@ -553,7 +514,7 @@ mod tests {
         // A retry for some of the keys it took together is a retry too.
         assert_eq!(
             decide(&KEYS[..2], &[Mine(5, S), Mine(5, S)]),
-            Ok(Decision::Reacquired(5, S))
+            Ok(Decision::Reacquired { token: 5 })
         );
         let err = |s: [KeyState; 3]| decide(&KEYS, &s).unwrap_err();
         assert_eq!(
@@ -579,7 +540,8 @@ mod tests {
             b"o",
             None,
             100,
-            env(&mut clock, None, true),
+            env(&mut clock, None),
+            command(true),
         );
         assert!(e.is_err());
     }
@@ -594,7 +556,8 @@ mod tests {
             b"o",
             None,
             100,
-            env(&mut clock, g, false),
+            env(&mut clock, g),
+            command(false),
         )
         .unwrap();
         assert_eq!(out.answer, Answer::Null);
@@ -606,7 +569,8 @@ mod tests {
             b"o",
             None,
             100,
-            env(&mut clock, g, true),
+            env(&mut clock, g),
+            command(true),
         )
         .unwrap();
         let all_at_grace_end: Vec<Recheck> = (0..3)
@@ -623,7 +587,8 @@ mod tests {
             b"o",
             None,
             100,
-            env(&mut clock, g, false),
+            env(&mut clock, g),
+            command(false),
         )
         .unwrap();
         assert_eq!(out.answer, Answer::Token(5));
@@ -638,7 +603,16 @@ mod tests {
             at(Taken, Some(NOW + 1), true),
         ];
         // A new waiter: every timed key at its end.
-        let out = acquire(&KEYS, &keys, b"o", None, 100, env(&mut clock, None, true)).unwrap();
+        let out = acquire(
+            &KEYS,
+            &keys,
+            b"o",
+            None,
+            100,
+            env(&mut clock, None),
+            command(true),
+        )
+        .unwrap();
         let r = |key, at_ms, precise| Recheck {
             key,
             at_ms,
@@ -650,14 +624,9 @@ mod tests {
         );
         // A waiter served by the timer of its key 0: its keys' ends are
         // timed already; the key expired early is not.
-        let waiter = |clock: &mut TokenClock, grace| -> Outcome<'static> {
-            let env = Env {
-                now_ms: NOW,
-                clock,
-                grace_ends_at: grace,
-                caller: Caller::Waiter { fired: 0 },
-            };
-            acquire(&KEYS, &keys, b"o", None, 100, env).unwrap()
+        let waiter = |clock: &mut TokenClock, grace| -> MultiOutcome<'static> {
+            let caller = Caller::Waiter { fired: 0 };
+            acquire(&KEYS, &keys, b"o", None, 100, env(clock, grace), caller).unwrap()
         };
         let out = waiter(&mut clock, None);
         assert_eq!(out.then, Then::Wait(vec![r(2, NOW + 1, true)]));
@@ -666,13 +635,9 @@ mod tests {
         // Free keys in a grace period: its own key at the grace's end.
         let free = views([Free; 3]);
         assert_eq!(still_taken(&free), None);
-        let env = Env {
-            now_ms: NOW,
-            clock: &mut clock,
-            grace_ends_at: Some(NOW + 500),
-            caller: Caller::Waiter { fired: 1 },
-        };
-        let out = acquire(&KEYS, &free, b"o", None, 100, env).unwrap();
+        let env = env(&mut clock, Some(NOW + 500));
+        let caller = Caller::Waiter { fired: 1 };
+        let out = acquire(&KEYS, &free, b"o", None, 100, env, caller).unwrap();
         assert_eq!(out.then, Then::Wait(vec![r(1, NOW + 500, false)]));
     }
 

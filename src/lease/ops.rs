@@ -30,8 +30,9 @@
 use super::clock::TokenClock;
 use super::decide::{self, Acquire, Decision, Held};
 use super::effect::{Effect, Facts};
-use super::error::LeaseError;
+use super::error::{LeaseError, printable};
 use super::exclusive::Lease;
+use super::guard::hash_tag;
 use super::holders::{Ended, Holders};
 use super::mode::{HoldersMode, Mode};
 use super::record::RecordRef;
@@ -158,31 +159,49 @@ pub enum Count {
     ReleaseFailed,
 }
 
-/// What the key's waiters need after the call.
+/// What the waiters of the call's keys need after it: one vocabulary for
+/// single- and multi-key calls. `W` is what a wait re-checks: the key's
+/// time (`i64`) for a single-key call, a `Recheck` per key for a
+/// multi-key one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Then {
+pub enum Then<W = i64> {
     Nothing,
-    /// The caller waits (`BLOCK`); the key is re-checked at `recheck_at`.
-    Wait {
-        recheck_at: i64,
-    },
-    /// A deadline moved to `at`: the key's waiters are re-checked then.
+    /// The caller waits (`BLOCK`), or a multi-key waiter keeps waiting:
+    /// its key is re-checked at this time, or its keys at these.
+    Wait(W),
+    /// A deadline moved to `at` (every key's, for a multi-key call): the
+    /// waiters are re-checked once it has passed.
     RecheckAt(i64),
     /// A holder's deadline moved: re-check at the key's next end, as it is
     /// once the effects are committed.
     Rearm,
-    /// A holding left (or holders ended): serve the key's waiters now.
+    /// A holding left (or holders ended): serve the waiters now.
     Serve,
 }
 
-/// What a call does.
+/// A key a waiting caller must look at again: its index among the call's
+/// keys, when, and whether to the microsecond (the waker) or on a module
+/// timer alone (a grace period's end: no moment to meet).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome<'a> {
-    /// The answer: a token (acquire), 1 or 0 (renew, release), or `None`
-    /// for null (or, with `Then::Wait`, for no answer yet).
+pub struct Recheck {
+    pub key: usize,
+    pub at_ms: i64,
+    pub precise: bool,
+}
+
+/// The effects of a multi-key call, each with the index of its key.
+pub type PerKey<'a> = Vec<(usize, Commit<'a>)>;
+
+/// What a call does: its answer, its effects (`Commits` for one key,
+/// `PerKey` for several), what the waiters need, and what is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome<C, W = i64> {
+    /// The answer: a token (acquire), an integer (renew, release,
+    /// unguard), `OK` (guard), or null (or, with `Then::Wait`, no answer
+    /// yet).
     pub answer: Answer,
-    pub commits: Commits<'a>,
-    pub then: Then,
+    pub commits: C,
+    pub then: Then<W>,
     /// Counted when the answer goes out now.
     pub count: Option<Count>,
 }
@@ -192,33 +211,49 @@ pub enum Answer {
     Token(u64),
     Null,
     Int(i64),
+    /// `OK` (`LEASE.GUARD`).
+    Ok,
 }
 
-impl<'a> Outcome<'a> {
+impl<C: Default, W> Outcome<C, W> {
+    /// An answer with no effect, nothing to follow and nothing counted.
     #[inline]
-    fn new(answer: Answer) -> Self {
+    pub fn new(answer: Answer) -> Self {
         Outcome {
             answer,
-            commits: Commits::default(),
+            commits: C::default(),
             then: Then::Nothing,
             count: None,
         }
     }
 }
 
-/// The server's side of a call: the time, the token clock, the grace.
-pub struct Env<'c> {
+/// The server's state as a command (or one serve of a key's waiters)
+/// decides on it, read once by the binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The decision's time (one time for a whole transaction or script).
     pub now_ms: i64,
-    pub clock: &'c mut TokenClock,
     /// When the running grace period (design.md S7) would end, if one runs.
     pub grace_ends_at: Option<i64>,
-    /// Clients wait on this key.
+    /// The server is over `maxmemory`: nothing is granted to a waiter
+    /// (design.md S4: a hand-off is a new lease, refused under OOM like a
+    /// client's acquire). Read only while clients wait (a server call).
+    pub out_of_memory: bool,
+    /// Ended holders a call takes out before it decides (`PRUNE_PER_CALL`).
+    pub prune_per_call: usize,
+}
+
+/// The server's side of a decision on one key: the snapshot, the token
+/// clock, and what the server knows of the key beyond its record.
+pub struct Env<'c> {
+    pub server: Snapshot,
+    pub clock: &'c mut TokenClock,
+    /// Clients wait on this key (a newcomer does not overtake them).
     pub waiters_ahead: bool,
     /// The server expired this key within its lease's deadline millisecond
     /// (Redis 8.2): until then the lease counts as held.
     pub ended_early: Option<i64>,
-    /// Ended holders a call takes out before it decides (`PRUNE_PER_CALL`).
-    pub prune_per_call: usize,
 }
 
 /// `LEASE.ACQUIRE key owner ttl-ms [LIMIT n | SHARED] [BLOCK timeout-ms]`.
@@ -239,10 +274,10 @@ pub struct AcquireRequest<'a> {
 
 /// A refused acquire: null (counted as `count`), or a wait re-checked at
 /// `recheck_at`.
-fn refused<'a>(req: &AcquireRequest<'a>, recheck_at: i64, count: Count) -> Outcome<'a> {
-    let mut out = Outcome::new(Answer::Null);
+fn refused<'a>(req: &AcquireRequest<'a>, recheck_at: i64, count: Count) -> Outcome<Commits<'a>> {
+    let mut out = Outcome::<Commits>::new(Answer::Null);
     if req.may_wait {
-        out.then = Then::Wait { recheck_at };
+        out.then = Then::Wait(recheck_at);
     } else {
         out.count = Some(count);
     }
@@ -307,8 +342,8 @@ pub fn acquire<'a>(
     key_expire: impl FnOnce() -> Option<i64>,
     req: AcquireRequest<'a>,
     env: Env<'_>,
-) -> Result<Outcome<'a>, LeaseError> {
-    let now = env.now_ms;
+) -> Result<Outcome<Commits<'a>>, LeaseError> {
+    let now = env.server.now_ms;
     let expire = if req.may_wait { key_expire() } else { None };
     if req.mode != Mode::Exclusive || matches!(record, Some(RecordRef::Holders(_))) {
         return acquire_holder(record, expire, req, env);
@@ -323,6 +358,7 @@ pub fn acquire<'a>(
     // During a grace period nothing new is created: the caller is answered
     // as if another owner held the key (someone may), or waits.
     if let Some(end) = env
+        .server
         .grace_ends_at
         .filter(|_| decide::live(current, now).is_none())
     {
@@ -336,7 +372,7 @@ pub fn acquire<'a>(
     Ok(
         match decide::acquire(current, req.owner, req.ttl_ms, req.floor, now, env.clock)? {
             Acquire::Created { token, deadline_ms } => {
-                let mut out = Outcome::new(Answer::Token(token));
+                let mut out = Outcome::<Commits>::new(Answer::Token(token));
                 out.commits.push(
                     Effect::Apply {
                         owner: req.owner,
@@ -353,7 +389,7 @@ pub fn acquire<'a>(
                 deadline_ms,
                 raised,
             } => {
-                let mut out = Outcome::new(Answer::Token(token));
+                let mut out = Outcome::<Commits>::new(Answer::Token(token));
                 let since_ms = current.map_or(now, |l| l.since_ms());
                 out.commits.push(
                     Effect::Apply {
@@ -386,8 +422,8 @@ fn acquire_holder<'a>(
     expire: Option<i64>,
     req: AcquireRequest<'a>,
     env: Env<'_>,
-) -> Result<Outcome<'a>, LeaseError> {
-    let now = env.now_ms;
+) -> Result<Outcome<Commits<'a>>, LeaseError> {
+    let now = env.server.now_ms;
     let held = Held::of(record, now);
     let decision = decide::acquire_mode(held, req.mode, req.owner, env.waiters_ahead, now)?;
     let mut commits = Commits::default();
@@ -405,7 +441,7 @@ fn acquire_holder<'a>(
     };
     let min = if decision == Decision::New { room } else { 0 };
     if let Some(m) = stored {
-        prune(m, now, min, env.prune_per_call, &mut commits);
+        prune(m, now, min, env.server.prune_per_call, &mut commits);
     }
     if held.is_free()
         && let Some(end) = env.ended_early
@@ -414,6 +450,7 @@ fn acquire_holder<'a>(
     }
     let recheck_at = held.next_end(expire, now).map_or(now, |end| end + 1);
     if let Some(end) = env
+        .server
         .grace_ends_at
         .filter(|_| held.is_free() || decision == Decision::New)
     {
@@ -423,7 +460,7 @@ fn acquire_holder<'a>(
     let mut out = match decision {
         Decision::New => {
             let token = env.clock.issue(now).ok_or(LeaseError::TokensExhausted)?;
-            let mut out = Outcome::new(Answer::Token(token));
+            let mut out = Outcome::<Commits>::new(Answer::Token(token));
             let facts = Facts::new(now, req.label);
             let effect = match req.mode.holders() {
                 None => Effect::Apply {
@@ -445,7 +482,7 @@ fn acquire_holder<'a>(
             out
         }
         Decision::Reacquired { token } => {
-            let mut out = Outcome::new(Answer::Token(token));
+            let mut out = Outcome::<Commits>::new(Answer::Token(token));
             let mode = stored.map_or(HoldersMode::Shared, |m| m.mode());
             let since_ms = stored
                 .and_then(|m| m.holder(req.owner))
@@ -483,7 +520,7 @@ fn acquire_holder<'a>(
     Ok(out)
 }
 
-/// `LEASE.RENEW key owner ttl-ms`; `prune_per_call` as in `Env`.
+/// `LEASE.RENEW key owner ttl-ms`; `prune_per_call` as in `Snapshot`.
 #[inline(always)]
 pub fn renew<'a>(
     record: Option<RecordRef<'_>>,
@@ -491,13 +528,13 @@ pub fn renew<'a>(
     ttl_ms: i64,
     now_ms: i64,
     prune_per_call: usize,
-) -> Outcome<'a> {
+) -> Outcome<Commits<'a>> {
     match record {
         Some(RecordRef::Holders(m)) => {
             let mut commits = Commits::default();
             let pruned = prune(m, now_ms, 0, prune_per_call, &mut commits);
             let renewed = decide::renew_holder(m, owner, ttl_ms, now_ms);
-            let mut out = Outcome::new(Answer::Int(renewed.is_some() as i64));
+            let mut out = Outcome::<Commits>::new(Answer::Int(renewed.is_some() as i64));
             if let (Some(deadline_ms), Some(h)) = (renewed, m.holder(owner)) {
                 commits.push(
                     Effect::Hold {
@@ -524,7 +561,7 @@ pub fn renew<'a>(
             decide::renew(exclusive(current), owner, ttl_ms, now_ms),
         ) {
             (Some(l), Some(deadline_ms)) => {
-                let mut out = Outcome::new(Answer::Int(1));
+                let mut out = Outcome::<Commits>::new(Answer::Int(1));
                 out.commits.push(
                     Effect::Apply {
                         owner,
@@ -538,7 +575,7 @@ pub fn renew<'a>(
                 out
             }
             _ => {
-                let mut out = Outcome::new(Answer::Int(0));
+                let mut out = Outcome::<Commits>::new(Answer::Int(0));
                 out.count = Some(Count::RenewFailed);
                 out
             }
@@ -548,20 +585,20 @@ pub fn renew<'a>(
 
 /// `LEASE.RELEASE key owner` from a client (a replica and the AOF apply
 /// the `Effect::Release` they receive, by owner alone); `prune_per_call` as
-/// in `Env`.
+/// in `Snapshot`.
 #[inline(always)]
 pub fn release<'a>(
     record: Option<RecordRef<'_>>,
     owner: &'a [u8],
     now_ms: i64,
     prune_per_call: usize,
-) -> Outcome<'a> {
+) -> Outcome<Commits<'a>> {
     match record {
         Some(RecordRef::Holders(m)) => {
             let mut commits = Commits::default();
             let pruned = prune(m, now_ms, 0, prune_per_call, &mut commits);
             let released = decide::release_holder(m, owner, now_ms);
-            let mut out = Outcome::new(Answer::Int(released as i64));
+            let mut out = Outcome::<Commits>::new(Answer::Int(released as i64));
             if released {
                 commits.push(Effect::Drop { owner }, Event::Release { at_ms: now_ms });
             } else {
@@ -575,18 +612,59 @@ pub fn release<'a>(
         }
         current => {
             if decide::release(exclusive(current), owner, now_ms) {
-                let mut out = Outcome::new(Answer::Int(1));
+                let mut out = Outcome::<Commits>::new(Answer::Int(1));
                 out.commits
                     .push(Effect::Release { owner }, Event::Release { at_ms: now_ms });
                 out.then = Then::Serve;
                 out
             } else {
-                let mut out = Outcome::new(Answer::Int(0));
+                let mut out = Outcome::<Commits>::new(Answer::Int(0));
                 out.count = Some(Count::ReleaseFailed);
                 out
             }
         }
     }
+}
+
+/// `LEASE.GUARD key` (design.md S12): the key `name` guards its hash tag
+/// from now on. `tag_guard`: the key that guards `name`'s hash tag in its
+/// database, if one does. `record` reads the key (or answers WRONGTYPE),
+/// asked once the name passed its checks, so that a name without a hash
+/// tag or of a tag guarded by another key is refused before the key is
+/// read. A guard asked again answers `OK` and changes nothing; a counting
+/// or shared lease cannot guard.
+pub fn guard<'r>(
+    name: &[u8],
+    tag_guard: Option<&[u8]>,
+    record: impl FnOnce() -> Result<Option<RecordRef<'r>>, LeaseError>,
+) -> Result<Outcome<Commits<'static>>, LeaseError> {
+    let Some(tag) = hash_tag(name) else {
+        return Err(LeaseError::NoHashTag);
+    };
+    if let Some(other) = tag_guard.filter(|g| *g != name) {
+        return Err(LeaseError::AlreadyGuarded {
+            tag: printable(tag),
+            guard: printable(other),
+        });
+    }
+    let mut out = Outcome::<Commits>::new(Answer::Ok);
+    match record()? {
+        Some(RecordRef::Holders(_)) => return Err(LeaseError::GuardHolders),
+        Some(RecordRef::Exclusive(l)) if l.is_guard() => {}
+        _ => out.commits.push(Effect::Guard, Event::Guard),
+    }
+    Ok(out)
+}
+
+/// `LEASE.UNGUARD key`: 1 when the key guarded its hash tag and stops
+/// (a free guard goes, a held one expires with its lease again), else 0.
+pub fn unguard(record: Option<RecordRef<'_>>) -> Outcome<Commits<'static>> {
+    if !record.is_some_and(RecordRef::is_guard) {
+        return Outcome::new(Answer::Int(0));
+    }
+    let mut out = Outcome::<Commits>::new(Answer::Int(1));
+    out.commits.push(Effect::Unguard, Event::Unguard);
+    out
 }
 
 /// A lease handed to a waiter that disconnected before it learnt its token
@@ -674,19 +752,12 @@ pub fn align<'a>(
     })
 }
 
-/// What a key's re-check timer finds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recheck {
-    /// The key is free, or has a free place: serve its waiters.
-    Serve,
-    /// Every place is held until then: re-check at that time.
-    At(i64),
-}
-
-/// A key's re-check timer fired at `now_ms`: serve its waiters, or wait
-/// for the next end of a holding (a full `LIMIT` key whose holders are all
-/// within their time, or a live exclusive lease).
-pub fn recheck(record: Option<RecordRef<'_>>, key_expire: Option<i64>, now_ms: i64) -> Recheck {
+/// A key's re-check timer fired at `now_ms`: serve its waiters
+/// (`Then::Serve`: the key is free, or has a free place), or re-check
+/// once the next end of a holding has passed (`Then::RecheckAt(end)`: a
+/// full `LIMIT` key whose holders are all within their time, or a live
+/// exclusive lease).
+pub fn recheck(record: Option<RecordRef<'_>>, key_expire: Option<i64>, now_ms: i64) -> Then {
     let end = match record {
         Some(RecordRef::Holders(m)) if !m.has_room(now_ms) => {
             Held::Holders(m).next_end(key_expire, now_ms)
@@ -694,7 +765,7 @@ pub fn recheck(record: Option<RecordRef<'_>>, key_expire: Option<i64>, now_ms: i
         Some(RecordRef::Holders(_)) => None,
         record => Held::of(record, now_ms).next_end(key_expire, now_ms),
     };
-    end.map_or(Recheck::Serve, |end| Recheck::At(end + 1))
+    end.map_or(Then::Serve, Then::RecheckAt)
 }
 
 /// A key, as the hand-off to waiters sees it.
@@ -735,18 +806,6 @@ pub enum Served {
     NoMemory,
 }
 
-/// The server's side of serving a queue.
-pub struct ServeEnv {
-    pub now_ms: i64,
-    pub grace_ends_at: Option<i64>,
-    /// See `Env::ended_early`.
-    pub ended_early: Option<i64>,
-    /// See `Env::prune_per_call`.
-    pub prune_per_call: usize,
-    /// The server is over `maxmemory`: nothing is granted.
-    pub out_of_memory: bool,
-}
-
 /// Serves the waiters of one key, oldest first: a batch of ended holders
 /// leaves, then each step of `Queue::grant_next` is committed like any
 /// acquisition (a new lease or one more holder, with a new token; waiters
@@ -754,24 +813,20 @@ pub struct ServeEnv {
 /// oldest waiter must wait. Nothing is granted during a grace period,
 /// while the server is out of memory, or before an early expiry's
 /// millisecond has passed.
-pub fn serve<H>(
-    key: &mut impl Key,
-    queue: &mut impl Queue<H>,
-    env: ServeEnv,
-    clock: &mut TokenClock,
-) -> Served {
-    let now = env.now_ms;
+pub fn serve<H>(key: &mut impl Key, queue: &mut impl Queue<H>, env: Env<'_>) -> Served {
+    let now = env.server.now_ms;
+    let clock = env.clock;
     let mut batch = Commits::default();
     if let Ok(Some(RecordRef::Holders(m))) = key.record() {
-        prune(m, now, 0, env.prune_per_call, &mut batch);
+        prune(m, now, 0, env.server.prune_per_call, &mut batch);
     }
     for c in batch.iter() {
         key.commit(c);
     }
-    if let Some(end) = env.grace_ends_at {
+    if let Some(end) = env.server.grace_ends_at {
         return Served::RecheckAt(end);
     }
-    if env.out_of_memory && queue.waiting() > 0 {
+    if env.server.out_of_memory && queue.waiting() > 0 {
         return Served::NoMemory;
     }
     if key.record().is_ok_and(|r| Held::of(r, now).is_free())
@@ -915,6 +970,75 @@ fn apply_step<H>(key: &mut impl Key, queue: &mut impl Queue<H>, step: Step<H>, n
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// LEASE.GUARD and LEASE.UNGUARD decided here: the name's errors first
+    /// (the key is not read), then WRONGTYPE, then a holders record; a
+    /// guard asked again changes nothing.
+    #[test]
+    fn guard_and_unguard_decide_in_the_core() {
+        let unread = || -> Result<Option<RecordRef<'static>>, LeaseError> {
+            panic!("the key is read only once the name passed")
+        };
+        assert_eq!(guard(b"plain", None, unread), Err(LeaseError::NoHashTag));
+        assert_eq!(
+            guard(b"a{t}", Some(b"b{t}"), unread),
+            Err(LeaseError::AlreadyGuarded {
+                tag: "t".into(),
+                guard: "b{t}".into()
+            })
+        );
+        let wrong = || Err(LeaseError::WrongType);
+        assert_eq!(guard(b"a{t}", None, wrong), Err(LeaseError::WrongType));
+        let out = guard(b"a{t}", None, || Ok(None)).expect("a guard");
+        assert_eq!(out.answer, Answer::Ok);
+        let c: Vec<Commit<'_>> = out.commits.iter().collect();
+        assert_eq!(
+            c,
+            [Commit {
+                effect: Effect::Guard,
+                event: Event::Guard
+            }]
+        );
+        let held = Lease::plain(b"o", 7 << 10, 1_000);
+        let out = guard(b"a{t}", Some(b"a{t}"), || {
+            Ok(Some(RecordRef::Exclusive(&held)))
+        })
+        .expect("a held lease may guard");
+        assert_eq!(out.commits.iter().count(), 1);
+        let free = Lease::free_guard(5);
+        let out = guard(b"a{t}", Some(b"a{t}"), || {
+            Ok(Some(RecordRef::Exclusive(&free)))
+        })
+        .expect("a guard again");
+        assert_eq!((out.answer, out.commits.iter().count()), (Answer::Ok, 0));
+        let holders = Holders::with(
+            HoldersMode::Shared,
+            super::super::holders::Holder {
+                owner: b"r".as_slice().into(),
+                token: 9,
+                deadline_ms: 1_000,
+                since_ms: 0,
+                label: None,
+            },
+        );
+        assert_eq!(
+            guard(b"a{t}", None, || Ok(Some(RecordRef::Holders(&holders)))),
+            Err(LeaseError::GuardHolders)
+        );
+        let out = unguard(Some(RecordRef::Exclusive(&free)));
+        assert_eq!(out.answer, Answer::Int(1));
+        assert_eq!(
+            out.commits.iter().map(|c| c.event).collect::<Vec<_>>(),
+            [Event::Unguard]
+        );
+        for record in [None, Some(RecordRef::Exclusive(&held))] {
+            let out = unguard(record);
+            assert_eq!(
+                (out.answer, out.commits.iter().count()),
+                (Answer::Int(0), 0)
+            );
+        }
+    }
 
     /// A guard's key has no expiry: one it was restored with is taken away
     /// by asking the guard again (which persists the key); none, nothing.

@@ -24,6 +24,9 @@ pub struct MapKey<'m> {
     pub keys: &'m mut HashMap<usize, Record>,
     /// Every token issued per key (each must be above the last).
     pub issued: &'m mut HashMap<usize, Vec<u64>>,
+    /// The keys that guard their hash tag, as the binding's set of guards
+    /// follows them: from what each effect's change says came or went.
+    pub guards: &'m mut Vec<usize>,
 }
 
 impl Key for MapKey<'_> {
@@ -67,6 +70,11 @@ impl Key for MapKey<'_> {
             None => Stored::Nothing,
         };
         let change = commit.effect.apply(stored);
+        match change.guard {
+            Some(true) => self.guards.push(key),
+            Some(false) => self.guards.retain(|k| *k != key),
+            None => {}
+        }
         if change.delete {
             self.keys.remove(&key);
         }
@@ -116,7 +124,7 @@ impl Queue<u32> for SlotQueue<'_> {
 mod tests {
     use super::*;
     use crate::lease::mode::Mode;
-    use crate::lease::ops::{self, ServeEnv};
+    use crate::lease::ops::{self, Env, Snapshot};
 
     const X: Mode = Mode::Exclusive;
 
@@ -147,20 +155,25 @@ mod tests {
             key: 0,
             keys,
             issued: &mut issued,
+            guards: &mut Vec::new(),
         };
         let mut queue = SlotQueue {
             slot: slot(),
             reg,
             late: &mut late,
         };
-        let env = ServeEnv {
-            now_ms: now,
-            grace_ends_at: None,
+        let env = Env {
+            server: Snapshot {
+                now_ms: now,
+                grace_ends_at: None,
+                out_of_memory,
+                prune_per_call: ops::PRUNE_PER_CALL,
+            },
+            clock,
+            waiters_ahead: false,
             ended_early: None,
-            prune_per_call: ops::PRUNE_PER_CALL,
-            out_of_memory,
         };
-        let served = ops::serve(&mut key, &mut queue, env, clock);
+        let served = ops::serve(&mut key, &mut queue, env);
         (late, served)
     }
 

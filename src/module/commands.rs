@@ -7,7 +7,9 @@
 
 use crate::lease::args::{self, FenceArgs, check_owner, parse_acquire_options, parse_ttl};
 use crate::lease::effect::{self, Announce, Effect};
-use crate::lease::ops::{self, AcquireRequest, Answer, Commit, Env, Event, Outcome, Then};
+use crate::lease::multikey::MultiOutcome;
+use crate::lease::ops::{self, AcquireRequest, Answer, Commit, Commits, Env, Event, Outcome};
+use crate::lease::ops::{Snapshot, Then};
 use crate::lease::{LeaseError, RecordRef};
 use crate::lease::{decide, multikey};
 
@@ -19,8 +21,6 @@ use super::ffi::replicate::OwnerArg;
 use super::ffi::reply::{Field, Reply};
 use super::ffi::server::{decision_ms, decision_ms_given, now_ms};
 use super::{compat, early, grace, guards, settings, tokens, waiters};
-use crate::lease::error::printable;
-use crate::lease::guard::hash_tag;
 
 /// Where the commands that carry an owner id have it. The id is a
 /// credential: the entry points redact it from SLOWLOG and MONITOR once the
@@ -45,14 +45,29 @@ fn ended_early(ctx: Ctx, name: Str) -> Option<i64> {
         .flatten()
 }
 
+/// The reply an answer is.
+#[inline(always)]
+fn reply(answer: Answer) -> Reply {
+    match answer {
+        Answer::Token(t) => Reply::Int(t as i64),
+        Answer::Int(n) => Reply::Int(n),
+        Answer::Null => Reply::Null,
+        Answer::Ok => Reply::Ok,
+    }
+}
+
 /// Commits an outcome's effects, counts a refusal answered at once, does
 /// what the key's waiters need, and turns the answer into a reply.
+/// `server`: the command's snapshot (a hand-off decides on it too), built
+/// only when something follows that reads it (not on the hot path of a
+/// renewal or a release that nobody waits for).
 #[inline(always)]
 fn finish(
     ctx: Ctx,
     w: &mut KeyWriter,
-    out: &Outcome<'_>,
+    out: &Outcome<Commits<'_>>,
     wait: Option<waiters::Want<'_>>,
+    server: impl FnOnce() -> Snapshot,
 ) -> Reply {
     for c in out.commits.iter_ref() {
         w.commit(c);
@@ -63,7 +78,7 @@ fn finish(
     let name = w.name();
     match out.then {
         Then::Nothing => {}
-        Then::Wait { recheck_at } => {
+        Then::Wait(recheck_at) => {
             if let Some(want) = wait {
                 let slot = (ctx.selected_db(), name.bytes().to_vec());
                 return waiters::block(ctx, slot, want, recheck_at);
@@ -71,22 +86,18 @@ fn finish(
         }
         Then::RecheckAt(at) => waiters::lease_ends_at(ctx, name, at),
         Then::Rearm => {
-            let (now, expire) = (decision_ms(ctx), w.expire_at());
+            let (now, expire) = (server().now_ms, w.expire_at());
             if let Ok(Some(end)) = w.held(now).map(|h| h.next_end(expire, now)) {
                 waiters::lease_ends_at(ctx, name, end);
             }
         }
         Then::Serve => {
             if let Some(slot) = waiters::slot_if_waiting(ctx, name) {
-                waiters::serve(&slot, w);
+                waiters::serve(&slot, w, server());
             }
         }
     }
-    match out.answer {
-        Answer::Token(t) => Reply::Int(t as i64),
-        Answer::Int(n) => Reply::Int(n),
-        Answer::Null => Reply::Null,
-    }
+    reply(out.answer)
 }
 
 /// LEASE.ACQUIRE key owner ttl-ms [LIMIT n | SHARED] [FLOOR token] [LABEL text] [BLOCK timeout-ms]
@@ -104,14 +115,15 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     };
     let name = a.str(1);
     let mut w = KeyWriter::for_command(ctx, name, Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
-    let now = decision_ms(ctx);
+    let server = waiters::snapshot(ctx);
+    let now = server.now_ms;
     // A free lease (or a free place of a counting or shared lease) with
     // clients queued goes to the oldest of them first: a newcomer never
     // overtakes a waiter. (No waiter lookup while nobody waits anywhere.)
     let mut waiters_ahead = false;
     if let Some(slot) = waiters::slot_if_waiting(ctx, name) {
         if ops::serve_first(w.record()?, now) && waiters::waiting(&slot) > 0 {
-            waiters::serve(&slot, &mut w);
+            waiters::serve(&slot, &mut w, server);
         }
         waiters_ahead = waiters::waiting(&slot) > 0;
     }
@@ -138,12 +150,10 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             || expire,
             req,
             Env {
-                now_ms: now,
+                server,
                 clock,
-                grace_ends_at: grace::ends_at(now),
                 waiters_ahead,
                 ended_early: early,
-                prune_per_call: ops::PRUNE_PER_CALL,
             },
         )
     })?;
@@ -155,7 +165,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         floor,
         label: opts.label,
     });
-    Ok(finish(ctx, &mut w, &out, wait))
+    Ok(finish(ctx, &mut w, &out, wait, || server))
 }
 
 /// The keys of a multi-key command (`numkeys` at 1, the keys after it) and
@@ -207,7 +217,12 @@ fn states_of(
 
 /// Commits a multi-key outcome's effects key by key, counts a refusal
 /// answered at once, and does what the keys' waiters need (but a wait).
-fn finish_multikey(ctx: Ctx, ws: &mut [KeyWriter], out: &multikey::Outcome<'_>) -> Reply {
+fn finish_multikey(
+    ctx: Ctx,
+    ws: &mut [KeyWriter],
+    out: &MultiOutcome<'_>,
+    server: Snapshot,
+) -> Reply {
     for (i, c) in &out.commits {
         ws[*i].commit(c);
     }
@@ -215,25 +230,21 @@ fn finish_multikey(ctx: Ctx, ws: &mut [KeyWriter], out: &multikey::Outcome<'_>) 
         STATS.count(c);
     }
     match out.then {
-        multikey::Then::Nothing | multikey::Then::Wait { .. } => {}
-        multikey::Then::RecheckAt(at) => {
+        Then::Nothing | Then::Wait(_) | Then::Rearm => {}
+        Then::RecheckAt(at) => {
             for w in ws.iter() {
                 waiters::lease_ends_at(ctx, w.name(), at);
             }
         }
-        multikey::Then::Serve => {
+        Then::Serve => {
             for w in ws.iter_mut() {
                 if let Some(slot) = waiters::slot_if_waiting(ctx, w.name()) {
-                    waiters::serve(&slot, w);
+                    waiters::serve(&slot, w, server);
                 }
             }
         }
     }
-    match out.answer {
-        Answer::Token(t) => Reply::Int(t as i64),
-        Answer::Int(n) => Reply::Int(n),
-        Answer::Null => Reply::Null,
-    }
+    reply(out.answer)
 }
 
 /// LEASE.MACQUIRE numkeys key [key ...] owner ttl-ms [LABEL text] [BLOCK timeout-ms]
@@ -248,7 +259,8 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let opts = a.with_rest(at + 2, args::parse_macquire_options)?;
     let block_ms = opts.block_ms;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
-    let now = decision_ms(ctx);
+    let server = waiters::snapshot(ctx);
+    let now = server.now_ms;
     // A free key with clients queued goes to the oldest of them first (as
     // for LEASE.ACQUIRE); a key still waited for is not free.
     let mut waited = vec![false; ws.len()];
@@ -256,7 +268,7 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         for (i, w) in ws.iter_mut().enumerate() {
             if let Some(slot) = waiters::slot_if_waiting(ctx, w.name()) {
                 if ops::serve_first(w.record()?, now) && waiters::waiting(&slot) > 0 {
-                    waiters::serve(&slot, w);
+                    waiters::serve(&slot, w, server);
                 }
                 waited[i] = waiters::waiting(&slot) > 0;
             }
@@ -284,15 +296,16 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
             owner,
             opts.label,
             ttl,
-            multikey::Env {
-                now_ms: now,
+            Env {
+                server,
                 clock,
-                grace_ends_at: grace::ends_at(now),
-                caller: multikey::Caller::Command { may_wait },
+                waiters_ahead: false,
+                ended_early: None,
             },
+            multikey::Caller::Command { may_wait },
         )
     })?;
-    if let (multikey::Then::Wait(rechecks), Some(timeout_ms)) = (&out.then, block_ms) {
+    if let (Then::Wait(rechecks), Some(timeout_ms)) = (&out.then, block_ms) {
         let db = ctx.selected_db();
         let slots = keys.iter().map(|k| (db, k.to_vec())).collect();
         let want = waiters::Want {
@@ -305,7 +318,7 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         };
         return Ok(waiters::block_multikey(ctx, slots, want, rechecks));
     }
-    Ok(finish_multikey(ctx, &mut ws, &out))
+    Ok(finish_multikey(ctx, &mut ws, &out, server))
 }
 
 /// LEASE.MRENEW numkeys key [key ...] owner ttl-ms
@@ -318,10 +331,10 @@ pub fn mrenew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(at))?;
     let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
-    let now = decision_ms(ctx);
-    let states = states_of(&mut ws, owner, now)?;
-    let out = multikey::renew(&states, owner, ttl, now);
-    Ok(finish_multikey(ctx, &mut ws, &out))
+    let server = waiters::snapshot(ctx);
+    let states = states_of(&mut ws, owner, server.now_ms)?;
+    let out = multikey::renew(&states, owner, ttl, server.now_ms);
+    Ok(finish_multikey(ctx, &mut ws, &out, server))
 }
 
 /// LEASE.MRELEASE numkeys key [key ...] owner
@@ -333,10 +346,10 @@ pub fn mrelease(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let (keys, at) = multikey_args(a, 1, true)?;
     let owner = check_owner(a.bytes(at))?;
     let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
-    let now = decision_ms(ctx);
-    let states = states_of(&mut ws, owner, now)?;
-    let out = multikey::release(&states, owner, now);
-    Ok(finish_multikey(ctx, &mut ws, &out))
+    let server = waiters::snapshot(ctx);
+    let states = states_of(&mut ws, owner, server.now_ms)?;
+    let out = multikey::release(&states, owner, server.now_ms);
+    Ok(finish_multikey(ctx, &mut ws, &out, server))
 }
 
 /// Where a multi-key command has its owner (redacted from SLOWLOG and
@@ -362,7 +375,7 @@ pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         decision_ms(ctx),
         ops::PRUNE_PER_CALL,
     );
-    Ok(finish(ctx, &mut w, &out, None))
+    Ok(finish(ctx, &mut w, &out, None, || waiters::snapshot(ctx)))
 }
 
 /// LEASE.RELEASE key owner
@@ -384,7 +397,7 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let mut w = KeyWriter::for_command(ctx, a.str(1), Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
     let now = decision_ms_given(ctx, || flags);
     let out = ops::release(w.record()?, owner, now, ops::PRUNE_PER_CALL);
-    Ok(finish(ctx, &mut w, &out, None))
+    Ok(finish(ctx, &mut w, &out, None, || waiters::snapshot(ctx)))
 }
 
 /// LEASE.FENCE key token [MINTTL ms] [command [arg ...]]
@@ -485,26 +498,18 @@ pub fn guard(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     }
     compat::check()?;
     let name = a.bytes(1);
-    if hash_tag(name).is_none() {
-        return Err(LeaseError::NoHashTag);
-    }
-    if let Some(other) = guards::guard_of(ctx.selected_db(), name).filter(|g| g != name) {
-        return Err(LeaseError::AlreadyGuarded {
-            tag: printable(hash_tag(name).unwrap_or_default()),
-            guard: printable(&other),
-        });
-    }
-    let mut w = KeyWriter::for_command(ctx, a.str(1), None);
-    match w.record()? {
-        Some(RecordRef::Holders(_)) => return Err(LeaseError::GuardHolders),
-        Some(RecordRef::Exclusive(l)) if l.is_guard() => return Ok(Reply::Ok),
-        _ => {}
-    }
-    w.commit(&Commit {
-        effect: Effect::Guard,
-        event: Event::Guard,
-    });
-    Ok(Reply::Ok)
+    let tag_guard = guards::guard_of(ctx.selected_db(), name);
+    // The key is opened once the name passed the core's checks.
+    let mut opened = None;
+    let out = ops::guard(name, tag_guard.as_deref(), || {
+        opened
+            .insert(KeyWriter::for_command(ctx, a.str(1), None))
+            .record()
+    })?;
+    let Some(w) = opened.as_mut() else {
+        return Err(LeaseError::Internal("LEASE.GUARD decided unread".into()));
+    };
+    Ok(finish(ctx, w, &out, None, || waiters::snapshot(ctx)))
 }
 
 /// LEASE.UNGUARD key: 1 when the key guarded its hash tag and stops, else
@@ -518,14 +523,8 @@ pub fn unguard(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     }
     compat::check()?;
     let mut w = KeyWriter::for_command(ctx, a.str(1), None);
-    if !w.record()?.is_some_and(RecordRef::is_guard) {
-        return Ok(Reply::Int(0));
-    }
-    w.commit(&Commit {
-        effect: Effect::Unguard,
-        event: Event::Unguard,
-    });
-    Ok(Reply::Int(1))
+    let out = ops::unguard(w.record()?);
+    Ok(finish(ctx, &mut w, &out, None, || waiters::snapshot(ctx)))
 }
 
 /// LEASE.FENCED key guard: a write the guard of its key refused (the

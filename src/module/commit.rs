@@ -166,18 +166,6 @@ impl KeyWriter {
         self.name
     }
 
-    /// The time a decision on this key uses (`server::decision_ms`: one
-    /// time for a whole transaction or script).
-    pub fn now_ms(&self) -> i64 {
-        server::decision_ms(self.ctx)
-    }
-
-    /// Is the server out of memory now? A new lease, a hand-off to a waiter
-    /// included, waits for memory like a client's `deny-oom` acquire.
-    pub fn out_of_memory(&self) -> bool {
-        self.ctx.out_of_memory()
-    }
-
     /// The stored record (live or not), `None` when empty, or WRONGTYPE.
     #[inline]
     pub fn record(&mut self) -> Result<Option<RecordRef<'_>>, LeaseError> {
@@ -200,85 +188,90 @@ impl KeyWriter {
     /// Returns whether the key changed.
     #[inline(always)]
     pub fn commit(&mut self, c: &Commit<'_>) -> bool {
-        if !matches!(self.origin, Origin::Effect)
-            && matches!(
-                c.event,
-                Event::Renew { .. }
-                    | Event::Release { .. }
-                    | Event::Expire { .. }
-                    | Event::Lingered(_)
-            )
-        {
+        let replayed = matches!(self.origin, Origin::Effect);
+        if !replayed {
+            self.observe(c);
+        }
+        let change = c.effect.apply(self.key.stored());
+        let (changed, guard) = (change.changed, change.guard);
+        if !replayed && change.store.is_some() {
+            self.count_replaced_holders();
+        }
+        // A client's release deletes the key quietly (it serves the
+        // waiters itself), and so does a guard that goes (its set follows
+        // below): LEASE.RELEASE and LEASE.UNGUARD are their own effects.
+        let release = matches!(c.effect, Effect::Release { .. });
+        self.key
+            .carry_out(change, guard == Some(false) || (release && !replayed));
+        self.follow(guard, changed, c.event);
+        self.replicate_effect(c, release);
+        self.count(c.event);
+        changed
+    }
+
+    /// A record replaced while it still stores ended holders: they count
+    /// as expired (the key is free, so all of them have ended).
+    #[inline(always)]
+    fn count_replaced_holders(&mut self) {
+        if let Stored::Record(RecordMut::Holders(m)) = self.key.stored() {
+            STATS.expired.add(m.len() as u64);
+            distribution::ended(RecordRef::Holders(m), &mut counters::record);
+        }
+    }
+
+    /// What follows a change: the guards' set follows a guard that came or
+    /// went (the change says which), the key is signalled when it changed,
+    /// and a batch of ended holders that left more behind starts the drain
+    /// (a timer takes them out, a batch at a time).
+    #[inline(always)]
+    fn follow(&self, guard: Option<bool>, changed: bool, event: Event) {
+        match guard {
+            Some(true) => guards::added(self.ctx.selected_db(), self.name.bytes()),
+            Some(false) => _ = guards::removed(self.ctx.selected_db(), self.name.bytes()),
+            None => {}
+        }
+        if changed {
+            replicate::signal(self.ctx, self.name);
+        }
+        if let Event::Expire { drain: true, .. } = event {
+            let db = self.ctx.selected_db();
+            timers::start_drain(db, self.name.bytes(), DRAIN_EVERY_MS);
+        }
+    }
+
+    /// Replicates an effect: from the master or the AOF verbatim (its token
+    /// raising this node's clock); a client's one-key `LEASE.RELEASE` as
+    /// the command itself, without a copy; the rest as its effect command.
+    #[inline(always)]
+    fn replicate_effect(&self, c: &Commit<'_>, release: bool) {
+        match self.origin {
+            Origin::Effect => {
+                if let Some(token) = c.effect.token() {
+                    tokens::observe(token);
+                }
+                replicate::replicate_verbatim(self.ctx);
+            }
+            Origin::Command { one_key: true, .. } if release => {
+                replicate::replicate_verbatim(self.ctx)
+            }
+            Origin::Command { owner_arg, .. } => self.replicate(&c.effect, owner_arg),
+            Origin::Module => self.replicate(&c.effect, None),
+        }
+    }
+
+    /// The distributions of `INFO lease` see a holding renewed or ending.
+    #[inline(always)]
+    fn observe(&mut self, c: &Commit<'_>) {
+        if matches!(
+            c.event,
+            Event::Renew { .. } | Event::Release { .. } | Event::Expire { .. } | Event::Lingered(_)
+        ) {
             distribution::observe(
                 self.key.get().ok().flatten().map(as_ref),
                 &c.effect,
                 c.event,
                 counters::record,
             );
-        }
-        let change = c.effect.apply(self.key.stored());
-        let changed = change.changed;
-        // A guard comes or goes (design.md S12): the filter's set follows.
-        let guarding = match c.effect {
-            Effect::Guard if changed => Some(true),
-            Effect::Unguard if changed => Some(false),
-            _ => None,
-        };
-        let unguarded = guarding == Some(false);
-        // A client's release deletes the key quietly (it serves the
-        // waiters itself); LEASE.RELEASE is its own effect (`LEASE.RELEASE
-        // key owner`): replicated as the command itself, without a copy.
-        let released = matches!(c.effect, Effect::Release { .. })
-            && matches!(self.origin, Origin::Command { .. });
-        let verbatim = released && matches!(self.origin, Origin::Command { one_key: true, .. });
-        if let Origin::Effect = self.origin {
-            self.key.carry_out(change, unguarded);
-            self.follow_guard(guarding);
-            if changed {
-                replicate::signal(self.ctx, self.name);
-            }
-            if let Some(token) = c.effect.token() {
-                tokens::observe(token);
-            }
-            replicate::replicate_verbatim(self.ctx);
-            return changed;
-        }
-        // A record replaced while it still stores ended holders: they count
-        // as expired (the key is free, so all of them have ended).
-        if change.store.is_some()
-            && let Stored::Record(RecordMut::Holders(m)) = self.key.stored()
-        {
-            STATS.expired.add(m.len() as u64);
-            distribution::ended(RecordRef::Holders(m), &mut counters::record);
-        }
-        self.key.carry_out(change, released || unguarded);
-        self.follow_guard(guarding);
-        if changed {
-            replicate::signal(self.ctx, self.name);
-        }
-        // A batch of ended holders left and more have ended: a timer takes
-        // them out, a batch at a time (the decision said so).
-        if let Event::Expire { drain: true, .. } = c.event {
-            timers::start_drain(self.ctx.selected_db(), self.name.bytes(), DRAIN_EVERY_MS);
-        }
-        match self.origin {
-            _ if verbatim => replicate::replicate_verbatim(self.ctx),
-            Origin::Command { owner_arg, .. } => self.replicate(&c.effect, owner_arg),
-            Origin::Module | Origin::Effect => self.replicate(&c.effect, None),
-        }
-        self.count(c.event);
-        changed
-    }
-
-    /// The guards' set follows a guard that came (`Some(true)`) or went.
-    #[inline]
-    fn follow_guard(&self, guarding: Option<bool>) {
-        match guarding {
-            Some(true) => guards::added(self.ctx.selected_db(), self.name.bytes()),
-            Some(false) => {
-                guards::removed(self.ctx.selected_db(), self.name.bytes());
-            }
-            None => {}
         }
     }
 

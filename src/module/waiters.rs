@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use crate::lease::clock::TokenClock;
 use crate::lease::decide::Held;
 use crate::lease::multikey;
-use crate::lease::ops::{self, Recheck, ServeEnv, Served};
+use crate::lease::ops::{self, Env, Recheck, Served, Snapshot, Then};
 use crate::lease::waitq::{Ask, BLOCK_MARGIN_MS, Slot, Step, WaitRegistry, Waiter};
 use crate::lease::{LeaseError, Mode};
 
@@ -33,7 +33,7 @@ use super::ffi::blocked::{self, Handle};
 use super::ffi::ctx::{Ctx, Str};
 use super::ffi::filter::Need;
 use super::ffi::reply::{self, Reply};
-use super::ffi::server::{TimerId, now_ms};
+use super::ffi::server::{self, TimerId, now_ms};
 use super::ffi::waker;
 use super::timers::{self, TimerJob};
 use super::{early, grace, tokens};
@@ -290,9 +290,9 @@ pub fn on_recheck(ctx: Ctx, slot: Slot) {
     };
     match found {
         Err(e) => fail_all(&slot, e),
-        Ok(Recheck::At(at)) => arm(&slot, at),
-        Ok(Recheck::Serve) => match KeyWriter::for_module(ctx, name.as_str()) {
-            Ok(mut w) => serve(&slot, &mut w),
+        Ok(Then::RecheckAt(end)) => arm(&slot, end + 1),
+        Ok(_) => match KeyWriter::for_module(ctx, name.as_str()) {
+            Ok(mut w) => serve(&slot, &mut w, snapshot(ctx)),
             Err(closed) => gate_closed(&slot, closed, now),
         },
     }
@@ -367,25 +367,48 @@ impl ops::Queue<Handle> for SlotQueue<'_> {
     }
 }
 
+/// The server's state a command (or a timer's job) decides on, read once
+/// (`ops::Snapshot`): the decision's time, the grace period, and, while
+/// clients wait anywhere, whether the server is out of memory (a server
+/// call, made only when a waiter may be served).
+#[inline(always)]
+pub fn snapshot(ctx: Ctx) -> Snapshot {
+    let now_ms = server::decision_ms(ctx);
+    Snapshot {
+        now_ms,
+        grace_ends_at: grace::ends_at(now_ms),
+        out_of_memory: total() > 0 && ctx.out_of_memory(),
+        prune_per_call: ops::PRUNE_PER_CALL,
+    }
+}
+
+/// If the server expired the key of `slot` within its lease's deadline
+/// millisecond (Redis 8.2), the deadline; one load when it did not.
+#[inline(always)]
+pub fn ended_early(slot: &Slot) -> Option<i64> {
+    early::any_ended_early()
+        .then(|| early::ended_early(slot.0, &slot.1))
+        .flatten()
+}
+
 /// Serves the waiters of `slot` on the key `w` has open, oldest first (the
 /// core's `ops::serve`: a batch of ended holders leaves, then each step is
 /// committed like any acquisition, until the oldest waiter must wait), then
-/// re-checks the key at the next end of a holding.
-pub fn serve(slot: &Slot, w: &mut KeyWriter) {
-    let now = w.now_ms();
-    let env = ServeEnv {
-        now_ms: now,
-        grace_ends_at: grace::ends_at(now),
-        ended_early: early::any_ended_early()
-            .then(|| early::ended_early(slot.0, &slot.1))
-            .flatten(),
-        prune_per_call: ops::PRUNE_PER_CALL,
-        out_of_memory: w.out_of_memory(),
-    };
-    let served = tokens::with_clock(|clock| ops::serve(w, &mut SlotQueue { slot }, env, clock));
+/// re-checks the key at the next end of a holding. `server`: the snapshot
+/// of the command (or job) that serves.
+pub fn serve(slot: &Slot, w: &mut KeyWriter, server: Snapshot) {
+    let served = tokens::with_clock(|clock| {
+        let env = Env {
+            server,
+            clock,
+            waiters_ahead: false,
+            ended_early: ended_early(slot),
+        };
+        ops::serve(w, &mut SlotQueue { slot }, env)
+    });
     match served {
         Served::RecheckAt(at) => arm(slot, at),
-        Served::NoMemory => return gate_closed(slot, Closed::Refused, now),
+        Served::NoMemory => return gate_closed(slot, Closed::Refused, server.now_ms),
         Served::Idle => {}
     }
     multikey_soon(slot);
@@ -412,12 +435,7 @@ fn multikey_soon(slot: &Slot) {
 /// once (`LEASE.MACQUIRE ... BLOCK`) or its timeout passes. It queues on
 /// each key, in arrival order; `rechecks`: when to look at its keys again
 /// (`multikey::acquire` says).
-pub fn block_multikey(
-    ctx: Ctx,
-    slots: Vec<Slot>,
-    want: Want<'_>,
-    rechecks: &[multikey::Recheck],
-) -> Reply {
+pub fn block_multikey(ctx: Ctx, slots: Vec<Slot>, want: Want<'_>, rechecks: &[Recheck]) -> Reply {
     let ask = ask(ctx, &want);
     let Some(bc) = blocked::block(ctx) else {
         return Reply::Null;
@@ -428,7 +446,7 @@ pub fn block_multikey(
     Reply::Sent
 }
 
-fn arm_rechecks(slots: &[Slot], rechecks: &[multikey::Recheck]) {
+fn arm_rechecks(slots: &[Slot], rechecks: &[Recheck]) {
     for r in rechecks {
         arm_with(&slots[r.key], r.at_ms, r.precise);
     }
@@ -452,16 +470,19 @@ pub fn on_multikey(ctx: Ctx, slot: Slot, id: u64) {
     }
     let names: Vec<_> = slots.iter().map(|s| ctx.string(&s.1)).collect();
     let now = now_ms();
+    // A timer's job: the wall clock, not a command's cached time.
+    let server = Snapshot {
+        now_ms: now,
+        grace_ends_at: grace::ends_at(now),
+        out_of_memory: ctx.out_of_memory(),
+        prune_per_call: ops::PRUNE_PER_CALL,
+    };
     // A look first, past no gate (`multikey::key_view`, as the command
     // decides): while one key is still taken by others, the waiter keeps
     // waiting, and no key is opened for writing. The keys' ends, releases
     // and timers bring it back here.
     let fired = slots.iter().position(|s| *s == slot).unwrap_or(0);
-    let early_of = |s: &Slot| {
-        early::any_ended_early()
-            .then(|| early::ended_early(s.0, &s.1))
-            .flatten()
-    };
+    let early_of = ended_early;
     let mut views = Vec::with_capacity(slots.len());
     for (s, n) in slots.iter().zip(&names) {
         let mut r = Reader::open(ctx, n.as_str());
@@ -476,7 +497,7 @@ pub fn on_multikey(ctx: Ctx, slot: Slot, id: u64) {
     if let Some(rechecks) = multikey::still_taken(&views) {
         return arm_rechecks(&slots, &rechecks);
     }
-    if ctx.out_of_memory() {
+    if server.out_of_memory {
         // No new lease without memory: tried again shortly.
         return gate_closed(&slot, Closed::Refused, now);
     }
@@ -517,12 +538,13 @@ pub fn on_multikey(ctx: Ctx, slot: Slot, id: u64) {
                 &waiter.owner,
                 waiter.label.as_deref(),
                 waiter.ttl_ms,
-                multikey::Env {
-                    now_ms: now,
+                Env {
+                    server,
                     clock,
-                    grace_ends_at: grace::ends_at(now),
-                    caller: multikey::Caller::Waiter { fired },
+                    waiters_ahead: false,
+                    ended_early: None,
                 },
+                multikey::Caller::Waiter { fired },
             )
         }),
     };
@@ -535,7 +557,7 @@ pub fn on_multikey(ctx: Ctx, slot: Slot, id: u64) {
                 Answer::Token(token)
             }
             // Still taken somewhere (or a grace period): it keeps waiting.
-            (_, multikey::Then::Wait(rechecks)) => return arm_rechecks(&slots, &rechecks),
+            (_, Then::Wait(rechecks)) => return arm_rechecks(&slots, &rechecks),
             _ => return,
         },
         Err(e) => Answer::Error(e),
@@ -640,7 +662,7 @@ pub fn on_revoke(ctx: Ctx, slot: Slot, owner: Box<[u8]>, token: u64) {
             if let Some(c) = w.record().ok().and_then(|r| ops::revoke(r, &owner, token)) {
                 w.commit(&c);
             }
-            serve(&slot, &mut w);
+            serve(&slot, &mut w, snapshot(ctx));
         }
         Err(closed) => {
             if let Some(ms) = closed.retry_in_ms() {

@@ -59,27 +59,11 @@ impl LeaseType for Methods {
         }
     }
 
+    /// What the codec writes (`RecordRef::encode`, the bytes an RDB
+    /// holds): every field of the record, its guard flag included, so that
+    /// a replica that lost any of it digests apart from its master.
     fn digest(d: &mut Digest, record: RecordRef<'_>) {
-        match record {
-            RecordRef::Exclusive(l) => {
-                d.add_bytes(l.owner());
-                d.add_int(l.token as i64);
-                d.add_int(l.deadline_ms);
-                d.add_int(l.since_ms());
-                d.add_bytes(l.label().unwrap_or_default());
-            }
-            RecordRef::Holders(m) => {
-                d.add_bytes(m.mode().name().as_bytes());
-                d.add_int(m.mode().limit() as i64);
-                for h in m.holders() {
-                    d.add_bytes(&h.owner);
-                    d.add_int(h.token as i64);
-                    d.add_int(h.deadline_ms);
-                    d.add_int(h.since_ms);
-                    d.add_bytes(h.label.as_deref().unwrap_or_default());
-                }
-            }
-        }
+        d.add_bytes(&record.encode());
         d.end_sequence();
     }
 

@@ -116,11 +116,6 @@ impl Digest {
         }
     }
 
-    pub fn add_int(&mut self, n: i64) {
-        // SAFETY: as above.
-        unsafe { raw::RedisModule_DigestAddLongLong.unwrap()(self.0, n) }
-    }
-
     /// Ends one element of the value.
     pub fn end_sequence(&mut self) {
         // SAFETY: as above.
