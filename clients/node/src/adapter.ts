@@ -52,7 +52,7 @@ export interface Target {
   addr(): string;
   /** `args` on the user's client, routed by `key`, its reply within
    * `timeoutMs` (an error reply rejects with the library's error). */
-  call(key: string, args: Arg[], timeoutMs: number): Promise<unknown>;
+  call(key: string, args: Arg[], timeoutMs: number | null): Promise<unknown>;
   /** Every command of `cmds` (each routed by its key), one pipeline per
    * node: each reply or the Error it failed with, and the pipelines sent. */
   batch(keys: string[], cmds: Arg[][], timeoutMs: number): Promise<[unknown[], number]>;
@@ -194,7 +194,7 @@ class IoRedis implements Target {
     const o = this.c.options ?? {};
     return o.path ?? `${o.host ?? "localhost"}:${o.port ?? 6379}`;
   }
-  call(_key: string, args: Arg[], ms: number): Promise<unknown> {
+  call(_key: string, args: Arg[], ms: number | null): Promise<unknown> {
     return within(this.c.call(String(args[0]), ...args.slice(1).map(str)), ms);
   }
   ready(): boolean {
@@ -250,7 +250,7 @@ class IoCluster implements Target {
     }
     return n ? [addrs[0], n] : null;
   }
-  call(key: string, args: Arg[], ms: number): Promise<unknown> {
+  call(key: string, args: Arg[], ms: number | null): Promise<unknown> {
     const conn = this.node(key)?.[1] ?? this.c;
     return within(conn.call(String(args[0]), ...args.slice(1).map(str)), ms);
   }
@@ -322,7 +322,7 @@ class NodeRedis implements Target {
     const url = this.c.options?.url;
     return url ? String(url).replace(/^rediss?:\/\/([^@]*@)?/, "").replace(/\/.*$/, "") : "localhost:6379";
   }
-  call(_key: string, args: Arg[], ms: number): Promise<unknown> {
+  call(_key: string, args: Arg[], ms: number | null): Promise<unknown> {
     return within(this.c.sendCommand(args.map(str)), ms);
   }
   ready(): boolean {
@@ -364,7 +364,7 @@ class NodeCluster implements Target {
     const s = n?.socket ?? {};
     return n?.url ?? `${s.host ?? "localhost"}:${s.port ?? 6379}`;
   }
-  call(key: string, args: Arg[], ms: number): Promise<unknown> {
+  call(key: string, args: Arg[], ms: number | null): Promise<unknown> {
     return within(this.c.sendCommand(key, false, args.map(str)), ms);
   }
   private nodeOf(key: string): string {
@@ -432,7 +432,7 @@ class NodeRedis3 implements Target {
     const o = this.c.options ?? {};
     return o.path ?? `${o.host ?? "127.0.0.1"}:${o.port ?? 6379}`;
   }
-  call(_key: string, args: Arg[], ms: number): Promise<unknown> {
+  call(_key: string, args: Arg[], ms: number | null): Promise<unknown> {
     return within(send3(this.conn(), args), ms);
   }
   ready(): boolean {
