@@ -102,6 +102,7 @@ export class QuorumClient {
    * tests that play a client whose clock is wrong). */
   _clockOffsetMs = 0;
   private readonly proposer = new Proposer();
+  private readonly everyMaster: number[];
   /** The calls to each master that outlived their step, not over yet. */
   private readonly late: Set<Gate>[];
   /** When this client last sent a step (performance.now() ms). */
@@ -116,6 +117,7 @@ export class QuorumClient {
     this.label = labelOf(options.label);
     this.quorum = quorumOf(this.targets.length);
     this.late = this.targets.map(() => new Set());
+    this.everyMaster = this.targets.map((_, i) => i);
   }
 
   get masters(): number {
@@ -243,13 +245,19 @@ export class QuorumClient {
    * `ms`, so that the proposal is read from the clock when it can be sent,
    * not before a reconnect that would make it miss. One look at each
    * client, no round trip, when they are up. */
-  private async majorityReady(ms: number): Promise<void> {
+  private majorityReady(ms: number): Promise<void> | null {
     // A master idle for a while: one turn of the event loop's I/O first,
     // so that a close the server sent meanwhile is seen before the look.
-    if (now() - this.lastSent >= IDLE_MS) await new Promise<void>((resolve) => setImmediate(() => setImmediate(resolve)));
-    let ready = this.targets.filter((t) => t.ready()).length;
-    if (ready >= this.quorum) return;
-    await new Promise<void>((resolve) => {
+    if (now() - this.lastSent >= IDLE_MS) return new Promise<void>((resolve) => setImmediate(() => setImmediate(resolve))).then(() => this.readyLook(ms) ?? undefined);
+    return this.readyLook(ms);
+  }
+
+  /** null: a majority is ready. */
+  private readyLook(ms: number): Promise<void> | null {
+    let ready = 0;
+    for (const t of this.targets) if (t.ready()) ready++;
+    if (ready >= this.quorum) return null;
+    return new Promise<void>((resolve) => {
       let waiting = this.targets.length - ready;
       for (const t of this.targets) {
         if (t.ready()) continue;
@@ -262,8 +270,9 @@ export class QuorumClient {
     });
   }
 
+  /** Every master's index (shared: never changed). */
   private all(): number[] {
-    return this.targets.map((_, i) => i);
+    return this.everyMaster;
   }
 
   /** @internal `LEASE.RELEASE` everywhere, done as soon as a majority
@@ -321,7 +330,8 @@ export class QuorumClient {
     const all = this.all();
     const addr = (i: number): string => this.targets[i].addr();
     const acquire: Arg[] = ["LEASE.ACQUIRE", key, owner, ttlMs, ...label];
-    await this.majorityReady(timeout);
+    const waiting = this.majorityReady(timeout);
+    if (waiting) await waiting;
     // Step 1 proposes the token.
     const sentMs = Date.now() + this._clockOffsetMs;
     const p = this.proposer.propose(sentMs, Math.floor(Math.random() * 65536));
