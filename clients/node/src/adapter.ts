@@ -63,6 +63,10 @@ export interface Target {
    * `CLIENT KILL`, its idle `timeout`) is not, until the library has
    * reopened it. */
   ready(): boolean;
+  /** The connection a command sent now is written to at once, after every
+   * command written to it before (the server runs them in that order);
+   * null when not known or not open. */
+  stream(): object | null;
   /** Resolves once `ready()`, or after `ms`. */
   whenReady(ms: number): Promise<void>;
   /** Learns the cluster's slots again (nothing for one server). */
@@ -190,6 +194,10 @@ class IoRedis implements Target {
   readonly cluster = false;
   private pool = new Idle<Any>((c) => c.disconnect());
   constructor(private readonly c: Any) {}
+  stream(): object | null {
+    // ioredis writes a command at once while ready, on this socket.
+    return this.c.status === "ready" && this.c.stream ? (this.c.stream as object) : null;
+  }
   addr(): string {
     const o = this.c.options ?? {};
     return o.path ?? `${o.host ?? "localhost"}:${o.port ?? 6379}`;
@@ -233,6 +241,9 @@ class IoCluster implements Target {
   private pool = new Idle<Any>((c) => c.disconnect());
   private byAddr = new Map<string, Any>();
   constructor(private readonly c: Any) {}
+  stream(): object | null {
+    return null;
+  }
   addr(): string {
     const n = this.c.startupNodes?.[0] ?? {};
     return `${n.host ?? "localhost"}:${n.port ?? 6379}`;
@@ -315,6 +326,9 @@ class NodeRedis implements Target {
   readonly cluster = false;
   private pool = new Idle<Any>(nodeClose);
   constructor(private readonly c: Any) {}
+  stream(): object | null {
+    return null;
+  }
   addr(): string {
     const s = this.c.options?.socket ?? {};
     if (s.path) return s.path;
@@ -359,6 +373,9 @@ class NodeCluster implements Target {
   async whenReady(): Promise<void> {}
   private pool = new Idle<Any>(nodeClose);
   constructor(private readonly c: Any) {}
+  stream(): object | null {
+    return null;
+  }
   addr(): string {
     const n = this.c.options?.rootNodes?.[0];
     const s = n?.socket ?? {};
@@ -427,6 +444,9 @@ class NodeRedis3 implements Target {
       keepAlive(this.own, false);
     }
     return this.own;
+  }
+  stream(): object | null {
+    return null;
   }
   addr(): string {
     const o = this.c.options ?? {};

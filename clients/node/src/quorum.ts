@@ -72,6 +72,7 @@ const IDLE_MS = 100;
 
 /** A call to a master that outlived its step: `over` once it is. */
 interface Gate {
+  readonly via: object | null;
   readonly over: Promise<void>;
   open(): void;
 }
@@ -156,6 +157,8 @@ export class QuorumClient {
     // for it to be over.
     const over: boolean[] = new Array<boolean>(count).fill(false);
     const gates: (Gate | null)[] = new Array<Gate | null>(count).fill(null);
+    // The connection each call was written to (null: not known).
+    const via: (object | null)[] = new Array<object | null>(count).fill(null);
     return new Promise((resolve) => {
       let left = count;
       let resumed = false;
@@ -166,7 +169,7 @@ export class QuorumClient {
         if (resumed) return;
         resumed = true;
         clearTimeout(lingering);
-        for (let n = 0; n < count; n++) if (!over[n]) gates[n] = this.gate(on[n]);
+        for (let n = 0; n < count; n++) if (!over[n]) gates[n] = this.gate(on[n], via[n]);
         resolve(replies.slice());
       };
       const got = (n: number, r: unknown): void => {
@@ -188,7 +191,7 @@ export class QuorumClient {
       };
       for (let n = 0; n < count; n++) {
         const i = on[n];
-        void this.callOne(i, key, args(i), retry?.(i)).then((r) => got(n, r));
+        void this.callOne(i, key, args(i), retry?.(i), via, n).then((r) => got(n, r));
       }
       if (count === 0) {
         finish();
@@ -202,33 +205,52 @@ export class QuorumClient {
   }
 
   /** `args` on master `i` (then `retry` when it refused a FLOOR as too far
-   * ahead): the reply or the Error, unbounded (its step bounds it). After
-   * the calls to this master that outlived their step (each over by its
-   * step's end): a release never overtakes the acquire it releases. */
-  private callOne(i: number, key: string, args: Arg[], retry: Arg[] | undefined): Promise<unknown> {
+   * ahead): the reply or the Error, unbounded (its step bounds it); the
+   * connection it was written to in `via[n]`. After the calls to this
+   * master that outlived their step (each over by its step's end), unless
+   * they were all written to the connection this one goes to, which the
+   * server reads in order: a release never overtakes the acquire it
+   * releases. */
+  private callOne(i: number, key: string, args: Arg[], retry: Arg[] | undefined, via: (object | null)[], n: number): Promise<unknown> {
     this.lastSent = now();
     const before = this.late[i];
-    if (before.size === 0) return this.send(i, key, args, retry);
+    if (before.size === 0 || this.inOrder(i, before)) return this.send(i, key, args, retry, via, n);
     const wait = before.size === 1 ? before.values().next().value!.over : Promise.all([...before].map((g) => g.over));
-    return wait.then(() => this.send(i, key, args, retry));
+    return wait.then(() => this.send(i, key, args, retry, via, n));
   }
 
-  private send(i: number, key: string, args: Arg[], retry: Arg[] | undefined): Promise<unknown> {
+  /** Every call of `before` was written to the open connection a call to
+   * master `i` is written to now. */
+  private inOrder(i: number, before: Set<Gate>): boolean {
+    const s = this.targets[i].stream();
+    if (s === null) return false;
+    for (const g of before) if (g.via !== s) return false;
+    return true;
+  }
+
+  private send(i: number, key: string, args: Arg[], retry: Arg[] | undefined, via: (object | null)[], n: number): Promise<unknown> {
     const t = this.targets[i];
+    via[n] = t.stream();
     const sent = t.call(key, args, null);
     if (!retry) return sent.catch(errorOf);
     return sent.then(
       (r) => r,
-      (e: unknown) => (floorRefused(e) ? t.call(key, retry, null).catch(errorOf) : e),
+      (e: unknown) => {
+        if (!floorRefused(e)) return e;
+        if (t.stream() !== via[n]) via[n] = null;
+        return t.call(key, retry, null).catch(errorOf);
+      },
     );
   }
 
-  /** A gate on master `i`: its next calls wait until it is open. */
-  private gate(i: number): Gate {
+  /** A gate on master `i` for a call written to `via`: its next calls wait
+   * until it is open (unless written to that same connection). */
+  private gate(i: number, via: object | null): Gate {
     const gates = this.late[i];
     let open: () => void = () => {};
     const over = new Promise<void>((resolve) => (open = resolve));
     const g: Gate = {
+      via,
       over,
       open: () => {
         gates.delete(g);
