@@ -383,15 +383,21 @@ export class QuorumClient {
     const outcome = fast instanceof Held ? fast : firstOutcome(p, all, first, this.quorum);
     let token: number;
     let committed: number[] | null = null;
+    const out = new Set<number>();
     if (outcome instanceof Held) {
       const on = outcome.on;
       [token, committed] = [outcome.token, on];
       this.report(fastOutliers(p, all, replies, addr));
-      void everyReply.then((every) => {
-        const late = every.map((r, n) => (replies[n] === NOT_IN ? r : NOT_IN));
-        for (let n = 0; n < late.length; n++) if (late[n] === p) on.push(all[n]);
-        this.report(fastOutliers(p, all, late, addr));
-      });
+      for (let n = 0; n < all.length; n++) if (replies[n] === NOT_IN) out.add(all[n]);
+      if (out.size > 0)
+        void everyReply.then((every) => {
+          const late = every.map((r, n) => (replies[n] === NOT_IN ? r : NOT_IN));
+          for (let n = 0; n < late.length; n++) {
+            if (late[n] === p) on.push(all[n]);
+            out.delete(all[n]);
+          }
+          this.report(fastOutliers(p, all, late, addr));
+        });
     } else if (outcome instanceof Commit) {
       // Step 3, at most one round per master: each leaves one out.
       let commit = outcome;
@@ -411,7 +417,7 @@ export class QuorumClient {
       token = commit.token;
     } else return null;
     if (!committed || now() >= validUntil) return null;
-    return new QuorumLease(this, key, owner, token, ttlMs, validUntil, committed, watchdog);
+    return new QuorumLease(this, key, owner, token, ttlMs, validUntil, committed, watchdog, out);
   }
 
   /** `acquire`, or LeaseBusy when no majority granted. */
@@ -434,7 +440,8 @@ export class QuorumClient {
 }
 
 /** A quorum lease: one `token` committed on a majority (`committed`: the
- * masters' indexes), `signal` aborted when lost or released. */
+ * masters' indexes; a master whose answer came after the acquire returned
+ * joins it then), `signal` aborted when lost or released. */
 export class QuorumLease {
   /** Made when `signal` is first asked for: until then no timer watches
    * the expiry (`lost` looks at the clock). */
@@ -457,6 +464,9 @@ export class QuorumLease {
     validUntil: number,
     readonly committed: number[],
     watchdog: boolean,
+    /** The masters whose step-1 answer was not in yet (they join
+     * `committed` when it comes, if they answered the token). */
+    private readonly out: Set<number> = new Set(),
   ) {
     this.validUntil = validUntil;
     this.watched = watchdog;
@@ -577,7 +587,10 @@ export class QuorumLease {
   async fence(...call: FenceCall): Promise<unknown> {
     const c = this.client;
     const args = fenceArgs(this.key, this.token, call);
-    return fencedReply(await c._each(this.committed, this.key, () => args, c.ioTimeoutMs), c.quorum);
+    // Also on the masters whose step-1 answer is still out: the fence goes
+    // after their acquire, and runs there only if they hold the token.
+    const on = this.out.size === 0 ? this.committed : [...this.committed, ...this.out];
+    return fencedReply(await c._each(on, this.key, () => args, c.ioTimeoutMs), c.quorum);
   }
 
   /** Gives the lease back on every master: true when a majority released. */

@@ -246,8 +246,11 @@ for (const kind of KINDS) {
     it("a quorum lease on the guard fences guarded data on every master; a stale token is refused", async () => {
       const client = new QuorumClient(conns, { ioTimeoutMs: 1000 });
       const lease = await client.lease("{job}:lock", 10000);
-      assert.deepEqual([...lease.committed].sort(), [0, 1, 2]);
+      assert.ok(lease.committed.length >= 2, String(lease.committed));
+      // The fence goes to the masters whose acquire answer is still out too
+      // (after it): every master, and all of them have committed by then.
       assert.equal(await lease.fence("SET", "{job}:out", "v1"), "OK");
+      assert.deepEqual([...lease.committed].sort(), [0, 1, 2]);
       assert.equal(await lease.fence({ minTtlMs: 1000 }, "INCR", "{job}:n"), 1);
       for (const c of conns) {
         assert.equal(await send(c, ["GET", "{job}:out"]), "v1");
