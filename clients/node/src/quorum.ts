@@ -6,10 +6,15 @@
 // (from the first send) lasts: one round trip. Otherwise, when a majority
 // granted, the highest token T is committed back with LEASE.ACQUIRE ...
 // FLOOR T (step 3). Every step (acquire, commit round, renewal, release) is
-// decided as soon as a majority decides it, then waits for the rest as long
-// again as it took (25 ms at least); a master's next command waits for its
-// calls still out, so a release never overtakes the acquire it releases.
-// The decisions are core.ts's; this file does the I/O.
+// decided as soon as a majority decides it. A step held in one round trip,
+// a renewal and a release then return at once, as node-redlock's do (the
+// rest are read in the background: a late answer of P joins `committed`);
+// a step 3, and a step 1 that leads to it or fails, waits for the rest as
+// long again as it took (25 ms at least), as every step of the Rust and
+// Python helpers. A master's next command waits for its calls still out
+// unless they went down the same open connection, which the server reads in
+// order: a release never overtakes the acquire it releases. The decisions
+// are core.ts's; this file does the I/O.
 
 import {
   Arg,
