@@ -52,7 +52,7 @@ export interface Target {
   addr(): string;
   /** `args` on the user's client, routed by `key`, its reply within
    * `timeoutMs` (an error reply rejects with the library's error). */
-  call(key: string, args: Arg[], timeoutMs: number): Promise<unknown>;
+  call(key: string, args: Arg[], timeoutMs: number | null): Promise<unknown>;
   /** Every command of `cmds` (each routed by its key), one pipeline per
    * node: each reply or the Error it failed with, and the pipelines sent. */
   batch(keys: string[], cmds: Arg[][], timeoutMs: number): Promise<[unknown[], number]>;
@@ -63,6 +63,10 @@ export interface Target {
    * `CLIENT KILL`, its idle `timeout`) is not, until the library has
    * reopened it. */
   ready(): boolean;
+  /** The connection a command sent now is written to at once, after every
+   * command written to it before (the server runs them in that order);
+   * null when not known or not open. */
+  stream(): object | null;
   /** Resolves once `ready()`, or after `ms`. */
   whenReady(ms: number): Promise<void>;
   /** Learns the cluster's slots again (nothing for one server). */
@@ -190,11 +194,15 @@ class IoRedis implements Target {
   readonly cluster = false;
   private pool = new Idle<Any>((c) => c.disconnect());
   constructor(private readonly c: Any) {}
+  stream(): object | null {
+    // ioredis writes a command at once while ready, on this socket.
+    return this.c.status === "ready" && this.c.stream ? (this.c.stream as object) : null;
+  }
   addr(): string {
     const o = this.c.options ?? {};
     return o.path ?? `${o.host ?? "localhost"}:${o.port ?? 6379}`;
   }
-  call(_key: string, args: Arg[], ms: number): Promise<unknown> {
+  call(_key: string, args: Arg[], ms: number | null): Promise<unknown> {
     return within(this.c.call(String(args[0]), ...args.slice(1).map(str)), ms);
   }
   ready(): boolean {
@@ -233,6 +241,9 @@ class IoCluster implements Target {
   private pool = new Idle<Any>((c) => c.disconnect());
   private byAddr = new Map<string, Any>();
   constructor(private readonly c: Any) {}
+  stream(): object | null {
+    return null;
+  }
   addr(): string {
     const n = this.c.startupNodes?.[0] ?? {};
     return `${n.host ?? "localhost"}:${n.port ?? 6379}`;
@@ -250,7 +261,7 @@ class IoCluster implements Target {
     }
     return n ? [addrs[0], n] : null;
   }
-  call(key: string, args: Arg[], ms: number): Promise<unknown> {
+  call(key: string, args: Arg[], ms: number | null): Promise<unknown> {
     const conn = this.node(key)?.[1] ?? this.c;
     return within(conn.call(String(args[0]), ...args.slice(1).map(str)), ms);
   }
@@ -315,6 +326,9 @@ class NodeRedis implements Target {
   readonly cluster = false;
   private pool = new Idle<Any>(nodeClose);
   constructor(private readonly c: Any) {}
+  stream(): object | null {
+    return null;
+  }
   addr(): string {
     const s = this.c.options?.socket ?? {};
     if (s.path) return s.path;
@@ -322,7 +336,7 @@ class NodeRedis implements Target {
     const url = this.c.options?.url;
     return url ? String(url).replace(/^rediss?:\/\/([^@]*@)?/, "").replace(/\/.*$/, "") : "localhost:6379";
   }
-  call(_key: string, args: Arg[], ms: number): Promise<unknown> {
+  call(_key: string, args: Arg[], ms: number | null): Promise<unknown> {
     return within(this.c.sendCommand(args.map(str)), ms);
   }
   ready(): boolean {
@@ -359,12 +373,15 @@ class NodeCluster implements Target {
   async whenReady(): Promise<void> {}
   private pool = new Idle<Any>(nodeClose);
   constructor(private readonly c: Any) {}
+  stream(): object | null {
+    return null;
+  }
   addr(): string {
     const n = this.c.options?.rootNodes?.[0];
     const s = n?.socket ?? {};
     return n?.url ?? `${s.host ?? "localhost"}:${s.port ?? 6379}`;
   }
-  call(key: string, args: Arg[], ms: number): Promise<unknown> {
+  call(key: string, args: Arg[], ms: number | null): Promise<unknown> {
     return within(this.c.sendCommand(key, false, args.map(str)), ms);
   }
   private nodeOf(key: string): string {
@@ -428,11 +445,14 @@ class NodeRedis3 implements Target {
     }
     return this.own;
   }
+  stream(): object | null {
+    return null;
+  }
   addr(): string {
     const o = this.c.options ?? {};
     return o.path ?? `${o.host ?? "127.0.0.1"}:${o.port ?? 6379}`;
   }
-  call(_key: string, args: Arg[], ms: number): Promise<unknown> {
+  call(_key: string, args: Arg[], ms: number | null): Promise<unknown> {
     return within(send3(this.conn(), args), ms);
   }
   ready(): boolean {

@@ -735,8 +735,14 @@ export function backoff(ttlMs: number): number {
  * enough answers yet. */
 export function renewOutcome(replies: unknown[], n: number): boolean | null {
   const q = quorumOf(n);
-  if (replies.filter((r) => r === 1).length >= q) return true;
-  if (replies.filter((r) => r === 0).length > n - q) return false;
+  let yes = 0;
+  let no = 0;
+  for (let k = 0; k < replies.length; k++) {
+    if (replies[k] === 1) yes++;
+    else if (replies[k] === 0) no++;
+  }
+  if (yes >= q) return true;
+  if (no > n - q) return false;
   return null;
 }
 
@@ -834,6 +840,15 @@ export const FAILED: unique symbol = Symbol("failed");
  * majority answered exactly `p`; step 3 (a Commit) as soon as that cannot
  * happen and a majority granted; FAILED as soon as a majority cannot grant. */
 export function firstOutcome(p: number, on: number[], replies: unknown[], quorum: number): Held | Commit | typeof FAILED | null {
+  // Counted first, without allocating: undecided while a majority of
+  // exact answers can still come.
+  let exact = 0;
+  let open = 0;
+  for (let k = 0; k < replies.length; k++) {
+    if (replies[k] === p) exact++;
+    else if (replies[k] === NOT_IN) open++;
+  }
+  if (exact < quorum && exact + open >= quorum) return null;
   let pending = 0;
   const grants: [number, number][] = [];
   const votes: number[] = [];
@@ -872,8 +887,14 @@ export function linger(tookMs: number): number {
  * released, false too many did not (or did not answer), null undecided. */
 export function releaseOutcome(replies: unknown[], n: number): boolean | null {
   const q = quorumOf(n);
-  if (replies.filter((r) => r === 1).length >= q) return true;
-  if (replies.filter((r) => r !== NOT_IN && r !== 1).length > n - q) return false;
+  let yes = 0;
+  let no = 0;
+  for (let k = 0; k < replies.length; k++) {
+    if (replies[k] === 1) yes++;
+    else if (replies[k] !== NOT_IN) no++;
+  }
+  if (yes >= q) return true;
+  if (no > n - q) return false;
   return null;
 }
 

@@ -9,7 +9,7 @@
 // long (learnt from its refusal of a longer ttl), renewed by the watchdog
 // until the lock's end; a holder that dies frees the lock within one lease.
 
-import { Arg, FenceCall, Label, LeaseError, drift, fenceArgs, isReplyError, now } from "./core.js";
+import { Arg, FenceCall, Label, LeaseError, NOT_IN, drift, fenceArgs, isReplyError, now } from "./core.js";
 import { RedisClient, Target } from "./adapter.js";
 import { Lease, LeaseClient } from "./client.js";
 import { QuorumClient, QuorumLease } from "./quorum.js";
@@ -22,12 +22,22 @@ export type Client = RedisClient;
  * unreachable server, an error reply). */
 export type Against = { kind: "locked" } | { kind: "wrongtype"; error: Error } | { kind: "error"; error: Error };
 
-/** How every client voted on one try (a missing client voted for). */
-export interface Try {
+/** How every client voted (a missing client voted for): the votes in when
+ * the outcome was decided, and the later ones added to `against` as they
+ * come, `settled` once every vote is in (node-redlock's `stats`). */
+export interface Votes {
   readonly against: Map<Client, Against>;
+  readonly settled: Promise<void>;
+}
+
+/** How every client voted on one try. */
+export interface Try extends Votes {
   /** This try waited on the server (`BLOCK`) for the rest of the window. */
   readonly waited: boolean;
 }
+
+/** Every vote in. */
+export const ALL_IN: Promise<void> = Promise.resolve();
 
 export type Held = { kind: "one"; lease: Lease } | { kind: "quorum"; leases: QuorumLease[] };
 
@@ -194,52 +204,73 @@ export class Locker {
         try {
           const options = { blockMs, watchdog: false, label, _selfWait: true };
           const lease = resources.length === 1 ? await one.acquire(resources[0], ttl, options) : await one.acquireMany(resources, ttl, options);
-          if (lease) return [{ kind: "one", lease }, { against: new Map(), waited: false }];
-          return [null, { against: new Map([[client, { kind: "locked" }]]), waited: false }];
+          if (lease) return [{ kind: "one", lease }, { against: new Map(), settled: ALL_IN, waited: false }];
+          return [null, { against: new Map([[client, { kind: "locked" }]]), settled: ALL_IN, waited: false }];
         } catch (e) {
           if (this.learn(e)) continue;
-          return [null, { against: new Map([[client, againstOf(e)]]), waited: false }];
+          return [null, { against: new Map([[client, againstOf(e)]]), settled: ALL_IN, waited: false }];
         }
       }
-      return [null, { against: new Map([[client, { kind: "error", error: new LeaseError("the server refused every lease length") }]]), waited: false }];
+      return [null, { against: new Map([[client, { kind: "error", error: new LeaseError("the server refused every lease length") }]]), settled: ALL_IN, waited: false }];
     }
     const quorum = this.quorum!;
     const against = new Map<Client, Against>();
     const leases: QuorumLease[] = [];
+    const late: Promise<void>[] = [];
     let failed = false;
     // In sorted order, all or none: no deadlock between two multi-resource locks.
     for (const r of sortedUnique(resources)) {
       let lease: QuorumLease | null = null;
       let replies: unknown[] = [];
+      let every: Promise<unknown[]> | null = null;
       for (let k = 0; k < 3; k++) {
         replies = [];
-        lease = await quorum.acquire(r, this.ttlFor(duration), { watchdog: false, label, _replies: (x) => (replies = x) });
+        lease = await quorum.acquire(r, this.ttlFor(duration), {
+          watchdog: false,
+          label,
+          _replies: (x, all) => {
+            replies = x;
+            every = all;
+          },
+        });
         if (lease || !replies.some((x) => this.learn(x))) break;
       }
-      replies.forEach((x, i) => {
-        const c = this.clients[i];
-        if (against.has(c)) return;
-        if (x === null || x === undefined) against.set(c, { kind: "locked" });
-        else if (x instanceof Error) against.set(c, againstOf(x));
-      });
+      this.acquireVotes(against, replies);
+      // The votes not in when the step was decided, as they come.
+      const pending = replies;
+      if (every && pending.includes(NOT_IN)) late.push((every as Promise<unknown[]>).then((all) => this.acquireVotes(against, all.map((x, i) => (pending[i] === NOT_IN ? x : NOT_IN)))));
       if (!lease) {
         failed = true;
         break;
       }
       leases.push(lease);
     }
+    const settled = late.length === 0 ? ALL_IN : Promise.all(late).then(() => undefined);
     if (failed) {
       await Promise.all(leases.map((l) => l.release().catch(() => false)));
       // A majority granted every resource but the commit failed: not held.
-      if (this.clients.length - against.size >= this.quorumSize) for (const c of this.clients) if (!against.has(c)) against.set(c, { kind: "locked" });
-      return [null, { against, waited: false }];
+      const notHeld = (): void => {
+        if (this.clients.length - against.size >= this.quorumSize) for (const c of this.clients) if (!against.has(c)) against.set(c, { kind: "locked" });
+      };
+      return [null, { against, settled: settled.then(notHeld), waited: false }];
     }
     const byResource = resources.map((r) => leases.find((l) => l.key === r)!);
-    return [{ kind: "quorum", leases: byResource }, { against, waited: false }];
+    return [{ kind: "quorum", leases: byResource }, { against, settled, waited: false }];
   }
 
-  /** Releases the lock: each client's vote against (none: released there). */
-  async release(h: Held): Promise<Map<Client, Against>> {
+  /** Step 1's replies (`NOT_IN`: not a vote yet) as votes against. */
+  private acquireVotes(against: Map<Client, Against>, replies: unknown[]): void {
+    replies.forEach((x, i) => {
+      const c = this.clients[i];
+      if (x === NOT_IN || against.has(c)) return;
+      if (x === null || x === undefined) against.set(c, { kind: "locked" });
+      else if (x instanceof Error) against.set(c, againstOf(x));
+    });
+  }
+
+  /** Releases the lock: each client's vote against (none: released
+   * there), the votes not in when a majority decided it added as they come. */
+  async release(h: Held): Promise<Votes> {
     this.unkeep(h);
     const against = new Map<Client, Against>();
     if (h.kind === "one") {
@@ -248,18 +279,31 @@ export class Locker {
       } catch (e) {
         against.set(this.clients[0], againstOf(e));
       }
-      return against;
+      return { against, settled: ALL_IN };
     }
+    const late: Promise<void>[] = [];
     for (const l of h.leases) {
-      const replies = await l._release();
-      this.clients.forEach((c, i) => {
-        if (against.has(c)) return;
-        const x = replies === null ? 0 : replies[i];
-        if (x instanceof Error) against.set(c, againstOf(x));
-        else if (x !== 1) against.set(c, { kind: "locked" });
-      });
+      let done: (all: unknown[]) => void = () => {};
+      const every = new Promise<unknown[]>((resolve) => (done = resolve));
+      const replies = await l._release(done);
+      if (replies === null) {
+        for (const c of this.clients) if (!against.has(c)) against.set(c, { kind: "locked" });
+        continue;
+      }
+      this.releaseVotes(against, replies);
+      if (replies.includes(NOT_IN)) late.push(every.then((all) => this.releaseVotes(against, all.map((r, i) => (replies[i] === NOT_IN ? r : NOT_IN)))));
     }
-    return against;
+    return { against, settled: late.length === 0 ? ALL_IN : Promise.all(late).then(() => undefined) };
+  }
+
+  /** A release's replies (`NOT_IN`: not a vote yet) as votes against. */
+  private releaseVotes(against: Map<Client, Against>, replies: unknown[]): void {
+    this.clients.forEach((c, i) => {
+      const x = replies[i];
+      if (x === NOT_IN || against.has(c)) return;
+      if (x instanceof Error) against.set(c, againstOf(x));
+      else if (x !== 1) against.set(c, { kind: "locked" });
+    });
   }
 
   private targets(): Target[] {
@@ -289,8 +333,8 @@ export class Locker {
   /** Releases the resources held with `value` (a lock known by its
    * resources and value only, or whose resources were changed): each
    * client's vote against. */
-  releaseByName(lock: ByName): Promise<Map<Client, Against>> {
-    return this.byName(lock, (r) => ["LEASE.RELEASE", r, lock.value], 1);
+  async releaseByName(lock: ByName): Promise<Votes> {
+    return { against: await this.byName(lock, (r) => ["LEASE.RELEASE", r, lock.value], 1), settled: ALL_IN };
   }
 
   /** Renews the resources held with `value` for `duration` ms (at most a

@@ -6,10 +6,15 @@
 // (from the first send) lasts: one round trip. Otherwise, when a majority
 // granted, the highest token T is committed back with LEASE.ACQUIRE ...
 // FLOOR T (step 3). Every step (acquire, commit round, renewal, release) is
-// decided as soon as a majority decides it, then waits for the rest as long
-// again as it took (25 ms at least); a master's next command waits for its
-// calls still out, so a release never overtakes the acquire it releases.
-// The decisions are core.ts's; this file does the I/O.
+// decided as soon as a majority decides it. A step held in one round trip,
+// a renewal and a release then return at once, as node-redlock's do (the
+// rest are read in the background: a late answer of P joins `committed`);
+// a step 3, and a step 1 that leads to it or fails, waits for the rest as
+// long again as it took (25 ms at least), as every step of the Rust and
+// Python helpers. A master's next command waits for its calls still out
+// unless they went down the same open connection, which the server reads in
+// order: a release never overtakes the acquire it releases. The decisions
+// are core.ts's; this file does the I/O.
 
 import {
   Arg,
@@ -19,11 +24,11 @@ import {
   Held,
   Label,
   LeaseBusy,
-  LeaseLost,
   Loss,
   NOT_IN,
   Outlier,
   Proposer,
+  ReplyTimeout,
   backoff,
   checkTtl,
   drift,
@@ -70,16 +75,23 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Ma
  * after a turn of the event loop (ms; the Rust helper's idle check: 100). */
 const IDLE_MS = 100;
 
-/** `ps` settled, or `ms` passed, whichever comes first. */
-function settledWithin(ps: Iterable<Promise<unknown>>, ms: number): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, Math.max(ms, 0));
-    void Promise.allSettled(ps).then(() => {
-      clearTimeout(timer);
-      resolve();
-    });
-  });
+/** A call to a master that outlived its step: `over` once it is. */
+interface Gate {
+  readonly via: object | null;
+  readonly over: Promise<void>;
+  open(): void;
 }
+
+const errorOf = (e: unknown): unknown => e;
+
+/** How a step stands, from its replies in so far: not decided; decided,
+ * the caller resuming after the linger (the masters about as fast as the
+ * majority count in the replies it gets); decided, the caller resuming at
+ * once, the rest read in the background (given to the step's `all`). */
+export const UNDECIDED = 0;
+export const LINGER = 1;
+export const NOW = 2;
+type Decision = typeof UNDECIDED | typeof LINGER | typeof NOW;
 
 /** Takes quorum leases on the masters of `clients` (one ioredis or
  * node-redis client per master; three or five in practice). */
@@ -96,8 +108,9 @@ export class QuorumClient {
    * tests that play a client whose clock is wrong). */
   _clockOffsetMs = 0;
   private readonly proposer = new Proposer();
+  private readonly everyMaster: number[];
   /** The calls to each master that outlived their step, not over yet. */
-  private readonly late: Set<Promise<unknown>>[];
+  private readonly late: Set<Gate>[];
   /** When this client last sent a step (performance.now() ms). */
   private lastSent = -Infinity;
 
@@ -110,6 +123,7 @@ export class QuorumClient {
     this.label = labelOf(options.label);
     this.quorum = quorumOf(this.targets.length);
     this.late = this.targets.map(() => new Set());
+    this.everyMaster = this.targets.map((_, i) => i);
   }
 
   get masters(): number {
@@ -126,62 +140,130 @@ export class QuorumClient {
    * sent at once to a master that refused the first as a FLOOR too far
    * ahead of its clock): the replies in (`NOT_IN`: not in), once every
    * master answered, or `timeoutMs` passed, or `decided` says so of the
-   * replies in and the linger after it passed. The calls still out go on
-   * (each bounded by `timeoutMs`); the next call to their master waits for
-   * them. */
-  _eachUntil(on: number[], key: string, args: (i: number) => Arg[], timeoutMs: number, decided: (replies: unknown[]) => boolean, retry?: (i: number) => Arg[]): Promise<unknown[]> {
+   * replies in (`NOW`: then; `LINGER`: after the linger). The calls still
+   * out go on (each bounded by `timeoutMs`); the next call to their master
+   * waits for them. `all`, when given, gets every reply (or the Error, a
+   * ReplyTimeout past `timeoutMs`) once every call is over. */
+  _eachUntil(
+    on: number[],
+    key: string,
+    args: (i: number) => Arg[],
+    timeoutMs: number,
+    decided: (replies: unknown[]) => Decision | boolean,
+    retry?: (i: number) => Arg[],
+    all?: (replies: unknown[]) => void,
+  ): Promise<unknown[]> {
     const start = now();
     const end = start + Math.max(timeoutMs, 1);
-    const replies: unknown[] = on.map(() => NOT_IN);
+    const count = on.length;
+    const replies: unknown[] = new Array<unknown>(count).fill(NOT_IN);
+    // Each call is over when its reply is in or the step's end passed (one
+    // timer for the step); `gates[n]`: the next call to its master waits
+    // for it to be over.
+    const over: boolean[] = new Array<boolean>(count).fill(false);
+    const gates: (Gate | null)[] = new Array<Gate | null>(count).fill(null);
+    // The connection each call was written to (null: not known).
+    const via: (object | null)[] = new Array<object | null>(count).fill(null);
     return new Promise((resolve) => {
-      let left = on.length;
-      let over = false;
+      let left = count;
+      let resumed = false;
       let settled = false;
-      let timer: ReturnType<typeof setTimeout> | undefined;
+      let lingering: ReturnType<typeof setTimeout> | undefined;
+      let expiry: ReturnType<typeof setTimeout> | undefined;
       const finish = (): void => {
-        if (over) return;
-        over = true;
-        clearTimeout(timer);
-        calls.forEach((c, n) => {
-          if (replies[n] === NOT_IN) this.lateOn(on[n], c);
-        });
+        if (resumed) return;
+        resumed = true;
+        clearTimeout(lingering);
+        for (let n = 0; n < count; n++) if (!over[n]) gates[n] = this.gate(on[n], via[n]);
         resolve(replies.slice());
       };
-      const calls = on.map((i, n) => {
-        const c = this.callOne(i, key, args(i), retry?.(i), end);
-        void c.then((r) => {
-          if (over) return;
-          replies[n] = r;
-          left -= 1;
-          if (left === 0) finish();
-          else if (!settled && decided(replies)) {
-            settled = true;
-            timer = setTimeout(finish, Math.min(linger(now() - start), end - now()));
-          }
-        });
-        return c;
-      });
-      if (on.length === 0) finish();
+      const got = (n: number, r: unknown): void => {
+        if (over[n]) return;
+        over[n] = true;
+        replies[n] = r;
+        gates[n]?.open();
+        left -= 1;
+        if (left === 0) {
+          clearTimeout(expiry);
+          finish();
+          all?.(replies);
+        } else if (!resumed && !settled) {
+          const d = decided(replies);
+          if (d === NOW) finish();
+          else if (d) lingering = setTimeout(finish, Math.min(linger(now() - start), end - now()));
+          settled = d !== UNDECIDED && d !== false;
+        }
+      };
+      for (let n = 0; n < count; n++) {
+        const i = on[n];
+        void this.callOne(i, key, args(i), retry?.(i), via, n).then((r) => got(n, r));
+      }
+      if (count === 0) {
+        finish();
+        all?.(replies);
+      } else if (left > 0) {
+        expiry = setTimeout(() => {
+          for (let n = 0; n < count; n++) if (!over[n]) got(n, new ReplyTimeout(`no reply within ${Math.round(end - start)} ms`));
+        }, end - start);
+      }
     });
   }
 
-  /** `args` on master `i` by `end` (then `retry` when it refused a FLOOR as
-   * too far ahead): the reply or the Error. After the calls to this master
-   * that outlived their step (each bounded by its own): a release never
-   * overtakes the acquire it releases. */
-  private callOne(i: number, key: string, args: Arg[], retry: Arg[] | undefined, end: number): Promise<unknown> {
-    const t = this.targets[i];
+  /** `args` on master `i` (then `retry` when it refused a FLOOR as too far
+   * ahead): the reply or the Error, unbounded (its step bounds it); the
+   * connection it was written to in `via[n]`. After the calls to this
+   * master that outlived their step (each over by its step's end), unless
+   * they were all written to the connection this one goes to, which the
+   * server reads in order: a release never overtakes the acquire it
+   * releases. */
+  private callOne(i: number, key: string, args: Arg[], retry: Arg[] | undefined, via: (object | null)[], n: number): Promise<unknown> {
     this.lastSent = now();
-    const send = (a: Arg[]): Promise<unknown> => t.call(key, a, Math.max(end - now(), 1)).catch((e: unknown) => e);
-    const run = (): Promise<unknown> => (retry ? send(args).then((r) => (floorRefused(r) ? send(retry) : r)) : send(args));
     const before = this.late[i];
-    return before.size === 0 ? run() : settledWithin(before, end - now()).then(run);
+    if (before.size === 0 || this.inOrder(i, before)) return this.send(i, key, args, retry, via, n);
+    const wait = before.size === 1 ? before.values().next().value!.over : Promise.all([...before].map((g) => g.over));
+    return wait.then(() => this.send(i, key, args, retry, via, n));
   }
 
-  private lateOn(i: number, call: Promise<unknown>): void {
-    const calls = this.late[i];
-    calls.add(call);
-    void call.then(() => calls.delete(call));
+  /** Every call of `before` was written to the open connection a call to
+   * master `i` is written to now. */
+  private inOrder(i: number, before: Set<Gate>): boolean {
+    const s = this.targets[i].stream();
+    if (s === null) return false;
+    for (const g of before) if (g.via !== s) return false;
+    return true;
+  }
+
+  private send(i: number, key: string, args: Arg[], retry: Arg[] | undefined, via: (object | null)[], n: number): Promise<unknown> {
+    const t = this.targets[i];
+    via[n] = t.stream();
+    const sent = t.call(key, args, null);
+    if (!retry) return sent.catch(errorOf);
+    return sent.then(
+      (r) => r,
+      (e: unknown) => {
+        if (!floorRefused(e)) return e;
+        if (t.stream() !== via[n]) via[n] = null;
+        return t.call(key, retry, null).catch(errorOf);
+      },
+    );
+  }
+
+  /** A gate on master `i` for a call written to `via`: its next calls wait
+   * until it is open (unless written to that same connection). */
+  private gate(i: number, via: object | null): Gate {
+    const gates = this.late[i];
+    let open: () => void = () => {};
+    const over = new Promise<void>((resolve) => (open = resolve));
+    const g: Gate = {
+      via,
+      over,
+      open: () => {
+        gates.delete(g);
+        open();
+      },
+    };
+    gates.add(g);
+    return g;
   }
 
   /** Before step 1: when the connections of too many masters are down (the
@@ -190,13 +272,19 @@ export class QuorumClient {
    * `ms`, so that the proposal is read from the clock when it can be sent,
    * not before a reconnect that would make it miss. One look at each
    * client, no round trip, when they are up. */
-  private async majorityReady(ms: number): Promise<void> {
+  private majorityReady(ms: number): Promise<void> | null {
     // A master idle for a while: one turn of the event loop's I/O first,
     // so that a close the server sent meanwhile is seen before the look.
-    if (now() - this.lastSent >= IDLE_MS) await new Promise<void>((resolve) => setImmediate(() => setImmediate(resolve)));
-    let ready = this.targets.filter((t) => t.ready()).length;
-    if (ready >= this.quorum) return;
-    await new Promise<void>((resolve) => {
+    if (now() - this.lastSent >= IDLE_MS) return new Promise<void>((resolve) => setImmediate(() => setImmediate(resolve))).then(() => this.readyLook(ms) ?? undefined);
+    return this.readyLook(ms);
+  }
+
+  /** null: a majority is ready. */
+  private readyLook(ms: number): Promise<void> | null {
+    let ready = 0;
+    for (const t of this.targets) if (t.ready()) ready++;
+    if (ready >= this.quorum) return null;
+    return new Promise<void>((resolve) => {
       let waiting = this.targets.length - ready;
       for (const t of this.targets) {
         if (t.ready()) continue;
@@ -209,15 +297,19 @@ export class QuorumClient {
     });
   }
 
+  /** Every master's index (shared: never changed). */
   private all(): number[] {
-    return this.targets.map((_, i) => i);
+    return this.everyMaster;
   }
 
-  /** @internal `LEASE.RELEASE` everywhere, done once a majority decided it
-   * (the masters not in yet still get it): each reply or Error. */
-  async _releaseEverywhere(key: string, owner: string, timeoutMs: number): Promise<unknown[]> {
+  /** @internal `LEASE.RELEASE` everywhere, done as soon as a majority
+   * decided it (the masters not in yet still get it, read in the
+   * background): each reply, `NOT_IN` for a master not in then, or Error;
+   * `all` gets every reply once every call is over. */
+  _releaseEverywhere(key: string, owner: string, timeoutMs: number, all?: (replies: unknown[]) => void): Promise<unknown[]> {
     const n = this.masters;
-    return timedOut(await this._eachUntil(this.all(), key, () => ["LEASE.RELEASE", key, owner], timeoutMs, (r) => releaseOutcome(r, n) !== null));
+    const args: Arg[] = ["LEASE.RELEASE", key, owner];
+    return this._eachUntil(this.all(), key, () => args, timeoutMs, (r) => (releaseOutcome(r, n) === null ? UNDECIDED : NOW), undefined, all);
   }
 
   /** Takes the lease on `key` on a majority, with one token: the lease, or
@@ -230,10 +322,11 @@ export class QuorumClient {
       blockMs?: number;
       watchdog?: boolean;
       label?: Label;
-      /** @internal Each attempt's step-1 replies, one per master (a
-       * ReplyTimeout for one not in when the step was decided): the Redlock
-       * drop-ins' votes. */
-      _replies?: (replies: unknown[]) => void;
+      /** @internal Each attempt's step-1 replies, one per master, as the
+       * step was decided (`NOT_IN`: not in then), and a promise of all of
+       * them once every call is over (a ReplyTimeout for one past the
+       * step's timeout): the Redlock drop-ins' votes. */
+      _replies?: (replies: unknown[], all: Promise<unknown[]>) => void;
     } = {},
   ): Promise<QuorumLease | null> {
     checkTtl(ttlMs, options.blockMs);
@@ -257,28 +350,59 @@ export class QuorumClient {
     }
   }
 
-  private async attempt(key: string, owner: string, ttlMs: number, watchdog: boolean, label: Arg[], onReplies?: (replies: unknown[]) => void): Promise<QuorumLease | null> {
+  private async attempt(key: string, owner: string, ttlMs: number, watchdog: boolean, label: Arg[], onReplies?: (replies: unknown[], all: Promise<unknown[]>) => void): Promise<QuorumLease | null> {
     const timeout = nodeTimeout(this.ioTimeoutMs, ttlMs);
     const t0 = now();
     const validUntil = t0 + ttlMs - drift(ttlMs);
     const all = this.all();
     const addr = (i: number): string => this.targets[i].addr();
     const acquire: Arg[] = ["LEASE.ACQUIRE", key, owner, ttlMs, ...label];
-    await this.majorityReady(timeout);
+    const waiting = this.majorityReady(timeout);
+    if (waiting) await waiting;
     // Step 1 proposes the token.
     const sentMs = Date.now() + this._clockOffsetMs;
     const p = this.proposer.propose(sentMs, Math.floor(Math.random() * 65536));
     const proposed = [...acquire, "FLOOR", p];
-    const replies = await this._eachUntil(all, key, () => proposed, timeout, (r) => firstOutcome(p, all, r, this.quorum) !== null, () => acquire);
+    // Held in one round trip: the caller resumes at once, and the masters
+    // that answer `p` later join `committed` as their replies come.
+    let lateReplies: (replies: unknown[]) => void = () => {};
+    const everyReply = new Promise<unknown[]>((resolve) => (lateReplies = resolve));
+    const replies = await this._eachUntil(
+      all,
+      key,
+      () => proposed,
+      timeout,
+      (r) => {
+        const o = firstOutcome(p, all, r, this.quorum);
+        return o === null ? UNDECIDED : o instanceof Held ? NOW : LINGER;
+      },
+      () => acquire,
+      lateReplies,
+    );
     this.proposer.learn(sentMs, p, replies);
-    const first = timedOut(replies);
-    onReplies?.(first);
-    const outcome = firstOutcome(p, all, first, this.quorum);
+    onReplies?.(replies, everyReply);
+    // Held as the step was decided; else decided on the replies after the
+    // linger, a master not in counting as timed out.
+    const fast = firstOutcome(p, all, replies, this.quorum);
+    const first = fast instanceof Held ? replies : timedOut(replies);
+    const outcome = fast instanceof Held ? fast : firstOutcome(p, all, first, this.quorum);
     let token: number;
     let committed: number[] | null = null;
+    const out = new Set<number>();
     if (outcome instanceof Held) {
-      this.report(fastOutliers(p, all, first, addr));
-      [token, committed] = [outcome.token, outcome.on];
+      const on = outcome.on;
+      [token, committed] = [outcome.token, on];
+      this.report(fastOutliers(p, all, replies, addr));
+      for (let n = 0; n < all.length; n++) if (replies[n] === NOT_IN) out.add(all[n]);
+      if (out.size > 0)
+        void everyReply.then((every) => {
+          const late = every.map((r, n) => (replies[n] === NOT_IN ? r : NOT_IN));
+          for (let n = 0; n < late.length; n++) {
+            if (late[n] === p) on.push(all[n]);
+            out.delete(all[n]);
+          }
+          this.report(fastOutliers(p, all, late, addr));
+        });
     } else if (outcome instanceof Commit) {
       // Step 3, at most one round per master: each leaves one out.
       let commit = outcome;
@@ -298,7 +422,7 @@ export class QuorumClient {
       token = commit.token;
     } else return null;
     if (!committed || now() >= validUntil) return null;
-    return new QuorumLease(this, key, owner, token, ttlMs, validUntil, committed, watchdog);
+    return new QuorumLease(this, key, owner, token, ttlMs, validUntil, committed, watchdog, out);
   }
 
   /** `acquire`, or LeaseBusy when no majority granted. */
@@ -321,10 +445,13 @@ export class QuorumClient {
 }
 
 /** A quorum lease: one `token` committed on a majority (`committed`: the
- * masters' indexes), `signal` aborted when lost or released. */
+ * masters' indexes; a master whose answer came after the acquire returned
+ * joins it then), `signal` aborted when lost or released. */
 export class QuorumLease {
-  readonly signal: AbortSignal;
-  private readonly controller = new AbortController();
+  /** Made when `signal` is first asked for: until then no timer watches
+   * the expiry (`lost` looks at the clock). */
+  private controller: AbortController | null = null;
+  private lostAs: Loss | null = null;
   private validUntil: number;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private released = false;
@@ -342,10 +469,11 @@ export class QuorumLease {
     validUntil: number,
     readonly committed: number[],
     watchdog: boolean,
+    /** The masters whose step-1 answer was not in yet (they join
+     * `committed` when it comes, if they answered the token). */
+    private readonly out: Set<number> = new Set(),
   ) {
-    this.signal = this.controller.signal;
     this.validUntil = validUntil;
-    this.armExpiry();
     this.watched = watchdog;
     if (watchdog) this.schedule(validUntil + drift(ttlMs) - ttlMs + renewEvery(ttlMs) - now());
   }
@@ -362,21 +490,37 @@ export class QuorumLease {
     this.schedule(renewEvery(this.ttlMs));
   }
 
+  /** Aborted when lost or released. */
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.expired()) this.controller.abort(lossReason(this.lostAs!));
+      else this.armExpiry();
+    }
+    return this.controller.signal;
+  }
+
+  /** The expiry timer, while someone holds the signal. */
   private armExpiry(): void {
+    if (!this.controller) return;
     clearTimeout(this.timer);
-    this.timer = setTimeout(() => this.checkExpiry(), Math.max(this.validUntil - now(), 0) + 1);
+    this.timer = setTimeout(() => {
+      if (!this.expired()) this.armExpiry();
+    }, Math.max(this.validUntil - now(), 0) + 1);
     this.timer.unref?.();
   }
 
-  private checkExpiry(): void {
-    if (this.signal.aborted) return;
-    if (now() >= this.validUntil) this.lose("expired");
-    else this.armExpiry();
+  /** Lost (now, when its validity just ran out)? */
+  private expired(): boolean {
+    if (this.lostAs === null && now() >= this.validUntil) this.lose("expired");
+    return this.lostAs !== null;
   }
 
   private lose(loss: Loss): void {
     clearTimeout(this.timer);
-    if (!this.signal.aborted) this.controller.abort(lossReason(loss));
+    if (this.lostAs !== null) return;
+    this.lostAs = loss;
+    this.controller?.abort(lossReason(loss));
   }
 
   private schedule(ms: number): void {
@@ -402,14 +546,12 @@ export class QuorumLease {
   }
 
   get lost(): boolean {
-    this.checkExpiry();
-    return this.signal.aborted;
+    return this.expired();
   }
 
   get loss(): Loss | null {
-    this.checkExpiry();
-    const r: unknown = this.signal.reason;
-    return this.signal.aborted && r instanceof LeaseLost ? r.loss : null;
+    this.expired();
+    return this.lostAs;
   }
 
   /** Until when it is valid (performance.now() ms). */
@@ -423,10 +565,11 @@ export class QuorumLease {
     const n = c.masters;
     const args = ["LEASE.RENEW", this.key, this.owner, ttlMs];
     const all = c.targets.map((_, i) => i);
-    // Decided by a majority, then lingering for the rest (as every step).
-    const replies = await c._eachUntil(all, this.key, () => args, nodeTimeout(c.ioTimeoutMs, ttlMs), (r) => renewOutcome(r, n) !== null);
+    // Done as soon as a majority decided it; the rest are read in the
+    // background.
+    const replies = await c._eachUntil(all, this.key, () => args, nodeTimeout(c.ioTimeoutMs, ttlMs), (r) => (renewOutcome(r, n) === null ? UNDECIDED : NOW));
     const outcome = renewOutcome(replies, n);
-    if (outcome === true && !this.signal.aborted) {
+    if (outcome === true && this.lostAs === null) {
       this.validUntil = Math.max(this.validUntil, sent + ttlMs - drift(ttlMs));
       this.armExpiry();
     } else if (outcome === false) this.lose("refused");
@@ -449,25 +592,29 @@ export class QuorumLease {
   async fence(...call: FenceCall): Promise<unknown> {
     const c = this.client;
     const args = fenceArgs(this.key, this.token, call);
-    return fencedReply(await c._each(this.committed, this.key, () => args, c.ioTimeoutMs), c.quorum);
+    // Also on the masters whose step-1 answer is still out: the fence goes
+    // after their acquire, and runs there only if they hold the token.
+    const on = this.out.size === 0 ? this.committed : [...this.committed, ...this.out];
+    return fencedReply(await c._each(on, this.key, () => args, c.ioTimeoutMs), c.quorum);
   }
 
   /** Gives the lease back on every master: true when a majority released. */
   async release(): Promise<boolean> {
     const replies = await this._release();
-    return replies !== null && replies.filter((r) => r === 1).length >= this.client.quorum;
+    return replies !== null && releaseOutcome(replies, this.client.masters) === true;
   }
 
-  /** @internal The release on every master, done once a majority decided
-   * it: each reply or Error (a ReplyTimeout for a master not in then; it
-   * still gets it); null: released before, nothing sent. */
-  async _release(): Promise<unknown[] | null> {
+  /** @internal The release on every master, done as soon as a majority
+   * decided it: each reply, `NOT_IN` for a master not in then (it still
+   * gets it), or Error; `all` gets every reply once every call is over;
+   * null: released before, nothing sent. */
+  async _release(all?: (replies: unknown[]) => void): Promise<unknown[] | null> {
     if (this.released) return null;
     this.released = true;
     clearTimeout(this.round);
     this.lose("released");
     const c = this.client;
-    return c._releaseEverywhere(this.key, this.owner, nodeTimeout(c.ioTimeoutMs, this.ttlMs));
+    return c._releaseEverywhere(this.key, this.owner, nodeTimeout(c.ioTimeoutMs, this.ttlMs), all);
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -15,7 +15,7 @@ import { EventEmitter } from "node:events";
 import Bluebird = require("bluebird");
 
 import { FenceCall } from "./core.js";
-import { Against, Client, Held, Locker, Retry } from "./locking.js";
+import { ALL_IN, Client, Held, Locker, Retry, Votes } from "./locking.js";
 
 type Callback<T> = ((err: Error | null, value?: T) => void) | undefined;
 
@@ -188,9 +188,9 @@ class Redlock extends EventEmitter {
     lock.expiration = 0;
     const held = lock._held && same(resources, lock._heldResources!) ? lock._held : undefined;
     return Bluebird.resolve(held ? this._locker.release(held) : this._locker.releaseByName({ resources, value: lock.value }))
-      .then((against) => {
-        this.clientErrors(against);
-        if (this.servers.length - against.size < this._locker.quorumSize) throw new LockError(`Unable to fully release the lock on resource "${String(lock.resource)}".`);
+      .then((votes) => {
+        this.clientErrors(votes);
+        if (this.servers.length - votes.against.size < this._locker.quorumSize) throw new LockError(`Unable to fully release the lock on resource "${String(lock.resource)}".`);
       })
       .nodeify(callback);
   }
@@ -204,7 +204,7 @@ class Redlock extends EventEmitter {
     const start = Date.now();
     return Bluebird.resolve(held ? this._locker.extend(held, ttl, false) : this._locker.extendByName({ resources, value: lock.value }, ttl))
       .then((against) => {
-        this.clientErrors(against);
+        this.clientErrors({ against, settled: ALL_IN });
         if (against.size > 0 && this.servers.length - against.size < this._locker.quorumSize)
           throw new LockError(`Exceeded ${this.retryCount} attempts to lock the resource "${String(lock.resource)}".`, 1);
         lock.expiration = start + ttl - this.drift(ttl);
@@ -217,8 +217,19 @@ class Redlock extends EventEmitter {
     return Math.round(this.driftFactor * ttl) + 2;
   }
 
-  private clientErrors(against: Map<Client, Against>): void {
-    for (const a of against.values()) if (a.kind !== "locked") this.emit("clientError", a.error);
+  /** A "clientError" event for each failed client: those in now, and the
+   * later ones as they come. */
+  private clientErrors(votes: Votes): void {
+    const seen = new Set<Client>();
+    const emit = (): void => {
+      for (const [c, a] of votes.against) {
+        if (seen.has(c)) continue;
+        seen.add(c);
+        if (a.kind !== "locked") this.emit("clientError", a.error);
+      }
+    };
+    emit();
+    if (votes.settled !== ALL_IN) void votes.settled.then(emit);
   }
 
   /** Locks `resource` for `ttl` ms (`value` null; a value extends the lock
@@ -239,7 +250,7 @@ class Redlock extends EventEmitter {
     }
     return Bluebird.resolve(this._locker.acquire(resources, ttl, false, retry, undefined))
       .then((got) => {
-        for (const t of got.tries) this.clientErrors(t.against);
+        for (const t of got.tries) this.clientErrors(t);
         const attempts = attemptsOf(got.tries.filter((t) => !t.waited).length, got.waitedMs, retry);
         if (!got.held) throw new LockError(`Exceeded ${retry.retryCount} attempts to lock the resource "${String(resource)}".`, attempts);
         const value = got.held.kind === "one" ? got.held.lease._owner : got.held.leases[0]._owner;

@@ -10,7 +10,7 @@ import { EventEmitter } from "node:events";
 import { FenceCall, Label, LeaseError, LeaseLost, Loss } from "./core.js";
 import { RedisClient } from "./adapter.js";
 import { LeaseClient } from "./client.js";
-import { Against, Held, Locker } from "./locking.js";
+import { ALL_IN, Held, Locker, Votes } from "./locking.js";
 
 type Client = RedisClient;
 
@@ -174,20 +174,28 @@ export default class Redlock extends EventEmitter {
    * another lock (or a key of another type) is a ResourceLockedError; a
    * failed client its error (an unreachable server: "Connection is
    * closed."; an error reply: the library's). Each vote against is also an
-   * "error" event. */
-  private stats(against: Map<Client, Against>, resources: string[]): Promise<ExecutionStats> {
-    const membershipSize = this.clients.size;
+   * "error" event, as it comes; the stats resolve once every vote is in (a
+   * client that had not answered when a majority decided votes when it
+   * does, as in node-redlock). */
+  private stats(votes: Votes, resources: string[]): Promise<ExecutionStats> {
     const votesAgainst = new Map<Client, Error>();
-    for (const [c, a] of against) {
-      const e = a.kind === "error" ? a.error : this.lockedError(resources);
-      votesAgainst.set(c, e);
-      this.emit("error", e);
-    }
-    return Promise.resolve({
-      membershipSize,
-      quorumSize: this._locker.quorumSize,
-      votesFor: new Set([...this.clients].filter((c) => !against.has(c))),
-      votesAgainst,
+    const count = (): void => {
+      for (const [c, a] of votes.against) {
+        if (votesAgainst.has(c)) continue;
+        const e = a.kind === "error" ? a.error : this.lockedError(resources);
+        votesAgainst.set(c, e);
+        this.emit("error", e);
+      }
+    };
+    count();
+    return votes.settled.then(() => {
+      count();
+      return {
+        membershipSize: this.clients.size,
+        quorumSize: this._locker.quorumSize,
+        votesFor: new Set([...this.clients].filter((c) => !votesAgainst.has(c))),
+        votesAgainst,
+      };
     });
   }
 
@@ -212,7 +220,7 @@ export default class Redlock extends EventEmitter {
   private async acquireFor(resources: string[], duration: number, s: Settings, forever: boolean): Promise<Lock> {
     checkDuration(duration);
     const got = await this._locker.acquire(resources, duration, forever, s, s.label);
-    const attempts = got.tries.map((t) => this.stats(t.against, resources));
+    const attempts = got.tries.map((t) => this.stats(t, resources));
     if (!got.held) throw new ExecutionError(QUORUM_FAILED, attempts);
     const value = got.held.kind === "one" ? got.held.lease._owner : got.held.leases[0]._owner;
     return new Lock(this, resources, value, attempts, this.expirationOf(got.start, duration, s), got.held);
@@ -224,9 +232,9 @@ export default class Redlock extends EventEmitter {
   public async release(lock: Lock, _settings?: Partial<Settings>): Promise<ExecutionResult> {
     lock.expiration = 0;
     const start = Date.now();
-    const against = await this._locker.release(lock.held);
-    const attempts = [this.stats(against, lock.resources)];
-    if (this.clients.size - against.size < this._locker.quorumSize) throw new ExecutionError(QUORUM_FAILED, attempts);
+    const votes = await this._locker.release(lock.held);
+    const attempts = [this.stats(votes, lock.resources)];
+    if (this.clients.size - votes.against.size < this._locker.quorumSize) throw new ExecutionError(QUORUM_FAILED, attempts);
     return { attempts, start };
   }
 
@@ -241,7 +249,7 @@ export default class Redlock extends EventEmitter {
   private async extendFor(existing: Lock, duration: number, s: Settings, forever: boolean): Promise<Lock> {
     const start = Date.now();
     const against = await this._locker.extend(existing.held, duration, forever);
-    const attempts = [this.stats(against, existing.resources)];
+    const attempts = [this.stats({ against, settled: ALL_IN }, existing.resources)];
     if (against.size > 0) throw new ExecutionError(QUORUM_FAILED, attempts);
     existing.expiration = 0;
     return new Lock(this, existing.resources, existing.value, attempts, this.expirationOf(start, duration, s), existing.held);

@@ -249,9 +249,12 @@ for (const kind of KINDS) {
     it("a quorum lease on the guard fences guarded data on the masters that committed its token; a stale token is refused", async () => {
       const client = new QuorumClient(conns, { ioTimeoutMs: 1000 });
       const lease = await client.lease("{job}:lock", 10000);
-      const committed = [...lease.committed].sort();
-      assert.ok(committed.length >= 2, `committed ${committed}`);
+      assert.ok(lease.committed.length >= 2, String(lease.committed));
+      // The fence goes to the masters whose acquire answer is still out too
+      // (after it): on a quiet machine every master has committed by then,
+      // and the data is checked where the token was committed.
       assert.equal(await lease.fence("SET", "{job}:out", "v1"), "OK");
+      const committed = [...lease.committed].sort();
       assert.equal(await lease.fence({ minTtlMs: 1000 }, "INCR", "{job}:n"), 1);
       for (const [i, c] of conns.entries()) {
         if (committed.includes(i)) assert.equal(await send(c, ["GET", "{job}:out"]), "v1");

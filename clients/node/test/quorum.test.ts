@@ -208,6 +208,9 @@ for (const kind of KINDS) {
         const again = await client.acquire("behind", 2000);
         assert.ok(again && (await again.release()));
       }
+      // The calls to the masters not in when a step was decided finish in
+      // the background: every release in, every acquire is.
+      assert.ok(await waitUntil(2000, async () => (await commandCalls(ports, "lease.release")).every((n) => n === CYCLES)));
       oneRoundTripEach(await commandCalls(ports, "lease.acquire"));
     });
 
@@ -264,9 +267,10 @@ describe("a far-ahead master costs no round trip", () => {
           committedWithin(lease.committed, [1, 2, 3, 4]);
           assert.equal(await lease.release(), true);
         }
+        assert.ok(await waitUntil(2000, async () => (await commandCalls(ports, "lease.release")).every((n) => n === CYCLES)));
         oneRoundTripEach(await commandCalls(ports, "lease.acquire"));
-        // Reported when its answer is in while the step is decided (every
-        // time but on a machine so loaded that it answers 25 ms late).
+        // Reported when its answer comes (as the step is decided, or later
+        // in the background), unless it came past the step's timeout.
         assert.ok(seen.length >= CYCLES / 2 && seen.length <= CYCLES && seen.every((o) => o.master === 0 && o.aheadMs > 399 * DAY_MS), String(seen.length));
       } finally {
         await Promise.all(conns.map((c, i) => LIBS[i % 2].close(c)));

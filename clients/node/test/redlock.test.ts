@@ -192,3 +192,59 @@ describe("one scenario, unchanged, on node-redlock and on the drop-in", () => {
     assert.deepEqual(ours, theirs);
   });
 });
+
+// A master that answers after the majority decided: node-redlock resolves
+// the acquire and the release at the majority and counts the late vote in
+// its stats when it comes, with no "error" event; the drop-in the same.
+describe("a late master's vote, on node-redlock and on the drop-in", () => {
+  let servers: Server[];
+  before(async () => {
+    servers = await Promise.all([0, 1, 2, 3, 4].map(() => Server.start(KINDS[0])));
+  });
+  after(async () => Promise.all(servers.map((s) => s.close())));
+
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  async function lateVotes(RedlockClass: any, key: string): Promise<string[]> {
+    const conns = await Promise.all(servers.map((s) => LIBS[0].connect(s.port)));
+    const pauser = await raw(servers[4].port);
+    const seen: string[] = [];
+    try {
+      const redlock = new RedlockClass(conns, { retryCount: 0, driftFactor: 0.01 });
+      const errors: Error[] = [];
+      redlock.on("error", (e: Error) => errors.push(e));
+      // Master 4 holds every write command (LEASE.ACQUIRE, EVALSHA) for
+      // 150 ms: the other four decide the acquire without it.
+      const late = async <T>(op: () => Promise<T>): Promise<[T, number]> => {
+        await pauser.call("CLIENT", "PAUSE", "150", "WRITE");
+        const t0 = Date.now();
+        const r = await op();
+        return [r, Date.now() - t0];
+      };
+      const [lock, acquireMs] = await late((): Promise<Lock> => redlock.acquire([key], 5000));
+      seen.push(`acquire returned before the late master: ${acquireMs < 120}`);
+      const stats = await lock.attempts[0];
+      seen.push(`acquire votes for=${stats.votesFor.size} against=${stats.votesAgainst.size}`);
+      const [result, releaseMs] = await late(() => lock.release());
+      seen.push(`release returned before the late master: ${releaseMs < 120}`);
+      const released = await result.attempts[0];
+      seen.push(`release votes for=${released.votesFor.size} against=${released.votesAgainst.size}`);
+      seen.push(`error events=${errors.length}`);
+      return seen;
+    } finally {
+      pauser.disconnect();
+      await Promise.all(conns.map((c) => LIBS[0].close(c)));
+    }
+  }
+
+  it("the acquire and the release return at the majority; the late vote is a vote for, no error event", async () => {
+    const theirs = await lateVotes(NodeRedlock, "late-theirs");
+    assert.deepEqual(theirs, [
+      "acquire returned before the late master: true",
+      "acquire votes for=5 against=0",
+      "release returned before the late master: true",
+      "release votes for=5 against=0",
+      "error events=0",
+    ]);
+    assert.deepEqual(await lateVotes(Redlock, "late-ours"), theirs);
+  });
+});
