@@ -1,6 +1,7 @@
 // Part G's Node rows (bench/quorum.sh): full lock cycles on the masters
 // given as ports (acquire on a majority, one write on the first master,
-// release), one after the other for QUORUM_MS, then the cycles per second
+// release), QUORUM_WARMUP untimed cycles (300) then one after the other
+// for QUORUM_MS, then the cycles per second
 // and the acquire latency (p50, p99, microseconds) as one JSON line per
 // client: node-redlock (no fencing token), the redis-lease drop-in for it
 // given several clients (a quorum lease, with a token) and redis-lease's
@@ -13,6 +14,17 @@ const lease = require(path.join(__dirname, "../../clients/node/dist/src/index.js
 
 async function run(name, acquire, write, release) {
   const ms = Number(process.env.QUORUM_MS || 3000);
+  // Untimed cycles first, the same for every client: V8 compiles each
+  // client's code while it runs (about 75 us a cycle of the helpers' in a
+  // 3 s run, 27 of node-redlock's), which a long-lived process pays once.
+  const warmup = Number(process.env.QUORUM_WARMUP ?? 300);
+  for (let i = 0; i < warmup; i++) {
+    const held = await acquire().catch(() => null);
+    if (held) {
+      await write(held, i);
+      await release(held);
+    }
+  }
   const lat = [];
   let cycles = 0,
     failed = 0;
