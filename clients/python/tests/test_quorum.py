@@ -77,7 +77,7 @@ def test_a_quorum_fence_with_min_ttl_ms_longer_than_the_lease_runs_nowhere_and_i
             lease.fence("SET", "data", "v1", min_ttl_ms=60_000)
         assert all(m.client().exists("data") == 0 for m in masters)
         lease.fence("SET", "data", "v2", min_ttl_ms=100)
-        assert all(m.client().get("data") == b"v2" for m in masters)
+        assert all(masters[i].client().get("data") == b"v2" for i in lease.committed)
 
 
 def test_a_majority_that_refuses_is_the_loss_and_the_fence_stops(masters):
@@ -149,9 +149,11 @@ def test_asyncio_quorum_lease(masters):
             with pytest.raises(LeaseBusy):
                 async with client.lease("job", 300):
                     pass
-        for m in masters:
-            assert token_of(m.client(), "job") is None
-            assert m.client().get("data") == b"async"
+        # The fence ran where the token was committed; the release returned
+        # once a majority released, the rest follow.
+        for i in lease.committed:
+            assert masters[i].client().get("data") == b"async"
+        assert wait_until(2, lambda: all(token_of(m.client(), "job") is None for m in masters)), "released everywhere"
         again = await client.acquire("job", 300)
         assert again is not None
         lease = again
@@ -171,8 +173,11 @@ def test_the_readme_quorum_example_runs_as_written(masters, capsys):
     code = readme.split("## Quorum leases", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "README.md", "exec"), {"ports": [m.port for m in masters]})
     assert capsys.readouterr().out.startswith("token ")
+    # The fence ran on the masters that committed the token: a majority (on
+    # a loaded machine a master that answered late is not among them).
+    done = [m.client().get("report:done") for m in masters]
+    assert done.count(b"1") >= 3 and set(done) <= {b"1", None}, done
     for m in masters:
-        assert m.client().get("report:done") == b"1"
         assert token_of(m.client(), "job") is None
 
 
