@@ -41,7 +41,10 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     register::register_info::<configs::Lease>(ctx);
-    register::subscribe_events::<events::Lease>(ctx, slot_migration);
+    // The slot-migration event only in cluster mode (`cluster-enabled`
+    // cannot change while the server runs): every key deletion pays for
+    // each listener (register.rs).
+    register::subscribe_events::<events::Lease>(ctx, slot_migration && lctx.in_cluster());
     start(lctx);
     Status::Ok
 }
