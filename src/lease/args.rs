@@ -71,7 +71,10 @@ fn eight_digits(chunk: [u8; 8]) -> Option<u64> {
 }
 
 fn parse_in_range(arg: &[u8], what: &'static str, min: i64, max: i64) -> Result<i64, LeaseError> {
-    let n = parse_i64(arg).ok_or(LeaseError::NotInteger(what))?;
+    // Not `ok_or`: on every call it would build the error, then drop it.
+    let Some(n) = parse_i64(arg) else {
+        return Err(LeaseError::NotInteger(what));
+    };
     if n < min || n > max {
         return Err(LeaseError::OutOfRange { what, min, max });
     }
