@@ -5,7 +5,7 @@
 //! effect commands read their effect (`lease::effect`) and commit it the
 //! same way.
 
-use crate::lease::args::{self, FenceArgs, check_owner, parse_acquire_options, parse_ttl};
+use crate::lease::args::{self, FenceArgs, check_owner, parse_acquire_options_with, parse_ttl};
 use crate::lease::effect::{self, Announce, Effect};
 use crate::lease::multikey::MultiOutcome;
 use crate::lease::ops::{self, AcquireRequest, Answer, Commit, Commits, Env, Event, Outcome};
@@ -109,7 +109,7 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(2))?;
     let ttl = parse_ttl(a.bytes(3), settings::max_ttl_ms())?;
     let opts = if a.len() > 4 {
-        a.with_rest(4, parse_acquire_options)?
+        parse_acquire_options_with(a.len() - 4, |i| a.bytes(4 + i))?
     } else {
         args::AcquireOptions::default()
     };
