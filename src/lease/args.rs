@@ -191,8 +191,8 @@ const fn folded<const N: usize>(word: [u8; N]) -> u64 {
 }
 
 /// Which option of `LEASE.ACQUIRE` `name` is (case-insensitive), in a
-/// few word operations: the length, then the folded bytes against each
-/// name of that length (all of them letters).
+/// few word operations: the length, then the folded bytes (two loads)
+/// against each name of that length (all of them letters).
 #[inline(always)]
 fn acquire_word(name: &[u8]) -> Option<AcquireWord> {
     const BLOCK: u64 = folded(*b"block");
@@ -200,15 +200,28 @@ fn acquire_word(name: &[u8]) -> Option<AcquireWord> {
     const FLOOR: u64 = folded(*b"floor");
     const LABEL: u64 = folded(*b"label");
     const SHARED: u64 = folded(*b"shared");
-    match *name {
-        [a, b, c, d, e] => match folded([a, b, c, d, e]) {
-            LABEL => Some(AcquireWord::Label),
-            BLOCK => Some(AcquireWord::Block),
-            LIMIT => Some(AcquireWord::Limit),
-            FLOOR => Some(AcquireWord::Floor),
-            _ => None,
-        },
-        [a, b, c, d, e, f] if folded([a, b, c, d, e, f]) == SHARED => Some(AcquireWord::Shared),
+    // The bytes of a name of 5 or 6 bytes: the first four as one load, the
+    // rest after them, folded as `folded` does.
+    let head = |name: &[u8]| {
+        name.first_chunk::<4>()
+            .map(|h| u64::from(u32::from_le_bytes(*h)))
+    };
+    match name.len() {
+        5 => {
+            let v = (head(name)? | u64::from(name[4]) << 32) | folded([0u8; 5]);
+            match v {
+                LABEL => Some(AcquireWord::Label),
+                BLOCK => Some(AcquireWord::Block),
+                LIMIT => Some(AcquireWord::Limit),
+                FLOOR => Some(AcquireWord::Floor),
+                _ => None,
+            }
+        }
+        6 => {
+            let tail = u64::from(u16::from_le_bytes([name[4], name[5]]));
+            let v = (head(name)? | tail << 32) | folded([0u8; 6]);
+            (v == SHARED).then_some(AcquireWord::Shared)
+        }
         _ => None,
     }
 }
