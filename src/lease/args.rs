@@ -242,9 +242,18 @@ pub fn parse_acquire_options_with<'a>(
     arg: impl Fn(usize) -> &'a [u8],
 ) -> Result<AcquireOptions<'a>, LeaseError> {
     let mut out = AcquireOptions::default();
+    if n == 0 {
+        return Ok(out);
+    }
+    let mut name = arg(0);
+    // `LABEL text` alone (the usual options of a labelled acquire): no
+    // loop to keep.
+    if n == 2 && acquire_word(name) == Some(AcquireWord::Label) {
+        out.label = Some(check_label(arg(1))?);
+        return Ok(out);
+    }
     let mut i = 0;
-    while i < n {
-        let name = arg(i);
+    loop {
         match acquire_word(name) {
             Some(AcquireWord::Block) => {
                 let value = option_value(n, &arg, i, "BLOCK", out.block_ms.is_some())?;
@@ -282,6 +291,10 @@ pub fn parse_acquire_options_with<'a>(
             }
             None => return Err(LeaseError::UnknownOption(printable(name))),
         }
+        if i >= n {
+            break;
+        }
+        name = arg(i);
     }
     if out.floor.is_some() && out.mode != Mode::Exclusive {
         return Err(LeaseError::FloorNotExclusive);

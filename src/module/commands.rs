@@ -109,7 +109,11 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(2))?;
     let ttl = parse_ttl(a.bytes(3), settings::max_ttl_ms())?;
     let opts = if a.len() > 4 {
-        parse_acquire_options_with(a.len() - 4, |i| a.bytes(4 + i))?
+        parse_acquire_options_with(
+            a.len() - 4,
+            #[inline(always)]
+            |i| a.bytes(4 + i),
+        )?
     } else {
         args::AcquireOptions::default()
     };

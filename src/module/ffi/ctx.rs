@@ -199,6 +199,7 @@ impl Str {
     }
 
     /// The bytes of the string.
+    #[inline(always)]
     pub fn bytes<'a>(self) -> &'a [u8] {
         let mut len = 0usize;
         // SAFETY: StringPtrLen returns a pointer valid for `len` bytes while
@@ -259,6 +260,7 @@ impl<'a> Args<'a> {
     }
 
     /// The bytes of argument `i`.
+    #[inline(always)]
     pub fn bytes(&self, i: usize) -> &'a [u8] {
         Str(self.argv[i]).bytes()
     }
