@@ -122,7 +122,9 @@ pub fn parse_unix_ms(arg: &[u8], what: &'static str) -> Result<i64, LeaseError> 
 /// `LIMIT n`: 2..=100000 (`LIMIT 1` is an exclusive lease, written
 /// without `LIMIT`).
 pub fn parse_limit(arg: &[u8]) -> Result<u32, LeaseError> {
-    let n = parse_i64(arg).ok_or(LeaseError::NotInteger("LIMIT"))?;
+    let Some(n) = parse_i64(arg) else {
+        return Err(LeaseError::NotInteger("LIMIT"));
+    };
     if n == 1 {
         return Err(LeaseError::LimitOne);
     }
@@ -146,8 +148,10 @@ pub struct AcquireOptions<'a> {
 
 /// The value of the option `name` at `opts[i]`: the word after it, unless
 /// the option was `given` before.
+#[inline(always)]
 fn option_value<'a>(
-    opts: &[&'a [u8]],
+    n: usize,
+    arg: &impl Fn(usize) -> &'a [u8],
     i: usize,
     name: &'static str,
     given: bool,
@@ -155,51 +159,143 @@ fn option_value<'a>(
     if given {
         return Err(LeaseError::RepeatedOption(name));
     }
-    opts.get(i + 1)
-        .copied()
-        .ok_or(LeaseError::MissingValue(name))
+    if i + 1 < n {
+        Ok(arg(i + 1))
+    } else {
+        Err(LeaseError::MissingValue(name))
+    }
+}
+
+/// The option names of `LEASE.ACQUIRE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AcquireWord {
+    Block,
+    Limit,
+    Shared,
+    Floor,
+    Label,
+}
+
+/// A word of at most 8 bytes as one little-endian number, each byte's
+/// 0x20 bit set: for a word of ASCII letters, the same number whatever
+/// their case (a byte folds to a letter's lower case only from that
+/// letter's upper or lower case).
+#[inline(always)]
+const fn folded<const N: usize>(word: [u8; N]) -> u64 {
+    let mut v = 0u64;
+    let mut i = 0;
+    while i < N {
+        v |= ((word[i] | 0x20) as u64) << (8 * i);
+        i += 1;
+    }
+    v
+}
+
+/// Which option of `LEASE.ACQUIRE` `name` is (case-insensitive), in a
+/// few word operations: the length, then the folded bytes (two loads)
+/// against each name of that length (all of them letters).
+#[inline(always)]
+fn acquire_word(name: &[u8]) -> Option<AcquireWord> {
+    const BLOCK: u64 = folded(*b"block");
+    const LIMIT: u64 = folded(*b"limit");
+    const FLOOR: u64 = folded(*b"floor");
+    const LABEL: u64 = folded(*b"label");
+    const SHARED: u64 = folded(*b"shared");
+    // The bytes of a name of 5 or 6 bytes: the first four as one load, the
+    // rest after them, folded as `folded` does.
+    let head = |name: &[u8]| {
+        name.first_chunk::<4>()
+            .map(|h| u64::from(u32::from_le_bytes(*h)))
+    };
+    match name.len() {
+        5 => {
+            let v = (head(name)? | u64::from(name[4]) << 32) | folded([0u8; 5]);
+            match v {
+                LABEL => Some(AcquireWord::Label),
+                BLOCK => Some(AcquireWord::Block),
+                LIMIT => Some(AcquireWord::Limit),
+                FLOOR => Some(AcquireWord::Floor),
+                _ => None,
+            }
+        }
+        6 => {
+            let tail = u64::from(u16::from_le_bytes([name[4], name[5]]));
+            let v = (head(name)? | tail << 32) | folded([0u8; 6]);
+            (v == SHARED).then_some(AcquireWord::Shared)
+        }
+        _ => None,
+    }
 }
 
 /// Parses the options of LEASE.ACQUIRE (case-insensitive names, each at
 /// most once; `LIMIT` and `SHARED` exclude each other, and `FLOOR` goes
 /// with neither).
 pub fn parse_acquire_options<'a>(opts: &[&'a [u8]]) -> Result<AcquireOptions<'a>, LeaseError> {
+    parse_acquire_options_with(opts.len(), |i| opts[i])
+}
+
+/// `parse_acquire_options` of the `n` options `arg(0..n)`, each read
+/// when the parse comes to it (a command reads its arguments from the
+/// server one by one: no list of them is made first).
+#[inline(always)]
+pub fn parse_acquire_options_with<'a>(
+    n: usize,
+    arg: impl Fn(usize) -> &'a [u8],
+) -> Result<AcquireOptions<'a>, LeaseError> {
     let mut out = AcquireOptions::default();
+    if n == 0 {
+        return Ok(out);
+    }
+    let mut name = arg(0);
+    // `LABEL text` alone (the usual options of a labelled acquire): no
+    // loop to keep.
+    if n == 2 && acquire_word(name) == Some(AcquireWord::Label) {
+        out.label = Some(check_label(arg(1))?);
+        return Ok(out);
+    }
     let mut i = 0;
-    while i < opts.len() {
-        let name = opts[i];
-        if name.eq_ignore_ascii_case(b"BLOCK") {
-            let value = option_value(opts, i, "BLOCK", out.block_ms.is_some())?;
-            out.block_ms = Some(parse_timeout(value)?);
-            i += 2;
-        } else if name.eq_ignore_ascii_case(b"LIMIT") {
-            match out.mode {
-                Mode::Limit(_) => return Err(LeaseError::RepeatedOption("LIMIT")),
-                Mode::Shared => return Err(LeaseError::ExclusiveOptions("LIMIT", "SHARED")),
-                Mode::Exclusive => {}
+    loop {
+        match acquire_word(name) {
+            Some(AcquireWord::Block) => {
+                let value = option_value(n, &arg, i, "BLOCK", out.block_ms.is_some())?;
+                out.block_ms = Some(parse_timeout(value)?);
+                i += 2;
             }
-            let value = option_value(opts, i, "LIMIT", false)?;
-            out.mode = Mode::Limit(parse_limit(value)?);
-            i += 2;
-        } else if name.eq_ignore_ascii_case(b"SHARED") {
-            match out.mode {
-                Mode::Shared => return Err(LeaseError::RepeatedOption("SHARED")),
-                Mode::Limit(_) => return Err(LeaseError::ExclusiveOptions("LIMIT", "SHARED")),
-                Mode::Exclusive => {}
+            Some(AcquireWord::Limit) => {
+                match out.mode {
+                    Mode::Limit(_) => return Err(LeaseError::RepeatedOption("LIMIT")),
+                    Mode::Shared => return Err(LeaseError::ExclusiveOptions("LIMIT", "SHARED")),
+                    Mode::Exclusive => {}
+                }
+                let value = option_value(n, &arg, i, "LIMIT", false)?;
+                out.mode = Mode::Limit(parse_limit(value)?);
+                i += 2;
             }
-            out.mode = Mode::Shared;
-            i += 1;
-        } else if name.eq_ignore_ascii_case(b"FLOOR") {
-            let value = option_value(opts, i, "FLOOR", out.floor.is_some())?;
-            out.floor = Some(parse_in_range(value, "FLOOR", 1, MAX_TOKEN as i64)? as u64);
-            i += 2;
-        } else if name.eq_ignore_ascii_case(b"LABEL") {
-            let value = option_value(opts, i, "LABEL", out.label.is_some())?;
-            out.label = Some(check_label(value)?);
-            i += 2;
-        } else {
-            return Err(LeaseError::UnknownOption(printable(name)));
+            Some(AcquireWord::Shared) => {
+                match out.mode {
+                    Mode::Shared => return Err(LeaseError::RepeatedOption("SHARED")),
+                    Mode::Limit(_) => return Err(LeaseError::ExclusiveOptions("LIMIT", "SHARED")),
+                    Mode::Exclusive => {}
+                }
+                out.mode = Mode::Shared;
+                i += 1;
+            }
+            Some(AcquireWord::Floor) => {
+                let value = option_value(n, &arg, i, "FLOOR", out.floor.is_some())?;
+                out.floor = Some(parse_in_range(value, "FLOOR", 1, MAX_TOKEN as i64)? as u64);
+                i += 2;
+            }
+            Some(AcquireWord::Label) => {
+                let value = option_value(n, &arg, i, "LABEL", out.label.is_some())?;
+                out.label = Some(check_label(value)?);
+                i += 2;
+            }
+            None => return Err(LeaseError::UnknownOption(printable(name))),
         }
+        if i >= n {
+            break;
+        }
+        name = arg(i);
     }
     if out.floor.is_some() && out.mode != Mode::Exclusive {
         return Err(LeaseError::FloorNotExclusive);
@@ -474,6 +570,47 @@ mod tests {
             parse_acquire_options(&[b"BLOCK", b"soon"]),
             Err(LeaseError::NotInteger("timeout-ms"))
         );
+    }
+
+    #[test]
+    fn option_names_match_in_any_case_and_nothing_else() {
+        let names: [(&[u8], AcquireWord); 5] = [
+            (b"BLOCK", AcquireWord::Block),
+            (b"LIMIT", AcquireWord::Limit),
+            (b"SHARED", AcquireWord::Shared),
+            (b"FLOOR", AcquireWord::Floor),
+            (b"LABEL", AcquireWord::Label),
+        ];
+        for (name, word) in names {
+            // Every mix of cases of the name is the option.
+            for mask in 0u32..(1 << name.len()) {
+                let mixed: Vec<u8> = (name.iter().enumerate())
+                    .map(|(i, &b)| {
+                        if mask & (1 << i) != 0 {
+                            b.to_ascii_lowercase()
+                        } else {
+                            b
+                        }
+                    })
+                    .collect();
+                assert_eq!(acquire_word(&mixed), Some(word), "{mixed:?}");
+            }
+            // One byte changed into anything but the other case of its
+            // letter, or a byte more or less, is no option.
+            for i in 0..name.len() {
+                for b in 0..=255u8 {
+                    let mut other = name.to_vec();
+                    other[i] = b;
+                    let same = b.eq_ignore_ascii_case(&name[i]);
+                    assert_eq!(acquire_word(&other) == Some(word), same, "{other:?}");
+                }
+            }
+            assert_eq!(acquire_word(&name[1..]), None);
+            for b in [0u8, b' ', b'S', b'\x20'] {
+                assert_eq!(acquire_word(&[name, &[b]].concat()), None);
+            }
+        }
+        assert_eq!(acquire_word(b""), None);
     }
 
     #[test]

@@ -18,12 +18,13 @@ const HEADER_LEN: usize = 1 + 8 + 8 + 2;
 const LABELLED_HEADER_LEN: usize = 1 + 8 + 8 + 8 + 2;
 
 /// One held lease, kept in one allocation: token, deadline and the
-/// owner's bytes inline (`Lease::new` makes a `Box<Lease>`); a holding
-/// with a label, or whose start its token does not tell, has its start and
-/// its label after the owner. A lease key's value is this box, so a lease
-/// costs the server one allocation of the module's besides its own
-/// wrapper: 20 + owner bytes, rounded up to 8, as before labels existed
-/// (8 + label bytes more when it has them).
+/// owner's bytes inline (`Lease::new` makes a `Box<Lease>`); after the
+/// owner, a holding whose start its token does not tell has its start,
+/// and a holding with a label its label. A lease key's value is this box,
+/// so a lease costs the server one allocation of the module's besides its
+/// own wrapper: 20 + owner bytes, rounded up to 8, as before labels existed
+/// (the label's bytes more when it has one, 8 more when its start is
+/// stated).
 #[derive(Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct Lease {
@@ -34,12 +35,13 @@ pub struct Lease {
     /// `bytes.len()`, kept inline so that the box can travel as a thin
     /// pointer (`into_thin`, `from_thin`).
     bytes_len: u16,
-    /// The owner's length; after the owner, when `bytes` goes on: the
-    /// start (8 bytes, little-endian) and the label (the rest).
+    /// The owner's length, with two flags (`GUARD_BIT`, `SINCE_BIT`);
+    /// after the owner, when `bytes` goes on: the start (8 bytes,
+    /// little-endian) when `SINCE_BIT` says so, then the label (the rest).
     owner_len: u16,
-    /// The holder's opaque id (1..=256 bytes, binary-safe), then, for a
-    /// holding that states them, its start and its label (0..=256 bytes;
-    /// none when empty).
+    /// The holder's opaque id (1..=256 bytes, binary-safe), then its start
+    /// when its token does not tell it, then its label (0..=256 bytes; none
+    /// when empty).
     bytes: [u8],
 }
 
@@ -52,6 +54,45 @@ const SINCE_LEN: usize = 8;
 /// The bit of `owner_len` that says the key guards its hash tag (design.md
 /// S12; an owner is at most 256 bytes, so the length never uses it).
 const GUARD_BIT: u16 = 0x8000;
+/// The bit of `owner_len` that says the start is stored after the owner
+/// (the holding began at another time than its token tells).
+const SINCE_BIT: u16 = 0x4000;
+/// The bits of `owner_len` that are the length.
+const LEN_BITS: u16 = !(GUARD_BIT | SINCE_BIT);
+
+/// Copies `src` to `dst` (`src.len()` bytes, not overlapping): from 8 to
+/// 32 bytes (an owner id, a label) as two loads and two stores that
+/// overlap in the middle, without a call; any other length by
+/// `copy_nonoverlapping`.
+///
+/// # Safety
+/// `dst` must be valid for `src.len()` bytes of writes, outside `src`.
+#[inline(always)]
+unsafe fn copy_short(dst: *mut u8, src: &[u8]) {
+    let (s, n) = (src.as_ptr(), src.len());
+    // SAFETY: every read is within `src` (n bytes: at 0 and at n - 16 or
+    // n - 8, each of 16 or 8 bytes, where n is at least that), every write
+    // within `dst`'s n bytes, unaligned both.
+    unsafe {
+        if (16..=32).contains(&n) {
+            let (a, b) = (
+                s.cast::<u128>().read_unaligned(),
+                s.add(n - 16).cast::<u128>().read_unaligned(),
+            );
+            dst.cast::<u128>().write_unaligned(a);
+            dst.add(n - 16).cast::<u128>().write_unaligned(b);
+        } else if (8..16).contains(&n) {
+            let (a, b) = (
+                s.cast::<u64>().read_unaligned(),
+                s.add(n - 8).cast::<u64>().read_unaligned(),
+            );
+            dst.cast::<u64>().write_unaligned(a);
+            dst.add(n - 8).cast::<u64>().write_unaligned(b);
+        } else {
+            dst.copy_from_nonoverlapping(s, n);
+        }
+    }
+}
 
 impl Lease {
     /// A new lease, in one allocation.
@@ -66,11 +107,12 @@ impl Lease {
         since_ms: i64,
         label: Option<&[u8]>,
     ) -> Box<Lease> {
-        let stated = states_facts(token, since_ms, label);
+        let since_stated = since_ms != since_of_token(token);
+        let since_len = if since_stated { SINCE_LEN } else { 0 };
         let label = label.unwrap_or_default();
-        let len = owner.len() + if stated { SINCE_LEN + label.len() } else { 0 };
+        let len = owner.len() + since_len + label.len();
         let bytes_len = u16::try_from(len).expect("an owner and a label of at most 65535 bytes");
-        let owner_len = owner.len() as u16;
+        let owner_len = owner.len() as u16 | if since_stated { SINCE_BIT } else { 0 };
         let layout = Self::layout(len);
         let since = since_ms.to_le_bytes();
         // SAFETY: `layout` has a non-zero size (at least BYTES_AT). Every
@@ -90,17 +132,19 @@ impl Lease {
             std::ptr::addr_of_mut!((*fat).bytes_len).write(bytes_len);
             std::ptr::addr_of_mut!((*fat).owner_len).write(owner_len);
             let at = std::ptr::addr_of_mut!((*fat).bytes).cast::<u8>();
-            at.copy_from_nonoverlapping(owner.as_ptr(), owner.len());
-            if stated {
-                let at = at.add(owner.len());
+            copy_short(at, owner);
+            let at = at.add(owner.len());
+            if since_stated {
                 at.copy_from_nonoverlapping(since.as_ptr(), SINCE_LEN);
-                at.add(SINCE_LEN)
-                    .copy_from_nonoverlapping(label.as_ptr(), label.len());
+            }
+            if !label.is_empty() {
+                copy_short(at.add(since_len), label);
             }
             Box::from_raw(fat)
         }
     }
 
+    #[inline(always)]
     fn layout(len: usize) -> std::alloc::Layout {
         std::alloc::Layout::from_size_align((BYTES_AT + len).next_multiple_of(8), 8)
             .expect("a small layout")
@@ -173,7 +217,7 @@ impl Lease {
 
     #[inline(always)]
     fn owner_len(&self) -> usize {
-        (self.owner_len & !GUARD_BIT) as usize
+        (self.owner_len & LEN_BITS) as usize
     }
 
     /// The holder's id (empty for a free guard).
@@ -182,17 +226,22 @@ impl Lease {
         &self.bytes[..self.owner_len()]
     }
 
-    /// Does it state its start and label (else it began when its token
-    /// says, and has no label)?
+    /// Is its start stored (else it began when its token says)?
     #[inline(always)]
-    fn states(&self) -> bool {
-        self.bytes.len() > self.owner_len()
+    fn since_stated(&self) -> bool {
+        self.owner_len & SINCE_BIT != 0
+    }
+
+    /// Where the label starts in `bytes`: after the owner and the start.
+    #[inline(always)]
+    fn label_at(&self) -> usize {
+        self.owner_len() + if self.since_stated() { SINCE_LEN } else { 0 }
     }
 
     /// When this holding began, unix ms (a renewal or a retry keeps it).
     #[inline]
     pub fn since_ms(&self) -> i64 {
-        if !self.states() {
+        if !self.since_stated() {
             return since_of_token(self.token);
         }
         let at = self.owner_len();
@@ -203,10 +252,7 @@ impl Lease {
     /// The holding's label, if it has one.
     #[inline]
     pub fn label(&self) -> Option<&[u8]> {
-        if !self.states() {
-            return None;
-        }
-        let label = &self.bytes[self.owner_len() + SINCE_LEN..];
+        let label = &self.bytes[self.label_at()..];
         (!label.is_empty()).then_some(label)
     }
 
@@ -214,7 +260,7 @@ impl Lease {
     /// (it is stored, or the new token tells it too)?
     #[inline]
     pub fn keeps_since_with(&self, token: u64) -> bool {
-        self.states() || since_of_token(token) == since_of_token(self.token)
+        self.since_stated() || since_of_token(token) == since_of_token(self.token)
     }
 }
 
@@ -527,24 +573,28 @@ mod tests {
     #[test]
     fn a_lease_is_one_allocation_that_travels_as_a_thin_pointer() {
         // Without a label and begun when its token says: the owner alone
-        // after the header, as before labels existed; else its start and
-        // label after the owner.
-        for (len, stated) in [1usize, 7, 18, 32, 255, 256]
+        // after the header, as before labels existed; else its start (when
+        // its token does not tell it) and its label after the owner.
+        let facts = [
+            (0, None),
+            (0, Some(b"label".as_slice())),
+            (0, Some(b"host-a:pid-4242:worker-7:job-991")),
+            (7, None),
+            (7, Some(b"label")),
+            (7, Some(b"twelve bytes")),
+        ];
+        for (len, (since, label)) in [1usize, 7, 8, 12, 15, 16, 18, 32, 33, 255, 256]
             .into_iter()
-            .flat_map(|n| [(n, false), (n, true)])
+            .flat_map(|n| facts.map(|f| (n, f)))
         {
             let owner: Vec<u8> = (0..len).map(|i| i as u8).collect();
-            let (since, label) = if stated {
-                (7, Some(b"label".as_slice()))
-            } else {
-                (0, None)
-            };
             let l = Lease::new(&owner, 42, 1_800_000_000_000, since, label);
             assert_eq!(
                 (l.owner(), l.token, l.deadline_ms, l.since_ms(), l.label()),
                 (&owner[..], 42, 1_800_000_000_000, since, label)
             );
-            let len = if stated { len + 8 + 5 } else { len };
+            assert_eq!(l.needs_labelled_version(), since != 0 || label.is_some());
+            let len = len + if since != 0 { 8 } else { 0 } + label.map_or(0, <[u8]>::len);
             // The box's own layout is the one allocated (its drop frees it).
             assert_eq!(std::mem::size_of_val(&*l), Lease::layout(len).size());
             assert_eq!(std::mem::align_of_val(&*l), 8);

@@ -5,7 +5,7 @@
 //! effect commands read their effect (`lease::effect`) and commit it the
 //! same way.
 
-use crate::lease::args::{self, FenceArgs, check_owner, parse_acquire_options, parse_ttl};
+use crate::lease::args::{self, FenceArgs, check_owner, parse_acquire_options_with, parse_ttl};
 use crate::lease::effect::{self, Announce, Effect};
 use crate::lease::multikey::MultiOutcome;
 use crate::lease::ops::{self, AcquireRequest, Answer, Commit, Commits, Env, Event, Outcome};
@@ -17,7 +17,7 @@ use super::commit::{KeyWriter, Reader};
 use super::counters::STATS;
 use super::ffi::blocked;
 use super::ffi::ctx::{Args, Ctx, Str};
-use super::ffi::replicate::OwnerArg;
+use super::ffi::replicate::ClientArg;
 use super::ffi::reply::{Field, Reply};
 use super::ffi::server::{decision_ms, decision_ms_given, now_ms};
 use super::{compat, early, grace, guards, settings, tokens, waiters};
@@ -109,12 +109,23 @@ pub fn acquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let owner = check_owner(a.bytes(2))?;
     let ttl = parse_ttl(a.bytes(3), settings::max_ttl_ms())?;
     let opts = if a.len() > 4 {
-        a.with_rest(4, parse_acquire_options)?
+        parse_acquire_options_with(
+            a.len() - 4,
+            #[inline(always)]
+            |i| a.bytes(4 + i),
+        )?
     } else {
         args::AcquireOptions::default()
     };
     let name = a.str(1);
-    let mut w = KeyWriter::for_command(ctx, name, Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
+    let mut w = KeyWriter::for_command(ctx, name, Some(ClientArg::new(a.str(OWNER_ARG), owner)));
+    // `LABEL text` alone: the label is the last argument, replicated as
+    // that string.
+    if a.len() == 6
+        && let Some(label) = opts.label
+    {
+        w.set_label_arg(ClientArg::new(a.str(5), label));
+    }
     let server = waiters::snapshot(ctx);
     let now = server.now_ms;
     // A free lease (or a free place of a counting or shared lease) with
@@ -193,7 +204,7 @@ fn open_keys(
     ctx: Ctx,
     a: &Args,
     n: usize,
-    owner_arg: OwnerArg,
+    owner_arg: ClientArg,
 ) -> Result<Vec<KeyWriter>, LeaseError> {
     let mut ws: Vec<KeyWriter> = (0..n)
         .map(|i| KeyWriter::for_command_key(ctx, a.str(2 + i), Some(owner_arg)))
@@ -258,7 +269,7 @@ pub fn macquire(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
     let opts = a.with_rest(at + 2, args::parse_macquire_options)?;
     let block_ms = opts.block_ms;
-    let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
+    let mut ws = open_keys(ctx, a, keys.len(), ClientArg::new(a.str(at), owner))?;
     let server = waiters::snapshot(ctx);
     let now = server.now_ms;
     // A free key with clients queued goes to the oldest of them first (as
@@ -330,7 +341,7 @@ pub fn mrenew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     let (keys, at) = multikey_args(a, 2, true)?;
     let owner = check_owner(a.bytes(at))?;
     let ttl = parse_ttl(a.bytes(at + 1), settings::max_ttl_ms())?;
-    let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
+    let mut ws = open_keys(ctx, a, keys.len(), ClientArg::new(a.str(at), owner))?;
     let server = waiters::snapshot(ctx);
     let states = states_of(&mut ws, owner, server.now_ms)?;
     let out = multikey::renew(&states, owner, ttl, server.now_ms);
@@ -345,7 +356,7 @@ pub fn mrelease(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     compat::check()?;
     let (keys, at) = multikey_args(a, 1, true)?;
     let owner = check_owner(a.bytes(at))?;
-    let mut ws = open_keys(ctx, a, keys.len(), OwnerArg::new(a.str(at), owner))?;
+    let mut ws = open_keys(ctx, a, keys.len(), ClientArg::new(a.str(at), owner))?;
     let server = waiters::snapshot(ctx);
     let states = states_of(&mut ws, owner, server.now_ms)?;
     let out = multikey::release(&states, owner, server.now_ms);
@@ -367,7 +378,8 @@ pub fn renew(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
     compat::check()?;
     let owner = check_owner(a.bytes(2))?;
     let ttl = parse_ttl(a.bytes(3), settings::max_ttl_ms())?;
-    let mut w = KeyWriter::for_command(ctx, a.str(1), Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
+    let mut w =
+        KeyWriter::for_command(ctx, a.str(1), Some(ClientArg::new(a.str(OWNER_ARG), owner)));
     let out = ops::renew(
         w.record()?,
         owner,
@@ -394,7 +406,8 @@ pub fn release(ctx: Ctx, a: &Args) -> Result<Reply, LeaseError> {
         return apply_effect(ctx, a, Effect::Release { owner }, true);
     }
     compat::check()?;
-    let mut w = KeyWriter::for_command(ctx, a.str(1), Some(OwnerArg::new(a.str(OWNER_ARG), owner)));
+    let mut w =
+        KeyWriter::for_command(ctx, a.str(1), Some(ClientArg::new(a.str(OWNER_ARG), owner)));
     let now = decision_ms_given(ctx, || flags);
     let out = ops::release(w.record()?, owner, now, ops::PRUNE_PER_CALL);
     Ok(finish(ctx, &mut w, &out, None, || waiters::snapshot(ctx)))

@@ -30,7 +30,7 @@ use super::counters::{self, STATS};
 use super::ffi::call::{self, Refusal};
 use super::ffi::ctx::{Ctx, Str};
 use super::ffi::key::{LeaseKey, Mode};
-use super::ffi::replicate::{self, OwnerArg};
+use super::ffi::replicate::{self, ClientArg};
 use super::ffi::server;
 use super::tokens;
 use super::{guards, timers};
@@ -101,7 +101,7 @@ enum Origin {
     /// is about this key alone (a multi-key command's effects are each
     /// replicated as their own command, never the command verbatim).
     Command {
-        owner_arg: Option<OwnerArg>,
+        owner_arg: Option<ClientArg>,
         one_key: bool,
     },
     /// A write the module started by itself, past the gates.
@@ -116,27 +116,30 @@ pub struct KeyWriter {
     name: Str,
     key: LeaseKey,
     origin: Origin,
+    /// The client's label argument (`with_label_arg`; a command's only).
+    label_arg: Option<ClientArg>,
 }
 
 impl KeyWriter {
     /// Opens `name` for a client's command.
     #[inline]
-    pub fn for_command(ctx: Ctx, name: Str, owner_arg: Option<OwnerArg>) -> KeyWriter {
+    pub fn for_command(ctx: Ctx, name: Str, owner_arg: Option<ClientArg>) -> KeyWriter {
         KeyWriter::command(ctx, name, owner_arg, true)
     }
 
     /// Opens `name`, one of the keys of a client's multi-key command.
-    pub fn for_command_key(ctx: Ctx, name: Str, owner_arg: Option<OwnerArg>) -> KeyWriter {
+    pub fn for_command_key(ctx: Ctx, name: Str, owner_arg: Option<ClientArg>) -> KeyWriter {
         KeyWriter::command(ctx, name, owner_arg, false)
     }
 
     #[inline(always)]
-    fn command(ctx: Ctx, name: Str, owner_arg: Option<OwnerArg>, one_key: bool) -> KeyWriter {
+    fn command(ctx: Ctx, name: Str, owner_arg: Option<ClientArg>, one_key: bool) -> KeyWriter {
         KeyWriter {
             ctx,
             name,
             key: LeaseKey::open(ctx, name, Mode::Write),
             origin: Origin::Command { owner_arg, one_key },
+            label_arg: None,
         }
     }
 
@@ -149,6 +152,7 @@ impl KeyWriter {
             name,
             key: LeaseKey::open(ctx, name, Mode::Write),
             origin: Origin::Module,
+            label_arg: None,
         })
     }
 
@@ -159,7 +163,15 @@ impl KeyWriter {
             name,
             key: LeaseKey::open(ctx, name, Mode::Write),
             origin: Origin::Effect,
+            label_arg: None,
         }
+    }
+
+    /// The client's label argument, replicated as that string when an
+    /// effect ends with its bytes (a command's writer only).
+    #[inline(always)]
+    pub fn set_label_arg(&mut self, arg: ClientArg) {
+        self.label_arg = Some(arg);
     }
 
     pub fn name(&self) -> Str {
@@ -254,8 +266,10 @@ impl KeyWriter {
             Origin::Command { one_key: true, .. } if release => {
                 replicate::replicate_verbatim(self.ctx)
             }
-            Origin::Command { owner_arg, .. } => self.replicate(&c.effect, owner_arg),
-            Origin::Module => self.replicate(&c.effect, None),
+            Origin::Command { owner_arg, .. } => {
+                self.replicate(&c.effect, owner_arg, self.label_arg.as_ref())
+            }
+            Origin::Module => self.replicate(&c.effect, None, None),
         }
     }
 
@@ -276,7 +290,12 @@ impl KeyWriter {
     }
 
     #[inline(always)]
-    fn replicate(&self, effect: &Effect<'_>, owner_arg: Option<OwnerArg>) {
+    fn replicate(
+        &self,
+        effect: &Effect<'_>,
+        owner_arg: Option<ClientArg>,
+        label_arg: Option<&ClientArg>,
+    ) {
         let mut digits = Digits::default();
         let args = effect.args(&mut digits);
         replicate::replicate(
@@ -285,6 +304,7 @@ impl KeyWriter {
             self.name,
             args.as_slice(),
             owner_arg,
+            label_arg,
         );
     }
 

@@ -199,17 +199,22 @@ impl Str {
     }
 
     /// The bytes of the string.
+    #[inline(always)]
     pub fn bytes<'a>(self) -> &'a [u8] {
         let mut len = 0usize;
         // SAFETY: StringPtrLen returns a pointer valid for `len` bytes while
         // the string lives, which `Str`'s contract guarantees.
+        // (A null pointer, which the server never returns, reads as no
+        // bytes: chosen without a branch.)
         unsafe {
             let ptr = raw::RedisModule_StringPtrLen.unwrap()(self.0, &mut len);
-            if ptr.is_null() {
-                &[]
+            let null = ptr.is_null();
+            let ptr = if null {
+                std::ptr::NonNull::dangling().as_ptr()
             } else {
-                std::slice::from_raw_parts(ptr as *const u8, len)
-            }
+                ptr as *const u8
+            };
+            std::slice::from_raw_parts(ptr, if null { 0 } else { len })
         }
     }
 }
@@ -255,6 +260,7 @@ impl<'a> Args<'a> {
     }
 
     /// The bytes of argument `i`.
+    #[inline(always)]
     pub fn bytes(&self, i: usize) -> &'a [u8] {
         Str(self.argv[i]).bytes()
     }

@@ -2,8 +2,8 @@
 //! stream and the AOF (`RedisModule_Replicate`, and `RedisModule_EmitAOF`
 //! for an AOF rewrite), keyspace notifications, and the signal that a key
 //! changed. An effect's arguments come as byte slices (`lease::effect`);
-//! the one that is the client's own owner argument goes as that server
-//! string, without a copy.
+//! the ones that are the client's own owner and label arguments go as
+//! those server strings, without a copy.
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -12,17 +12,18 @@ use redis_module::raw;
 
 use super::ctx::{Ctx, Str};
 
-/// A client's owner argument: the server string and where its bytes are.
+/// A client's argument (its owner, its label): the server string and
+/// where its bytes are.
 #[derive(Clone, Copy)]
-pub struct OwnerArg {
+pub struct ClientArg {
     s: Str,
     at: *const u8,
 }
 
-impl OwnerArg {
+impl ClientArg {
     /// `bytes` must be `s`'s own bytes (`Str::bytes`).
-    pub fn new(s: Str, bytes: &[u8]) -> OwnerArg {
-        OwnerArg {
+    pub fn new(s: Str, bytes: &[u8]) -> ClientArg {
+        ClientArg {
             s,
             at: bytes.as_ptr(),
         }
@@ -32,7 +33,7 @@ impl OwnerArg {
 /// The client's own owner argument, when `args[0]` is its bytes (passed as
 /// that server string, `s`, without a copy; every other argument goes as a
 /// buffer, `b`).
-fn owner_first(args: &[&[u8]], owner_arg: Option<OwnerArg>) -> Option<Str> {
+fn owner_first(args: &[&[u8]], owner_arg: Option<ClientArg>) -> Option<Str> {
     owner_arg
         .filter(|o| args.first().is_some_and(|a| std::ptr::eq(o.at, a.as_ptr())))
         .map(|o| o.s)
@@ -192,11 +193,52 @@ macro_rules! variadic {
     }};
 }
 
+/// The client's own label argument, when the effect's last argument is
+/// its bytes.
+fn label_last(args: &[&[u8]], label_arg: Option<&ClientArg>) -> Option<Str> {
+    label_arg
+        .filter(|l| args.last().is_some_and(|a| std::ptr::eq(l.at, a.as_ptr())))
+        .map(|l| l.s)
+}
+
 /// Replicates `cmd key args...` into the replication stream and the AOF.
 /// `owner_arg`: the client's owner argument, passed instead of a copy when
-/// `args[0]` is its bytes.
-pub fn replicate(ctx: Ctx, cmd: &CStr, key: Str, args: &[&[u8]], owner_arg: Option<OwnerArg>) {
+/// `args[0]` is its bytes; `label_arg` likewise, when an effect of an
+/// acquire (owner, token, deadline, `LABEL`, label) ends with its bytes.
+pub fn replicate(
+    ctx: Ctx,
+    cmd: &CStr,
+    key: Str,
+    args: &[&[u8]],
+    owner_arg: Option<ClientArg>,
+    label_arg: Option<&ClientArg>,
+) {
     let owner = owner_first(args, owner_arg);
+    if let (Some(o), [_, token, deadline, word, _]) = (owner, args)
+        && let Some(l) = label_last(args, label_arg)
+    {
+        // SAFETY: "ssbbbs" matches the key and the owner (server strings),
+        // three buffers that live until the call returns (the server copies
+        // them), and the label (a server string, which the server keeps a
+        // reference to).
+        unsafe {
+            raw::RedisModule_Replicate.unwrap()(
+                ctx.raw(),
+                cmd.as_ptr(),
+                c"ssbbbs".as_ptr(),
+                key.raw(),
+                o.raw(),
+                token.as_ptr(),
+                token.len(),
+                deadline.as_ptr(),
+                deadline.len(),
+                word.as_ptr(),
+                word.len(),
+                l.raw(),
+            );
+        }
+        return;
+    }
     // SAFETY: each format string matches the arguments passed with it ("s"
     // a RedisModuleString, "b" a pointer and a length), or a prefix of them
     // (the server reads what the format names; C ignores the rest); every
