@@ -454,17 +454,16 @@ fn judge(command: &mut FilterCommand) {
 /// server does not give: yes.
 #[inline(always)]
 fn looks_at(command: &FilterCommand) -> bool {
-    let look = |i| looks_at_arg(command, i);
     let argc = command.len();
     // One argument after the name: reading it costs what the name's
     // places would.
     if argc <= 2 {
-        return (1..argc).any(look);
+        return argc == 2 && looks_at_arg(command, 1);
     }
     let (Some(places), Some(name)) = (PLACES.get(), command.arg(0)) else {
-        return (1..argc).any(look);
+        return (1..argc).any(|i| looks_at_arg(command, i));
     };
-    places.any(name, argc, look)
+    places.any(name, argc, |i| looks_at_arg(command, i))
 }
 
 /// Must the guards look at the command for its argument `i`: one with a
