@@ -240,6 +240,69 @@ every_server! {
         assert_eq!(info_int(&mut c, "lease_guard_deleted"), 1);
     }
 
+    /// The cheap test reads only the arguments where a command's written
+    /// keys can be (by its name and argument count): a guarded key is
+    /// refused wherever it stands, in a name of any case, after the same
+    /// name with another argument count, past 64 arguments, and where the
+    /// keys are not at fixed positions (a keyword, a key count: every
+    /// argument is read).
+    fn a_guarded_key_is_refused_wherever_the_command_writes_it(kind) {
+        let s = Server::start(kind);
+        let mut c = s.conn();
+        ok(&mut c, &["SET", DATA, "100"]);
+        ok(&mut c, &["XADD", "{acct}:x", "1-1", "f", "v"]);
+        ok(&mut c, &["XGROUP", "CREATE", "{acct}:x", "g", "0"]);
+        ok(&mut c, &["LEASE.GUARD", GUARD]);
+        let mut pairs: Vec<String> = (0..40).flat_map(|i| [format!("{{other}}:{i}"), "v".into()]).collect();
+        pairs.extend([DATA.to_string(), "1".to_string()]);
+        let mut long = vec!["MSET"];
+        long.extend(pairs.iter().map(String::as_str));
+        let cases: &[&[&str]] = &[
+            // Fixed positions, the same name with other argument counts
+            // and cases one after the other.
+            &["DEL", "{other}:a"],
+            &["DEL", "{other}:a", DATA],
+            &["del", "{other}:a", "{other}:b", DATA],
+            &["MSET", "{other}:a", "1", DATA, "2"],
+            &["mset", "{other}:a", "1", "{other}:b", "2", DATA, "3"],
+            &["MsEt", DATA, "1"],
+            &["SET", DATA, "1", "NX", "PX", "60000"],
+            &["set", DATA, "1"],
+            &["LMOVE", "{other}:l", DATA, "LEFT", "RIGHT"],
+            &["RENAME", "{other}:a", DATA],
+            &["SMOVE", "{other}:s", DATA, "m"],
+            &["COPY", "{other}:a", DATA, "REPLACE"],
+            // A container's subcommand.
+            &["XGROUP", "CREATECONSUMER", "{acct}:x", "g", "c2"],
+            // Past 64 arguments: every argument is read.
+            &long,
+            // A keyword begins the keys; a key count says how many.
+            &["XREADGROUP", "GROUP", "g", "c", "STREAMS", "{acct}:x", ">"],
+            &["LMPOP", "2", "{other}:l", DATA, "LEFT"],
+            &["SINTERSTORE", DATA, "{other}:s"],
+        ];
+        ok(&mut c, &["SET", "{other}:a", "1"]);
+        ok(&mut c, &["RPUSH", "{other}:l", "x"]);
+        ok(&mut c, &["SADD", "{other}:s", "m"]);
+        for args in cases {
+            match args.iter().position(|&a| a == DATA || a == "{acct}:x") {
+                None => {
+                    ok(&mut c, args);
+                }
+                Some(at) => {
+                    let e = err(&mut c, args);
+                    assert!(e.starts_with("FENCED"), "{args:?}: {e}");
+                    assert_fenced(&e, args[at], GUARD);
+                }
+            }
+        }
+        assert_eq!(get(&mut c, DATA).as_deref(), Some("100"), "nothing changed");
+        // A guarded tag where no key is (a value) is no write to it.
+        ok(&mut c, &["SET", "{other}:v", DATA]);
+        ok(&mut c, &["HSET", "{other}:h", DATA, DATA]);
+        assert_eq!(int(&ok(&mut c, &["DEL", "{other}:v", "{other}:h"])), 2);
+    }
+
     fn pipelines_transactions_scripts_and_functions_are_guarded(kind) {
         let (_s, mut c) = guarded(kind);
         let t = acquire(&mut c, GUARD, "me", "60000").to_string();

@@ -2,7 +2,9 @@
 //! (design.md S12): `lease::keyspec` reads the server's command table (a
 //! captured one, or one read from the input itself, any shape), and every
 //! argument vector gets the positions of the keys it writes, in bounds,
-//! then the guards' verdict, which names a written key of a guarded tag.
+//! each among the arguments the cheap test reads (`KeyPlaces`, by the
+//! name and the argument count), then the guards' verdict, which names a
+//! written key of a guarded tag.
 //! The first byte picks the table; the input is then split at 0xFE (a
 //! table's RESP, when the input gives one) and its arguments at 0xFF.
 //! `lease/guard.rs`'s test `random_arguments_read_in_bounds_and_decide_on_written_keys`
@@ -14,7 +16,7 @@ use std::sync::LazyLock;
 use libfuzzer_sys::fuzz_target;
 use redis_lease::lease::fence::key_slot;
 use redis_lease::lease::guard::{Db, Guards, Verdict, hash_tag, is_checked};
-use redis_lease::lease::keyspec::{Keys, Table, Value, is_lease_command};
+use redis_lease::lease::keyspec::{KeyPlaces, Keys, Table, Value, is_lease_command};
 
 /// A RESP2 reply (`COMMAND`'s shapes), or `None` where `buf` is not one;
 /// nested at most 8 deep, with at most 100,000 elements.
@@ -97,6 +99,23 @@ fuzz_target!(|data: &[u8]| {
     for &p in &pos {
         assert!(p >= 1 && p < argv.len(), "{argv:?}: {pos:?}");
     }
+    // The cheap test reads every argument a written key can be, twice
+    // (the second from its entries of the last commands) the same.
+    let places = table.key_places(|_| true);
+    let read = |places: &KeyPlaces| {
+        let mut read = Vec::new();
+        places.any(argv[0], argv.len(), |i| {
+            read.push(i);
+            false
+        });
+        read
+    };
+    let first = read(&places);
+    assert_eq!(first, read(&places), "{argv:?}");
+    for &i in &first {
+        assert!(i >= 1 && i < argv.len(), "{argv:?}: {first:?}");
+    }
+    assert!(pos.iter().all(|p| first.contains(p)), "{argv:?}: {pos:?}, {first:?}");
     if keys == Keys::Given
         && !pos.is_empty()
         && let Some((command, _)) = table.command(argv[0], argv.get(1).copied())

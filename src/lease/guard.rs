@@ -29,7 +29,7 @@ pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
 
 /// The tag that runs from the start of `rest` (past a `{`) to its first
 /// `}`, when it is not empty.
-#[inline(never)]
+#[inline(always)]
 fn tag_after(rest: &[u8]) -> Option<&[u8]> {
     let close = find_byte(rest, b'}')?;
     (close > 0).then(|| &rest[..close])
@@ -580,9 +580,9 @@ mod tests {
     /// Random arguments through the key-spec reading (`keyspec.rs`) and the
     /// guards' decision, on every server's table (bounded: a fixed seed, a fixed
     /// count): nothing panics or overflows, a position given is one of the
-    /// arguments after the name, only a command that writes
-    /// (`Kind::writes`) gives one, and a refusal names a written key of a
-    /// guarded tag. The fuzz target `guard` (fuzz/) drives the same
+    /// arguments after the name, the cheap test's places (`KeyPlaces`)
+    /// hold it, only a command that writes (`Kind::writes`) gives one, and
+    /// a refusal names a written key of a guarded tag. The fuzz target `guard` (fuzz/) drives the same
     /// without bounds.
     #[test]
     fn random_arguments_read_in_bounds_and_decide_on_written_keys() {
@@ -623,6 +623,7 @@ mod tests {
         let mut refused = 0;
         for server in SERVERS {
             let t = table(server);
+            let places = t.key_places(|_| true);
             let mut names = names(&t);
             names.push(b"NOSUCH");
             for _ in 0..20_000 {
@@ -649,6 +650,17 @@ mod tests {
                 for &p in &pos {
                     assert!(p >= 1 && p < argv.len(), "{server}: {argv:?}: {pos:?}");
                 }
+                // The cheap test reads every written key's argument.
+                let mut read = Vec::new();
+                places.any(argv[0], argv.len(), |i| {
+                    read.push(i);
+                    false
+                });
+                assert!(
+                    read.iter().all(|&i| i >= 1 && i < argv.len())
+                        && pos.iter().all(|p| read.contains(p)),
+                    "{server}: {argv:?}: {pos:?} written, {read:?} read"
+                );
                 if keys == Keys::Given && !pos.is_empty() {
                     let (c, _) = t.command(argv[0], argv.get(1).copied()).unwrap();
                     assert!(c.kind.writes, "{server}: {argv:?}");

@@ -18,6 +18,7 @@
 //! the binding asks the server's own key function for it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// The maps of the table: looked up for every command the server runs
 /// while a guard stands, so with a fast hasher (foldhash, what hashbrown
@@ -134,6 +135,8 @@ pub struct Spec {
     pub not_key: bool,
     /// `incomplete` or `variable_flags`: the spec alone does not say.
     pub unsure: bool,
+    /// `incomplete`: some keys may be where the spec does not say.
+    pub incomplete: bool,
     pub begin: Begin,
     pub find: Find,
 }
@@ -167,6 +170,10 @@ pub struct Command {
     pub writes_all: bool,
     /// Container commands (`XGROUP`, `OBJECT`): by lower-case subcommand.
     pub subcommands: Map<Command>,
+    /// Flagged `movablekeys`: its keys are not where its index-and-range
+    /// specs alone put them (a key function, another module's
+    /// `getkeys-api`, a keyword or a key count).
+    pub movable: bool,
 }
 
 /// Whether the specs could say what a command writes.
@@ -206,6 +213,12 @@ impl Table {
 
     pub fn len(&self) -> usize {
         self.commands.len()
+    }
+
+    /// Every command's [`Places`], for the guards' cheap test; nowhere
+    /// for a command `checked` says the guards never check.
+    pub fn key_places(&self, checked: impl Fn(&[u8]) -> bool) -> KeyPlaces {
+        KeyPlaces::new(self, checked)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -305,6 +318,375 @@ impl Command {
             a => argc >= -a,
         }
     }
+}
+
+impl Command {
+    /// Where the keys this command writes can be, by the argument count
+    /// alone (the guards' cheap test): nowhere for a command that writes
+    /// no key; the positions its specs give where every spec begins at an
+    /// index and runs a range, none is `incomplete` and the server does
+    /// not flag its keys `movablekeys`; anywhere else. A container's
+    /// places are those of all its subcommands together. Never fewer
+    /// places than [`Command::written`] or the server's key function
+    /// could give (a `not_key` spec's places count too).
+    pub fn places(&self) -> Places {
+        if !self.subcommands.is_empty() {
+            let mut places = Places::None;
+            for sub in self.subcommands.values() {
+                places = places.with(sub.places());
+            }
+            return places;
+        }
+        if !self.kind.writes {
+            return Places::None;
+        }
+        if self.movable {
+            return Places::Any;
+        }
+        let mut places = Places::None;
+        for spec in &self.specs {
+            let span = match (&spec.begin, &spec.find) {
+                (
+                    Begin::Index(first),
+                    Find::Range {
+                        lastkey,
+                        keystep,
+                        limit: 0,
+                    },
+                ) if !spec.incomplete => Places::span(*first, *lastkey, *keystep),
+                _ => Places::Any,
+            };
+            places = places.with(span);
+        }
+        places
+    }
+}
+
+/// Where the keys a command writes can be, by its name and argument
+/// count alone: [`Command::places`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Places {
+    /// Nowhere: it writes no key (or the guards never check it).
+    None,
+    /// At the positions below 64 set in `fixed`, and at those set in
+    /// `tail` up to `back` arguments before the end (a spec whose last key
+    /// is counted from the end: `DEL`'s, `MSET`'s). A command of more
+    /// than 64 arguments: anywhere.
+    Spans { fixed: u64, tail: u64, back: u8 },
+    /// Any argument after the name may be a key.
+    #[default]
+    Any,
+}
+
+/// Bits 0 to `n - 1` (`n` at most 64).
+#[inline(always)]
+fn low_bits(n: usize) -> u64 {
+    u64::MAX.checked_shr(64 - n as u32).unwrap_or(0)
+}
+
+impl Places {
+    /// The places of one spec: from `first` to `last` (from the end when
+    /// negative), every `step`; anywhere for one the server could not use
+    /// (at the name, no step) or that does not fit.
+    fn span(first: usize, last: i64, step: usize) -> Places {
+        if first == 0 || first >= 64 || step == 0 {
+            return Places::Any;
+        }
+        let every = (first..64).step_by(step).fold(0u64, |m, at| m | 1 << at);
+        if last >= 0 {
+            let end = (first as u64).saturating_add(last as u64).min(63);
+            return Places::Spans {
+                fixed: every & low_bits(end as usize + 1),
+                tail: 0,
+                back: 0,
+            };
+        }
+        match u8::try_from(last.unsigned_abs()) {
+            Ok(back) => Places::Spans {
+                fixed: 0,
+                tail: every,
+                back,
+            },
+            Err(_) => Places::Any,
+        }
+    }
+
+    /// These places and `other`'s (anywhere for two tails that end apart).
+    fn with(self, other: Places) -> Places {
+        match (self, other) {
+            (Places::Any, _) | (_, Places::Any) => Places::Any,
+            (Places::None, p) | (p, Places::None) => p,
+            (
+                Places::Spans { fixed, tail, back },
+                Places::Spans {
+                    fixed: f,
+                    tail: t,
+                    back: b,
+                },
+            ) => {
+                if tail != 0 && t != 0 && back != b {
+                    return Places::Any;
+                }
+                Places::Spans {
+                    fixed: fixed | f,
+                    tail: tail | t,
+                    back: if tail != 0 { back } else { b },
+                }
+            }
+        }
+    }
+
+    /// These places among `argc` arguments (the name included), at most
+    /// 64: bit `i` for argument `i`.
+    #[inline]
+    fn positions(&self, argc: usize) -> u64 {
+        let all = low_bits(argc.min(64));
+        match *self {
+            Places::None => 0,
+            Places::Spans { fixed, tail, back } => {
+                let before_end = argc.saturating_sub(back as usize) + 1;
+                (fixed | tail & low_bits(before_end.min(64))) & all
+            }
+            Places::Any => all & !1,
+        }
+    }
+
+    /// Does `f` hold for one of these places among `argc` arguments (the
+    /// name included)? The first that does ends the search.
+    pub fn any(&self, argc: usize, mut f: impl FnMut(usize) -> bool) -> bool {
+        match self {
+            Places::None => false,
+            Places::Spans { .. } if argc <= 64 => {
+                let mut at = self.positions(argc);
+                while at != 0 {
+                    if f(at.trailing_zeros() as usize) {
+                        return true;
+                    }
+                    at &= at - 1;
+                }
+                false
+            }
+            _ => (1..argc).any(f),
+        }
+    }
+}
+
+/// Every command's [`Places`] by name, looked up for every command the
+/// server runs while a guard stands: an open-addressed table keyed by the
+/// name's length and up to two words of it, compared whatever their case
+/// (a name of up to 16 bytes: every command of the tested servers but
+/// `GEORADIUSBYMEMBER`), no hashing of the whole name, no lower-casing,
+/// no allocation. A name it does not hold (a longer one, a command loaded
+/// since, one the server does not know) is [`Places::Any`]. In front of
+/// it, the last commands looked up (one per [`Last`] entry, chosen by the
+/// name's first byte and length) with their argument count, and their
+/// positions: a pipeline of a few commands does not look their names up
+/// again.
+#[derive(Debug, Default)]
+pub struct KeyPlaces {
+    slots: Box<[Slot]>,
+    /// 64 minus the table's bits.
+    shift: u32,
+    last: [Last; 16],
+}
+
+/// A command looked up lately: its name's two words, its length and
+/// argument count (`len | argc << 8`), the positions (bit `i`: argument
+/// `i`), and a check word that a read mixing two entries would not match
+/// (the filter runs on one thread at a time; atomics keep that safe).
+#[derive(Debug, Default)]
+struct Last {
+    a: AtomicU64,
+    b: AtomicU64,
+    len_argc: AtomicU64,
+    at: AtomicU64,
+    check: AtomicU64,
+}
+
+impl Last {
+    #[inline(always)]
+    fn get(&self, (a, b): (u64, u64), len_argc: u64) -> Option<u64> {
+        let at = self.at.load(Relaxed);
+        (self.a.load(Relaxed) == a
+            && self.b.load(Relaxed) == b
+            && self.len_argc.load(Relaxed) == len_argc
+            && self.check.load(Relaxed) == a ^ b.rotate_left(17) ^ len_argc ^ at.rotate_left(31))
+        .then_some(at)
+    }
+
+    fn set(&self, (a, b): (u64, u64), len_argc: u64, at: u64) {
+        self.check.store(0, Relaxed);
+        self.a.store(a, Relaxed);
+        self.b.store(b, Relaxed);
+        self.len_argc.store(len_argc, Relaxed);
+        self.at.store(at, Relaxed);
+        self.check.store(
+            a ^ b.rotate_left(17) ^ len_argc ^ at.rotate_left(31),
+            Relaxed,
+        );
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    /// The name's length; 0: an empty slot.
+    len: usize,
+    /// The name in lower case, as `name_words` reads it.
+    words: (u64, u64),
+    /// 0x20 in each byte of `words` that is a letter: where a name looked
+    /// up may differ from it (its case).
+    case: (u64, u64),
+    places: Places,
+}
+
+/// A name of 1 to 16 bytes as two words, which with its length give it
+/// whole: its first and last eight bytes (overlapping), or its first and
+/// last four, or its first, middle and last byte.
+#[inline(always)]
+fn name_words(name: &[u8]) -> Option<(u64, u64)> {
+    let n = name.len();
+    if let (Some(f), Some(l)) = (name.first_chunk::<8>(), name.last_chunk::<8>()) {
+        if n > 16 {
+            return None;
+        }
+        Some((u64::from_le_bytes(*f), u64::from_le_bytes(*l)))
+    } else if let (Some(f), Some(l)) = (name.first_chunk::<4>(), name.last_chunk::<4>()) {
+        let f = u32::from_le_bytes(*f) as u64;
+        Some((f | (u32::from_le_bytes(*l) as u64) << 32, 0))
+    } else {
+        let first = *name.first()? as u64;
+        Some((
+            first | (name[n / 2] as u64) << 8 | (name[n - 1] as u64) << 16,
+            0,
+        ))
+    }
+}
+
+/// 0x20 in each byte of `w` that is an ASCII letter.
+fn letters(w: u64) -> u64 {
+    w.to_le_bytes()
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.is_ascii_alphabetic())
+        .fold(0, |m, (i, _)| m | 0x20 << (8 * i))
+}
+
+/// Bit 5 of every byte set: the same for a name in any case (and for a
+/// few non-letters: the slot's `case` tells them apart).
+const FOLD: u64 = 0x2020_2020_2020_2020;
+
+impl KeyPlaces {
+    /// The places of every command of `table` named up to 16 bytes;
+    /// nowhere for a name `checked` says no to.
+    fn new(table: &Table, checked: impl Fn(&[u8]) -> bool) -> KeyPlaces {
+        let held: Vec<Slot> = table
+            .commands
+            .iter()
+            .filter_map(|(name, c)| {
+                let places = if checked(name) {
+                    c.places()
+                } else {
+                    Places::None
+                };
+                let words = name_words(name)?;
+                Some(Slot {
+                    len: name.len(),
+                    words,
+                    case: (letters(words.0), letters(words.1)),
+                    places,
+                })
+            })
+            .collect();
+        let bits = (held.len() * 2)
+            .next_power_of_two()
+            .max(16)
+            .trailing_zeros();
+        let mut slots = vec![Slot::default(); 1 << bits].into_boxed_slice();
+        let shift = 64 - bits;
+        for slot in held {
+            let mut at = slot_of(slot.len, slot.words, shift);
+            while slots[at].len != 0 {
+                at = (at + 1) & (slots.len() - 1);
+            }
+            slots[at] = slot;
+        }
+        KeyPlaces {
+            slots,
+            shift,
+            last: Default::default(),
+        }
+    }
+
+    /// Does `f` hold for one of the places of the command `name` (any
+    /// case) among `argc` arguments (the name included)? The first that
+    /// does ends the search.
+    #[inline(always)]
+    pub fn any(&self, name: &[u8], argc: usize, mut f: impl FnMut(usize) -> bool) -> bool {
+        let Some(words) = name_words(name) else {
+            return (1..argc).any(f);
+        };
+        if argc > 64 {
+            return self.find(name.len(), words).any(argc, f);
+        }
+        let len_argc = name.len() as u64 | (argc as u64) << 8;
+        // The first byte and the length pick the entry (the first byte is
+        // the low byte of the first word).
+        let last = &self.last[(words.0 as usize ^ name.len()) % 16];
+        let mut at = match last.get(words, len_argc) {
+            Some(at) => at,
+            None => {
+                let at = self.find(name.len(), words).positions(argc);
+                last.set(words, len_argc, at);
+                at
+            }
+        };
+        while at != 0 {
+            if f(at.trailing_zeros() as usize) {
+                return true;
+            }
+            at &= at - 1;
+        }
+        false
+    }
+
+    /// The places of the command `name` (any case).
+    pub fn of(&self, name: &[u8]) -> &Places {
+        match name_words(name) {
+            Some(words) => self.find(name.len(), words),
+            None => &Places::Any,
+        }
+    }
+
+    /// The places of the command of `len` bytes whose words are `(a, b)`.
+    #[inline]
+    fn find(&self, len: usize, (a, b): (u64, u64)) -> &Places {
+        if self.slots.is_empty() {
+            return &Places::Any;
+        }
+        let mask = self.slots.len() - 1;
+        let mut at = slot_of(len, (a, b), self.shift);
+        loop {
+            let slot = &self.slots[at];
+            if slot.len == len
+                && (a ^ slot.words.0) & !slot.case.0 == 0
+                && (b ^ slot.words.1) & !slot.case.1 == 0
+            {
+                return &slot.places;
+            }
+            if slot.len == 0 {
+                return &Places::Any;
+            }
+            at = (at + 1) & mask;
+        }
+    }
+}
+
+/// The slot a name's words start looking from, whatever its case.
+#[inline(always)]
+fn slot_of(len: usize, (a, b): (u64, u64), shift: u32) -> usize {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    (((a | FOLD) ^ len as u64 ^ (b | FOLD).rotate_left(29)).wrapping_mul(K)).wrapping_shr(shift)
+        as usize
 }
 
 enum Found {
@@ -444,6 +826,7 @@ fn parse_command(entry: &Value) -> Option<(Vec<u8>, Command)> {
             specs,
             writes_all,
             subcommands,
+            movable: flag(b"movablekeys"),
         },
     ))
 }
@@ -488,6 +871,7 @@ fn parse_spec(v: &Value) -> Option<Spec> {
         writes: has(b"rw") || has(b"ow") || has(b"rm"),
         not_key: has(b"not_key"),
         unsure: has(b"incomplete") || has(b"variable_flags"),
+        incomplete: has(b"incomplete"),
         begin,
         find,
     })
@@ -810,5 +1194,153 @@ mod tests {
             }
             assert!(seen > 300, "{server}: {seen}");
         }
+    }
+
+    /// The positions `places` gives among `argv`'s arguments, by the
+    /// name-keyed table (twice: the second from its entries of the last
+    /// commands) and by the command's own places.
+    fn positions(p: &KeyPlaces, argv: &[&[u8]]) -> Vec<usize> {
+        let mut got = Vec::new();
+        p.any(argv[0], argv.len(), |i| {
+            got.push(i);
+            false
+        });
+        let mut again = Vec::new();
+        p.any(argv[0], argv.len(), |i| {
+            again.push(i);
+            false
+        });
+        assert_eq!(got, again, "{argv:?}: the entry of the last commands");
+        let mut direct = Vec::new();
+        p.of(argv[0]).any(argv.len(), |i| {
+            direct.push(i);
+            false
+        });
+        direct.sort();
+        assert_eq!(got, direct, "{argv:?}");
+        got
+    }
+
+    fn argv_of(line: &str) -> Vec<Vec<u8>> {
+        words(line)
+    }
+
+    #[test]
+    fn key_places_by_name_and_argument_count() {
+        for server in SERVERS {
+            let t = table(server);
+            // As if the guards never checked FCALL (they never check the
+            // lease commands, scripts, MIGRATE: guard::is_checked).
+            let p = t.key_places(|name| name != b"fcall");
+            let case = |line: &str| {
+                let argv = argv_of(line);
+                let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                positions(&p, &argv)
+            };
+            // Fixed positions, whatever the case of the name.
+            assert_eq!(case("SET {t}:k v NX PX 60000"), [1], "{server}");
+            assert_eq!(case("set {t}:k v"), [1], "{server}");
+            assert_eq!(case("SeT {t}:k v GET"), [1], "{server}");
+            assert_eq!(case("HSET h f v f2 v2"), [1], "{server}");
+            assert_eq!(case("EXPIRE k 10"), [1], "{server}");
+            // From the end: every one, every other.
+            assert_eq!(case("DEL a b c"), [1, 2, 3], "{server}");
+            assert_eq!(case("MSET k1 v1 k2 v2 k3 v3"), [1, 3, 5], "{server}");
+            assert_eq!(case("MSETNX k1 v1 k2 v2"), [1, 3], "{server}");
+            // Two specs.
+            assert_eq!(case("LMOVE a b LEFT RIGHT"), [1, 2], "{server}");
+            assert_eq!(case("RENAME a b"), [1, 2], "{server}");
+            assert_eq!(case("COPY a b DB 1 REPLACE"), [1, 2], "{server}");
+            // A container: its subcommands' places together.
+            assert_eq!(case("XGROUP CREATE x g $ MKSTREAM"), [2], "{server}");
+            // Writes no key, or the guards never check it.
+            assert_eq!(case("GET k"), [] as [usize; 0], "{server}");
+            assert_eq!(case("MGET a b c"), [] as [usize; 0], "{server}");
+            assert_eq!(case("CONFIG SET a b"), [] as [usize; 0], "{server}");
+            assert_eq!(case("FCALL f 1 {t}k"), [] as [usize; 0], "{server}");
+            // Keys that are not at fixed positions: every argument.
+            let all = |n: usize| (1..n).collect::<Vec<_>>();
+            assert_eq!(
+                case("XREADGROUP GROUP g c STREAMS {t}x >"),
+                all(7),
+                "{server}"
+            );
+            assert_eq!(case("ZUNIONSTORE d 2 a b"), all(5), "{server}");
+            assert_eq!(case("EVAL s 1 {t}k"), all(4), "{server}");
+            assert_eq!(case("SORT l STORE {t}d"), all(4), "{server}");
+            assert_eq!(case("MIGRATE h 1 \"\" 0 10 KEYS {t}a"), all(8), "{server}");
+            assert_eq!(case("NOSUCHCOMMAND a b"), all(3), "{server}");
+            assert_eq!(
+                case("GEORADIUSBYMEMBER g m 1 km STORE {t}d"),
+                all(7),
+                "{server}"
+            );
+            // More than 64 arguments: every argument.
+            let long: Vec<String> = (0..40).map(|i| format!("k{i} v{i}")).collect();
+            assert_eq!(case(&format!("MSET {}", long.join(" "))), all(81));
+        }
+    }
+
+    /// The places cover every key the specs give as written and every key
+    /// the server's own key function names (`COMMAND GETKEYSANDFLAGS`, in
+    /// `<server>.keys`), on every tested server: the cheap test reads no
+    /// fewer arguments than the full check.
+    #[test]
+    fn key_places_cover_what_the_specs_and_the_server_find() {
+        let mut covered = 0;
+        for server in SERVERS {
+            let t = table(server);
+            let p = t.key_places(|_| true);
+            let keys = String::from_utf8(fixture(&format!("{server}.keys"))).unwrap();
+            for line in keys.lines() {
+                let (argv, answer) = line.split_once(" => ").unwrap();
+                let argv = words(argv);
+                let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                let Some(answer) = server_answer(answer) else {
+                    continue;
+                };
+                let at = positions(&p, &argv);
+                let named: Vec<&[u8]> = at.iter().map(|&i| argv[i]).collect();
+                let writes = t.get(argv[0]).is_some_and(|c| c.places() != Places::None);
+                for (key, _) in &answer {
+                    assert!(
+                        named.contains(&key.as_bytes()) || !writes,
+                        "{server}: {line}: {at:?}"
+                    );
+                }
+                let (_, written) = written(&t, &argv);
+                assert!(written.iter().all(|w| at.contains(w)), "{server}: {line}");
+                covered += 1;
+            }
+        }
+        assert!(covered > 300, "{covered}");
+    }
+
+    #[test]
+    fn names_that_differ_by_more_than_case_are_not_confused() {
+        let t = table("redis70");
+        let p = t.key_places(|_| true);
+        assert_eq!(
+            p.of(b"SET"),
+            &Places::Spans {
+                fixed: 2,
+                tail: 0,
+                back: 0
+            }
+        );
+        // Bit 5 flipped where it is no case: not SET, nor GETEX, nor
+        // ZRANGESTORE.
+        for name in [
+            &b"S\x05T"[..],
+            b"sEt\x00",
+            b"GETE\x18",
+            b"ZRANGE\x13TORE",
+            b"",
+            b"SE",
+        ] {
+            assert_eq!(p.of(name), &Places::Any, "{name:?}");
+        }
+        assert_eq!(p.of(b"zrangestore"), p.of(b"ZRANGESTORE"));
+        assert_eq!(p.of(b"getex"), p.of(b"GETEX"));
     }
 }

@@ -6,13 +6,13 @@
 //! The decisions are `lease::guard`'s; which keys a command writes,
 //! `lease::keyspec`'s.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
 use crate::lease::error::printable;
 use crate::lease::fence::key_slot;
 use crate::lease::guard::{Db, Guards, Verdict, hash_tag, is_checked};
-use crate::lease::keyspec::Keys;
+use crate::lease::keyspec::{KeyPlaces, Keys};
 use crate::lease::{LeaseError, RecordRef};
 
 use super::counters::STATS;
@@ -29,11 +29,13 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// nothing is refused.
 static REPLICA: AtomicBool = AtomicBool::new(false);
 /// How many guards' tags fall in each bucket (`bucket`, a cheap hash of
-/// the tag): the cheap test reads it without the lock, and takes the lock
-/// only for a tag whose bucket holds a guard (one tag in seven with 10,000
-/// guards). Made with the first guard.
-static BUCKETS: OnceLock<Box<[AtomicU32]>> = OnceLock::new();
-const BUCKET_BITS: u32 = 16;
+/// the tag), up to 255 (a bucket that reached 255 stays there until the
+/// next recount: it may hold a guard): the cheap test reads it without the
+/// lock, and takes the lock only for a tag whose bucket holds a guard (one
+/// tag in 26 with 10,000 guards). Made with the first guard (256 KiB).
+static BUCKETS: OnceLock<Box<[AtomicU8]>> = OnceLock::new();
+const BUCKET_BITS: u32 = 18;
+const FULL: u8 = u8::MAX;
 
 /// The bucket of `tag`: its first and last eight bytes (or all of a
 /// shorter one) and its length, mixed by a multiplication.
@@ -48,18 +50,18 @@ fn bucket(tag: &[u8]) -> usize {
     (h >> (64 - BUCKET_BITS)) as usize
 }
 
-fn buckets() -> &'static [AtomicU32] {
-    BUCKETS.get_or_init(|| (0..1 << BUCKET_BITS).map(|_| AtomicU32::new(0)).collect())
+fn buckets() -> &'static [AtomicU8] {
+    BUCKETS.get_or_init(|| (0..1 << BUCKET_BITS).map(|_| AtomicU8::new(0)).collect())
 }
 
-/// A guard of `tag` came (`on`) or went.
+/// A guard of `tag` came (`on`) or went (a full bucket stays full).
 fn count_in_bucket(tag: &[u8], on: bool) {
     let b = &buckets()[bucket(tag)];
-    if on {
-        b.fetch_add(1, Relaxed);
-    } else {
-        b.fetch_sub(1, Relaxed);
-    }
+    let _ = b.fetch_update(Relaxed, Relaxed, |n| match (n, on) {
+        (FULL, _) => None,
+        (n, true) => Some(n + 1),
+        (n, false) => Some(n.saturating_sub(1)),
+    });
 }
 
 /// The buckets counted again (after a flush).
@@ -70,7 +72,7 @@ fn recount_buckets(g: &Guards) {
     }
     for (_, key) in g.keys() {
         if let Some(tag) = hash_tag(key) {
-            buckets[bucket(tag)].fetch_add(1, Relaxed);
+            count_in_bucket(tag, true);
         }
     }
 }
@@ -120,8 +122,21 @@ fn with<R>(f: impl FnOnce(&mut Guards) -> R) -> R {
         }
         FILTER_NEED.set(after > 0);
     }
+    if after > 0 && PLACES.get().is_none() {
+        call::with_command_table(|table| {
+            if let Some(t) = table.filter(|t| !t.is_empty()) {
+                let _ = PLACES.set(t.key_places(|name| is_checked(name, in_cluster())));
+            }
+        });
+    }
     out
 }
+
+/// Where each command's written keys can be (`keyspec::Places`), made
+/// from the command table once it is read (with the first guard): the
+/// cheap test reads only those arguments. Until then, and for a command
+/// the table did not hold then, every argument.
+static PLACES: OnceLock<KeyPlaces> = OnceLock::new();
 
 /// Guards standing now.
 pub fn count() -> usize {
@@ -381,9 +396,10 @@ pub fn fencing<R>(db: i32, key: &[u8], f: impl FnOnce() -> R) -> R {
 /// The guards' part of the command filter, for every command the server
 /// is about to run while a guard stands, step by step, the cheapest first:
 ///
-/// 1. the cheap test: an argument after the name with a guarded hash tag
-///    (the guards' lock is taken only for a tag whose bucket holds a
-///    guard; a key of the guard whose fence runs the command now passes);
+/// 1. the cheap test: an argument where the command's key specs put a
+///    key it may write (`looks_at`) with a guarded hash tag (the guards'
+///    lock is taken only for a tag whose bucket holds a guard; a key of
+///    the guard whose fence runs the command now passes);
 /// 2. the name test: a command checked by its keys (`guard::is_checked`:
 ///    not the lease commands, scripts, `MIGRATE`);
 /// 3. the full check: the keys it writes (the command table, or the
@@ -427,25 +443,38 @@ fn judge(command: &mut FilterCommand) {
 }
 
 /// The cheap test (step 1 of `filter`): must the guards look at the
-/// command? Not when no argument after its name has a hash tag whose
-/// bucket holds a guard (both read without a lock), nor when none of those
-/// is guarded, or each is a key of the guard whose fence runs the command
-/// now (unless it is the guard key itself, or another database's guard has
-/// its tag). An argument the server does not give: yes.
+/// command? Only its arguments where a key it writes can be are read
+/// (`Places`, by its name and argument count: none for a command that
+/// writes no key or that the guards never check, every argument for one
+/// whose keys move or that the command table did not hold). Not when
+/// none of those has a hash tag whose bucket holds a guard (both read
+/// without a lock), nor when none of those is guarded, or each is a key of
+/// the guard whose fence runs the command now (unless it is the guard key
+/// itself, or another database's guard has its tag). An argument the
+/// server does not give: yes.
 #[inline(always)]
 fn looks_at(command: &FilterCommand) -> bool {
-    for i in 1..command.len() {
-        let Some(arg) = command.arg(i) else {
-            return true;
-        };
-        if let Some(tag) = hash_tag(arg)
-            && maybe_guarded(tag)
-            && tag_needs_check(arg, tag)
-        {
-            return true;
-        }
+    let argc = command.len();
+    // One argument after the name: reading it costs what the name's
+    // places would.
+    if argc <= 2 {
+        return argc == 2 && looks_at_arg(command, 1);
     }
-    false
+    let (Some(places), Some(name)) = (PLACES.get(), command.arg(0)) else {
+        return (1..argc).any(|i| looks_at_arg(command, i));
+    };
+    places.any(name, argc, |i| looks_at_arg(command, i))
+}
+
+/// Must the guards look at the command for its argument `i`: one with a
+/// hash tag whose bucket holds a guard, a guarded one, or one the server
+/// does not give?
+#[inline(always)]
+fn looks_at_arg(command: &FilterCommand, i: usize) -> bool {
+    let Some(arg) = command.arg(i) else {
+        return true;
+    };
+    hash_tag(arg).is_some_and(|tag| maybe_guarded(tag) && tag_needs_check(arg, tag))
 }
 
 /// Must the command be checked for its argument `arg` of tag `tag`, a tag
