@@ -115,7 +115,10 @@ fuzz_target!(|data: &[u8]| {
     for &i in &first {
         assert!(i >= 1 && i < argv.len(), "{argv:?}: {first:?}");
     }
-    assert!(pos.iter().all(|p| first.contains(p)), "{argv:?}: {pos:?}, {first:?}");
+    assert!(
+        pos.iter().all(|p| first.contains(p)),
+        "{argv:?}: {pos:?}, {first:?}"
+    );
     if keys == Keys::Given
         && !pos.is_empty()
         && let Some((command, _)) = table.command(argv[0], argv.get(1).copied())
