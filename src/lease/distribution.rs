@@ -229,9 +229,9 @@ pub enum Sample {
 
 /// Calls `f` with what committing `effect` as `event` tells the
 /// distributions, given the record it applies to (before it applies): a
-/// release ends its holding when it was decided, a batch of ended holders
-/// ended each at its deadline, a renewal has a margin. O(1), or O(k) for
-/// a batch of k.
+/// renewal has a margin (decided with it: no record needed), a release
+/// ends its holding when it was decided, a batch of ended holders ended
+/// each at its deadline. O(1), or O(k) for a batch of k.
 #[inline(always)]
 pub fn observe(
     record: Option<RecordRef<'_>>,
@@ -239,6 +239,9 @@ pub fn observe(
     event: Event,
     mut f: impl FnMut(Sample),
 ) {
+    if let Event::Renew { left_ms, ttl_ms } = event {
+        return f(Sample::Renewed { left_ms, ttl_ms });
+    }
     let Some(record) = record else { return };
     match (event, effect, record) {
         (Event::Release { at_ms }, Effect::Release { owner }, RecordRef::Exclusive(l))
@@ -249,26 +252,6 @@ pub fn observe(
         (Event::Release { at_ms }, Effect::Drop { owner }, RecordRef::Holders(m)) => {
             if let Some(h) = m.holder(owner) {
                 f(Sample::Held(at_ms - h.since_ms))
-            }
-        }
-        (Event::Renew { at_ms }, Effect::Apply { deadline_ms, .. }, RecordRef::Exclusive(l)) => {
-            f(Sample::Renewed {
-                left_ms: l.deadline_ms - at_ms,
-                ttl_ms: deadline_ms - at_ms,
-            })
-        }
-        (
-            Event::Renew { at_ms },
-            Effect::Hold {
-                owner, deadline_ms, ..
-            },
-            RecordRef::Holders(m),
-        ) => {
-            if let Some(h) = m.holder(owner) {
-                f(Sample::Renewed {
-                    left_ms: h.deadline_ms - at_ms,
-                    ttl_ms: deadline_ms - at_ms,
-                })
             }
         }
         (Event::Expire { .. }, Effect::Prune { deadline_ms, token }, RecordRef::Holders(m)) => {

@@ -25,8 +25,8 @@ pub enum KeyState {
     /// (design.md S8's strict order).
     Waited,
     /// An exclusive lease of the caller's owner, with this token, held
-    /// since then (unix ms).
-    Mine(u64, i64),
+    /// since then, until that deadline (unix ms).
+    Mine(u64, i64, i64),
     /// Held by another owner, or by a counting or shared lease of others.
     Taken,
     /// The caller's owner holds a place of a counting or shared lease on it.
@@ -44,7 +44,9 @@ pub fn key_state(
     match Held::of(record, now_ms) {
         Held::Free | Held::FreeGuard if waited => KeyState::Waited,
         Held::Free | Held::FreeGuard => KeyState::Free,
-        Held::Exclusive(l) if l.is_held_by(owner) => KeyState::Mine(l.token, l.since_ms()),
+        Held::Exclusive(l) if l.is_held_by(owner) => {
+            KeyState::Mine(l.token, l.since_ms(), l.deadline_ms)
+        }
         Held::Exclusive(_) => KeyState::Taken,
         Held::Holders(m) if m.holder(owner).is_some_and(|h| h.is_live(now_ms)) => {
             KeyState::MineShared
@@ -131,12 +133,12 @@ fn early_rechecks(views: &[KeyView]) -> Vec<Recheck> {
 /// The one token under which the caller's owner holds every key, if it
 /// does, and since when (the first key's holding's start).
 pub fn one_token(states: &[KeyState]) -> Option<(u64, i64)> {
-    let KeyState::Mine(first, since_ms) = *states.first()? else {
+    let KeyState::Mine(first, since_ms, _) = *states.first()? else {
         return None;
     };
     states
         .iter()
-        .all(|s| matches!(*s, KeyState::Mine(t, _) if t == first))
+        .all(|s| matches!(*s, KeyState::Mine(t, ..) if t == first))
         .then_some((first, since_ms))
 }
 
@@ -162,7 +164,7 @@ pub fn decide(keys: &[&[u8]], states: &[KeyState]) -> Result<Decision, LeaseErro
             Some((token, _)) => Ok(Decision::Reacquired { token }),
             None => {
                 let token = |s: &KeyState| match *s {
-                    KeyState::Mine(t, _) => Some(t),
+                    KeyState::Mine(t, ..) => Some(t),
                     _ => None,
                 };
                 let first = token(&states[0]);
@@ -288,15 +290,24 @@ pub fn renew<'a>(
     };
     let deadline_ms = now_ms + ttl_ms;
     let mut out = MultiOutcome::new(Answer::Int(states.len() as i64));
-    out.commits = (0..states.len())
-        .map(|i| {
+    out.commits = states
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
             let effect = Effect::Apply {
                 owner,
                 token,
                 deadline_ms,
                 facts: Facts::new(since_ms, None),
             };
-            let event = Event::Renew { at_ms: now_ms };
+            let left_ms = match *s {
+                KeyState::Mine(_, _, held_until) => held_until - now_ms,
+                _ => 0,
+            };
+            let event = Event::Renew {
+                left_ms,
+                ttl_ms: deadline_ms - now_ms,
+            };
             (i, Commit { effect, event })
         })
         .collect();
@@ -337,6 +348,8 @@ mod tests {
     const NOW: i64 = 1_800_000_000_000;
     /// The start of the small tokens' holdings here (`since_of_token`).
     const S: i64 = 0;
+    /// The deadline of the caller's holdings here.
+    const D: i64 = NOW + 10;
     const KEYS: [&[u8]; 3] = [b"a", b"b", b"c"];
 
     fn env(clock: &mut TokenClock, grace: Option<i64>) -> Env<'_> {
@@ -413,7 +426,7 @@ mod tests {
         assert_eq!(key_state(None, b"o", false, NOW), Free);
         assert_eq!(key_state(None, b"o", true, NOW), Waited);
         assert_eq!(key_state(ex(&ended), b"o", false, NOW), Free);
-        assert_eq!(key_state(ex(&mine), b"o", true, NOW), Mine(7, S));
+        assert_eq!(key_state(ex(&mine), b"o", true, NOW), Mine(7, S, D));
         assert_eq!(key_state(ex(&other), b"o", false, NOW), Taken);
         let h = |o: &[u8]| Holder {
             owner: o.into(),
@@ -500,7 +513,7 @@ mod tests {
         let mut clock = TokenClock::new();
         let out = acquire(
             &KEYS,
-            &views([Mine(5, S); 3]),
+            &views([Mine(5, S, D); 3]),
             b"o",
             None,
             100,
@@ -513,20 +526,20 @@ mod tests {
         assert_eq!(out.then, Then::RecheckAt(NOW + 100));
         // A retry for some of the keys it took together is a retry too.
         assert_eq!(
-            decide(&KEYS[..2], &[Mine(5, S), Mine(5, S)]),
+            decide(&KEYS[..2], &[Mine(5, S, D), Mine(5, S, D)]),
             Ok(Decision::Reacquired { token: 5 })
         );
         let err = |s: [KeyState; 3]| decide(&KEYS, &s).unwrap_err();
         assert_eq!(
-            err([Mine(5, S), Free, Mine(5, S)]),
+            err([Mine(5, S, D), Free, Mine(5, S, D)]),
             LeaseError::PartlyHeld("b".into())
         );
         assert_eq!(
-            err([Mine(5, S), Mine(5, S), Taken]),
+            err([Mine(5, S, D), Mine(5, S, D), Taken]),
             LeaseError::PartlyHeld("c".into())
         );
         assert_eq!(
-            err([Mine(5, S), Mine(6, S), Mine(5, S)]),
+            err([Mine(5, S, D), Mine(6, S, D), Mine(5, S, D)]),
             LeaseError::MixedTokens("b".into())
         );
         assert_eq!(
@@ -536,7 +549,7 @@ mod tests {
         // A refusal by error changes nothing, even with BLOCK.
         let e = acquire(
             &KEYS,
-            &views([Mine(5, S), Free, Free]),
+            &views([Mine(5, S, D), Free, Free]),
             b"o",
             None,
             100,
@@ -583,7 +596,7 @@ mod tests {
         assert_eq!(out.then, Then::Wait(all_at_grace_end));
         let out = acquire(
             &KEYS,
-            &views([Mine(5, S); 3]),
+            &views([Mine(5, S, D); 3]),
             b"o",
             None,
             100,
@@ -643,7 +656,7 @@ mod tests {
 
     #[test]
     fn renew_and_release_all_or_nothing() {
-        let out = renew(&[Mine(5, S); 3], b"o", 50, NOW);
+        let out = renew(&[Mine(5, S, D); 3], b"o", 50, NOW);
         assert_eq!(out.answer, Answer::Int(3));
         assert!(out.commits.iter().all(|(_, c)| c.effect
             == Effect::Apply {
@@ -652,9 +665,15 @@ mod tests {
                 deadline_ms: NOW + 50,
                 facts: Facts::plain(5),
             }));
+        // Each key's renewal tells the distributions its own margin.
+        assert!(out.commits.iter().all(|(_, c)| c.event
+            == Event::Renew {
+                left_ms: D - NOW,
+                ttl_ms: 50
+            }));
         for bad in [
-            [Mine(5, S), Free, Mine(5, S)],
-            [Mine(5, S), Mine(6, S), Mine(5, S)],
+            [Mine(5, S, D), Free, Mine(5, S, D)],
+            [Mine(5, S, D), Mine(6, S, D), Mine(5, S, D)],
             [Taken; 3],
         ] {
             let out = renew(&bad, b"o", 50, NOW);
@@ -664,7 +683,7 @@ mod tests {
             assert_eq!((out.answer, out.commits.len()), (Answer::Int(0), 0));
             assert_eq!(out.count, Some(Count::ReleaseFailed));
         }
-        let out = release(&[Mine(5, S); 2], b"o", NOW);
+        let out = release(&[Mine(5, S, D); 2], b"o", NOW);
         assert_eq!(out.answer, Answer::Int(2));
         assert_eq!(out.then, Then::Serve);
         assert!(

@@ -56,8 +56,10 @@ pub enum Event {
     /// A holder's retry whose `FLOOR` raised its token (`reacquired`, and
     /// `lease.acquire`: a new token).
     ReacquireRaised,
-    /// A renewal decided at `at_ms` (`renewed`, `lease.renew`).
-    Renew { at_ms: i64 },
+    /// A renewal (`renewed`, `lease.renew`) that found `left_ms` of its
+    /// holding left and asked for a holding of `ttl_ms` (what it tells the
+    /// distributions, known when it is decided).
+    Renew { left_ms: i64, ttl_ms: i64 },
     /// A release by its holder, decided at `at_ms` (`released`,
     /// `lease.release`).
     Release { at_ms: i64 },
@@ -544,7 +546,10 @@ pub fn renew<'a>(
                         deadline_ms,
                         facts: Facts::new(h.since_ms, None),
                     },
-                    Event::Renew { at_ms: now_ms },
+                    Event::Renew {
+                        left_ms: h.deadline_ms - now_ms,
+                        ttl_ms: deadline_ms - now_ms,
+                    },
                 );
                 out.then = Then::Rearm;
             } else {
@@ -569,7 +574,10 @@ pub fn renew<'a>(
                         deadline_ms,
                         facts: Facts::new(l.since_ms(), None),
                     },
-                    Event::Renew { at_ms: now_ms },
+                    Event::Renew {
+                        left_ms: l.deadline_ms - now_ms,
+                        ttl_ms: deadline_ms - now_ms,
+                    },
                 );
                 out.then = Then::RecheckAt(deadline_ms);
                 out
@@ -970,6 +978,22 @@ fn apply_step<H>(key: &mut impl Key, queue: &mut impl Queue<H>, step: Step<H>, n
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A renewal's event carries what it tells the distributions, known
+    /// when it is decided: the holding's time left, and the time asked for.
+    #[test]
+    fn a_renewal_carries_its_margin() {
+        let held = Lease::plain(b"o", 7 << 10, 1_000);
+        let out = renew(Some(RecordRef::Exclusive(&held)), b"o", 500, 600, 0);
+        let c: Vec<Commit<'_>> = out.commits.iter().collect();
+        assert_eq!(
+            c.iter().map(|c| c.event).collect::<Vec<_>>(),
+            [Event::Renew {
+                left_ms: 400,
+                ttl_ms: 500
+            }]
+        );
+    }
 
     /// LEASE.GUARD and LEASE.UNGUARD decided here: the name's errors first
     /// (the key is not read), then WRONGTYPE, then a holders record; a

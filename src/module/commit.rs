@@ -276,17 +276,15 @@ impl KeyWriter {
     /// The distributions of `INFO lease` see a holding renewed or ending.
     #[inline(always)]
     fn observe(&mut self, c: &Commit<'_>) {
-        if matches!(
-            c.event,
-            Event::Renew { .. } | Event::Release { .. } | Event::Expire { .. } | Event::Lingered(_)
-        ) {
-            distribution::observe(
-                self.key.get().ok().flatten().map(as_ref),
-                &c.effect,
-                c.event,
-                counters::record,
-            );
-        }
+        let record = match c.event {
+            // A renewal's margin came with its decision: no record to read.
+            Event::Renew { .. } => None,
+            Event::Release { .. } | Event::Expire { .. } | Event::Lingered(_) => {
+                self.key.get().ok().flatten().map(as_ref)
+            }
+            _ => return,
+        };
+        distribution::observe(record, &c.effect, c.event, counters::record);
     }
 
     #[inline(always)]

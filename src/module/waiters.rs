@@ -576,7 +576,16 @@ pub fn on_multikey(ctx: Ctx, slot: Slot, id: u64) {
 
 /// The lease on `name` got a new end (renewal, re-acquire): its waiters are
 /// re-checked then, not at the old deadline.
+/// (Nobody waits anywhere, as on most renewals: one load, no call.)
+#[inline]
 pub fn lease_ends_at(ctx: Ctx, name: Str, end_ms: i64) {
+    if total() > 0 {
+        rearm_at(ctx, name, end_ms);
+    }
+}
+
+#[inline(never)]
+fn rearm_at(ctx: Ctx, name: Str, end_ms: i64) {
     if let Some(slot) = slot_if_waiting(ctx, name)
         && waiting(&slot) > 0
     {
