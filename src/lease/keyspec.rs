@@ -378,6 +378,19 @@ pub enum Places {
     Any,
 }
 
+/// Does `f` hold for one of the bits set in `at` (bit `i`: argument
+/// `i`), lowest first? The first that does ends the search.
+#[inline(always)]
+fn any_bit(mut at: u64, mut f: impl FnMut(usize) -> bool) -> bool {
+    while at != 0 {
+        if f(at.trailing_zeros() as usize) {
+            return true;
+        }
+        at &= at - 1;
+    }
+    false
+}
+
 /// Bits 0 to `n - 1` (`n` at most 64).
 #[inline(always)]
 fn low_bits(n: usize) -> u64 {
@@ -453,19 +466,10 @@ impl Places {
 
     /// Does `f` hold for one of these places among `argc` arguments (the
     /// name included)? The first that does ends the search.
-    pub fn any(&self, argc: usize, mut f: impl FnMut(usize) -> bool) -> bool {
+    pub fn any(&self, argc: usize, f: impl FnMut(usize) -> bool) -> bool {
         match self {
             Places::None => false,
-            Places::Spans { .. } if argc <= 64 => {
-                let mut at = self.positions(argc);
-                while at != 0 {
-                    if f(at.trailing_zeros() as usize) {
-                        return true;
-                    }
-                    at &= at - 1;
-                }
-                false
-            }
+            Places::Spans { .. } if argc <= 64 => any_bit(self.positions(argc), f),
             _ => (1..argc).any(f),
         }
     }
@@ -621,7 +625,7 @@ impl KeyPlaces {
     /// case) among `argc` arguments (the name included)? The first that
     /// does ends the search.
     #[inline(always)]
-    pub fn any(&self, name: &[u8], argc: usize, mut f: impl FnMut(usize) -> bool) -> bool {
+    pub fn any(&self, name: &[u8], argc: usize, f: impl FnMut(usize) -> bool) -> bool {
         let Some(words) = name_words(name) else {
             return (1..argc).any(f);
         };
@@ -632,7 +636,7 @@ impl KeyPlaces {
         // The first byte and the length pick the entry (the first byte is
         // the low byte of the first word).
         let last = &self.last[(words.0 as usize ^ name.len()) % 16];
-        let mut at = match last.get(words, len_argc) {
+        let at = match last.get(words, len_argc) {
             Some(at) => at,
             None => {
                 let at = self.find(name.len(), words).positions(argc);
@@ -640,13 +644,7 @@ impl KeyPlaces {
                 at
             }
         };
-        while at != 0 {
-            if f(at.trailing_zeros() as usize) {
-                return true;
-            }
-            at &= at - 1;
-        }
-        false
+        any_bit(at, f)
     }
 
     /// The places of the command `name` (any case).
@@ -994,10 +992,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn written_keys_agree_with_the_servers_own_answer_on_every_server() {
-        let mut asked = 0;
-        let mut checked = 0;
+    /// `f(server, its table, the line, argv, the keys and whether each
+    /// is written)` for every line of every server's `<server>.keys` (the
+    /// server's own `COMMAND GETKEYSANDFLAGS`) whose command it has.
+    fn each_server_answer(mut f: impl FnMut(&str, &Table, &str, &[&[u8]], Vec<(String, bool)>)) {
         for server in SERVERS {
             let t = table(server);
             let keys = String::from_utf8(fixture(&format!("{server}.keys"))).unwrap();
@@ -1008,31 +1006,40 @@ mod tests {
                 let Some(answer) = server_answer(answer) else {
                     continue; // a command this server does not have
                 };
-                // Where the command flags overrule the specs: XREADGROUP
-                // (`write`, its spec `RO`) writes its keys; PFCOUNT
-                // (`readonly`, its spec `RW` for the cached count it may
-                // update) writes none.
-                let name = String::from_utf8_lossy(argv[0]).to_ascii_lowercase();
-                let want: Vec<&[u8]> = answer
-                    .iter()
-                    .filter(|(_, w)| match name.as_str() {
-                        "xreadgroup" => true,
-                        "pfcount" => false,
-                        _ => *w,
-                    })
-                    .map(|(k, _)| k.as_bytes())
-                    .collect();
-                let (keys, pos) = written(&t, &argv);
-                match keys {
-                    Keys::Given => {
-                        let got: Vec<&[u8]> = pos.iter().map(|&i| argv[i]).collect();
-                        assert_eq!(got, want, "{server}: {line}");
-                        checked += 1;
-                    }
-                    Keys::Ask => asked += 1,
-                }
+                f(server, &t, line, &argv, answer);
             }
         }
+    }
+
+    #[test]
+    fn written_keys_agree_with_the_servers_own_answer_on_every_server() {
+        let mut asked = 0;
+        let mut checked = 0;
+        each_server_answer(|server, t, line, argv, answer| {
+            // Where the command flags overrule the specs: XREADGROUP
+            // (`write`, its spec `RO`) writes its keys; PFCOUNT
+            // (`readonly`, its spec `RW` for the cached count it may
+            // update) writes none.
+            let name = String::from_utf8_lossy(argv[0]).to_ascii_lowercase();
+            let want: Vec<&[u8]> = answer
+                .iter()
+                .filter(|(_, w)| match name.as_str() {
+                    "xreadgroup" => true,
+                    "pfcount" => false,
+                    _ => *w,
+                })
+                .map(|(k, _)| k.as_bytes())
+                .collect();
+            let (keys, pos) = written(t, argv);
+            match keys {
+                Keys::Given => {
+                    let got: Vec<&[u8]> = pos.iter().map(|&i| argv[i]).collect();
+                    assert_eq!(got, want, "{server}: {line}");
+                    checked += 1;
+                }
+                Keys::Ask => asked += 1,
+            }
+        });
         assert!(checked > 300, "{checked} checked, {asked} asked");
     }
 
@@ -1288,31 +1295,25 @@ mod tests {
     #[test]
     fn key_places_cover_what_the_specs_and_the_server_find() {
         let mut covered = 0;
-        for server in SERVERS {
-            let t = table(server);
-            let p = t.key_places(|_| true);
-            let keys = String::from_utf8(fixture(&format!("{server}.keys"))).unwrap();
-            for line in keys.lines() {
-                let (argv, answer) = line.split_once(" => ").unwrap();
-                let argv = words(argv);
-                let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-                let Some(answer) = server_answer(answer) else {
-                    continue;
-                };
-                let at = positions(&p, &argv);
-                let named: Vec<&[u8]> = at.iter().map(|&i| argv[i]).collect();
-                let writes = t.get(argv[0]).is_some_and(|c| c.places() != Places::None);
-                for (key, _) in &answer {
-                    assert!(
-                        named.contains(&key.as_bytes()) || !writes,
-                        "{server}: {line}: {at:?}"
-                    );
-                }
-                let (_, written) = written(&t, &argv);
-                assert!(written.iter().all(|w| at.contains(w)), "{server}: {line}");
-                covered += 1;
+        let mut places: Option<(String, KeyPlaces)> = None;
+        each_server_answer(|server, t, line, argv, answer| {
+            if places.as_ref().is_none_or(|(s, _)| s != server) {
+                places = Some((server.to_string(), t.key_places(|_| true)));
             }
-        }
+            let p = &places.as_ref().expect("this server's places").1;
+            let at = positions(p, argv);
+            let named: Vec<&[u8]> = at.iter().map(|&i| argv[i]).collect();
+            let writes = t.get(argv[0]).is_some_and(|c| c.places() != Places::None);
+            for (key, _) in &answer {
+                assert!(
+                    named.contains(&key.as_bytes()) || !writes,
+                    "{server}: {line}: {at:?}"
+                );
+            }
+            let (_, written) = written(t, argv);
+            assert!(written.iter().all(|w| at.contains(w)), "{server}: {line}");
+            covered += 1;
+        });
         assert!(covered > 300, "{covered}");
     }
 
