@@ -586,9 +586,8 @@ pub fn lease_ends_at(ctx: Ctx, name: Str, end_ms: i64) {
 
 #[inline(never)]
 fn rearm_at(ctx: Ctx, name: Str, end_ms: i64) {
-    if let Some(slot) = slot_if_waiting(ctx, name)
-        && waiting(&slot) > 0
-    {
+    let slot = slot_of(ctx, name);
+    if waiting(&slot) > 0 {
         arm(&slot, end_ms + 1);
     }
 }
